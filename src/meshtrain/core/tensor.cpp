@@ -1,0 +1,125 @@
+#include "meshtrain/core/tensor.h"
+
+#include <cstring>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "meshtrain/core/error.h"
+
+namespace meshtrain {
+
+struct Tensor::Storage {
+  void* ptr = nullptr;
+  std::size_t bytes = 0;
+  MemCategory category = MemCategory::other;
+  Storage(std::size_t n, MemCategory c)
+      : ptr(TrackedAllocator::instance().allocate(n, c)), bytes(n), category(c) {}
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  ~Storage() { TrackedAllocator::instance().release(ptr, bytes, category); }
+};
+
+std::int64_t shape_numel(const Shape& shape) {
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string to_string(const Shape& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+
+Tensor Tensor::empty(Shape shape, MemCategory category, DType dtype) {
+  for (std::int64_t d : shape) MT_CHECK(d >= 0, "negative dimension in shape {}", to_string(shape));
+  Tensor t;
+  t.numel_ = shape_numel(shape);
+  t.shape_ = std::move(shape);
+  t.dtype_ = dtype;
+  t.storage_ = std::make_shared<Storage>(
+      static_cast<std::size_t>(t.numel_) * dtype_size(dtype), category);
+  return t;
+}
+
+Tensor Tensor::zeros(Shape shape, MemCategory category, DType dtype) {
+  Tensor t = empty(std::move(shape), category, dtype);
+  t.zero();
+  return t;
+}
+
+std::int64_t Tensor::dim(int d) const {
+  const int n = ndim();
+  const int i = d < 0 ? d + n : d;
+  MT_CHECK(i >= 0 && i < n, "dim {} out of range for shape {}", d, to_string(shape_));
+  return shape_[static_cast<std::size_t>(i)];
+}
+
+MemCategory Tensor::category() const noexcept {
+  return storage_ ? storage_->category : MemCategory::other;
+}
+
+void* Tensor::raw() const {
+  MT_CHECK(storage_ != nullptr, "use of an undefined tensor");
+  return static_cast<char*>(storage_->ptr) +
+         static_cast<std::size_t>(offset_) * dtype_size(dtype_);
+}
+
+float* Tensor::f32() {
+  MT_CHECK(dtype_ == DType::f32, "tensor is {}, not f32", to_string(dtype_));
+  return static_cast<float*>(raw());
+}
+const float* Tensor::f32() const {
+  MT_CHECK(dtype_ == DType::f32, "tensor is {}, not f32", to_string(dtype_));
+  return static_cast<const float*>(raw());
+}
+std::int32_t* Tensor::i32() {
+  MT_CHECK(dtype_ == DType::i32, "tensor is {}, not i32", to_string(dtype_));
+  return static_cast<std::int32_t*>(raw());
+}
+const std::int32_t* Tensor::i32() const {
+  MT_CHECK(dtype_ == DType::i32, "tensor is {}, not i32", to_string(dtype_));
+  return static_cast<const std::int32_t*>(raw());
+}
+
+Tensor Tensor::reshape(Shape shape) const {
+  MT_CHECK(shape_numel(shape) == numel_, "cannot reshape {} to {}", to_string(shape_),
+           to_string(shape));
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+Tensor Tensor::rows(std::int64_t begin, std::int64_t end) const {
+  MT_CHECK(ndim() >= 1 && 0 <= begin && begin <= end && end <= shape_[0],
+           "rows [{}, {}) out of range for shape {}", begin, end, to_string(shape_));
+  const std::int64_t row = shape_[0] == 0 ? 0 : numel_ / shape_[0];
+  Tensor t = *this;
+  t.shape_[0] = end - begin;
+  t.numel_ = (end - begin) * row;
+  t.offset_ = offset_ + begin * row;
+  return t;
+}
+
+Tensor Tensor::clone() const { return clone(category()); }
+
+Tensor Tensor::clone(MemCategory category) const {
+  Tensor t = empty(shape_, category, dtype_);
+  t.copy_from(*this);
+  return t;
+}
+
+void Tensor::fill(float value) {
+  float* p = f32();
+  for (std::int64_t i = 0; i < numel_; ++i) p[i] = value;
+}
+
+void Tensor::zero() {
+  if (numel_ > 0) std::memset(raw(), 0, static_cast<std::size_t>(bytes()));
+}
+
+void Tensor::copy_from(const Tensor& other) {
+  MT_CHECK(other.numel_ == numel_ && other.dtype_ == dtype_, "copy {} {} into {} {}",
+           to_string(other.dtype_), to_string(other.shape_), to_string(dtype_),
+           to_string(shape_));
+  if (numel_ > 0) std::memcpy(raw(), other.raw(), static_cast<std::size_t>(bytes()));
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,145 @@
+// src/meshtrain/kernels/kernels.h
+//
+// The math of one rank, forward and backward, on raw f32 arrays. Shapes use the conventions of
+// shared/DESIGN.md: activations [tokens, features] row-major, weights [out, in] as nn.Linear.
+// "overwritten" outputs need no initial value; "ACCUMULATED (+=)" outputs add to what is there,
+// so gradient accumulation over micro-batches and over the two uses of a tied weight needs no
+// temporary buffer (the optimizer step zeroes gradients once per global batch).
+// Kernels allocate nothing on the tracked allocator, communicate nothing, and know no groups.
+// Implementations live in kernels/cpu/ (oneDNN GEMM, OpenMP loops); kernels/cuda/ can provide
+// the same functions later.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace meshtrain::kernels {
+
+/// Compute threads for OpenMP loops and oneDNN in this process (≥ 1).
+void set_num_threads(int threads);
+int num_threads();
+
+// ---------------------------------------------------------------------------------------------
+// GEMM (oneDNN matmul)
+
+/// C = alpha · op(A) · op(B) + beta · C, row-major.
+///   op(A) [M, K]: A is stored [M, K], or [K, M] when trans_a
+///   op(B) [K, N]: B is stored [K, N], or [N, K] when trans_b
+///   C     [M, N]
+/// beta must be 0 (C overwritten) or 1 (C accumulated).
+void gemm(const float* a, const float* b, float* c, std::int64_t m, std::int64_t n,
+          std::int64_t k, bool trans_a, bool trans_b, float alpha, float beta);
+
+// ---------------------------------------------------------------------------------------------
+// Linear: y = x · Wᵀ + b (PyTorch nn.Linear)
+
+struct LinearDims {
+  std::int64_t tokens;
+  std::int64_t in_features;
+  std::int64_t out_features;
+};
+
+///   x [tokens, in]   w [out, in]   b [out] or nullptr   →   y [tokens, out] overwritten
+void linear_forward(const float* x, const float* w, const float* b, float* y,
+                    const LinearDims& dims);
+
+///   x [tokens, in]   w [out, in]   dy [tokens, out]        read
+///   dx [tokens, in] overwritten (nullptr: not computed)
+///   dw [out, in] ACCUMULATED    db [out] ACCUMULATED (nullptr: no bias)
+void linear_backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
+                     float* db, const LinearDims& dims);
+
+// ---------------------------------------------------------------------------------------------
+// LayerNorm over the last dim (Ba et al. 2016; PyTorch nn.LayerNorm, biased variance)
+
+///   x [rows, C]  weight [C]  bias [C] or nullptr  →  y [rows, C], mean [rows], rstd [rows]
+///   (all overwritten; mean and rstd are kept for backward)
+void layernorm_forward(const float* x, const float* weight, const float* bias, float* y,
+                       float* mean, float* rstd, std::int64_t rows, std::int64_t C, float eps);
+
+///   dx [rows, C] overwritten; dweight [C], dbias [C] (or nullptr) ACCUMULATED
+void layernorm_backward(const float* x, const float* weight, const float* mean, const float* rstd,
+                        const float* dy, float* dx, float* dweight, float* dbias,
+                        std::int64_t rows, std::int64_t C);
+
+// ---------------------------------------------------------------------------------------------
+// GELU, tanh approximation as GPT-2 (Hendrycks & Gimpel 2016, eq. after §2;
+// PyTorch GELU(approximate="tanh")): 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
+
+void gelu_forward(const float* x, float* y, std::int64_t n);                    // y overwritten
+void gelu_backward(const float* x, const float* dy, float* dx, std::int64_t n);  // dx overwritten
+
+// ---------------------------------------------------------------------------------------------
+// Causal self-attention, one call for all heads (Vaswani et al. 2017, eq. 1, with a causal mask).
+// qkv row t of sequence b holds [q | k | v], each C = heads·head_dim wide, head h at columns
+// [h·head_dim, (h+1)·head_dim) — the layout of GPT-2's c_attn output. Scale 1/√head_dim.
+// Forward keeps only the log-sum-exp of each score row (FlashAttention-2, Dao 2023, §3.1);
+// backward recomputes the probabilities from q, k and lse, so memory is O(T) per head, and
+// the lse form is what ring attention merges across context-parallel ranks later.
+
+struct AttentionDims {
+  std::int64_t batch;     // sequences
+  std::int64_t seq_len;   // T
+  std::int64_t heads;     // heads on this rank
+  std::int64_t head_dim;  // C / heads
+};
+
+///   qkv [batch·T, 3·heads·head_dim]  →  out [batch·T, heads·head_dim],
+///                                        lse [batch, heads, T]     (overwritten)
+void attention_forward(const float* qkv, float* out, float* lse, const AttentionDims& dims);
+
+///   qkv, out, lse as from forward; dout [batch·T, heads·head_dim]
+///   dqkv [batch·T, 3·heads·head_dim] overwritten
+void attention_backward(const float* qkv, const float* out, const float* lse, const float* dout,
+                        float* dqkv, const AttentionDims& dims);
+
+// ---------------------------------------------------------------------------------------------
+// Softmax cross-entropy over the last dim (PyTorch F.cross_entropy, no label smoothing).
+
+///   logits [rows, V], targets [rows] in [0, V)  →  losses [rows] = lse − logit[target],
+///   lse [rows] (overwritten)
+void cross_entropy_forward(const float* logits, const std::int32_t* targets, float* losses,
+                           float* lse, std::int64_t rows, std::int64_t V);
+
+/// dlogits[r, j] = scale · (softmax(logits[r])_j − [j == target_r]); for a mean loss over N
+/// rows pass scale = 1/N.  dlogits [rows, V] overwritten (may alias logits).
+void cross_entropy_backward(const float* logits, const float* lse, const std::int32_t* targets,
+                            float scale, float* dlogits, std::int64_t rows, std::int64_t V);
+
+// ---------------------------------------------------------------------------------------------
+// Embedding lookup.
+
+///   ids [rows] in [0, table_rows)   table [table_rows, C]   →   out [rows, C] overwritten
+void embedding_forward(const std::int32_t* ids, const float* table, float* out, std::int64_t rows,
+                       std::int64_t C);
+///   dtable [table_rows, C] ACCUMULATED: dtable[ids[r]] += dout[r]
+void embedding_backward(const std::int32_t* ids, const float* dout, float* dtable,
+                        std::int64_t rows, std::int64_t C);
+
+// ---------------------------------------------------------------------------------------------
+// Element-wise helpers.
+
+void add(const float* a, const float* b, float* out, std::int64_t n);  // out = a + b
+void add_inplace(float* y, const float* x, std::int64_t n);            // y += x
+void scale_inplace(float* y, float alpha, std::int64_t n);             // y *= alpha
+/// Σ x² accumulated in double (used for the global grad norm).
+double sum_squares(const float* x, std::int64_t n);
+
+// ---------------------------------------------------------------------------------------------
+// AdamW (Loshchilov & Hutter 2019, Algorithm 2; moments and bias correction as Kingma & Ba 2015,
+// Algorithm 1). Decay as torch.optim.AdamW: w -= lr·weight_decay·w before the Adam update.
+
+struct AdamWParams {
+  float lr;
+  float beta1;
+  float beta2;
+  float eps;
+  float weight_decay;  // 0 for parameters without decay
+};
+
+///   w, m, v [n] f32 updated in place (m, v start at 0); g [n] read (already averaged over dp
+///   and clipped); step = optimizer steps taken including this one (1-based).
+void adamw_step(std::span<float> w, std::span<float> m, std::span<float> v,
+                std::span<const float> g, const AdamWParams& params, std::int64_t step);
+
+}  // namespace meshtrain::kernels
