@@ -1,0 +1,86 @@
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <numeric>
+
+#include "meshtrain/apps/commands.h"
+#include "meshtrain/checkpoint/model_checkpoint.h"
+#include "meshtrain/config/load.h"
+#include "meshtrain/core/error.h"
+#include "meshtrain/core/rng.h"
+#include "meshtrain/data/metadata.h"
+#include "meshtrain/model/gpt.h"
+
+namespace meshtrain {
+namespace {
+
+// Index drawn from softmax(logits / temperature) restricted to the top_k largest logits, with
+// the uniform number u in [0, 1) (nanoGPT's sample.py rule, counter-based randomness).
+std::int32_t draw(std::span<const float> logits, double temperature, std::int64_t top_k, double u) {
+  std::vector<std::int32_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
+    return logits[static_cast<std::size_t>(a)] > logits[static_cast<std::size_t>(b)];
+  });
+  const std::size_t k = top_k > 0 ? std::min<std::size_t>(static_cast<std::size_t>(top_k), order.size())
+                                  : order.size();
+  const double max_logit = logits[static_cast<std::size_t>(order[0])];
+  std::vector<double> weights(k);
+  for (std::size_t i = 0; i < k; ++i) {
+    weights[i] = std::exp((logits[static_cast<std::size_t>(order[i])] - max_logit) / temperature);
+  }
+  const double total = std::accumulate(weights.begin(), weights.end(), 0.0);
+  double acc = 0.0;
+  for (std::size_t i = 0; i < k; ++i) {
+    acc += weights[i] / total;
+    if (u < acc) return order[i];
+  }
+  return order[k - 1];
+}
+
+}  // namespace
+
+int run_sample(const SampleArgs& args) {
+  try {
+    if (args.temperature <= 0.0) {
+      throw ConfigError("the command line", {{"--temperature", fmt::format("{}", args.temperature),
+                                              "must be > 0", "use e.g. 0.8"}});
+    }
+    const std::filesystem::path dir = args.checkpoint;
+    if (!std::filesystem::exists(dir / "config.toml")) {
+      throw DataError(fmt::format("{} is not a meshtrain checkpoint (no config.toml); pass the "
+                                  "checkpoint.dir of a finished run, e.g. runs/shakespeare_char",
+                                  dir.string()));
+    }
+    const Config config = load_config_file(dir / "config.toml");
+    const data::Metadata meta = data::load_metadata(dir / "meta.json");
+    GptModel model(config.model, 0);
+    load_model_parameters(dir, model.parameters());
+    std::vector<std::int32_t> ids = meta.vocab.encode(args.prompt);
+    if (ids.empty()) throw DataError("the prompt is empty; pass --prompt \"ROMEO:\"");
+    const std::uint64_t stream = stream_of("sample");
+    const auto seed = static_cast<std::uint64_t>(args.seed);
+    for (std::int64_t i = 0; i < args.tokens; ++i) {
+      const std::int64_t T =
+          std::min<std::int64_t>(static_cast<std::int64_t>(ids.size()), config.model.block_size);
+      const Tensor logits = model.logits(ids.data() + ids.size() - T, 1, T);
+      const std::span<const float> last(logits.f32() + (T - 1) * config.model.vocab_size,
+                                        static_cast<std::size_t>(config.model.vocab_size));
+      const double u = static_cast<double>(philox_u64(seed, stream, static_cast<std::uint64_t>(i)) >> 11) *
+                       0x1.0p-53;
+      ids.push_back(draw(last, args.temperature, args.top_k, u));
+    }
+    fmt::print("{}\n", meta.vocab.decode(ids));
+    return 0;
+  } catch (const ConfigError& e) {
+    fmt::print(stderr, "meshtrain sample: {}", e.what());
+    return 2;
+  } catch (const DataError& e) {
+    fmt::print(stderr, "meshtrain sample: {}\n", e.what());
+    return 3;
+  }
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,45 @@
+#include <fmt/format.h>
+
+#include "meshtrain/apps/commands.h"
+#include "meshtrain/comm/mpi_runtime.h"
+#include "meshtrain/config/load.h"
+#include "meshtrain/core/error.h"
+#include "meshtrain/train/trainer.h"
+
+namespace meshtrain {
+
+int run_train(const TrainArgs& args, const MpiRuntime& runtime) {
+  const bool rank0 = runtime.world_rank() == 0;
+  try {
+    Config config = load_config_file(args.config, parse_overrides(args.overrides));
+    const auto world = runtime.world_group();
+    Trainer trainer(std::move(config), *world,
+                    {.metrics_path = args.metrics, .log = true, .local_ranks = runtime.local_size()});
+    if (rank0) {
+      const Config& c = trainer.config();
+      fmt::print("meshtrain: {} on {} rank(s) (dp={}), {} parameters, global batch {} × {} "
+                 "tokens\n",
+                 args.config, runtime.world_size(), c.parallel.dp, [&] {
+                   std::int64_t n = 0;
+                   for (const Parameter* p : trainer.model().parameters()) n += p->value.numel();
+                   return n;
+                 }(),
+                 c.training.micro_batch * c.training.accumulation * c.parallel.dp,
+                 c.model.block_size);
+    }
+    trainer.run();
+    return 0;
+  } catch (const ConfigError& e) {
+    // Every rank reaches the same verdict from the same files, so only rank 0 speaks.
+    if (rank0) fmt::print(stderr, "meshtrain: {}", e.what());
+    return 2;
+  } catch (const DataError& e) {
+    if (rank0) fmt::print(stderr, "meshtrain: {}\n", e.what());
+    return 3;
+  } catch (const Error& e) {
+    fmt::print(stderr, "meshtrain: rank {}: {}\n", runtime.world_rank(), e.what());
+    return 1;
+  }
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,84 @@
+#include "meshtrain/comm/device_mesh.h"
+
+#include <fmt/format.h>
+
+#include "meshtrain/core/error.h"
+
+namespace meshtrain {
+
+std::string_view to_string(Axis axis) {
+  switch (axis) {
+    case Axis::pp: return "pp";
+    case Axis::dp: return "dp";
+    case Axis::cp: return "cp";
+    case Axis::tp: return "tp";
+    case Axis::ep: return "ep";
+  }
+  return "?";
+}
+
+int MeshShape::size(Axis axis) const noexcept {
+  switch (axis) {
+    case Axis::pp: return pp;
+    case Axis::dp: return dp;
+    case Axis::cp: return cp;
+    case Axis::tp: return tp;
+    case Axis::ep: return ep;
+  }
+  return 1;
+}
+
+MeshCoords MeshShape::coords_of(int rank) const {
+  MT_CHECK(rank >= 0 && rank < world_size(), "rank {} outside mesh {}", rank, to_string());
+  MeshCoords c;
+  c.tp = rank % tp;
+  c.cp = (rank / tp) % cp;
+  c.dp = (rank / (tp * cp)) % dp;
+  c.pp = rank / (tp * cp * dp);
+  return c;
+}
+
+int MeshShape::group_index(Axis axis, int rank) const {
+  const MeshCoords c = coords_of(rank);
+  // The coordinates that stay fixed within a group identify it.
+  switch (axis) {
+    case Axis::tp: return (c.pp * dp + c.dp) * cp + c.cp;
+    case Axis::cp: return (c.pp * dp + c.dp) * tp + c.tp;
+    case Axis::dp: return (c.pp * cp + c.cp) * tp + c.tp;
+    case Axis::pp: return (c.dp * cp + c.cp) * tp + c.tp;
+    case Axis::ep: return (((c.pp * (dp / ep) + c.dp / ep) * cp + c.cp) * tp + c.tp);
+  }
+  return 0;
+}
+
+std::vector<std::vector<int>> MeshShape::groups(Axis axis) const {
+  const int n = size(axis);
+  std::vector<std::vector<int>> out(static_cast<std::size_t>(world_size() / n));
+  for (int rank = 0; rank < world_size(); ++rank) {
+    out[static_cast<std::size_t>(group_index(axis, rank))].push_back(rank);  // ascending = group order
+  }
+  return out;
+}
+
+std::string MeshShape::to_string() const {
+  return fmt::format("pp={} dp={} cp={} tp={} ep={}", pp, dp, cp, tp, ep);
+}
+
+DeviceMesh::DeviceMesh(const MeshShape& shape, const ProcessGroup& world)
+    : shape_(shape), rank_(world.rank()), coords_(shape.coords_of(world.rank())) {
+  MT_CHECK(world.size() == shape.world_size(), "mesh {} needs {} ranks, the group has {}",
+           shape.to_string(), shape.world_size(), world.size());
+  for (const Axis axis : kAllAxes) {
+    // Key = rank: within a group, ranks are ordered like their world ranks, which is the
+    // order of the varying coordinate (all other coordinates are equal).
+    groups_[static_cast<std::size_t>(axis)] =
+        world.split(shape.group_index(axis, rank_), rank_, std::string(meshtrain::to_string(axis)));
+  }
+}
+
+std::string DeviceMesh::describe() const {
+  return fmt::format("rank {} (pp={} dp={} cp={} tp={})", rank_, coords_.pp, coords_.dp, coords_.cp,
+                     coords_.tp);
+}
+
+}  // namespace meshtrain

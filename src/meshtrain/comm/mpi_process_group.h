@@ -1,0 +1,55 @@
+// src/meshtrain/comm/mpi_process_group.h — ProcessGroup over an MPI communicator it owns.
+// (Build with OMPI_SKIP_MPICXX defined: OpenMPI's deprecated C++ bindings, pulled in by
+// <mpi.h>, trip -Wcast-function-type under -Wextra -Werror with GCC 12.)
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+#include <utility>
+
+#include "meshtrain/comm/process_group.h"
+
+namespace meshtrain {
+
+/// Owns one communicator (from MPI_Comm_dup or MPI_Comm_split); frees it exactly once.
+class MpiComm {
+ public:
+  explicit MpiComm(MPI_Comm comm) noexcept : comm_(comm) {}
+  MpiComm(MpiComm&& other) noexcept : comm_(std::exchange(other.comm_, MPI_COMM_NULL)) {}
+  MpiComm& operator=(MpiComm&& other) noexcept {
+    std::swap(comm_, other.comm_);
+    return *this;
+  }
+  MpiComm(const MpiComm&) = delete;
+  MpiComm& operator=(const MpiComm&) = delete;
+  ~MpiComm();
+  MPI_Comm get() const noexcept { return comm_; }
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+};
+
+class MpiProcessGroup final : public ProcessGroup {
+ public:
+  /// Takes ownership of `comm`; `axis_name` prefixes the group's name ("world", "dp", ...).
+  MpiProcessGroup(MpiComm comm, std::string axis_name);
+
+  std::unique_ptr<ProcessGroup> split(int color, int key, std::string axis_name) const override;
+
+ private:
+  void do_all_reduce_sum(std::span<float> x) override;
+  void do_all_reduce_sum(std::span<double> x) override;
+  void do_all_reduce_max(std::span<float> x) override;
+  void do_broadcast(std::span<std::byte> x, int root) override;
+  void do_barrier() override;
+  void do_reduce_scatter_sum(std::span<const float> in, std::span<float> out) override;
+  void do_all_gather(std::span<const float> in, std::span<float> out) override;
+  void do_all_to_all(std::span<const float> in, std::span<float> out) override;
+  void do_send(std::span<const float> x, int peer, int tag) override;
+  void do_recv(std::span<float> x, int peer, int tag) override;
+
+  MpiComm comm_;
+};
+
+}  // namespace meshtrain

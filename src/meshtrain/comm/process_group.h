@@ -1,0 +1,107 @@
+// src/meshtrain/comm/process_group.h
+//
+// ProcessGroup: the collectives and point-to-point operations of a group of ranks, with bytes
+// and calls counted per operation (DESIGN invariant 5). The MPI backend (mpi_process_group.h)
+// is the only implementation today; a NCCL one can be added behind the same interface.
+// Knows nothing of models. Every operation is blocking; a group of one rank returns at once
+// and counts nothing, so a parallel layer with a group of size 1 is the plain layer.
+//
+// Byte counters record the message size D this rank hands to the operation (for all-gather and
+// all-to-all: the bytes of this rank's input), not what the algorithm puts on the wire; the
+// planner turns D into wire bytes with the ring formulas (e.g. all-reduce 2(N−1)/N·D).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace meshtrain {
+
+enum class CommOp : std::uint8_t {
+  all_reduce,
+  broadcast,
+  barrier,
+  reduce_scatter,
+  all_gather,
+  all_to_all,
+  send,
+  recv,
+};
+inline constexpr std::size_t kNumCommOps = 8;
+std::string_view to_string(CommOp op);
+
+struct CommCounter {
+  std::int64_t calls = 0;
+  std::int64_t bytes = 0;
+};
+
+class ProcessGroup {
+ public:
+  virtual ~ProcessGroup() = default;
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  /// This rank's index in the group, 0 ≤ rank() < size().
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return static_cast<int>(world_ranks_.size()); }
+  /// World ranks of the members, in group-rank order.
+  const std::vector<int>& world_ranks() const noexcept { return world_ranks_; }
+  /// e.g. "dp{0,2}", used in logs and error reports.
+  const std::string& name() const noexcept { return name_; }
+
+  /// In place: x ← Σ over ranks of x. Element-wise; every rank passes the same size.
+  void all_reduce_sum(std::span<float> x);
+  void all_reduce_sum(std::span<double> x);
+  /// In place: x ← max over ranks of x.
+  void all_reduce_max(std::span<float> x);
+  /// In place: x ← root's x (bytes of any type).
+  void broadcast(std::span<std::byte> x, int root);
+  void barrier();
+  /// in [size() · n] → out [n]: out = Σ over ranks of in's slice [rank()·n, (rank()+1)·n).
+  void reduce_scatter_sum(std::span<const float> in, std::span<float> out);
+  /// in [n] → out [size() · n], rank r's input at [r·n, (r+1)·n).
+  void all_gather(std::span<const float> in, std::span<float> out);
+  /// in [size() · n] → out [size() · n]: out's slice r is rank r's input slice rank().
+  void all_to_all(std::span<const float> in, std::span<float> out);
+  /// Point to point with group rank `peer`; `tag` separates concurrent streams.
+  void send(std::span<const float> x, int peer, int tag);
+  void recv(std::span<float> x, int peer, int tag);
+
+  /// A new group of the members that pass the same `color`, ordered by `key`, named
+  /// `axis_name`{ranks}. Collective over this group: every member calls it, in the same order.
+  virtual std::unique_ptr<ProcessGroup> split(int color, int key, std::string axis_name) const = 0;
+
+  const CommCounter& counter(CommOp op) const noexcept {
+    return counters_[static_cast<std::size_t>(op)];
+  }
+  void reset_counters() noexcept { counters_ = {}; }
+
+ protected:
+  ProcessGroup(int rank, std::vector<int> world_ranks, std::string axis_name);
+
+  // Backend operations; called only when size() > 1, after counting.
+  virtual void do_all_reduce_sum(std::span<float> x) = 0;
+  virtual void do_all_reduce_sum(std::span<double> x) = 0;
+  virtual void do_all_reduce_max(std::span<float> x) = 0;
+  virtual void do_broadcast(std::span<std::byte> x, int root) = 0;
+  virtual void do_barrier() = 0;
+  virtual void do_reduce_scatter_sum(std::span<const float> in, std::span<float> out) = 0;
+  virtual void do_all_gather(std::span<const float> in, std::span<float> out) = 0;
+  virtual void do_all_to_all(std::span<const float> in, std::span<float> out) = 0;
+  virtual void do_send(std::span<const float> x, int peer, int tag) = 0;
+  virtual void do_recv(std::span<float> x, int peer, int tag) = 0;
+
+ private:
+  void count(CommOp op, std::size_t bytes) noexcept;
+
+  int rank_;
+  std::vector<int> world_ranks_;
+  std::string name_;
+  std::array<CommCounter, kNumCommOps> counters_{};
+};
+
+}  // namespace meshtrain

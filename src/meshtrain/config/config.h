@@ -1,0 +1,78 @@
+// src/meshtrain/config/config.h
+//
+// Plain config structs for a training run, one struct per TOML section. Every field has a
+// default here; a TOML file and `--section.key value` command-line overrides (torchtitan's
+// convention) set them through the key table of config_keys.h. Validation rules live in
+// validate.h as pure functions, so the trainer, the CLI and (later) the planner share them
+// and a bad config is rejected before any MPI call or allocation (DESIGN invariant 9).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace meshtrain {
+
+struct ModelConfig {
+  std::string family = "gpt2";  // only "gpt2" in this version
+  std::int64_t n_layer = 4;
+  std::int64_t n_head = 4;
+  std::int64_t n_embd = 128;    // hidden size C
+  std::int64_t block_size = 64; // sequence length T (tokens per sequence)
+  std::int64_t vocab_size = 0;  // 0: taken from the data's meta.json
+  bool bias = true;             // biases in Linear and LayerNorm (GPT-2: true; nanoGPT: false)
+  double dropout = 0.0;         // must be 0 in this version
+  double init_std = 0.02;       // GPT-2 initialisation (Radford et al. 2019, §2.3)
+};
+
+struct TrainingConfig {
+  std::int64_t micro_batch = 12;    // sequences per rank per forward/backward
+  std::int64_t accumulation = 1;    // micro-batches per rank per optimizer step
+  std::int64_t global_batch = 0;    // sequences per step; 0 = micro_batch × accumulation × dp
+  std::int64_t max_steps = 2000;
+  double lr = 1e-3;                 // peak learning rate (before any batch-size scaling)
+  double min_lr = 1e-4;
+  std::int64_t warmup_steps = 100;
+  std::int64_t lr_decay_steps = 0;  // cosine from warmup to here; 0 = max_steps
+  std::string lr_scaling = "none";  // "none" | "linear" | "sqrt" (seed 002, batch-size rules)
+  std::int64_t lr_base_batch = 0;   // the global batch at which `lr` was tuned (for scaling)
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.99;
+  double eps = 1e-8;
+  double grad_clip = 1.0;           // global grad-norm clipping; 0 = off
+  std::int64_t eval_interval = 250; // steps between val evaluations; 0 = only at the end
+  std::int64_t eval_batches = 20;   // global batches averaged for val loss
+  std::int64_t log_interval = 1;    // steps between log lines on rank 0
+  std::int64_t seed = 1337;
+  std::int64_t threads = 0;         // compute threads per rank; 0 = cores / local ranks
+  double peak_flops_per_core = 2.19e11;  // fp32 FMA peak used for MFU (DESIGN machine notes)
+};
+
+struct ParallelConfig {
+  std::int64_t dp = 1;
+  std::int64_t tp = 1;
+  std::int64_t pp = 1;
+  std::int64_t cp = 1;
+  std::int64_t ep = 1;
+  std::int64_t bucket_mib = 4;      // gradient all-reduce bucket size, MiB
+};
+
+struct DataConfig {
+  std::string dir = "data/prepared/shakespeare_char";  // holds train.bin, val.bin, meta.json
+};
+
+struct CheckpointConfig {
+  std::string dir = "runs/shakespeare_char";  // the final checkpoint is written here
+  bool save_final = true;
+};
+
+struct Config {
+  ModelConfig model;
+  TrainingConfig training;
+  ParallelConfig parallel;
+  DataConfig data;
+  CheckpointConfig checkpoint;
+  std::string source = "<defaults>";  // where it came from, for error messages
+};
+
+}  // namespace meshtrain

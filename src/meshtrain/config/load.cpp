@@ -1,0 +1,274 @@
+#include "meshtrain/config/load.h"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <fstream>
+#include <sstream>
+#include <variant>
+
+#include <fmt/format.h>
+
+#include "meshtrain/core/error.h"
+
+namespace meshtrain {
+namespace {
+
+using FieldRef = std::variant<std::int64_t*, double*, bool*, std::string*>;
+struct Field {
+  std::string key;  // "section.name"
+  FieldRef ref;
+};
+
+// The one list of keys: loading, overriding, printing and "did you mean" all read it, so a new
+// setting is added in exactly one place besides its struct.
+std::vector<Field> fields_of(Config& c) {
+  return {
+      {"model.family", &c.model.family},
+      {"model.n_layer", &c.model.n_layer},
+      {"model.n_head", &c.model.n_head},
+      {"model.n_embd", &c.model.n_embd},
+      {"model.block_size", &c.model.block_size},
+      {"model.vocab_size", &c.model.vocab_size},
+      {"model.bias", &c.model.bias},
+      {"model.dropout", &c.model.dropout},
+      {"model.init_std", &c.model.init_std},
+      {"training.micro_batch", &c.training.micro_batch},
+      {"training.accumulation", &c.training.accumulation},
+      {"training.global_batch", &c.training.global_batch},
+      {"training.max_steps", &c.training.max_steps},
+      {"training.lr", &c.training.lr},
+      {"training.min_lr", &c.training.min_lr},
+      {"training.warmup_steps", &c.training.warmup_steps},
+      {"training.lr_decay_steps", &c.training.lr_decay_steps},
+      {"training.lr_scaling", &c.training.lr_scaling},
+      {"training.lr_base_batch", &c.training.lr_base_batch},
+      {"training.weight_decay", &c.training.weight_decay},
+      {"training.beta1", &c.training.beta1},
+      {"training.beta2", &c.training.beta2},
+      {"training.eps", &c.training.eps},
+      {"training.grad_clip", &c.training.grad_clip},
+      {"training.eval_interval", &c.training.eval_interval},
+      {"training.eval_batches", &c.training.eval_batches},
+      {"training.log_interval", &c.training.log_interval},
+      {"training.seed", &c.training.seed},
+      {"training.threads", &c.training.threads},
+      {"training.peak_flops_per_core", &c.training.peak_flops_per_core},
+      {"parallel.dp", &c.parallel.dp},
+      {"parallel.tp", &c.parallel.tp},
+      {"parallel.pp", &c.parallel.pp},
+      {"parallel.cp", &c.parallel.cp},
+      {"parallel.ep", &c.parallel.ep},
+      {"parallel.bucket_mib", &c.parallel.bucket_mib},
+      {"data.dir", &c.data.dir},
+      {"checkpoint.dir", &c.checkpoint.dir},
+      {"checkpoint.save_final", &c.checkpoint.save_final},
+  };
+}
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+ConfigIssue unknown_key(const std::string& key, const std::vector<Field>& fields) {
+  const Field* best = &fields.front();
+  for (const Field& f : fields) {
+    if (edit_distance(key, f.key) < edit_distance(key, best->key)) best = &f;
+  }
+  return {key, "(unknown key)", "not a meshtrain setting",
+          fmt::format("did you mean `{}`? (README, \"Configuration\", lists every key)", best->key)};
+}
+
+const char* type_name(const FieldRef& ref) {
+  return std::visit(
+      [](auto* p) -> const char* {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, std::int64_t>) return "an integer";
+        if constexpr (std::is_same_v<T, double>) return "a number";
+        if constexpr (std::is_same_v<T, bool>) return "true or false";
+        return "a string";
+      },
+      ref);
+}
+
+// Sets a field from a TOML node; false when the node has the wrong type.
+bool assign(const FieldRef& ref, const toml::node& node) {
+  return std::visit(
+      [&](auto* p) -> bool {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, std::int64_t>) {
+          if (auto v = node.value_exact<std::int64_t>()) return *p = *v, true;
+        } else if constexpr (std::is_same_v<T, double>) {
+          if (auto v = node.value<double>()) return *p = *v, true;  // integers widen
+        } else if constexpr (std::is_same_v<T, bool>) {
+          if (auto v = node.value_exact<bool>()) return *p = *v, true;
+        } else {
+          if (auto v = node.value_exact<std::string>()) return *p = *v, true;
+        }
+        return false;
+      },
+      ref);
+}
+
+// Sets a field from command-line text; false when the text does not parse as the type.
+bool assign_text(const FieldRef& ref, const std::string& text) {
+  return std::visit(
+      [&](auto* p) -> bool {
+        using T = std::remove_pointer_t<decltype(p)>;
+        const char* end = text.data() + text.size();
+        if constexpr (std::is_same_v<T, std::int64_t>) {
+          std::int64_t v = 0;
+          auto [ptr, ec] = std::from_chars(text.data(), end, v);
+          if (ec != std::errc() || ptr != end) return false;
+          *p = v;
+        } else if constexpr (std::is_same_v<T, double>) {
+          double v = 0;
+          auto [ptr, ec] = std::from_chars(text.data(), end, v);
+          if (ec != std::errc() || ptr != end) return false;
+          *p = v;
+        } else if constexpr (std::is_same_v<T, bool>) {
+          if (text != "true" && text != "false") return false;
+          *p = text == "true";
+        } else {
+          *p = text;
+        }
+        return true;
+      },
+      ref);
+}
+
+std::string node_text(const toml::node& node) {
+  std::ostringstream out;
+  node.visit([&](const auto& v) { out << v; });
+  return out.str();
+}
+
+Field* find_field(std::vector<Field>& fields, std::string_view key) {
+  auto it = std::find_if(fields.begin(), fields.end(), [&](const Field& f) { return f.key == key; });
+  return it == fields.end() ? nullptr : &*it;
+}
+
+void apply_table(const toml::table& root, std::vector<Field>& fields,
+                 std::vector<ConfigIssue>& issues) {
+  for (const auto& [section, section_node] : root) {
+    const toml::table* table = section_node.as_table();
+    if (table == nullptr) {
+      issues.push_back(unknown_key(std::string(section.str()), fields));
+      continue;
+    }
+    for (const auto& [name, node] : *table) {
+      const std::string key = fmt::format("{}.{}", section.str(), name.str());
+      Field* field = find_field(fields, key);
+      if (field == nullptr) {
+        issues.push_back(unknown_key(key, fields));
+      } else if (!assign(field->ref, node)) {
+        issues.push_back({key, node_text(node), fmt::format("must be {}", type_name(field->ref)),
+                          "write the value without quotes for numbers, with quotes for strings"});
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Config load_config_text(const std::string& toml_text, const std::string& source,
+                        const std::vector<Override>& overrides) {
+  Config config;
+  config.source = source;
+  std::vector<Field> fields = fields_of(config);
+  std::vector<ConfigIssue> issues;
+  try {
+    const toml::table root = toml::parse(toml_text, source);
+    apply_table(root, fields, issues);
+  } catch (const toml::parse_error& e) {
+    const auto& where = e.source().begin;
+    issues.push_back({fmt::format("{}:{}:{}", source, where.line, where.column), "(syntax)",
+                      std::string(e.description()), "fix the TOML syntax at that position"});
+  }
+  for (const auto& [key, text] : overrides) {
+    Field* field = find_field(fields, key);
+    if (field == nullptr) {
+      issues.push_back(unknown_key(key, fields));
+    } else if (!assign_text(field->ref, text)) {
+      issues.push_back({key, text, fmt::format("must be {}", type_name(field->ref)),
+                        fmt::format("pass --{} <{}>", key, type_name(field->ref))});
+    }
+  }
+  if (!issues.empty()) throw ConfigError(source, std::move(issues));
+  return config;
+}
+
+Config load_config_file(const std::filesystem::path& path, const std::vector<Override>& overrides) {
+  std::ifstream in(path);
+  if (!in) {
+    throw ConfigError(path.string(),
+                      {{"config file", path.string(), "the file must exist and be readable",
+                        "pass a path such as configs/shakespeare_char.toml"}});
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return load_config_text(text.str(), path.string(), overrides);
+}
+
+std::vector<Override> parse_overrides(const std::vector<std::string>& args) {
+  std::vector<Override> out;
+  std::vector<ConfigIssue> issues;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg.rfind("--", 0) != 0 || arg.find('.') == std::string::npos) {
+      issues.push_back({"command line", arg, "expected `--section.key value`",
+                        "write overrides as e.g. `--training.max_steps 100`"});
+      continue;
+    }
+    const std::string body = arg.substr(2);
+    if (const auto eq = body.find('='); eq != std::string::npos) {
+      out.emplace_back(body.substr(0, eq), body.substr(eq + 1));
+    } else if (i + 1 < args.size()) {
+      out.emplace_back(body, args[++i]);
+    } else {
+      issues.push_back({body, "(missing)", "an override needs a value",
+                        fmt::format("write `--{} <value>`", body)});
+    }
+  }
+  if (!issues.empty()) throw ConfigError("the command line", std::move(issues));
+  return out;
+}
+
+std::string to_toml(const Config& config) {
+  Config copy = config;
+  std::string out;
+  std::string section;
+  for (const Field& f : fields_of(copy)) {
+    const std::string sec = f.key.substr(0, f.key.find('.'));
+    if (sec != section) {
+      out += fmt::format("{}[{}]\n", out.empty() ? "" : "\n", sec);
+      section = sec;
+    }
+    const std::string name = f.key.substr(f.key.find('.') + 1);
+    std::visit(
+        [&](auto* p) {
+          using T = std::remove_pointer_t<decltype(p)>;
+          if constexpr (std::is_same_v<T, std::string>) {
+            out += fmt::format("{} = \"{}\"\n", name, *p);
+          } else {
+            out += fmt::format("{} = {}\n", name, *p);
+          }
+        },
+        f.ref);
+  }
+  return out;
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,165 @@
+#include "meshtrain/config/validate.h"
+
+#include <cmath>
+#include <string>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace meshtrain {
+namespace {
+
+std::vector<std::int64_t> divisors(std::int64_t n) {
+  std::vector<std::int64_t> out;
+  for (std::int64_t d = 1; d <= n; ++d) {
+    if (n % d == 0) out.push_back(d);
+  }
+  return out;
+}
+
+template <typename T>
+void require(std::vector<ConfigIssue>& issues, bool ok, const std::string& setting, const T& value,
+             std::string rule, std::string fix) {
+  if (!ok) issues.push_back({setting, fmt::format("{}", value), std::move(rule), std::move(fix)});
+}
+
+void check_model(const ModelConfig& m, std::vector<ConfigIssue>& issues) {
+  require(issues, m.family == "gpt2", "model.family", m.family,
+          "the model families of this version are: gpt2", "set model.family = \"gpt2\"");
+  require(issues, m.n_layer >= 1, "model.n_layer", m.n_layer, "must be ≥ 1", "use e.g. 4");
+  require(issues, m.n_head >= 1, "model.n_head", m.n_head, "must be ≥ 1", "use e.g. 4");
+  require(issues, m.n_embd >= 1, "model.n_embd", m.n_embd, "must be ≥ 1", "use e.g. 128");
+  require(issues, m.block_size >= 1, "model.block_size", m.block_size, "must be ≥ 1",
+          "use e.g. 64");
+  require(issues, m.vocab_size >= 0, "model.vocab_size", m.vocab_size,
+          "must be ≥ 0 (0 = take it from the data's meta.json)", "leave it at 0");
+  if (m.n_head >= 1 && m.n_embd >= 1) {
+    require(issues, m.n_embd % m.n_head == 0, "model.n_embd", m.n_embd,
+            fmt::format("must be divisible by model.n_head = {}: every head has n_embd/n_head "
+                        "features",
+                        m.n_head),
+            fmt::format("choose model.n_head from {{{}}}, or n_embd a multiple of {}",
+                        fmt::join(divisors(m.n_embd), ", "), m.n_head));
+  }
+  require(issues, m.dropout == 0.0, "model.dropout", m.dropout,
+          "dropout is not yet supported (this version trains without it)",
+          "set model.dropout = 0.0");
+  require(issues, m.init_std > 0.0, "model.init_std", m.init_std, "must be > 0", "use 0.02");
+}
+
+void check_parallel(const ParallelConfig& p, int world_size, std::vector<ConfigIssue>& issues) {
+  const std::pair<const char*, std::int64_t> not_yet[] = {
+      {"parallel.tp", p.tp}, {"parallel.pp", p.pp}, {"parallel.cp", p.cp}, {"parallel.ep", p.ep}};
+  for (const auto& [name, size] : not_yet) {
+    require(issues, size == 1, name, size,
+            "not yet supported: this version runs data parallel only (tp = pp = cp = ep = 1)",
+            fmt::format("set {} = 1 and use parallel.dp for more ranks", name));
+  }
+  require(issues, p.dp >= 1, "parallel.dp", p.dp, "must be ≥ 1", "use 1 for a single process");
+  require(issues, p.bucket_mib >= 1, "parallel.bucket_mib", p.bucket_mib, "must be ≥ 1 MiB",
+          "use 4 (the measured best on the project's machines)");
+  const std::int64_t ranks = p.pp * p.dp * p.cp * p.tp;
+  if (ranks >= 1 && ranks != world_size) {
+    issues.push_back({"parallel.pp × dp × cp × tp",
+                      fmt::format("{} × {} × {} × {} = {}", p.pp, p.dp, p.cp, p.tp, ranks),
+                      fmt::format("must equal the number of ranks launched ({})", world_size),
+                      fmt::format("launch with `mpirun -np {}`, or pass --parallel.dp {}", ranks,
+                                  world_size)});
+  }
+}
+
+void check_batch(const TrainingConfig& t, const ParallelConfig& p,
+                 std::vector<ConfigIssue>& issues) {
+  require(issues, t.micro_batch >= 1, "training.micro_batch", t.micro_batch, "must be ≥ 1",
+          "use e.g. 12");
+  require(issues, t.accumulation >= 1, "training.accumulation", t.accumulation, "must be ≥ 1",
+          "use 1 for no gradient accumulation");
+  require(issues, t.global_batch >= 0, "training.global_batch", t.global_batch,
+          "must be ≥ 0 (0 = micro_batch × accumulation × dp)", "leave it at 0");
+  if (t.micro_batch < 1 || t.accumulation < 1 || p.dp < 1 || t.global_batch <= 0) return;
+  const std::int64_t product = t.micro_batch * t.accumulation * p.dp;
+  if (t.global_batch == product) return;
+  std::string fix;
+  if (t.global_batch % (t.micro_batch * p.dp) == 0) {
+    fix = fmt::format("set training.accumulation = {}", t.global_batch / (t.micro_batch * p.dp));
+  } else if (t.global_batch % (t.accumulation * p.dp) == 0) {
+    fix = fmt::format("set training.micro_batch = {}", t.global_batch / (t.accumulation * p.dp));
+  } else {
+    fix = fmt::format("choose a global batch divisible by dp = {}, or set training.global_batch "
+                      "= {} (or 0 to derive it)",
+                      p.dp, product);
+  }
+  issues.push_back({"training.global_batch", fmt::format("{}", t.global_batch),
+                    fmt::format("must equal micro_batch × accumulation × dp = {} × {} × {} = {}",
+                                t.micro_batch, t.accumulation, p.dp, product),
+                    fix});
+}
+
+void check_optimizer(const TrainingConfig& t, std::vector<ConfigIssue>& issues) {
+  require(issues, t.max_steps >= 1, "training.max_steps", t.max_steps, "must be ≥ 1",
+          "use e.g. 2000");
+  require(issues, t.lr > 0.0, "training.lr", t.lr, "must be > 0", "use e.g. 1e-3");
+  require(issues, t.min_lr >= 0.0 && t.min_lr <= t.lr, "training.min_lr", t.min_lr,
+          fmt::format("must lie in [0, training.lr = {}]", t.lr), "use e.g. lr / 10");
+  require(issues, t.warmup_steps >= 0, "training.warmup_steps", t.warmup_steps, "must be ≥ 0",
+          "use e.g. 100");
+  require(issues, t.lr_decay_steps >= 0, "training.lr_decay_steps", t.lr_decay_steps,
+          "must be ≥ 0 (0 = max_steps)", "leave it at 0");
+  const bool known_rule =
+      t.lr_scaling == "none" || t.lr_scaling == "linear" || t.lr_scaling == "sqrt";
+  require(issues, known_rule, "training.lr_scaling", t.lr_scaling,
+          "must be \"none\", \"linear\" or \"sqrt\"", "set training.lr_scaling = \"none\"");
+  require(issues, t.lr_scaling == "none" || t.lr_base_batch >= 1, "training.lr_base_batch",
+          t.lr_base_batch, "a scaling rule needs the global batch at which lr was tuned (≥ 1)",
+          "set training.lr_base_batch, e.g. to 12");
+  require(issues, t.beta1 >= 0.0 && t.beta1 < 1.0, "training.beta1", t.beta1,
+          "must lie in [0, 1)", "use 0.9");
+  require(issues, t.beta2 >= 0.0 && t.beta2 < 1.0, "training.beta2", t.beta2,
+          "must lie in [0, 1)", "use 0.99 or 0.999");
+  require(issues, t.eps > 0.0, "training.eps", t.eps, "must be > 0", "use 1e-8");
+  require(issues, t.weight_decay >= 0.0, "training.weight_decay", t.weight_decay, "must be ≥ 0",
+          "use 0.1");
+  require(issues, t.grad_clip >= 0.0, "training.grad_clip", t.grad_clip,
+          "must be ≥ 0 (0 = no clipping)", "use 1.0");
+  require(issues, t.eval_interval >= 0, "training.eval_interval", t.eval_interval,
+          "must be ≥ 0 (0 = evaluate at the end only)", "use e.g. 250");
+  require(issues, t.eval_batches >= 1, "training.eval_batches", t.eval_batches, "must be ≥ 1",
+          "use e.g. 20");
+  require(issues, t.log_interval >= 1, "training.log_interval", t.log_interval, "must be ≥ 1",
+          "use 1");
+  require(issues, t.seed >= 0, "training.seed", t.seed, "must be ≥ 0", "use e.g. 1337");
+  require(issues, t.threads >= 0, "training.threads", t.threads,
+          "must be ≥ 0 (0 = cores / local ranks)", "leave it at 0");
+  require(issues, t.peak_flops_per_core > 0.0, "training.peak_flops_per_core",
+          t.peak_flops_per_core, "must be > 0 (FLOP/s)", "use 2.19e11");
+}
+
+}  // namespace
+
+std::vector<ConfigIssue> check_config(const Config& config, int world_size) {
+  std::vector<ConfigIssue> issues;
+  check_model(config.model, issues);
+  check_parallel(config.parallel, world_size, issues);
+  check_batch(config.training, config.parallel, issues);
+  check_optimizer(config.training, issues);
+  return issues;
+}
+
+void validate_or_throw(const Config& config, int world_size) {
+  std::vector<ConfigIssue> issues = check_config(config, world_size);
+  if (!issues.empty()) throw ConfigError(config.source, std::move(issues));
+}
+
+std::int64_t global_batch_of(const Config& config) {
+  return config.training.micro_batch * config.training.accumulation * config.parallel.dp;
+}
+
+double scaled_peak_lr(const Config& config) {
+  const TrainingConfig& t = config.training;
+  if (t.lr_scaling == "none") return t.lr;
+  const double ratio =
+      static_cast<double>(global_batch_of(config)) / static_cast<double>(t.lr_base_batch);
+  return t.lr_scaling == "linear" ? t.lr * ratio : t.lr * std::sqrt(ratio);
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,29 @@
+// src/meshtrain/config/validate.h — every rule a Config must satisfy, as pure functions
+// (DESIGN invariant 9): no mesh, no MPI, no allocation, so the trainer calls them before
+// anything starts and the planner can call them while searching layouts.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "meshtrain/config/config.h"
+#include "meshtrain/core/error.h"
+
+namespace meshtrain {
+
+/// All problems of `config` for a job of `world_size` ranks; empty when it is valid.
+std::vector<ConfigIssue> check_config(const Config& config, int world_size);
+
+/// Throws ConfigError(config.source, issues) when check_config finds any.
+void validate_or_throw(const Config& config, int world_size);
+
+/// Sequences per optimizer step: micro_batch × accumulation × dp (training.global_batch, when
+/// set, must equal it; check_config enforces that).
+std::int64_t global_batch_of(const Config& config);
+
+/// The peak learning rate after the batch-size scaling rule of training.lr_scaling:
+/// "linear": lr · B/B₀ (Goyal et al. 2017, §2.1), "sqrt": lr · √(B/B₀) (Krizhevsky 2014, §5;
+/// Hoffer et al. 2017), "none": lr; B = global batch, B₀ = training.lr_base_batch.
+double scaled_peak_lr(const Config& config);
+
+}  // namespace meshtrain

@@ -1,0 +1,53 @@
+// src/meshtrain/optim/adamw.h — AdamW over a parameter list, fp32 moments
+// (MemCategory::optimizer), with the global grad-norm clipping and the LR schedule it uses.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "meshtrain/comm/process_group.h"
+#include "meshtrain/core/tensor.h"
+#include "meshtrain/layers/parameter.h"
+
+namespace meshtrain {
+
+struct AdamWConfig {
+  double beta1 = 0.9;
+  double beta2 = 0.99;
+  double eps = 1e-8;
+  double weight_decay = 0.1;  // applied to Parameter::weight_decay parameters only
+};
+
+class AdamW {
+ public:
+  /// Allocates m and v (zeros) for every parameter.
+  AdamW(const ParameterList& params, const AdamWConfig& config);
+  /// One step at learning rate `lr` on every parameter (kernels::adamw_step).
+  void step(double lr);
+  std::int64_t steps_taken() const noexcept { return step_; }
+
+ private:
+  ParameterList params_;
+  AdamWConfig config_;
+  std::vector<Tensor> m_, v_;
+  std::int64_t step_ = 0;
+};
+
+/// √(Σ over every logical parameter of Σ grad²), accumulated in double. Each rank sums what it
+/// owns, then the partial sums are all-reduced over `owners` — the group whose ranks hold
+/// disjoint pieces (a group of one rank when gradients are replicated, as under plain dp after
+/// the all-reduce); the result is the same number on every rank.
+double global_grad_norm(const ParameterList& params, ProcessGroup& owners);
+
+/// Scales every gradient by max_norm / norm when norm > max_norm (torch.nn.utils.
+/// clip_grad_norm_, which adds 1e-6 to the norm); max_norm ≤ 0 disables clipping.
+void clip_grads(const ParameterList& params, double norm, double max_norm);
+
+/// Linear warmup then cosine decay to min_lr, as nanoGPT's get_lr (train.py):
+/// step < warmup: peak·(step+1)/(warmup+1); step > decay_steps: min_lr; otherwise
+/// min_lr + ½(1 + cos(π·(step − warmup)/(decay_steps − warmup)))·(peak − min_lr). step is
+/// 0-based.
+double lr_at(std::int64_t step, double peak, double min_lr, std::int64_t warmup,
+             std::int64_t decay_steps);
+
+}  // namespace meshtrain

@@ -1,0 +1,210 @@
+#include "meshtrain/train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "meshtrain/checkpoint/model_checkpoint.h"
+#include "meshtrain/config/validate.h"
+#include "meshtrain/core/allocator.h"
+#include "meshtrain/core/error.h"
+#include "meshtrain/kernels/kernels.h"
+
+namespace meshtrain {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Vocabulary size comes from the data unless the config sets it; a mismatch is a config error.
+void resolve_vocab(Config& config, const data::Metadata& meta) {
+  const std::int64_t data_vocab = meta.vocab.size();
+  if (config.model.vocab_size == 0) {
+    config.model.vocab_size = data_vocab;
+  } else if (config.model.vocab_size != data_vocab) {
+    throw ConfigError(config.source,
+                      {{"model.vocab_size", std::to_string(config.model.vocab_size),
+                        fmt::format("must equal the vocabulary of {} ({})", config.data.dir,
+                                    data_vocab),
+                        "set model.vocab_size = 0 to take it from the data"}});
+  }
+}
+
+int threads_per_rank(const Config& config, int local_ranks) {
+  if (config.training.threads > 0) return static_cast<int>(config.training.threads);
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / std::max(1, local_ranks));
+}
+
+std::string mib(std::int64_t bytes) {
+  return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+}
+
+}  // namespace
+
+Trainer::Trainer(Config config, const ProcessGroup& world, TrainerOptions options)
+    : config_(std::move(config)), options_(std::move(options)) {
+  validate_or_throw(config_, world.size());
+  const fs::path dir = config_.data.dir;
+  metadata_ = data::load_metadata(dir / data::kMetaJsonName);
+  resolve_vocab(config_, metadata_);
+  train_file_ = data::TokenFile(dir / data::kTrainBinName, metadata_.vocab.size());
+  val_file_ = data::TokenFile(dir / data::kValBinName, metadata_.vocab.size());
+  const std::int64_t global_batch = global_batch_of(config_);
+  const auto seed = static_cast<std::uint64_t>(config_.training.seed);
+  train_sampler_ = std::make_unique<data::GlobalBatchSampler>(
+      train_file_, config_.model.block_size, global_batch, seed, "train");
+  val_sampler_ = std::make_unique<data::GlobalBatchSampler>(
+      val_file_, config_.model.block_size, global_batch, seed, "val");
+
+  // Everything above only read files; from here on memory is allocated.
+  const MeshShape shape{.pp = static_cast<int>(config_.parallel.pp),
+                        .dp = static_cast<int>(config_.parallel.dp),
+                        .cp = static_cast<int>(config_.parallel.cp),
+                        .tp = static_cast<int>(config_.parallel.tp),
+                        .ep = static_cast<int>(config_.parallel.ep)};
+  mesh_ = std::make_unique<DeviceMesh>(shape, world);
+  set_check_context(mesh_->describe());
+  ProcessGroup& dp = mesh_->group(Axis::dp);
+  threads_ = threads_per_rank(config_, options_.local_ranks);
+  kernels::set_num_threads(threads_);
+
+  model_ = std::make_unique<GptModel>(config_.model, seed);
+  buckets_ = std::make_unique<GradBuckets>(model_->parameters(), dp,
+                                           config_.parallel.bucket_mib << 20);
+  optimizer_ = std::make_unique<AdamW>(
+      model_->parameters(),
+      AdamWConfig{.beta1 = config_.training.beta1,
+                  .beta2 = config_.training.beta2,
+                  .eps = config_.training.eps,
+                  .weight_decay = config_.training.weight_decay});
+  const std::size_t micro_tokens =
+      static_cast<std::size_t>(config_.training.micro_batch * config_.model.block_size);
+  inputs_.resize(micro_tokens);
+  targets_.resize(micro_tokens);
+  if (mesh_->rank() == 0 && !options_.metrics_path.empty()) {
+    metrics_.open(options_.metrics_path, std::ios::trunc);
+    if (!metrics_) throw DataError(fmt::format("cannot write metrics to {}", options_.metrics_path));
+  }
+}
+
+Trainer::Gradients Trainer::compute_gradients(std::int64_t step) {
+  const TrainingConfig& t = config_.training;
+  ProcessGroup& dp = mesh_->group(Axis::dp);
+  double loss_sum = 0.0;
+  for (std::int64_t a = 0; a < t.accumulation; ++a) {
+    const std::int64_t first = data::first_sequence_of(a, dp.rank(), dp.size(), t.micro_batch);
+    train_sampler_->fill(step, first, t.micro_batch, inputs_.data(), targets_.data());
+    const float loss =
+        model_->forward(inputs_.data(), targets_.data(), t.micro_batch, config_.model.block_size);
+    if (!std::isfinite(loss)) {
+      throw Error(fmt::format("{}: non-finite loss {} at step {}, micro-batch {}",
+                              mesh_->describe(), loss, step + 1, a));
+    }
+    loss_sum += loss;
+    // Each micro-batch's loss is a mean over its tokens; the global-batch loss is their mean.
+    model_->backward(1.0f / static_cast<float>(t.accumulation));
+  }
+  buckets_->all_reduce_mean();  // one reduction per optimizer step
+  double loss = loss_sum / static_cast<double>(t.accumulation);
+  dp.all_reduce_sum(std::span<double>(&loss, 1));
+  loss /= dp.size();
+  // After the all-reduce every dp rank holds the full gradient, so no one else owns a piece.
+  ProcessGroup& owners = mesh_->group(Axis::tp);  // size 1 in this version
+  return {loss, global_grad_norm(model_->parameters(), owners)};
+}
+
+double Trainer::apply_update(std::int64_t step, double grad_norm) {
+  const TrainingConfig& t = config_.training;
+  clip_grads(model_->parameters(), grad_norm, t.grad_clip);
+  const std::int64_t decay_steps = t.lr_decay_steps > 0 ? t.lr_decay_steps : t.max_steps;
+  const double lr = lr_at(step, scaled_peak_lr(config_), t.min_lr, t.warmup_steps, decay_steps);
+  optimizer_->step(lr);
+  model_->zero_grad();
+  return lr;
+}
+
+double Trainer::evaluate() {
+  const TrainingConfig& t = config_.training;
+  ProcessGroup& dp = mesh_->group(Axis::dp);
+  double sum = 0.0;
+  for (std::int64_t b = 0; b < t.eval_batches; ++b) {
+    for (std::int64_t a = 0; a < t.accumulation; ++a) {
+      const std::int64_t first = data::first_sequence_of(a, dp.rank(), dp.size(), t.micro_batch);
+      val_sampler_->fill(b, first, t.micro_batch, inputs_.data(), targets_.data());
+      sum += model_->forward(inputs_.data(), targets_.data(), t.micro_batch,
+                             config_.model.block_size);
+    }
+  }
+  dp.all_reduce_sum(std::span<double>(&sum, 1));
+  return sum / static_cast<double>(t.eval_batches * t.accumulation * dp.size());
+}
+
+std::vector<StepMetrics> Trainer::run() {
+  const TrainingConfig& t = config_.training;
+  const double tokens_per_step =
+      static_cast<double>(global_batch_of(config_) * config_.model.block_size);
+  const double peak_flops =
+      t.peak_flops_per_core * threads_ * static_cast<double>(mesh_->shape().world_size());
+  std::vector<StepMetrics> history;
+  for (std::int64_t step = 0; step < t.max_steps; ++step) {
+    const auto start = std::chrono::steady_clock::now();
+    const Gradients g = compute_gradients(step);
+    StepMetrics m;
+    m.step = step + 1;
+    m.loss = g.loss;
+    m.grad_norm = g.grad_norm;
+    m.lr = apply_update(step, g.grad_norm);
+    m.step_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    m.tokens_per_s = tokens_per_step / m.step_time_s;
+    m.mfu = m.tokens_per_s * model_->flops_per_token(config_.model.block_size) / peak_flops;
+    m.peak_bytes = TrackedAllocator::instance().total().peak_bytes;
+    const bool last = step + 1 == t.max_steps;
+    if (last || (t.eval_interval > 0 && (step + 1) % t.eval_interval == 0)) {
+      m.val_loss = evaluate();
+    }
+    log_step(m);
+    history.push_back(m);
+  }
+  if (config_.checkpoint.save_final && mesh_->rank() == 0) {
+    save_model_checkpoint(config_.checkpoint.dir, model_->parameters(), config_,
+                          fs::path(config_.data.dir) / data::kMetaJsonName);
+    if (options_.log) fmt::print("saved checkpoint to {}\n", config_.checkpoint.dir);
+  }
+  return history;
+}
+
+void Trainer::log_step(const StepMetrics& m) {
+  if (mesh_->rank() != 0) return;
+  const TrainingConfig& t = config_.training;
+  if (options_.log && (m.step % t.log_interval == 0 || m.step == 1 || m.val_loss)) {
+    fmt::print("step {:>5}/{} | loss {:.4f} | lr {:.3e} | grad_norm {:.4f} | {:7.1f} ms | "
+               "{:>8.0f} tokens/s | MFU {:5.1f}% | peak {}{}\n",
+               m.step, t.max_steps, m.loss, m.lr, m.grad_norm, m.step_time_s * 1e3,
+               m.tokens_per_s, m.mfu * 100.0, mib(m.peak_bytes),
+               m.val_loss ? fmt::format(" | val_loss {:.4f}", *m.val_loss) : "");
+    std::fflush(stdout);
+  }
+  if (metrics_.is_open()) {
+    nlohmann::json line = {{"step", m.step},
+                           {"loss", m.loss},
+                           {"lr", m.lr},
+                           {"grad_norm", m.grad_norm},
+                           {"step_time_s", m.step_time_s},
+                           {"tokens_per_s", m.tokens_per_s},
+                           {"mfu", m.mfu},
+                           {"peak_bytes", m.peak_bytes}};
+    for (std::size_t c = 0; c < kNumMemCategories; ++c) {
+      const auto category = static_cast<MemCategory>(c);
+      line[fmt::format("peak_bytes_{}", to_string(category))] =
+          TrackedAllocator::instance().stats(category).peak_bytes;
+    }
+    if (m.val_loss) line["val_loss"] = *m.val_loss;
+    metrics_ << line.dump() << '\n';
+    metrics_.flush();
+  }
+}
+
+}  // namespace meshtrain

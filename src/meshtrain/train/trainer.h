@@ -1,0 +1,89 @@
+// src/meshtrain/train/trainer.h
+//
+// The Trainer: config → checks → data → mesh → model → optimizer → loop. One optimizer step is
+// `accumulation` micro-batches of forward/backward on every dp rank, one bucketed all-reduce of
+// the gradients over dp, the global grad norm, clipping, the LR of the schedule and AdamW.
+// Uses: every runtime module below it. Knows nothing of argv (apps/ parses the command line).
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "meshtrain/comm/device_mesh.h"
+#include "meshtrain/config/config.h"
+#include "meshtrain/data/metadata.h"
+#include "meshtrain/data/sampler.h"
+#include "meshtrain/data/token_file.h"
+#include "meshtrain/model/gpt.h"
+#include "meshtrain/optim/adamw.h"
+#include "meshtrain/parallel/dp/grad_buckets.h"
+
+namespace meshtrain {
+
+struct StepMetrics {
+  std::int64_t step = 0;       // optimizer steps done, 1-based
+  double loss = 0.0;           // mean train loss of the global batch
+  double lr = 0.0;
+  double grad_norm = 0.0;      // global, before clipping
+  double step_time_s = 0.0;
+  double tokens_per_s = 0.0;   // global batch tokens / step time
+  double mfu = 0.0;            // model FLOP/s utilisation against training.peak_flops_per_core
+  std::int64_t peak_bytes = 0; // this rank's tracked-allocator peak, all categories
+  std::optional<double> val_loss;
+};
+
+struct TrainerOptions {
+  std::string metrics_path;  // JSON lines on rank 0; empty = none
+  bool log = true;           // one line per log_interval steps on rank 0
+  int local_ranks = 1;       // ranks of this job on this node (they share its cores)
+};
+
+class Trainer {
+ public:
+  /// Checks the config against `world` (ConfigError, before any allocation), opens the data
+  /// (DataError for a missing or corrupt file), then builds the mesh, the model and the
+  /// optimizer. Collective over `world`.
+  Trainer(Config config, const ProcessGroup& world, TrainerOptions options = {});
+
+  /// Trains training.max_steps steps; returns every step's metrics (same on every rank except
+  /// peak_bytes). Saves the final checkpoint on rank 0 when checkpoint.save_final.
+  std::vector<StepMetrics> run();
+
+  struct Gradients {
+    double loss = 0.0;       // mean over the global batch
+    double grad_norm = 0.0;  // before clipping
+  };
+  /// Step `step` (0-based) up to the averaged gradients: forward/backward of every micro-batch
+  /// of this rank and the dp all-reduce. Parameter grads hold the global-batch gradient after.
+  Gradients compute_gradients(std::int64_t step);
+  /// Clips with `grad_norm`, applies AdamW at the step's LR, zeroes the gradients; returns lr.
+  double apply_update(std::int64_t step, double grad_norm);
+  /// Mean val loss over training.eval_batches global batches (same on every rank).
+  double evaluate();
+
+  GptModel& model() { return *model_; }
+  const DeviceMesh& mesh() const { return *mesh_; }
+  const Config& config() const { return config_; }
+  const data::Metadata& metadata() const { return metadata_; }
+
+ private:
+  void log_step(const StepMetrics& m);
+
+  Config config_;
+  TrainerOptions options_;
+  data::Metadata metadata_;
+  data::TokenFile train_file_, val_file_;
+  std::unique_ptr<data::GlobalBatchSampler> train_sampler_, val_sampler_;
+  std::unique_ptr<DeviceMesh> mesh_;
+  std::unique_ptr<GptModel> model_;
+  std::unique_ptr<GradBuckets> buckets_;
+  std::unique_ptr<AdamW> optimizer_;
+  std::vector<std::int32_t> inputs_, targets_;
+  std::ofstream metrics_;
+  int threads_ = 1;
+};
+
+}  // namespace meshtrain

@@ -1,0 +1,147 @@
+// DESIGN invariants 1–3 for data parallelism: dp = N (world size) equals dp = 1 at the same
+// global batch. The reference runs on every rank over a one-rank group, with no communication,
+// so a mismatch is in the data-parallel code. Compares losses of 20 steps, every gradient and
+// the grad norm after step 1 (Adam hides a wrong gradient scale in the loss curve), and the
+// initial weights bit for bit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "dist_env.h"
+#include "meshtrain/train/trainer.h"
+#include "../support/test_config.h"
+
+namespace meshtrain {
+namespace {
+
+TrainerOptions quiet() {
+  TrainerOptions o;
+  o.log = false;
+  return o;
+}
+
+struct TrainedRun {
+  std::vector<Tensor> grads_after_step1;
+  double grad_norm_step1 = 0.0;
+  std::vector<double> losses;
+};
+
+// Runs `steps` steps; keeps step 1's averaged gradients before clipping and the update.
+TrainedRun train(Trainer& trainer, int steps) {
+  TrainedRun run;
+  for (int s = 0; s < steps; ++s) {
+    const Trainer::Gradients g = trainer.compute_gradients(s);
+    if (s == 0) {
+      run.grad_norm_step1 = g.grad_norm;
+      for (const Parameter* p : trainer.model().parameters()) {
+        run.grads_after_step1.push_back(p->grad.clone(MemCategory::other));
+      }
+    }
+    run.losses.push_back(g.loss);
+    trainer.apply_update(s, g.grad_norm);
+  }
+  return run;
+}
+
+double max_abs(const Tensor& t) {
+  double m = 0.0;
+  for (float v : t.span_f32()) m = std::max(m, static_cast<double>(std::abs(v)));
+  return m;
+}
+
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  double m = 0.0;
+  for (std::int64_t i = 0; i < a.numel(); ++i) {
+    m = std::max(m, static_cast<double>(std::abs(a.f32()[i] - b.f32()[i])));
+  }
+  return m;
+}
+
+// fp32: the dp all-reduce sums N partial means instead of one mean over all tokens, a
+// re-association worth a few ulp (≈1e-7 relative); 1e-6 gradients and 1e-5 over 20 Adam steps
+// (which amplify differences of near-zero second moments) leave headroom, and any wrong factor
+// of dp or a missing micro-batch is off by ≥ 1e-2.
+constexpr double kGradRtol = 1e-6;
+constexpr double kLossRtol = 1e-5;
+
+void expect_equivalent(const TrainedRun& ref, const TrainedRun& got, const ParameterList& params) {
+  EXPECT_NEAR(got.grad_norm_step1, ref.grad_norm_step1, kGradRtol * ref.grad_norm_step1);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const double scale = max_abs(ref.grads_after_step1[i]);
+    EXPECT_LE(max_abs_diff(got.grads_after_step1[i], ref.grads_after_step1[i]), kGradRtol * scale)
+        << params[i]->name << " (max |g| " << scale << ")";
+  }
+  ASSERT_EQ(got.losses.size(), ref.losses.size());
+  for (std::size_t s = 0; s < ref.losses.size(); ++s) {
+    EXPECT_NEAR(got.losses[s], ref.losses[s], kLossRtol * std::abs(ref.losses[s])) << "step " << s + 1;
+  }
+}
+
+TEST(DataParallel, MatchesSingleProcessAtSameGlobalBatch) {
+  MpiRuntime& rt = test::runtime();
+  const int dp = rt.world_size();
+  constexpr std::int64_t kGlobalBatch = 8;
+  ASSERT_EQ(kGlobalBatch % dp, 0);
+
+  const auto self = rt.self_group();
+  Trainer reference(test::small_config(1, kGlobalBatch, 1), *self, quiet());
+  const auto world = rt.world_group();
+  Trainer parallel(test::small_config(dp, kGlobalBatch / dp, 1), *world, quiet());
+
+  // Invariant 1: the same initial weights, bit for bit, as the dp = 1 run and as rank 0.
+  const ParameterList& mine = parallel.model().parameters();
+  const ParameterList& ref = reference.model().parameters();
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    ASSERT_EQ(std::memcmp(mine[i]->value.f32(), ref[i]->value.f32(),
+                          static_cast<std::size_t>(ref[i]->value.bytes())),
+              0)
+        << mine[i]->name;
+    Tensor from_rank0 = mine[i]->value.clone(MemCategory::other);
+    world->broadcast(std::as_writable_bytes(from_rank0.span_f32()), 0);
+    ASSERT_EQ(std::memcmp(from_rank0.f32(), mine[i]->value.f32(),
+                          static_cast<std::size_t>(from_rank0.bytes())),
+              0)
+        << mine[i]->name << " differs from rank 0";
+  }
+
+  const TrainedRun ref_run = train(reference, 20);
+  const TrainedRun dp_run = train(parallel, 20);
+  expect_equivalent(ref_run, dp_run, mine);
+}
+
+TEST(DataParallel, AccumulationEqualsOneLargerMicroBatch) {
+  MpiRuntime& rt = test::runtime();
+  const int dp = rt.world_size();
+  const auto world = rt.world_group();
+  // Accumulation 4 × micro-batch 2 against 1 × micro-batch 8, both at dp = world size.
+  Trainer large(test::small_config(dp, 8, 1), *world, quiet());
+  Trainer accumulated(test::small_config(dp, 2, 4), *world, quiet());
+  const TrainedRun a = train(large, 20);
+  const TrainedRun b = train(accumulated, 20);
+  expect_equivalent(a, b, accumulated.model().parameters());
+}
+
+TEST(DataParallel, OneGradientAllReducePerStepOfExactlyTheGradientBytes) {
+  MpiRuntime& rt = test::runtime();
+  const int dp = rt.world_size();
+  const auto world = rt.world_group();
+  Trainer trainer(test::small_config(dp, 2, 4), *world, quiet());
+  std::int64_t grad_bytes = 0;
+  for (const Parameter* p : trainer.model().parameters()) grad_bytes += p->grad.bytes();
+  ProcessGroup& dp_group = trainer.mesh().group(Axis::dp);
+  dp_group.reset_counters();
+  trainer.compute_gradients(0);
+  // Bucketed gradient all-reduce plus the 8-byte loss; with 4 micro-batches still one
+  // reduction of the gradients (buckets ≤ 4 MiB hold this whole model in one message).
+  if (dp > 1) {
+    EXPECT_EQ(dp_group.counter(CommOp::all_reduce).bytes, grad_bytes + 8);
+    EXPECT_EQ(dp_group.counter(CommOp::all_reduce).calls, 2);
+  } else {
+    EXPECT_EQ(dp_group.counter(CommOp::all_reduce).calls, 0);
+  }
+}
+
+}  // namespace
+}  // namespace meshtrain
