@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Bad input gets a clear error and loses nothing: each case must exit with its documented code
+# (2 config/arguments, 3 data file) — not 0, not a crash (134/139) — and name the culprit.
+# Usage: bad_input.sh <meshtrain binary> <prepared data dir>
+set -u
+BIN=$1
+DATA=$2
+CONFIG=$(dirname "$0")/../../configs/shakespeare_char.toml
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+COMMON=(--data.dir "$DATA" --checkpoint.dir "$WORK/ckpt" --training.max_steps 2)
+failures=0
+passed=0
+
+# expect <name> <exit code> <text the message must contain> -- <command...>
+expect() {
+  local name=$1 code=$2 text=$3
+  shift 4
+  local out
+  out=$("$@" 2>&1)
+  local got=$?
+  if [[ $got -ne $code ]]; then
+    echo "FAIL $name: exit $got, expected $code"; echo "$out" | sed 's/^/    /'
+    failures=$((failures + 1))
+  elif ! grep -qF -- "$text" <<<"$out"; then
+    echo "FAIL $name: message lacks '$text'"; echo "$out" | sed 's/^/    /'
+    failures=$((failures + 1))
+  elif [[ -e $WORK/ckpt ]]; then
+    echo "FAIL $name: a checkpoint was written although the run was rejected"
+    failures=$((failures + 1))
+  else
+    echo "ok   $name (exit $got)"
+    passed=$((passed + 1))
+  fi
+}
+
+expect "indivisible global batch" 2 "micro_batch × accumulation × dp = 6 × 1 × 2 = 12" -- \
+  mpirun --oversubscribe -np 2 "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.dp 2 \
+  --training.micro_batch 6 --training.global_batch 10
+expect "n_embd not divisible by n_head" 2 "model.n_embd = 130" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" --model.n_embd 130
+expect "missing data file" 3 "/nonexistent/data/meta.json" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" --data.dir /nonexistent/data
+expect "unknown key on the command line" 2 "did you mean \`training.max_steps\`" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" --training.max_step 5
+printf '[training]\nlearning_rate = 0.1\n' >"$WORK/typo.toml"
+expect "unknown key in the TOML file" 2 "training.learning_rate" -- \
+  "$BIN" train "$WORK/typo.toml" "${COMMON[@]}"
+expect "world size not the product of the parallel sizes" 2 "must equal the number of ranks launched (2)" -- \
+  mpirun --oversubscribe -np 2 "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.dp 1
+expect "tensor parallel not yet supported" 2 "parallel.tp = 2" -- \
+  mpirun --oversubscribe -np 2 "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.tp 2
+expect "value of the wrong type" 2 "must be an integer" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" --training.max_steps many
+expect "missing config file" 2 "/nonexistent.toml" -- "$BIN" train /nonexistent.toml
+
+mkdir -p "$WORK/odd"
+cp "$DATA/meta.json" "$DATA/val.bin" "$WORK/odd/"
+head -c 1001 "$DATA/train.bin" >"$WORK/odd/train.bin"
+expect "token file of odd size" 3 "$WORK/odd/train.bin" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" --data.dir "$WORK/odd"
+expect "missing text for prepare" 3 "/nonexistent.txt" -- "$BIN" prepare /nonexistent.txt --out "$WORK/p"
+expect "sample from a missing checkpoint" 3 "not a meshtrain checkpoint" -- \
+  "$BIN" sample "$WORK/none" --prompt "ROMEO:"
+
+echo "$passed passed, $failures failed"
+((failures == 0))

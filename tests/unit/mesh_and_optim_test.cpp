@@ -1,0 +1,77 @@
+// Pure parts of comm/ and optim/: the mesh formula as a property over a table of shapes, and
+// the LR schedule and clipping rules against hand-computed values.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numbers>
+#include <set>
+
+#include "meshtrain/comm/device_mesh.h"
+#include "meshtrain/optim/adamw.h"
+
+namespace meshtrain {
+namespace {
+
+bool partitions_world(const std::vector<std::vector<int>>& groups, int world) {
+  std::set<int> seen;
+  for (const auto& g : groups) {
+    for (int r : g) {
+      if (!seen.insert(r).second) return false;
+    }
+  }
+  return static_cast<int>(seen.size()) == world && *seen.begin() == 0 && *seen.rbegin() == world - 1;
+}
+
+// rank = ((p·dp + d)·cp + c)·tp + t  (shared/DESIGN.md, "The mesh")
+TEST(MeshShape, CoordinatesRoundTripAndEachAxisPartitionsTheWorld) {
+  const MeshShape shapes[] = {
+      {.pp = 1, .dp = 1, .cp = 1, .tp = 1},         {.pp = 1, .dp = 8, .cp = 1, .tp = 1},
+      {.pp = 2, .dp = 2, .cp = 1, .tp = 2},         {.pp = 3, .dp = 2, .cp = 2, .tp = 2},
+      {.pp = 2, .dp = 4, .cp = 2, .tp = 4, .ep = 2}, {.pp = 4, .dp = 2, .cp = 1, .tp = 8, .ep = 2},
+  };
+  for (const MeshShape& shape : shapes) {
+    SCOPED_TRACE(shape.to_string());
+    for (int rank = 0; rank < shape.world_size(); ++rank) {
+      EXPECT_EQ(shape.rank_of(shape.coords_of(rank)), rank);
+    }
+    for (const Axis axis : kAllAxes) {
+      const auto groups = shape.groups(axis);
+      EXPECT_TRUE(partitions_world(groups, shape.world_size())) << to_string(axis);
+      for (const auto& g : groups) EXPECT_EQ(static_cast<int>(g.size()), shape.size(axis));
+    }
+    // tp is fastest: a tp group is consecutive ranks.
+    for (const auto& g : shape.groups(Axis::tp)) EXPECT_EQ(g.back() - g.front(), shape.tp - 1);
+  }
+}
+
+TEST(MeshShape, DataParallelGroupsOfAWorkedExample) {
+  const MeshShape shape{.pp = 2, .dp = 2, .cp = 1, .tp = 2};  // 8 ranks
+  const std::vector<std::vector<int>> expected{{0, 2}, {1, 3}, {4, 6}, {5, 7}};
+  EXPECT_EQ(shape.groups(Axis::dp), expected);
+  EXPECT_EQ(shape.coords_of(6), (MeshCoords{.pp = 1, .dp = 1, .cp = 0, .tp = 0}));
+}
+
+TEST(LrSchedule, WarmupThenCosineToMinAsNanoGpt) {
+  // warmup 100, decay to step 2000, peak 1e-3, min 1e-4
+  EXPECT_DOUBLE_EQ(lr_at(0, 1e-3, 1e-4, 100, 2000), 1e-3 * 1.0 / 101.0);
+  EXPECT_DOUBLE_EQ(lr_at(99, 1e-3, 1e-4, 100, 2000), 1e-3 * 100.0 / 101.0);
+  EXPECT_DOUBLE_EQ(lr_at(100, 1e-3, 1e-4, 100, 2000), 1e-3);
+  EXPECT_NEAR(lr_at(1050, 1e-3, 1e-4, 100, 2000), 1e-4 + 0.5 * 9e-4, 1e-15);
+  EXPECT_DOUBLE_EQ(lr_at(2000, 1e-3, 1e-4, 100, 2000), 1e-4);
+  EXPECT_DOUBLE_EQ(lr_at(5000, 1e-3, 1e-4, 100, 2000), 1e-4);
+  const double quarter = 1e-4 + 0.5 * (1.0 + std::cos(std::numbers::pi * 0.25)) * 9e-4;
+  EXPECT_NEAR(lr_at(575, 1e-3, 1e-4, 100, 2000), quarter, 1e-15);
+}
+
+TEST(GradClipping, ScalesToMaxNormOnlyAboveIt) {
+  Parameter p("w", {2, 2}, InitKind::zeros);
+  for (int i = 0; i < 4; ++i) p.grad.f32()[i] = 3.0f;  // norm 6
+  const auto world = std::vector<Parameter*>{&p};
+  clip_grads(world, 6.0, 10.0);
+  EXPECT_EQ(p.grad.f32()[0], 3.0f);
+  clip_grads(world, 6.0, 1.0);
+  EXPECT_NEAR(p.grad.f32()[0], 3.0 / (6.0 + 1e-6), 1e-7);
+}
+
+}  // namespace
+}  // namespace meshtrain
