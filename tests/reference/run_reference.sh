@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# tests/reference/run_reference.sh <reference_dump> <python> <gpt_reference.py>
+#
+# The CTest driver of reference.gpt_matches_pytorch: dumps the C++ model's numbers for a GPT
+# with biases and one without into a temporary directory, then has PyTorch check both. Fails
+# (non-zero) when either program fails or any comparison is outside its tolerance.
+set -euo pipefail
+dump=$1 python=$2 script=$3
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/meshtrain_reference.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+
+"$dump" "$tmp/gpt_bias.safetensors"
+"$dump" "$tmp/gpt_nobias.safetensors" --no-bias
+"$python" "$script" "$tmp/gpt_bias.safetensors" "$tmp/gpt_nobias.safetensors"
