@@ -1,0 +1,62 @@
+// src/meshtrain/kernels/cpu/linear.cpp
+//
+// y = x·Wᵀ + b and its backward (PyTorch nn.Linear, W stored [out, in]) as three GEMMs plus
+// the bias terms. Uses: gemm (gemm.cpp).
+#include <algorithm>
+#include <cstdint>
+
+#include "meshtrain/core/error.h"
+#include "meshtrain/kernels/cpu/cpu_util.h"
+#include "meshtrain/kernels/kernels.h"
+
+namespace meshtrain::kernels {
+
+void linear_forward(const float* x, const float* w, const float* b, float* y,
+                    const LinearDims& dims) {
+  const std::int64_t tokens = dims.tokens;
+  const std::int64_t out = dims.out_features;
+  MT_CHECK(tokens >= 0 && dims.in_features >= 0 && out >= 0, "linear_forward: bad dims {}x{}->{}",
+           tokens, dims.in_features, out);
+  // x [tokens, in] · (w [out, in])ᵀ: W is read transposed through the GEMM's strides.
+  gemm(x, w, y, tokens, out, dims.in_features, /*trans_a=*/false, /*trans_b=*/true, 1.0f, 0.0f);
+  if (b == nullptr) return;
+#pragma omp parallel for schedule(static) if (tokens * out >= cpu::kParallelGrain)
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    float* row = y + t * out;
+    for (std::int64_t j = 0; j < out; ++j) row[j] += b[j];
+  }
+}
+
+void linear_backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
+                     float* db, const LinearDims& dims) {
+  const std::int64_t tokens = dims.tokens;
+  const std::int64_t in = dims.in_features;
+  const std::int64_t out = dims.out_features;
+  MT_CHECK(tokens >= 0 && in >= 0 && out >= 0, "linear_backward: bad dims {}x{}->{}", tokens, in,
+           out);
+  // dx = dy · W              [tokens, out]·[out, in]
+  if (dx != nullptr) gemm(dy, w, dx, tokens, in, out, false, false, 1.0f, 0.0f);
+  // dw += dyᵀ · x            [out, tokens]·[tokens, in]; beta = 1 accumulates in place.
+  // dw == nullptr is accepted too, so a schedule that splits backward-input from
+  // backward-weight (DESIGN invariant 6) can ask for dx alone.
+  if (dw != nullptr) gemm(dy, x, dw, out, in, tokens, /*trans_a=*/true, false, 1.0f, 1.0f);
+  if (db == nullptr) return;
+  // db += Σ_t dy[t, :]. Threads own blocks of columns rather than rows, so no two threads
+  // write the same db entry and every entry sums its tokens in the same order whatever the
+  // thread count (a resumed run reproduces bit for bit, DESIGN invariant 8); within a block
+  // the rows are read contiguously.
+  const std::int64_t blocks = (out + cpu::kColumnBlock - 1) / cpu::kColumnBlock;
+#pragma omp parallel for schedule(static) if (tokens * out >= cpu::kParallelGrain)
+  for (std::int64_t blk = 0; blk < blocks; ++blk) {
+    const std::int64_t j0 = blk * cpu::kColumnBlock;
+    const std::int64_t width = std::min(cpu::kColumnBlock, out - j0);
+    float acc[cpu::kColumnBlock] = {};
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      const float* row = dy + t * out + j0;
+      for (std::int64_t j = 0; j < width; ++j) acc[j] += row[j];
+    }
+    for (std::int64_t j = 0; j < width; ++j) db[j0 + j] += acc[j];
+  }
+}
+
+}  // namespace meshtrain::kernels
