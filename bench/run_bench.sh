@@ -1,0 +1,199 @@
+#!/usr/bin/env bash
+# bench/run_bench.sh — meshtrain against PyTorch on the main job's configuration, on this
+# machine, in one invocation (a command, not a test: never in CTest).
+#
+#   bench/run_bench.sh [--steps N] [--warmup W] [--threads T] [--keep]
+#
+# Runs, one after the other (never concurrently: they share the cores):
+#   (a) bench/torch_gpt_train.py: nanoGPT's training step in PyTorch (eager, fp32) on
+#       configs/shakespeare_char.toml's model, batch and optimizer, T threads;
+#   (b) meshtrain train on the same config, T threads, 1 process;
+#   (c) meshtrain with 1 process × 1 thread, and dp=2 under mpirun (2 processes × 1 thread,
+#       micro-batch 6: the same global batch of 12), for the data-parallel speed-up;
+#   (d) gemm_bench T --json: the GEMM rate meshtrain's kernels reach on the job's shapes,
+#       against which MFU is stated (flops per token 6·N + 12·L·C·T, N without wpe, as
+#       GptModel::flops_per_token).
+# Every figure is the median over N timed steps after W warm-up steps (meshtrain: median
+# step_time_s of the metrics JSON lines with step > W). Defaults: N=60, W=10, T=nproc;
+# about 2–4 minutes here, most of it PyTorch.
+#
+# Environment:
+#   MESHTRAIN_BIN    meshtrain binary (default build/src/meshtrain/meshtrain)
+#   GEMM_BENCH_BIN   gemm_bench binary (default: bench/gemm_bench in the same build tree)
+#   TORCH_PYTHON     a Python that imports torch (default /usr/bin/python3, Debian's
+#                    python3-torch)
+#   TORCH_BLAS_DIR   a directory holding another libblas.so.3, put first on PyTorch's
+#                    LD_LIBRARY_PATH only. Debian's torch is built with BLAS_INFO=generic and
+#                    calls whatever libblas.so.3 the system selects: the reference (netlib)
+#                    BLAS unless an optimised one is installed, ≈4 GFLOP/s, which makes
+#                    PyTorch a straw man. The summary names the BLAS PyTorch loaded. A fair
+#                    baseline without touching the system's BLAS:
+#                      apt-get download libopenblas0-openmp && dpkg -x libopenblas0-openmp_*.deb x
+#                      TORCH_BLAS_DIR=$PWD/x/usr/lib/x86_64-linux-gnu/openblas-openmp
+#                    (take the OpenMP build: the pthread one's threads fight PyTorch's OpenMP
+#                    threads for the 2 cores, measured 3× slower per step).
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+steps=60 warmup=10 threads=$(nproc) keep=0
+while (($#)); do
+  case $1 in
+    --steps) steps=$2; shift 2 ;;
+    --warmup) warmup=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
+    --keep) keep=1; shift ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "run_bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+config=configs/shakespeare_char.toml
+data_dir=data/prepared/shakespeare_char
+bin=${MESHTRAIN_BIN:-build/src/meshtrain/meshtrain}
+gemm_bin=${GEMM_BENCH_BIN:-$(dirname "$(dirname "$(dirname "$bin")")")/bench/gemm_bench}
+python=${TORCH_PYTHON:-/usr/bin/python3}
+total_steps=$((steps + warmup))
+
+if [[ ! -x $bin ]]; then
+  echo "run_bench.sh: no meshtrain binary at $bin; build first (cmake -S . -B build -G Ninja &&" \
+       "cmake --build build) or set MESHTRAIN_BIN" >&2
+  exit 2
+fi
+if ! "$python" -c 'import torch' 2>/dev/null; then
+  echo "run_bench.sh: $python cannot import torch (Debian: apt-get install python3-torch;" \
+       "or set TORCH_PYTHON)" >&2
+  exit 2
+fi
+if [[ ! -f $data_dir/train.bin ]]; then
+  echo "== preparing $data_dir"
+  "$bin" prepare data/tinyshakespeare.txt --out "$data_dir"
+fi
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/meshtrain_bench.XXXXXX")
+if ((keep)); then echo "== keeping outputs in $work"; else trap 'rm -rf "$work"' EXIT; fi
+# Other work on the cores ruins every figure here: sample the CPU use for one second first.
+cpu_busy_pct() {
+  local a b
+  a=($(head -1 /proc/stat)); sleep 1; b=($(head -1 /proc/stat))
+  local total=0 i
+  for i in 1 2 3 4 5 6 7 8; do total=$((total + b[i] - a[i])); done
+  local idle=$((b[4] - a[4] + b[5] - a[5]))
+  echo $((total > 0 ? 100 * (total - idle) / total : 0))
+}
+busy=$(cpu_busy_pct)
+echo "== $(date -u +%FT%TZ) $(nproc) cores, ${busy}% busy before starting;" \
+     "steps $steps after $warmup warm-up, $threads thread(s)"
+if ((busy > 10)); then
+  echo "   warning: something else is using the CPUs: timings will be noisy and slow"
+fi
+
+# meshtrain train, common flags: no periodic eval (the final one is 1 batch), no checkpoint.
+mt_train() {  # mt_train <metrics> <log> <processes> <extra flags...>
+  local metrics=$1 log=$2 np=$3; shift 3
+  local launch=("$bin")
+  if ((np > 1)); then
+    launch=(env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+            mpirun --oversubscribe -np "$np" "$bin")
+  fi
+  "${launch[@]}" train "$config" --training.max_steps "$total_steps" \
+    --training.eval_interval 0 --training.eval_batches 1 --checkpoint.save_final false \
+    --metrics "$metrics" "$@" > "$log" 2>&1 ||
+    { echo "run_bench.sh: meshtrain failed; its log ($log):" >&2; tail -20 "$log" >&2; exit 1; }
+}
+
+echo "== (a) PyTorch, $threads thread(s)"
+(
+  export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads
+  if [[ -n ${TORCH_BLAS_DIR:-} ]]; then
+    export LD_LIBRARY_PATH=$TORCH_BLAS_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  fi
+  "$python" bench/torch_gpt_train.py --config "$config" --threads "$threads" --steps "$steps" \
+    --warmup "$warmup" --json > "$work/torch.json"
+)
+echo "== (b) meshtrain, 1 process × $threads thread(s)"
+mt_train "$work/mt.jsonl" "$work/mt.log" 1 --training.threads "$threads"
+echo "== (c) meshtrain, 1 process × 1 thread"
+mt_train "$work/mt_1x1.jsonl" "$work/mt_1x1.log" 1 --training.threads 1
+echo "== (c) meshtrain, dp=2: 2 processes × 1 thread, micro-batch 6"
+mt_train "$work/mt_dp2.jsonl" "$work/mt_dp2.log" 2 --parallel.dp 2 --training.micro_batch 6 \
+  --training.threads 1
+echo "== (d) gemm_bench, $threads thread(s)"
+if [[ -x $gemm_bin ]]; then
+  "$gemm_bin" "$threads" --json > "$work/gemm.json" 2> "$work/gemm.log" ||
+    { echo "   gemm_bench failed:" >&2; tail -5 "$work/gemm.log" >&2; rm -f "$work/gemm.json"; }
+else
+  echo "   gemm_bench not found at $gemm_bin (build it: cmake --build <build> --target" \
+       "gemm_bench, or set GEMM_BENCH_BIN): MFU against the measured GEMM rate is not reported"
+fi
+
+"$python" - "$work" "$warmup" "$threads" "$config" "$gemm_bin" <<'EOF'
+import json, os, re, statistics, sys
+
+work, warmup, threads, config, gemm_bin = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \
+    sys.argv[4], sys.argv[5]
+
+def meshtrain(name):
+    rows = [json.loads(l) for l in open(os.path.join(work, name + ".jsonl")) if l.strip()]
+    timed = [r["step_time_s"] for r in rows if r["step"] > warmup]
+    median = statistics.median(timed)
+    tokens_per_step = rows[-1]["tokens_per_s"] * rows[-1]["step_time_s"]
+    log = open(os.path.join(work, name + ".log")).read()
+    params = int(re.search(r"(\d+) parameters", log).group(1))
+    return {"ms": median * 1e3, "ms_mean": statistics.fmean(timed) * 1e3, "tps": tokens_per_step / median, "steps": len(timed),
+            "params": params, "last_loss": rows[-1]["loss"], "mfu_peak": statistics.median(
+                r["mfu"] for r in rows if r["step"] > warmup)}
+
+torch = json.load(open(os.path.join(work, "torch.json")))
+mt, mt1, dp2 = meshtrain("mt"), meshtrain("mt_1x1"), meshtrain("mt_dp2")
+gemm_path = os.path.join(work, "gemm.json")
+gemm = json.load(open(gemm_path))["gflops"] if os.path.exists(gemm_path) else None
+
+if torch["params"] != mt["params"]:
+    print(f"warning: PyTorch model has {torch['params']} parameters, meshtrain "
+          f"{mt['params']}: not the same model")
+fpt = torch["flops_per_token"]
+ratio = torch["ms_per_step"] / mt["ms"]
+speedup = dp2["tps"] / mt1["tps"]
+
+def verdict(x, target):
+    return "meets" if x >= target else "BELOW"
+
+blas = ", ".join(torch["blas"]) or "none found"
+print()
+print(f"meshtrain bench: {config} ({mt['params']} parameters, global batch 12 × 64 tokens), "
+      f"median of {mt['steps']} steps after {warmup} warm-up (mean in brackets: far above the "
+      f"median means the run was disturbed)")
+print(f"PyTorch {torch['torch']} eager fp32, BLAS: {blas}")
+if torch["blas_is_reference"]:
+    print("  note: PyTorch runs on the reference (netlib) BLAS: a weak baseline; "
+          "TORCH_BLAS_DIR=<dir with an optimised libblas.so.3> gives a fair one")
+rows = [
+    ("PyTorch ms/step", f"{threads} thr", f"{torch['ms_per_step']:.2f}",
+     f"(mean {torch['ms_per_step_mean']:.2f})"),
+    ("meshtrain ms/step", f"{threads} thr", f"{mt['ms']:.2f}", f"(mean {mt['ms_mean']:.2f})"),
+    ("speed-up meshtrain vs PyTorch", f"{threads} thr", f"{ratio:.2f}×",
+     f"≥3×: {verdict(ratio, 3.0)}"),
+    ("meshtrain tokens/s, 1 process", "1 thr", f"{mt1['tps']:.0f}",
+     f"({mt1['ms']:.2f} ms/step)"),
+    ("meshtrain tokens/s, dp=2", "2×1 thr", f"{dp2['tps']:.0f}", f"({dp2['ms']:.2f} ms/step)"),
+    ("dp=2 speed-up (same global batch)", "", f"{speedup:.2f}×",
+     f"≥1.8×: {verdict(speedup, 1.8)}"),
+]
+if gemm is not None:
+    rows += [
+        ("GEMM rate (gemm_bench --json)", f"{threads} thr", f"{gemm:.1f} GFLOP/s", ""),
+        ("MFU meshtrain vs measured GEMM", f"{threads} thr",
+         f"{100 * mt['tps'] * fpt / (gemm * 1e9):.1f}%", ""),
+        ("MFU PyTorch vs measured GEMM", f"{threads} thr",
+         f"{100 * torch['tokens_per_s'] * fpt / (gemm * 1e9):.1f}%", ""),
+    ]
+else:
+    rows.append(("MFU vs measured GEMM", "", "n/a", f"no gemm_bench at {gemm_bin}"))
+rows.append(("MFU meshtrain vs fp32 FMA peak", f"{threads} thr",
+             f"{100 * mt['mfu_peak']:.1f}%", "(meshtrain's own metric)"))
+w = [max(len(r[i]) for r in rows) for i in range(4)]
+for r in rows:
+    print(f"  {r[0]:<{w[0]}}  {r[1]:<{w[1]}}  {r[2]:>{w[2]}}  {r[3]}")
+print(f"  (flops/token {fpt:.0f}; last losses: PyTorch {torch['last_loss']:.3f}, "
+      f"meshtrain {mt['last_loss']:.3f})")
+EOF
