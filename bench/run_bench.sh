@@ -22,16 +22,16 @@
 #   GEMM_BENCH_BIN   gemm_bench binary (default: bench/gemm_bench in the same build tree)
 #   TORCH_PYTHON     a Python that imports torch (default /usr/bin/python3, Debian's
 #                    python3-torch)
-#   TORCH_BLAS_DIR   a directory holding another libblas.so.3, put first on PyTorch's
-#                    LD_LIBRARY_PATH only. Debian's torch is built with BLAS_INFO=generic and
-#                    calls whatever libblas.so.3 the system selects: the reference (netlib)
-#                    BLAS unless an optimised one is installed, ≈4 GFLOP/s, which makes
-#                    PyTorch a straw man. The summary names the BLAS PyTorch loaded. A fair
-#                    baseline without touching the system's BLAS:
-#                      apt-get download libopenblas0-openmp && dpkg -x libopenblas0-openmp_*.deb x
-#                      TORCH_BLAS_DIR=$PWD/x/usr/lib/x86_64-linux-gnu/openblas-openmp
-#                    (take the OpenMP build: the pthread one's threads fight PyTorch's OpenMP
-#                    threads for the 2 cores, measured 3× slower per step).
+#   TORCH_BLAS_DIR   a directory holding the libblas.so.3 PyTorch should load (put first on
+#                    PyTorch's LD_LIBRARY_PATH only). Debian's torch is built with
+#                    BLAS_INFO=generic and calls whatever libblas.so.3 the system selects: the
+#                    reference (netlib) BLAS unless an optimised one is installed, ≈4 GFLOP/s,
+#                    which makes PyTorch a straw man. By default this script therefore unpacks
+#                    Debian's OpenBLAS (OpenMP build) into build/bench_openblas with
+#                    `apt-get download` + `dpkg -x` — the system's BLAS is not changed — and
+#                    PyTorch runs on it. TORCH_BLAS_DIR=system keeps the system's BLAS.
+#                    (The OpenMP build, not the pthread one: the pthread one's threads fight
+#                    PyTorch's OpenMP threads for the 2 cores, measured 3× slower per step.)
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -63,6 +63,18 @@ if ! "$python" -c 'import torch' 2>/dev/null; then
   echo "run_bench.sh: $python cannot import torch (Debian: apt-get install python3-torch;" \
        "or set TORCH_PYTHON)" >&2
   exit 2
+fi
+if [[ -z ${TORCH_BLAS_DIR:-} ]]; then
+  TORCH_BLAS_DIR=$PWD/build/bench_openblas/usr/lib/x86_64-linux-gnu/openblas-openmp
+  if [[ ! -f $TORCH_BLAS_DIR/libblas.so.3 ]]; then
+    echo "== unpacking Debian's libopenblas0-openmp for the PyTorch baseline into build/bench_openblas"
+    (mkdir -p build/bench_openblas && cd build/bench_openblas &&
+     apt-get download libopenblas0-openmp >/dev/null && dpkg -x libopenblas0-openmp_*.deb .) ||
+      { echo "run_bench.sh: could not fetch libopenblas0-openmp (run apt-get update?)," \
+             "or set TORCH_BLAS_DIR=system" >&2; exit 2; }
+  fi
+elif [[ $TORCH_BLAS_DIR == system ]]; then
+  TORCH_BLAS_DIR=
 fi
 if [[ ! -f $data_dir/train.bin ]]; then
   echo "== preparing $data_dir"

@@ -1,7 +1,5 @@
 #include "meshtrain/parallel/dp/grad_buckets.h"
 
-#include <cstring>
-
 #include "meshtrain/kernels/kernels.h"
 
 namespace meshtrain {
@@ -10,18 +8,26 @@ GradBuckets::GradBuckets(const ParameterList& params, ProcessGroup& dp, std::int
     : dp_(dp) {
   if (dp.size() == 1) return;
   std::vector<Parameter*> current;
-  std::int64_t current_bytes = 0;
+  std::int64_t current_elements = 0;
   auto close = [&] {
     if (current.empty()) return;
-    buckets_.push_back({current, Tensor::empty({current_bytes / 4}, MemCategory::comm)});
+    Bucket bucket{current, Tensor::empty({current_elements}, MemCategory::grads)};
+    std::int64_t offset = 0;
+    for (Parameter* p : current) {
+      Tensor view = bucket.buffer.rows(offset, offset + p->grad.numel()).reshape(p->grad.shape());
+      view.copy_from(p->grad);
+      p->grad = view;
+      offset += view.numel();
+    }
+    buckets_.push_back(std::move(bucket));
     current.clear();
-    current_bytes = 0;
+    current_elements = 0;
   };
   for (auto it = params.rbegin(); it != params.rend(); ++it) {
-    const std::int64_t bytes = (*it)->grad.bytes();
-    if (current_bytes > 0 && current_bytes + bytes > bucket_bytes) close();
+    const std::int64_t elements = (*it)->grad.numel();
+    if (current_elements > 0 && (current_elements + elements) * 4 > bucket_bytes) close();
     current.push_back(*it);
-    current_bytes += bytes;
+    current_elements += elements;
   }
   close();
 }
@@ -30,19 +36,8 @@ void GradBuckets::all_reduce_mean() {
   if (dp_.size() == 1) return;
   const float inv = 1.0f / static_cast<float>(dp_.size());
   for (Bucket& bucket : buckets_) {
-    float* buf = bucket.buffer.f32();
-    std::int64_t offset = 0;
-    for (const Parameter* p : bucket.params) {
-      std::memcpy(buf + offset, p->grad.f32(), static_cast<std::size_t>(p->grad.bytes()));
-      offset += p->grad.numel();
-    }
     dp_.all_reduce_sum(bucket.buffer.span_f32());
-    kernels::scale_inplace(buf, inv, bucket.buffer.numel());
-    offset = 0;
-    for (Parameter* p : bucket.params) {
-      std::memcpy(p->grad.f32(), buf + offset, static_cast<std::size_t>(p->grad.bytes()));
-      offset += p->grad.numel();
-    }
+    kernels::scale_inplace(bucket.buffer.f32(), inv, bucket.buffer.numel());
   }
 }
 

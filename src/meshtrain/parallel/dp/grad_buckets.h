@@ -1,9 +1,10 @@
 // src/meshtrain/parallel/dp/grad_buckets.h
 //
 // Averages parameter gradients over the data-parallel group with a bucketed all-reduce (the
-// bucketing of PyTorch DDP, Li et al. 2020, "PyTorch Distributed", §3.2.3): gradients are
-// packed into buckets of at most `bucket_bytes`, each bucket is all-reduced as one message,
-// then divided by dp. Buckets are filled in reverse parameter order because backward produces
+// bucketing of PyTorch DDP, Li et al. 2020, "PyTorch Distributed", §3.2.3): gradients live in
+// flat buckets of at most `bucket_bytes` — each Parameter::grad becomes a view into its
+// bucket, as DDP's gradient-as-bucket-view, so reducing needs no copy in or out — and each
+// bucket is all-reduced as one message, then divided by dp. Buckets are filled in reverse parameter order because backward produces
 // the last layer's gradients first, so a later version can put the first bucket on the wire
 // while earlier layers still compute. Every dp rank builds the same buckets in the same order
 // (the order depends only on the parameter list, never on timing), or the all-reduces would
@@ -23,8 +24,9 @@ namespace meshtrain {
 class GradBuckets {
  public:
   /// Plans buckets over `params` (a parameter larger than bucket_bytes gets a bucket of its
-  /// own; ProcessGroup chunks large messages). Allocates the bucket buffers once
-  /// (MemCategory::comm), only when dp.size() > 1.
+  /// own; ProcessGroup chunks large messages). When dp.size() > 1, allocates each bucket once
+  /// (MemCategory::grads) and re-points every grad in it to a view of the bucket, keeping its
+  /// value; the parameters' own grad tensors are freed. With dp = 1 nothing changes.
   GradBuckets(const ParameterList& params, ProcessGroup& dp, std::int64_t bucket_bytes);
 
   /// Every grad ← mean over dp ranks of grad. No-op for a group of one rank.
@@ -35,7 +37,7 @@ class GradBuckets {
  private:
   struct Bucket {
     std::vector<Parameter*> params;
-    Tensor buffer;  // [Σ numel] f32
+    Tensor buffer;  // [Σ numel] f32: the grads of `params`, back to back
   };
   ProcessGroup& dp_;
   std::vector<Bucket> buckets_;
