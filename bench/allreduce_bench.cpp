@@ -1,0 +1,72 @@
+// bench/allreduce_bench.cpp — all-reduce bus bandwidth of meshtrain's MPI ProcessGroup by
+// message size, to choose parallel.bucket_mib by measurement (a benchmark, not a test).
+//
+//   mpirun -np 2 build/bench/allreduce_bench [max_mib]
+//   (as root: with OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
+//
+// Bus bandwidth as nccl-tests defines it: algorithm bandwidth D/t × 2(N−1)/N (the bytes a ring
+// all-reduce moves per rank; Patarasuk & Yuan 2009). Each size: one call timed on rank 0 fixes a repeat count worth
+// ≈ 0.2 s (broadcast, so every rank makes the same calls); the median of 5 windows is printed. Messages go through
+// ProcessGroup::all_reduce_sum, so above 4 MiB they are sent in 4 MiB chunks; `raw` also
+// shows a single MPI_Allreduce of the whole message, the behaviour the chunking avoids.
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <span>
+#include <vector>
+
+#include "meshtrain/comm/mpi_runtime.h"
+
+namespace {
+
+// Every rank must make the same number of calls, or the collectives pair up wrongly and hang:
+// the count comes from rank 0's timing of one call and is broadcast.
+double seconds_per_call(meshtrain::ProcessGroup& world, auto&& call) {
+  const auto start = std::chrono::steady_clock::now();
+  call();
+  double once = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  world.broadcast(std::as_writable_bytes(std::span<double>(&once, 1)), 0);
+  const int calls = std::max(3, static_cast<int>(0.2 / std::max(once, 1e-7)));
+  std::vector<double> windows;
+  for (int w = 0; w < 5; ++w) {
+    world.barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < calls; ++i) call();
+    windows.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+                      calls);
+  }
+  std::sort(windows.begin(), windows.end());
+  return windows[2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  meshtrain::MpiRuntime runtime(&argc, &argv);
+  const auto world = runtime.world_group();
+  const int n = world->size();
+  const std::int64_t max_mib = argc > 1 ? std::atoll(argv[1]) : 64;
+  if (world->rank() == 0) {
+    std::printf("all-reduce over %d ranks: size, bus bandwidth GB/s (ProcessGroup, chunked), "
+                "raw single MPI_Allreduce\n",
+                n);
+  }
+  for (std::int64_t bytes = 64 << 10; bytes <= (max_mib << 20); bytes *= 2) {
+    std::vector<float> x(static_cast<std::size_t>(bytes / 4), 1.0f);
+    const double t_pg = seconds_per_call(*world, [&] { world->all_reduce_sum(x); });
+    const double t_raw = seconds_per_call(*world, [&] {
+      MPI_Allreduce(MPI_IN_PLACE, x.data(), static_cast<int>(x.size()), MPI_FLOAT, MPI_SUM,
+                    MPI_COMM_WORLD);
+    });
+    const double factor = 2.0 * (n - 1) / n;
+    if (world->rank() == 0) {
+      std::printf("%8.2f MiB  %6.2f GB/s  %6.2f GB/s\n", static_cast<double>(bytes) / (1 << 20),
+                  factor * static_cast<double>(bytes) / t_pg / 1e9,
+                  factor * static_cast<double>(bytes) / t_raw / 1e9);
+    }
+  }
+  return 0;
+}
