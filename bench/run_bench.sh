@@ -9,7 +9,8 @@
 #       configs/shakespeare_char.toml's model, batch and optimizer, T threads;
 #   (b) meshtrain train on the same config, T threads, 1 process;
 #   (c) meshtrain with 1 process × 1 thread, and dp=2 under mpirun (2 processes × 1 thread,
-#       micro-batch 6: the same global batch of 12), for the data-parallel speed-up;
+#       micro-batch 6: the same global batch of 12), for the data-parallel speed-up: three
+#       alternating rounds, the median ratio reported;
 #   (d) gemm_bench T --json: the GEMM rate meshtrain's kernels reach on the job's shapes,
 #       against which MFU is stated (flops per token 6·N + 12·L·C·T, N without wpe, as
 #       GptModel::flops_per_token).
@@ -124,11 +125,15 @@ echo "== (a) PyTorch, $threads thread(s)"
 )
 echo "== (b) meshtrain, 1 process × $threads thread(s)"
 mt_train "$work/mt.jsonl" "$work/mt.log" 1 --training.threads "$threads"
-echo "== (c) meshtrain, 1 process × 1 thread"
-mt_train "$work/mt_1x1.jsonl" "$work/mt_1x1.log" 1 --training.threads 1
-echo "== (c) meshtrain, dp=2: 2 processes × 1 thread, micro-batch 6"
-mt_train "$work/mt_dp2.jsonl" "$work/mt_dp2.log" 2 --parallel.dp 2 --training.micro_batch 6 \
-  --training.threads 1
+# The dp=2 speed-up is a ratio of two runs on a shared VM; alternating 3 rounds and taking
+# the median ratio keeps one disturbed run from deciding it.
+for round in 1 2 3; do
+  echo "== (c) round $round: meshtrain 1 process × 1 thread, then dp=2 (2 processes × 1 thread," \
+       "micro-batch 6)"
+  mt_train "$work/mt_1x1_$round.jsonl" "$work/mt_1x1_$round.log" 1 --training.threads 1
+  mt_train "$work/mt_dp2_$round.jsonl" "$work/mt_dp2_$round.log" 2 --parallel.dp 2 \
+    --training.micro_batch 6 --training.threads 1
+done
 echo "== (d) gemm_bench, $threads thread(s)"
 if [[ -x $gemm_bin ]]; then
   "$gemm_bin" "$threads" --json > "$work/gemm.json" 2> "$work/gemm.log" ||
@@ -156,7 +161,10 @@ def meshtrain(name):
                 r["mfu"] for r in rows if r["step"] > warmup)}
 
 torch = json.load(open(os.path.join(work, "torch.json")))
-mt, mt1, dp2 = meshtrain("mt"), meshtrain("mt_1x1"), meshtrain("mt_dp2")
+mt = meshtrain("mt")
+rounds = [(meshtrain(f"mt_1x1_{r}"), meshtrain(f"mt_dp2_{r}")) for r in (1, 2, 3)]
+round_speedups = [dp2["tps"] / mt1["tps"] for mt1, dp2 in rounds]
+mt1, dp2 = rounds[round_speedups.index(statistics.median(round_speedups))]
 gemm_path = os.path.join(work, "gemm.json")
 gemm = json.load(open(gemm_path))["gflops"] if os.path.exists(gemm_path) else None
 
@@ -165,7 +173,7 @@ if torch["params"] != mt["params"]:
           f"{mt['params']}: not the same model")
 fpt = torch["flops_per_token"]
 ratio = torch["ms_per_step"] / mt["ms"]
-speedup = dp2["tps"] / mt1["tps"]
+speedup = statistics.median(round_speedups)
 
 def verdict(x, target):
     return "meets" if x >= target else "BELOW"
@@ -188,8 +196,9 @@ rows = [
     ("meshtrain tokens/s, 1 process", "1 thr", f"{mt1['tps']:.0f}",
      f"({mt1['ms']:.2f} ms/step)"),
     ("meshtrain tokens/s, dp=2", "2×1 thr", f"{dp2['tps']:.0f}", f"({dp2['ms']:.2f} ms/step)"),
-    ("dp=2 speed-up (same global batch)", "", f"{speedup:.2f}×",
-     f"≥1.8×: {verdict(speedup, 1.8)}"),
+    ("dp=2 speed-up (same global batch)", "median of 3", f"{speedup:.2f}×",
+     f"≥1.8×: {verdict(speedup, 1.8)}; rounds "
+     + ", ".join(f"{x:.2f}×" for x in round_speedups)),
 ]
 if gemm is not None:
     rows += [
