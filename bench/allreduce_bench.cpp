@@ -5,10 +5,11 @@
 //   (as root: with OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
 //
 // Bus bandwidth as nccl-tests defines it: algorithm bandwidth D/t × 2(N−1)/N (the bytes a ring
-// all-reduce moves per rank; Patarasuk & Yuan 2009). Each size: one call timed on rank 0 fixes a repeat count worth
-// ≈ 0.2 s (broadcast, so every rank makes the same calls); the median of 5 windows is printed. Messages go through
-// ProcessGroup::all_reduce_sum, so above 4 MiB they are sent in 4 MiB chunks; `raw` also
-// shows a single MPI_Allreduce of the whole message, the behaviour the chunking avoids.
+// all-reduce moves per rank; Patarasuk & Yuan 2009). Each size: one call timed on rank 0 fixes a
+// repeat count worth ≈ 0.2 s (broadcast, so every rank makes the same calls); the median of 5
+// windows is printed. Messages go through ProcessGroup::all_reduce_sum, so above 4 MiB they are
+// sent in 4 MiB chunks; `raw` also shows a single MPI_Allreduce of the whole message, the behaviour
+// the chunking avoids.
 #include <mpi.h>
 
 #include <algorithm>
@@ -50,9 +51,10 @@ int main(int argc, char** argv) {
   const int n = world->size();
   const std::int64_t max_mib = argc > 1 ? std::atoll(argv[1]) : 64;
   if (world->rank() == 0) {
-    std::printf("all-reduce over %d ranks: size, bus bandwidth GB/s (ProcessGroup, chunked), "
-                "raw single MPI_Allreduce\n",
-                n);
+    std::printf(
+        "all-reduce over %d ranks: size, bus bandwidth GB/s (ProcessGroup, chunked), "
+        "raw single MPI_Allreduce\n",
+        n);
   }
   for (std::int64_t bytes = 64 << 10; bytes <= (max_mib << 20); bytes *= 2) {
     std::vector<float> x(static_cast<std::size_t>(bytes / 4), 1.0f);

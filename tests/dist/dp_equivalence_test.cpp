@@ -9,9 +9,9 @@
 #include <cstring>
 #include <vector>
 
+#include "../support/test_config.h"
 #include "dist_env.h"
 #include "meshtrain/train/trainer.h"
-#include "../support/test_config.h"
 
 namespace meshtrain {
 namespace {
@@ -75,7 +75,8 @@ void expect_equivalent(const TrainedRun& ref, const TrainedRun& got, const Param
   }
   ASSERT_EQ(got.losses.size(), ref.losses.size());
   for (std::size_t s = 0; s < ref.losses.size(); ++s) {
-    EXPECT_NEAR(got.losses[s], ref.losses[s], kLossRtol * std::abs(ref.losses[s])) << "step " << s + 1;
+    EXPECT_NEAR(got.losses[s], ref.losses[s], kLossRtol * std::abs(ref.losses[s]))
+        << "step " << s + 1;
   }
 }
 

@@ -37,20 +37,21 @@ TEST(ProcessGroup, CollectivesOnRankValuedInputs) {
   std::vector<float> rs_out(2);
   world->reduce_scatter_sum(rs_in, rs_out);
   for (int i = 0; i < 2; ++i) {
-    EXPECT_EQ(rs_out[static_cast<std::size_t>(i)],
-              rank_sum + static_cast<float>(n * (2 * r + i)));
+    EXPECT_EQ(rs_out[static_cast<std::size_t>(i)], rank_sum + static_cast<float>(n * (2 * r + i)));
   }
 
   std::vector<float> ag_in{static_cast<float>(10 * r), static_cast<float>(10 * r + 1)};
   std::vector<float> ag_out(static_cast<std::size_t>(2 * n));
   world->all_gather(ag_in, ag_out);
-  for (int q = 0; q < n; ++q) EXPECT_EQ(ag_out[static_cast<std::size_t>(2 * q + 1)], static_cast<float>(10 * q + 1));
+  for (int q = 0; q < n; ++q)
+    EXPECT_EQ(ag_out[static_cast<std::size_t>(2 * q + 1)], static_cast<float>(10 * q + 1));
 
   // all-to-all: rank r sends 100·r + q to rank q, so it receives 100·q + r from rank q.
   std::vector<float> a2a_in(static_cast<std::size_t>(n)), a2a_out(static_cast<std::size_t>(n));
   for (int q = 0; q < n; ++q) a2a_in[static_cast<std::size_t>(q)] = static_cast<float>(100 * r + q);
   world->all_to_all(a2a_in, a2a_out);
-  for (int q = 0; q < n; ++q) EXPECT_EQ(a2a_out[static_cast<std::size_t>(q)], static_cast<float>(100 * q + r));
+  for (int q = 0; q < n; ++q)
+    EXPECT_EQ(a2a_out[static_cast<std::size_t>(q)], static_cast<float>(100 * q + r));
 
   if (n > 1) {  // a ring of send/recv: even ranks send first, odd ranks receive first
     std::vector<float> out{static_cast<float>(r)}, in{-1.0f};

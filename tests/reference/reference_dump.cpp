@@ -23,15 +23,15 @@
 // checks the optimizer alone, without the noise Adam amplifies from two slightly different
 // gradients (m/√v is ill-conditioned where a gradient element is near zero).
 // Uses: model/, optim/, checkpoint/safetensors.h, comm/mpi_runtime.h.
+#include <fmt/format.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "meshtrain/checkpoint/safetensors.h"
 #include "meshtrain/comm/mpi_runtime.h"
@@ -119,14 +119,17 @@ int run(const std::string& out_path, bool bias, ProcessGroup& self) {
     }
     optimizer.step(kLr);
     for (const Parameter* p : model.parameters()) {
-      out.push_back({fmt::format("opt.param{}.{}", k, p->name), p->value.clone(MemCategory::other)});
+      out.push_back(
+          {fmt::format("opt.param{}.{}", k, p->name), p->value.clone(MemCategory::other)});
     }
     const double coef = kGradClip / (norm + 1e-6);
     fmt::print("step {}: loss {:.6f}  grad_norm {:.6f}  clip_coef {:.4f}{}\n", k, loss, norm, coef,
                coef < 1.0 ? "  (clipped)" : "");
     if (coef >= 1.0) {
-      fmt::print(stderr, "reference_dump: step {} did not clip (norm {} ≤ grad_clip {}); lower "
-                 "kGradClip so the clipping path is tested\n", k, norm, kGradClip);
+      fmt::print(stderr,
+                 "reference_dump: step {} did not clip (norm {} ≤ grad_clip {}); lower "
+                 "kGradClip so the clipping path is tested\n",
+                 k, norm, kGradClip);
       return 1;
     }
     losses.push_back(loss);
@@ -137,14 +140,17 @@ int run(const std::string& out_path, bool bias, ProcessGroup& self) {
   out.push_back({"grad_norms", vector_tensor(norms)});
   out.push_back({"clip_coefs", vector_tensor(coefs)});
 
-  const nlohmann::json config = {
-      {"n_layer", mc.n_layer},       {"n_head", mc.n_head}, {"n_embd", mc.n_embd},
-      {"block_size", mc.block_size}, {"vocab_size", mc.vocab_size},
-      {"bias", mc.bias},             {"layer_norm_eps", 1e-5}, {"batch", kBatch}};
-  const nlohmann::json optim = {{"lr", kLr},           {"beta1", oc.beta1},
-                                {"beta2", oc.beta2},   {"eps", oc.eps},
+  const nlohmann::json config = {{"n_layer", mc.n_layer},       {"n_head", mc.n_head},
+                                 {"n_embd", mc.n_embd},         {"block_size", mc.block_size},
+                                 {"vocab_size", mc.vocab_size}, {"bias", mc.bias},
+                                 {"layer_norm_eps", 1e-5},      {"batch", kBatch}};
+  const nlohmann::json optim = {{"lr", kLr},
+                                {"beta1", oc.beta1},
+                                {"beta2", oc.beta2},
+                                {"eps", oc.eps},
                                 {"weight_decay", oc.weight_decay},
-                                {"grad_clip", kGradClip}, {"steps", kSteps}};
+                                {"grad_clip", kGradClip},
+                                {"steps", kSteps}};
   write_safetensors(out_path, out,
                     {{"format_version", std::to_string(kFormatVersion)},
                      {"config", config.dump()},

@@ -33,9 +33,8 @@ class TempDir {
  public:
   TempDir() {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            ("meshtrain-data-test-" + std::to_string(::getpid()) + "-" + info->test_suite_name() +
-             "-" + info->name());
+    path_ = fs::temp_directory_path() / ("meshtrain-data-test-" + std::to_string(::getpid()) + "-" +
+                                         info->test_suite_name() + "-" + info->name());
     fs::remove_all(path_);
     fs::create_directories(path_);
   }
@@ -129,8 +128,7 @@ TEST(CharVocab, DecodeRejectsOutOfRangeIds) {
 }
 
 TEST(CharVocab, FromCharsRejectsListsFromTextCouldNotGive) {
-  EXPECT_EQ(CharVocab::from_chars({10, 32, 97}).decode(std::vector<std::int32_t>{2, 1, 0}),
-            "a \n");
+  EXPECT_EQ(CharVocab::from_chars({10, 32, 97}).decode(std::vector<std::int32_t>{2, 1, 0}), "a \n");
   EXPECT_THROW(CharVocab::from_chars({}), DataError);
   EXPECT_THROW(CharVocab::from_chars({32, 10}), DataError);
   EXPECT_THROW(CharVocab::from_chars({32, 32}), DataError);
@@ -154,8 +152,7 @@ TEST(PrepareCharDataset, TinyShakespeareMatchesNanoGpt) {
   EXPECT_EQ(fs::file_size(result.val_bin), 2u * 111540u);
 
   const Metadata meta = load_metadata(result.meta_json);
-  EXPECT_EQ(meta.vocab.decode(std::vector<std::int32_t>{0, 1, 2, 12, 13, 38, 39, 64}),
-            "\n !?AZaz");
+  EXPECT_EQ(meta.vocab.decode(std::vector<std::int32_t>{0, 1, 2, 12, 13, 38, 39, 64}), "\n !?AZaz");
   EXPECT_EQ(meta.vocab.encode("hii there"),
             (std::vector<std::int32_t>{46, 47, 47, 1, 58, 46, 43, 56, 43}));  // nanoGPT's demo
   EXPECT_EQ(meta.train_tokens, 1003854);
@@ -180,7 +177,7 @@ TEST(PrepareCharDataset, TinyShakespeareMatchesNanoGpt) {
 
 TEST(PrepareCharDataset, RerunReplacesTheFiles) {
   const TempDir dir;
-  write_file(dir.path() / "a.txt", "abcdefghij");  // 10 bytes: 9 train, 1 val
+  write_file(dir.path() / "a.txt", "abcdefghij");            // 10 bytes: 9 train, 1 val
   write_file(dir.path() / "b.txt", "zzzzzzzzzzzzzzzzzzzy");  // 20 bytes: 18 train, 2 val
   const fs::path out = dir.path() / "out";
   EXPECT_EQ(prepare_char_dataset(dir.path() / "a.txt", out).train_tokens, 9);
@@ -264,10 +261,8 @@ TEST(TokenFile, BadFilesThrowNamingThePath) {
 TEST(DataMetadata, RoundTripsAndRejectsBadFilesNamingThePath) {
   const TempDir dir;
   const fs::path path = dir.path() / "meta.json";
-  const Metadata meta{.vocab = CharVocab::from_text("ba\n"),
-                      .source = "x.txt",
-                      .train_tokens = 9,
-                      .val_tokens = 1};
+  const Metadata meta{
+      .vocab = CharVocab::from_text("ba\n"), .source = "x.txt", .train_tokens = 9, .val_tokens = 1};
   write_file(path, metadata_to_json(meta));
   const Metadata loaded = load_metadata(path);
   EXPECT_EQ(loaded.vocab.decode(std::vector<std::int32_t>{0, 1, 2}), "\nab");

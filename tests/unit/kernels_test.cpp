@@ -10,12 +10,14 @@
 // values actually stored, so rounding x ± h does not enter the quotient. What remains is
 // (a) truncation, O(h²·f‴), zero for the (bi)linear kernels, and (b) the f32 rounding of the
 // outputs, ≈ √(outputs)·ε_f32·|y| / 2h, which is why h is not smaller.
+#include "meshtrain/kernels/kernels.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <span>
 #include <string>
@@ -24,7 +26,6 @@
 
 #include "meshtrain/core/rng.h"
 #include "meshtrain/kernels/cpu/vector_math.h"
-#include "meshtrain/kernels/kernels.h"
 
 namespace meshtrain::kernels {
 namespace {
@@ -71,8 +72,8 @@ std::vector<double> numeric_grad(std::vector<float>& x, Loss&& loss, float h,
 }
 
 /// Every element within atol + rtol·|expected|; on failure reports the worst element.
-void expect_all_near(std::span<const float> actual, std::span<const double> expected,
-                     double rtol, double atol, std::string_view what) {
+void expect_all_near(std::span<const float> actual, std::span<const double> expected, double rtol,
+                     double atol, std::string_view what) {
   ASSERT_EQ(actual.size(), expected.size()) << what;
   double worst_ratio = 0.0;
   std::size_t worst = 0;
@@ -85,8 +86,8 @@ void expect_all_near(std::span<const float> actual, std::span<const double> expe
     }
   }
   EXPECT_LE(worst_ratio, 1.0) << what << ": worst element " << worst << " is " << actual[worst]
-                              << ", expected " << expected[worst] << " (rtol " << rtol
-                              << ", atol " << atol << ")";
+                              << ", expected " << expected[worst] << " (rtol " << rtol << ", atol "
+                              << atol << ")";
 }
 
 std::vector<double> to_double(std::span<const float> v) { return {v.begin(), v.end()}; }
@@ -174,8 +175,8 @@ TEST(GemmKernel, MatchesNaiveForAllTransposesAlphaAndBeta) {
               worst = std::max(worst, std::abs(c[i] - ref[i]) / bound);
             }
             EXPECT_LE(worst, 1.0) << "m=" << s.m << " n=" << s.n << " k=" << s.k
-                                  << " trans_a=" << ta << " trans_b=" << tb
-                                  << " alpha=" << alpha << " beta=" << beta;
+                                  << " trans_a=" << ta << " trans_b=" << tb << " alpha=" << alpha
+                                  << " beta=" << beta;
           }
         }
       }
@@ -334,7 +335,8 @@ TEST(LayerNormKernel, ForwardMatchesNaive) {
       rstd_ref[static_cast<std::size_t>(r)] = rs;
       for (std::int64_t c = 0; c < lc.C; ++c) {
         const std::size_t i = static_cast<std::size_t>(r * lc.C + c);
-        y_ref[i] = (x[i] - mu) * rs * wt[static_cast<std::size_t>(c)] + bs[static_cast<std::size_t>(c)];
+        y_ref[i] =
+            (x[i] - mu) * rs * wt[static_cast<std::size_t>(c)] + bs[static_cast<std::size_t>(c)];
       }
     }
     // Sums over ≤ 70 elements of values ≈ 3: relative error ≲ 70·ε ≈ 1e-5 on mean and
@@ -358,8 +360,8 @@ TEST(LayerNormKernel, BackwardMatchesFiniteDifferencesAndAccumulates) {
     std::vector<float> y(n), mean(static_cast<std::size_t>(lc.rows)),
         rstd(static_cast<std::size_t>(lc.rows));
     const auto loss = [&] {
-      layernorm_forward(x.data(), wt.data(), bs.data(), y.data(), mean.data(), rstd.data(),
-                        lc.rows, lc.C, eps);
+      layernorm_forward(x.data(), wt.data(), bs.data(), y.data(), mean.data(), rstd.data(), lc.rows,
+                        lc.C, eps);
       return dot_double(dy, y);
     };
     loss();  // mean, rstd of the unperturbed x for backward
@@ -441,7 +443,8 @@ void naive_attention(const std::vector<float>& qkv, const AttentionDims& d,
           double v = -std::numeric_limits<double>::infinity();  // causal mask
           if (j <= i) {
             v = 0.0;
-            for (std::int64_t c = 0; c < hd; ++c) v += at(b, i, h * hd + c) * at(b, j, C + h * hd + c);
+            for (std::int64_t c = 0; c < hd; ++c)
+              v += at(b, i, h * hd + c) * at(b, j, C + h * hd + c);
             v *= scale;
           }
           s[static_cast<std::size_t>(i * T + j)] = v;
@@ -449,9 +452,11 @@ void naive_attention(const std::vector<float>& qkv, const AttentionDims& d,
       }
       for (std::int64_t i = 0; i < T; ++i) {  // softmax of row i, materialised
         double m = -std::numeric_limits<double>::infinity();
-        for (std::int64_t j = 0; j < T; ++j) m = std::max(m, s[static_cast<std::size_t>(i * T + j)]);
+        for (std::int64_t j = 0; j < T; ++j)
+          m = std::max(m, s[static_cast<std::size_t>(i * T + j)]);
         double z = 0.0;
-        for (std::int64_t j = 0; j < T; ++j) z += std::exp(s[static_cast<std::size_t>(i * T + j)] - m);
+        for (std::int64_t j = 0; j < T; ++j)
+          z += std::exp(s[static_cast<std::size_t>(i * T + j)] - m);
         (*lse)[static_cast<std::size_t>((b * H + h) * T + i)] = m + std::log(z);
         for (std::int64_t j = 0; j < T; ++j) {
           const double p = std::exp(s[static_cast<std::size_t>(i * T + j)] - m) / z;
@@ -507,8 +512,8 @@ TEST(AttentionKernel, BackwardMatchesFiniteDifferences) {
     std::vector<std::size_t> idx;
     if (tc.sampled != 0) {
       for (std::size_t s = 0; s < tc.sampled; ++s) {
-        idx.push_back(static_cast<std::size_t>(philox_u64(kSeed, stream_of("attn.sample"), s) %
-                                               n_qkv));
+        idx.push_back(
+            static_cast<std::size_t>(philox_u64(kSeed, stream_of("attn.sample"), s) % n_qkv));
       }
     }
     const auto numeric = numeric_grad(qkv, loss, 1e-2f, tc.sampled != 0 ? &idx : nullptr);
@@ -541,8 +546,8 @@ TEST(CrossEntropyKernel, ForwardMatchesNaiveLogSoftmaxAndIsStable) {
     double z = 0.0;  // naive: no max subtraction (fine in double for |logit| ≲ 700)
     for (std::size_t j = 0; j < 7; ++j) z += std::exp(static_cast<double>(logits[r * 7 + j]));
     lse_ref[r] = std::log(z);
-    loss_ref[r] = -(static_cast<double>(logits[r * 7 + static_cast<std::size_t>(targets[r])]) -
-                    lse_ref[r]);
+    loss_ref[r] =
+        -(static_cast<double>(logits[r * 7 + static_cast<std::size_t>(targets[r])]) - lse_ref[r]);
   }
   // One exp/log chain over 7 terms: a few ε relative on O(1) values.
   expect_all_near(losses, loss_ref, 1e-5, 1e-6, "losses");
@@ -553,8 +558,7 @@ TEST(CrossEntropyKernel, ForwardMatchesNaiveLogSoftmaxAndIsStable) {
   // ulp is 6e-5; measured 4.9e-5).
   for (float& v : logits) v += 1000.0f;
   std::vector<float> shifted(5), shifted_lse(5);
-  cross_entropy_forward(logits.data(), targets.data(), shifted.data(), shifted_lse.data(), rows,
-                        V);
+  cross_entropy_forward(logits.data(), targets.data(), shifted.data(), shifted_lse.data(), rows, V);
   expect_all_near(shifted, loss_ref, 0.0, 2e-4, "losses with logits + 1000");
 }
 
@@ -572,8 +576,7 @@ TEST(CrossEntropyKernel, BackwardMatchesFiniteDifferencesAndMayAliasLogits) {
   };
   loss();
   std::vector<float> dlogits(35, 9.0f);
-  cross_entropy_backward(logits.data(), lse.data(), targets.data(), scale, dlogits.data(), rows,
-                         V);
+  cross_entropy_backward(logits.data(), lse.data(), targets.data(), scale, dlogits.data(), rows, V);
   // Smooth, curvature ≤ 1/4 per logit: truncation ≈ h²/24 ≈ 4e-6 at h = 1e-2; rounding of
   // 5 losses ≈ ε·|loss|/2h ≈ 1e-5. Measured max abs error 4.5e-6; tolerance 1e-4 (the
   // gradients themselves are O(0.1)).
@@ -581,8 +584,8 @@ TEST(CrossEntropyKernel, BackwardMatchesFiniteDifferencesAndMayAliasLogits) {
 
   loss();  // numeric_grad's last forward left lse of a perturbed row behind
   std::vector<float> in_place = logits;
-  cross_entropy_backward(in_place.data(), lse.data(), targets.data(), scale, in_place.data(),
-                         rows, V);
+  cross_entropy_backward(in_place.data(), lse.data(), targets.data(), scale, in_place.data(), rows,
+                         V);
   EXPECT_EQ(in_place, dlogits) << "dlogits aliasing logits must give the same bits";
 }
 
@@ -614,7 +617,8 @@ TEST(EmbeddingKernel, ForwardGathersAndBackwardAccumulatesRepeatedIds) {
   expect_all_near(minus(dtable, dtable0), numeric_grad(table, loss, 0.05f), 1e-5, 1e-5,
                   "dtable (accumulated)");
   for (std::size_t c = 0; c < 70; ++c) {
-    const float want3 = ((dtable0[3 * 70 + c] + dout[0 * 70 + c]) + dout[2 * 70 + c]) + dout[5 * 70 + c];
+    const float want3 =
+        ((dtable0[3 * 70 + c] + dout[0 * 70 + c]) + dout[2 * 70 + c]) + dout[5 * 70 + c];
     EXPECT_EQ(dtable[3 * 70 + c], want3) << "row 3 sums rows 0, 2, 5 in order, column " << c;
     EXPECT_EQ(dtable[4 * 70 + c], dtable0[4 * 70 + c]) << "unused row 4, column " << c;
   }
@@ -643,9 +647,9 @@ TEST(ElementwiseKernel, AddScaleAndSumSquares) {
   // Double accumulation over 1e5 terms: relative error ≲ 1e5·2⁻⁵³ ≈ 1e-11.
   EXPECT_NEAR(sum_squares(a.data(), n), static_cast<double>(ref), 1e-10 * static_cast<double>(ref));
   EXPECT_EQ(sum_squares(a.data(), 0), 0.0);
-  EXPECT_DOUBLE_EQ(sum_squares(a.data(), 3),
-                   static_cast<double>(a[0]) * a[0] + static_cast<double>(a[1]) * a[1] +
-                       static_cast<double>(a[2]) * a[2]);
+  EXPECT_DOUBLE_EQ(sum_squares(a.data(), 3), static_cast<double>(a[0]) * a[0] +
+                                                 static_cast<double>(a[1]) * a[1] +
+                                                 static_cast<double>(a[2]) * a[2]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -668,8 +672,8 @@ TEST(ParallelKernel, NonGemmKernelsGiveTheSameBitsWithOneAndTwoThreads) {
     std::vector<std::vector<float>> r;
     std::vector<float> y(x.size()), mean(768), rstd(768), dx(x.size()), dw(128, 0.0f),
         db(128, 0.0f);
-    layernorm_forward(x.data(), wt.data(), wt.data(), y.data(), mean.data(), rstd.data(), tokens,
-                      C, 1e-5f);
+    layernorm_forward(x.data(), wt.data(), wt.data(), y.data(), mean.data(), rstd.data(), tokens, C,
+                      1e-5f);
     layernorm_backward(x.data(), wt.data(), mean.data(), rstd.data(), dy.data(), dx.data(),
                        dw.data(), db.data(), tokens, C);
     r.insert(r.end(), {y, dx, dw, db});
@@ -677,8 +681,7 @@ TEST(ParallelKernel, NonGemmKernelsGiveTheSameBitsWithOneAndTwoThreads) {
     gelu_forward(x.data(), g.data(), tokens * C);
     gelu_backward(x.data(), dy.data(), dg.data(), tokens * C);
     r.insert(r.end(), {g, dg});
-    std::vector<float> out(x.size()), lse(static_cast<std::size_t>(12 * 4 * 64)),
-        dqkv(qkv.size());
+    std::vector<float> out(x.size()), lse(static_cast<std::size_t>(12 * 4 * 64)), dqkv(qkv.size());
     attention_forward(qkv.data(), out.data(), lse.data(), ad);
     attention_backward(qkv.data(), out.data(), lse.data(), dy.data(), dqkv.data(), ad);
     r.insert(r.end(), {out, lse, dqkv});

@@ -19,14 +19,15 @@ bool partitions_world(const std::vector<std::vector<int>>& groups, int world) {
       if (!seen.insert(r).second) return false;
     }
   }
-  return static_cast<int>(seen.size()) == world && *seen.begin() == 0 && *seen.rbegin() == world - 1;
+  return static_cast<int>(seen.size()) == world && *seen.begin() == 0 &&
+         *seen.rbegin() == world - 1;
 }
 
 // rank = ((p·dp + d)·cp + c)·tp + t  (shared/DESIGN.md, "The mesh")
 TEST(MeshShape, CoordinatesRoundTripAndEachAxisPartitionsTheWorld) {
   const MeshShape shapes[] = {
-      {.pp = 1, .dp = 1, .cp = 1, .tp = 1},         {.pp = 1, .dp = 8, .cp = 1, .tp = 1},
-      {.pp = 2, .dp = 2, .cp = 1, .tp = 2},         {.pp = 3, .dp = 2, .cp = 2, .tp = 2},
+      {.pp = 1, .dp = 1, .cp = 1, .tp = 1},          {.pp = 1, .dp = 8, .cp = 1, .tp = 1},
+      {.pp = 2, .dp = 2, .cp = 1, .tp = 2},          {.pp = 3, .dp = 2, .cp = 2, .tp = 2},
       {.pp = 2, .dp = 4, .cp = 2, .tp = 4, .ep = 2}, {.pp = 4, .dp = 2, .cp = 1, .tp = 8, .ep = 2},
   };
   for (const MeshShape& shape : shapes) {

@@ -1,9 +1,9 @@
 // src/meshtrain/apps/main.cpp — the `meshtrain` command line: prepare, train, sample.
 // The only place that parses argv and turns errors into messages and exit codes:
 //   0 success, 1 internal or runtime error, 2 bad configuration or arguments, 3 bad data file.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
 #include <vector>

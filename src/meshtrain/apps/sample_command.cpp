@@ -24,8 +24,9 @@ std::int32_t draw(std::span<const float> logits, double temperature, std::int64_
   std::sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
     return logits[static_cast<std::size_t>(a)] > logits[static_cast<std::size_t>(b)];
   });
-  const std::size_t k = top_k > 0 ? std::min<std::size_t>(static_cast<std::size_t>(top_k), order.size())
-                                  : order.size();
+  const std::size_t k = top_k > 0
+                            ? std::min<std::size_t>(static_cast<std::size_t>(top_k), order.size())
+                            : order.size();
   const double max_logit = logits[static_cast<std::size_t>(order[0])];
   std::vector<double> weights(k);
   for (std::size_t i = 0; i < k; ++i) {
@@ -50,9 +51,10 @@ int run_sample(const SampleArgs& args) {
     }
     const std::filesystem::path dir = args.checkpoint;
     if (!std::filesystem::exists(dir / "config.toml")) {
-      throw DataError(fmt::format("{} is not a meshtrain checkpoint (no config.toml); pass the "
-                                  "checkpoint.dir of a finished run, e.g. runs/shakespeare_char",
-                                  dir.string()));
+      throw DataError(
+          fmt::format("{} is not a meshtrain checkpoint (no config.toml); pass the "
+                      "checkpoint.dir of a finished run, e.g. runs/shakespeare_char",
+                      dir.string()));
     }
     const Config config = load_config_file(dir / "config.toml");
     const data::Metadata meta = data::load_metadata(dir / "meta.json");
@@ -68,8 +70,9 @@ int run_sample(const SampleArgs& args) {
       const Tensor logits = model.logits(ids.data() + ids.size() - T, 1, T);
       const std::span<const float> last(logits.f32() + (T - 1) * config.model.vocab_size,
                                         static_cast<std::size_t>(config.model.vocab_size));
-      const double u = static_cast<double>(philox_u64(seed, stream, static_cast<std::uint64_t>(i)) >> 11) *
-                       0x1.0p-53;
+      const double u =
+          static_cast<double>(philox_u64(seed, stream, static_cast<std::uint64_t>(i)) >> 11) *
+          0x1.0p-53;
       ids.push_back(draw(last, args.temperature, args.top_k, u));
     }
     fmt::print("{}\n", meta.vocab.decode(ids));

@@ -13,19 +13,21 @@ int run_train(const TrainArgs& args, const MpiRuntime& runtime) {
   try {
     Config config = load_config_file(args.config, parse_overrides(args.overrides));
     const auto world = runtime.world_group();
-    Trainer trainer(std::move(config), *world,
-                    {.metrics_path = args.metrics, .log = true, .local_ranks = runtime.local_size()});
+    Trainer trainer(
+        std::move(config), *world,
+        {.metrics_path = args.metrics, .log = true, .local_ranks = runtime.local_size()});
     if (rank0) {
       const Config& c = trainer.config();
-      fmt::print("meshtrain: {} on {} rank(s) (dp={}), {} parameters, global batch {} × {} "
-                 "tokens\n",
-                 args.config, runtime.world_size(), c.parallel.dp, [&] {
-                   std::int64_t n = 0;
-                   for (const Parameter* p : trainer.model().parameters()) n += p->value.numel();
-                   return n;
-                 }(),
-                 c.training.micro_batch * c.training.accumulation * c.parallel.dp,
-                 c.model.block_size);
+      fmt::print(
+          "meshtrain: {} on {} rank(s) (dp={}), {} parameters, global batch {} × {} "
+          "tokens\n",
+          args.config, runtime.world_size(), c.parallel.dp,
+          [&] {
+            std::int64_t n = 0;
+            for (const Parameter* p : trainer.model().parameters()) n += p->value.numel();
+            return n;
+          }(),
+          c.training.micro_batch * c.training.accumulation * c.parallel.dp, c.model.block_size);
     }
     trainer.run();
     return 0;

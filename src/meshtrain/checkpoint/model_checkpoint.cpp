@@ -2,12 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <cstdio>
+#include <fstream>
+
 #include "meshtrain/checkpoint/safetensors.h"
 #include "meshtrain/config/load.h"
 #include "meshtrain/core/error.h"
-
-#include <cstdio>
-#include <fstream>
 
 namespace meshtrain {
 namespace {
@@ -38,8 +38,7 @@ void save_model_checkpoint(const std::filesystem::path& dir, const ParameterList
   write_text_atomically(dir / "config.toml", to_toml(config));
   std::ifstream meta(meta_json, std::ios::binary);
   if (!meta) throw DataError(fmt::format("cannot read {}", meta_json.string()));
-  write_text_atomically(dir / "meta.json",
-                        std::string(std::istreambuf_iterator<char>(meta), {}));
+  write_text_atomically(dir / "meta.json", std::string(std::istreambuf_iterator<char>(meta), {}));
 }
 
 void load_model_parameters(const std::filesystem::path& dir, const ParameterList& params) {
@@ -47,8 +46,8 @@ void load_model_parameters(const std::filesystem::path& dir, const ParameterList
   for (Parameter* p : params) {
     const auto it = file.tensors.find(p->name);
     if (it == file.tensors.end()) {
-      throw DataError(fmt::format("{}: parameter {} is missing", (dir / "model.safetensors").string(),
-                                  p->name));
+      throw DataError(fmt::format("{}: parameter {} is missing",
+                                  (dir / "model.safetensors").string(), p->name));
     }
     if (it->second.shape() != p->value.shape() || it->second.dtype() != DType::f32) {
       throw DataError(fmt::format("{}: parameter {} has shape {}, the model expects {}",

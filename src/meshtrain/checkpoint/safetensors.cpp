@@ -1,13 +1,12 @@
 #include "meshtrain/checkpoint/safetensors.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "meshtrain/core/error.h"
@@ -17,10 +16,14 @@ namespace {
 
 std::string dtype_tag(DType dtype) {
   switch (dtype) {
-    case DType::f32: return "F32";
-    case DType::i32: return "I32";
-    case DType::bf16: return "BF16";
-    case DType::f16: return "F16";
+    case DType::f32:
+      return "F32";
+    case DType::i32:
+      return "I32";
+    case DType::bf16:
+      return "BF16";
+    case DType::f16:
+      return "F16";
   }
   return "?";
 }
@@ -29,7 +32,8 @@ void write_all(int fd, const void* data, std::size_t n, const std::filesystem::p
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
     const ssize_t w = ::write(fd, p, n);
-    if (w <= 0) throw DataError(fmt::format("cannot write {}: {}", path.string(), std::strerror(errno)));
+    if (w <= 0)
+      throw DataError(fmt::format("cannot write {}: {}", path.string(), std::strerror(errno)));
     p += w;
     n -= static_cast<std::size_t>(w);
   }
@@ -77,7 +81,9 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Name
   ::close(fd);
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
-  if (ec) throw DataError(fmt::format("cannot rename {} to {}: {}", tmp.string(), path.string(), ec.message()));
+  if (ec)
+    throw DataError(
+        fmt::format("cannot rename {} to {}: {}", tmp.string(), path.string(), ec.message()));
 }
 
 SafetensorsFile read_safetensors(const std::filesystem::path& path) {
@@ -85,7 +91,8 @@ SafetensorsFile read_safetensors(const std::filesystem::path& path) {
   if (!in) throw DataError(fmt::format("{}: cannot open (missing or unreadable)", path.string()));
   std::error_code ec;
   const std::uint64_t file_size = std::filesystem::file_size(path, ec);
-  if (ec || file_size < 8) throw DataError(fmt::format("{}: not a safetensors file (too short)", path.string()));
+  if (ec || file_size < 8)
+    throw DataError(fmt::format("{}: not a safetensors file (too short)", path.string()));
   std::uint64_t length = 0;
   in.read(reinterpret_cast<char*>(&length), 8);
   if (length > file_size - 8) {
@@ -117,14 +124,16 @@ SafetensorsFile read_safetensors(const std::filesystem::path& path) {
       const Shape shape = entry.at("shape").get<Shape>();
       const auto offsets = entry.at("data_offsets").get<std::vector<std::uint64_t>>();
       for (const std::int64_t d : shape) {
-        if (d < 0) throw DataError(fmt::format("{}: tensor {} has a negative dim", path.string(), name));
+        if (d < 0)
+          throw DataError(fmt::format("{}: tensor {} has a negative dim", path.string(), name));
       }
       const std::uint64_t bytes = static_cast<std::uint64_t>(shape_numel(shape)) * 4;
       if (offsets.size() != 2 || offsets[1] < offsets[0] || offsets[1] > data_size ||
           offsets[1] - offsets[0] != bytes) {
-        throw DataError(fmt::format("{}: tensor {} has data offsets outside the file or not "
-                                    "matching its shape (file truncated?)",
-                                    path.string(), name));
+        throw DataError(
+            fmt::format("{}: tensor {} has data offsets outside the file or not "
+                        "matching its shape (file truncated?)",
+                        path.string(), name));
       }
       Tensor t = Tensor::empty(shape, MemCategory::other, tag == "F32" ? DType::f32 : DType::i32);
       in.seekg(static_cast<std::streamoff>(8 + length + offsets[0]));

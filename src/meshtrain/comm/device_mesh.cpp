@@ -8,22 +8,32 @@ namespace meshtrain {
 
 std::string_view to_string(Axis axis) {
   switch (axis) {
-    case Axis::pp: return "pp";
-    case Axis::dp: return "dp";
-    case Axis::cp: return "cp";
-    case Axis::tp: return "tp";
-    case Axis::ep: return "ep";
+    case Axis::pp:
+      return "pp";
+    case Axis::dp:
+      return "dp";
+    case Axis::cp:
+      return "cp";
+    case Axis::tp:
+      return "tp";
+    case Axis::ep:
+      return "ep";
   }
   return "?";
 }
 
 int MeshShape::size(Axis axis) const noexcept {
   switch (axis) {
-    case Axis::pp: return pp;
-    case Axis::dp: return dp;
-    case Axis::cp: return cp;
-    case Axis::tp: return tp;
-    case Axis::ep: return ep;
+    case Axis::pp:
+      return pp;
+    case Axis::dp:
+      return dp;
+    case Axis::cp:
+      return cp;
+    case Axis::tp:
+      return tp;
+    case Axis::ep:
+      return ep;
   }
   return 1;
 }
@@ -42,11 +52,16 @@ int MeshShape::group_index(Axis axis, int rank) const {
   const MeshCoords c = coords_of(rank);
   // The coordinates that stay fixed within a group identify it.
   switch (axis) {
-    case Axis::tp: return (c.pp * dp + c.dp) * cp + c.cp;
-    case Axis::cp: return (c.pp * dp + c.dp) * tp + c.tp;
-    case Axis::dp: return (c.pp * cp + c.cp) * tp + c.tp;
-    case Axis::pp: return (c.dp * cp + c.cp) * tp + c.tp;
-    case Axis::ep: return (((c.pp * (dp / ep) + c.dp / ep) * cp + c.cp) * tp + c.tp);
+    case Axis::tp:
+      return (c.pp * dp + c.dp) * cp + c.cp;
+    case Axis::cp:
+      return (c.pp * dp + c.dp) * tp + c.tp;
+    case Axis::dp:
+      return (c.pp * cp + c.cp) * tp + c.tp;
+    case Axis::pp:
+      return (c.dp * cp + c.cp) * tp + c.tp;
+    case Axis::ep:
+      return (((c.pp * (dp / ep) + c.dp / ep) * cp + c.cp) * tp + c.tp);
   }
   return 0;
 }
@@ -55,7 +70,8 @@ std::vector<std::vector<int>> MeshShape::groups(Axis axis) const {
   const int n = size(axis);
   std::vector<std::vector<int>> out(static_cast<std::size_t>(world_size() / n));
   for (int rank = 0; rank < world_size(); ++rank) {
-    out[static_cast<std::size_t>(group_index(axis, rank))].push_back(rank);  // ascending = group order
+    out[static_cast<std::size_t>(group_index(axis, rank))].push_back(
+        rank);  // ascending = group order
   }
   return out;
 }

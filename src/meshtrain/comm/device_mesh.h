@@ -17,8 +17,7 @@
 namespace meshtrain {
 
 enum class Axis : std::uint8_t { pp, dp, cp, tp, ep };  // device-mesh axes (not tensor dims)
-inline constexpr std::array<Axis, 5> kAllAxes = {Axis::pp, Axis::dp, Axis::cp, Axis::tp,
-                                                 Axis::ep};
+inline constexpr std::array<Axis, 5> kAllAxes = {Axis::pp, Axis::dp, Axis::cp, Axis::tp, Axis::ep};
 std::string_view to_string(Axis axis);
 
 struct MeshCoords {
@@ -32,7 +31,9 @@ struct MeshShape {
   int world_size() const noexcept { return pp * dp * cp * tp; }
   int size(Axis axis) const noexcept;
   MeshCoords coords_of(int rank) const;
-  int rank_of(const MeshCoords& c) const noexcept { return ((c.pp * dp + c.dp) * cp + c.cp) * tp + c.tp; }
+  int rank_of(const MeshCoords& c) const noexcept {
+    return ((c.pp * dp + c.dp) * cp + c.cp) * tp + c.tp;
+  }
   /// Every group of `axis`, each as world ranks in group-rank order; together they partition
   /// the world. For ep: ranks that differ only in dp index d within one block of ep
   /// consecutive d values.

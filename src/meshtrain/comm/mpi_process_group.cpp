@@ -1,9 +1,9 @@
 #include "meshtrain/comm/mpi_process_group.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <climits>
-
-#include <fmt/format.h>
 
 #include "meshtrain/comm/mpi_runtime.h"
 #include "meshtrain/core/error.h"
@@ -102,9 +102,9 @@ void MpiProcessGroup::do_all_gather(std::span<const float> in, std::span<float> 
 
 void MpiProcessGroup::do_all_to_all(std::span<const float> in, std::span<float> out) {
   const int per_rank = count_of(in.size() / static_cast<std::size_t>(size()));
-  check_mpi(MPI_Alltoall(in.data(), per_rank, MPI_FLOAT, out.data(), per_rank, MPI_FLOAT,
-                         comm_.get()),
-            "MPI_Alltoall");
+  check_mpi(
+      MPI_Alltoall(in.data(), per_rank, MPI_FLOAT, out.data(), per_rank, MPI_FLOAT, comm_.get()),
+      "MPI_Alltoall");
 }
 
 void MpiProcessGroup::do_send(std::span<const float> x, int peer, int tag) {
@@ -112,9 +112,9 @@ void MpiProcessGroup::do_send(std::span<const float> x, int peer, int tag) {
 }
 
 void MpiProcessGroup::do_recv(std::span<float> x, int peer, int tag) {
-  check_mpi(MPI_Recv(x.data(), count_of(x.size()), MPI_FLOAT, peer, tag, comm_.get(),
-                     MPI_STATUS_IGNORE),
-            "MPI_Recv");
+  check_mpi(
+      MPI_Recv(x.data(), count_of(x.size()), MPI_FLOAT, peer, tag, comm_.get(), MPI_STATUS_IGNORE),
+      "MPI_Recv");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -9,14 +9,22 @@ namespace meshtrain {
 
 std::string_view to_string(CommOp op) {
   switch (op) {
-    case CommOp::all_reduce: return "all_reduce";
-    case CommOp::broadcast: return "broadcast";
-    case CommOp::barrier: return "barrier";
-    case CommOp::reduce_scatter: return "reduce_scatter";
-    case CommOp::all_gather: return "all_gather";
-    case CommOp::all_to_all: return "all_to_all";
-    case CommOp::send: return "send";
-    case CommOp::recv: return "recv";
+    case CommOp::all_reduce:
+      return "all_reduce";
+    case CommOp::broadcast:
+      return "broadcast";
+    case CommOp::barrier:
+      return "barrier";
+    case CommOp::reduce_scatter:
+      return "reduce_scatter";
+    case CommOp::all_gather:
+      return "all_gather";
+    case CommOp::all_to_all:
+      return "all_to_all";
+    case CommOp::send:
+      return "send";
+    case CommOp::recv:
+      return "recv";
   }
   return "unknown";
 }

@@ -16,20 +16,20 @@ struct ModelConfig {
   std::string family = "gpt2";  // only "gpt2" in this version
   std::int64_t n_layer = 4;
   std::int64_t n_head = 4;
-  std::int64_t n_embd = 128;    // hidden size C
-  std::int64_t block_size = 64; // sequence length T (tokens per sequence)
-  std::int64_t vocab_size = 0;  // 0: taken from the data's meta.json
-  bool bias = true;             // biases in Linear and LayerNorm (GPT-2: true; nanoGPT: false)
-  double dropout = 0.0;         // must be 0 in this version
-  double init_std = 0.02;       // GPT-2 initialisation (Radford et al. 2019, §2.3)
+  std::int64_t n_embd = 128;     // hidden size C
+  std::int64_t block_size = 64;  // sequence length T (tokens per sequence)
+  std::int64_t vocab_size = 0;   // 0: taken from the data's meta.json
+  bool bias = true;              // biases in Linear and LayerNorm (GPT-2: true; nanoGPT: false)
+  double dropout = 0.0;          // must be 0 in this version
+  double init_std = 0.02;        // GPT-2 initialisation (Radford et al. 2019, §2.3)
 };
 
 struct TrainingConfig {
-  std::int64_t micro_batch = 12;    // sequences per rank per forward/backward
-  std::int64_t accumulation = 1;    // micro-batches per rank per optimizer step
-  std::int64_t global_batch = 0;    // sequences per step; 0 = micro_batch × accumulation × dp
+  std::int64_t micro_batch = 12;  // sequences per rank per forward/backward
+  std::int64_t accumulation = 1;  // micro-batches per rank per optimizer step
+  std::int64_t global_batch = 0;  // sequences per step; 0 = micro_batch × accumulation × dp
   std::int64_t max_steps = 2000;
-  double lr = 1e-3;                 // peak learning rate (before any batch-size scaling)
+  double lr = 1e-3;  // peak learning rate (before any batch-size scaling)
   double min_lr = 1e-4;
   std::int64_t warmup_steps = 100;
   std::int64_t lr_decay_steps = 0;  // cosine from warmup to here; 0 = max_steps
@@ -39,12 +39,12 @@ struct TrainingConfig {
   double beta1 = 0.9;
   double beta2 = 0.99;
   double eps = 1e-8;
-  double grad_clip = 1.0;           // global grad-norm clipping; 0 = off
-  std::int64_t eval_interval = 250; // steps between val evaluations; 0 = only at the end
-  std::int64_t eval_batches = 20;   // global batches averaged for val loss
-  std::int64_t log_interval = 1;    // steps between log lines on rank 0
+  double grad_clip = 1.0;            // global grad-norm clipping; 0 = off
+  std::int64_t eval_interval = 250;  // steps between val evaluations; 0 = only at the end
+  std::int64_t eval_batches = 20;    // global batches averaged for val loss
+  std::int64_t log_interval = 1;     // steps between log lines on rank 0
   std::int64_t seed = 1337;
-  std::int64_t threads = 0;         // compute threads per rank; 0 = cores / local ranks
+  std::int64_t threads = 0;              // compute threads per rank; 0 = cores / local ranks
   double peak_flops_per_core = 2.19e11;  // fp32 FMA peak used for MFU (DESIGN machine notes)
 };
 
@@ -54,7 +54,7 @@ struct ParallelConfig {
   std::int64_t pp = 1;
   std::int64_t cp = 1;
   std::int64_t ep = 1;
-  std::int64_t bucket_mib = 4;      // gradient all-reduce bucket size, MiB
+  std::int64_t bucket_mib = 4;  // gradient all-reduce bucket size, MiB
 };
 
 struct DataConfig {

@@ -1,5 +1,6 @@
 #include "meshtrain/config/load.h"
 
+#include <fmt/format.h>
 #include <toml++/toml.h>
 
 #include <algorithm>
@@ -7,8 +8,6 @@
 #include <fstream>
 #include <sstream>
 #include <variant>
-
-#include <fmt/format.h>
 
 #include "meshtrain/core/error.h"
 
@@ -87,8 +86,9 @@ ConfigIssue unknown_key(const std::string& key, const std::vector<Field>& fields
   for (const Field& f : fields) {
     if (edit_distance(key, f.key) < edit_distance(key, best->key)) best = &f;
   }
-  return {key, "(unknown key)", "not a meshtrain setting",
-          fmt::format("did you mean `{}`? (README, \"Configuration\", lists every key)", best->key)};
+  return {
+      key, "(unknown key)", "not a meshtrain setting",
+      fmt::format("did you mean `{}`? (README, \"Configuration\", lists every key)", best->key)};
 }
 
 const char* type_name(const FieldRef& ref) {
@@ -156,7 +156,8 @@ std::string node_text(const toml::node& node) {
 }
 
 Field* find_field(std::vector<Field>& fields, std::string_view key) {
-  auto it = std::find_if(fields.begin(), fields.end(), [&](const Field& f) { return f.key == key; });
+  auto it =
+      std::find_if(fields.begin(), fields.end(), [&](const Field& f) { return f.key == key; });
   return it == fields.end() ? nullptr : &*it;
 }
 

@@ -1,10 +1,10 @@
 #include "meshtrain/config/validate.h"
 
-#include <cmath>
-#include <string>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include <cmath>
+#include <string>
 
 namespace meshtrain {
 namespace {
@@ -60,11 +60,11 @@ void check_parallel(const ParallelConfig& p, int world_size, std::vector<ConfigI
           "use 4 (the measured best on the project's machines)");
   const std::int64_t ranks = p.pp * p.dp * p.cp * p.tp;
   if (ranks >= 1 && ranks != world_size) {
-    issues.push_back({"parallel.pp × dp × cp × tp",
-                      fmt::format("{} × {} × {} × {} = {}", p.pp, p.dp, p.cp, p.tp, ranks),
-                      fmt::format("must equal the number of ranks launched ({})", world_size),
-                      fmt::format("launch with `mpirun -np {}`, or pass --parallel.dp {}", ranks,
-                                  world_size)});
+    issues.push_back(
+        {"parallel.pp × dp × cp × tp",
+         fmt::format("{} × {} × {} × {} = {}", p.pp, p.dp, p.cp, p.tp, ranks),
+         fmt::format("must equal the number of ranks launched ({})", world_size),
+         fmt::format("launch with `mpirun -np {}`, or pass --parallel.dp {}", ranks, world_size)});
   }
 }
 
@@ -85,9 +85,10 @@ void check_batch(const TrainingConfig& t, const ParallelConfig& p,
   } else if (t.global_batch % (t.accumulation * p.dp) == 0) {
     fix = fmt::format("set training.micro_batch = {}", t.global_batch / (t.accumulation * p.dp));
   } else {
-    fix = fmt::format("choose a global batch divisible by dp = {}, or set training.global_batch "
-                      "= {} (or 0 to derive it)",
-                      p.dp, product);
+    fix = fmt::format(
+        "choose a global batch divisible by dp = {}, or set training.global_batch "
+        "= {} (or 0 to derive it)",
+        p.dp, product);
   }
   issues.push_back({"training.global_batch", fmt::format("{}", t.global_batch),
                     fmt::format("must equal micro_batch × accumulation × dp = {} × {} × {} = {}",
@@ -112,10 +113,10 @@ void check_optimizer(const TrainingConfig& t, std::vector<ConfigIssue>& issues) 
   require(issues, t.lr_scaling == "none" || t.lr_base_batch >= 1, "training.lr_base_batch",
           t.lr_base_batch, "a scaling rule needs the global batch at which lr was tuned (≥ 1)",
           "set training.lr_base_batch, e.g. to 12");
-  require(issues, t.beta1 >= 0.0 && t.beta1 < 1.0, "training.beta1", t.beta1,
-          "must lie in [0, 1)", "use 0.9");
-  require(issues, t.beta2 >= 0.0 && t.beta2 < 1.0, "training.beta2", t.beta2,
-          "must lie in [0, 1)", "use 0.99 or 0.999");
+  require(issues, t.beta1 >= 0.0 && t.beta1 < 1.0, "training.beta1", t.beta1, "must lie in [0, 1)",
+          "use 0.9");
+  require(issues, t.beta2 >= 0.0 && t.beta2 < 1.0, "training.beta2", t.beta2, "must lie in [0, 1)",
+          "use 0.99 or 0.999");
   require(issues, t.eps > 0.0, "training.eps", t.eps, "must be > 0", "use 1e-8");
   require(issues, t.weight_decay >= 0.0, "training.weight_decay", t.weight_decay, "must be ≥ 0",
           "use 0.1");

@@ -14,12 +14,18 @@ std::size_t rounded(std::size_t bytes) {
 
 std::string_view to_string(MemCategory category) {
   switch (category) {
-    case MemCategory::params: return "params";
-    case MemCategory::grads: return "grads";
-    case MemCategory::optimizer: return "optimizer";
-    case MemCategory::activations: return "activations";
-    case MemCategory::comm: return "comm";
-    case MemCategory::other: return "other";
+    case MemCategory::params:
+      return "params";
+    case MemCategory::grads:
+      return "grads";
+    case MemCategory::optimizer:
+      return "optimizer";
+    case MemCategory::activations:
+      return "activations";
+    case MemCategory::comm:
+      return "comm";
+    case MemCategory::other:
+      return "other";
   }
   return "unknown";
 }

@@ -31,8 +31,7 @@ float philox_normal(std::uint64_t seed, std::uint64_t stream, std::uint64_t inde
   // u1 in (0, 1] so log(u1) is finite; 2^-32 steps, computed in double for accuracy.
   const double u1 = (static_cast<double>(r.w[0]) + 1.0) / 4294967296.0;
   const double u2 = static_cast<double>(r.w[1]) / 4294967296.0;
-  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) *
-                            std::cos(2.0 * std::numbers::pi * u2));
+  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2));
 }
 
 void fill_normal(std::span<float> out, std::uint64_t seed, std::uint64_t stream,

@@ -1,9 +1,9 @@
 #include "meshtrain/core/tensor.h"
 
-#include <cstring>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include <cstring>
 
 #include "meshtrain/core/error.h"
 
@@ -34,8 +34,8 @@ Tensor Tensor::empty(Shape shape, MemCategory category, DType dtype) {
   t.numel_ = shape_numel(shape);
   t.shape_ = std::move(shape);
   t.dtype_ = dtype;
-  t.storage_ = std::make_shared<Storage>(
-      static_cast<std::size_t>(t.numel_) * dtype_size(dtype), category);
+  t.storage_ =
+      std::make_shared<Storage>(static_cast<std::size_t>(t.numel_) * dtype_size(dtype), category);
   return t;
 }
 
@@ -58,8 +58,7 @@ MemCategory Tensor::category() const noexcept {
 
 void* Tensor::raw() const {
   MT_CHECK(storage_ != nullptr, "use of an undefined tensor");
-  return static_cast<char*>(storage_->ptr) +
-         static_cast<std::size_t>(offset_) * dtype_size(dtype_);
+  return static_cast<char*>(storage_->ptr) + static_cast<std::size_t>(offset_) * dtype_size(dtype_);
 }
 
 float* Tensor::f32() {
@@ -117,8 +116,7 @@ void Tensor::zero() {
 
 void Tensor::copy_from(const Tensor& other) {
   MT_CHECK(other.numel_ == numel_ && other.dtype_ == dtype_, "copy {} {} into {} {}",
-           to_string(other.dtype_), to_string(other.shape_), to_string(dtype_),
-           to_string(shape_));
+           to_string(other.dtype_), to_string(other.shape_), to_string(dtype_), to_string(shape_));
   if (numel_ > 0) std::memcpy(raw(), other.raw(), static_cast<std::size_t>(bytes()));
 }
 

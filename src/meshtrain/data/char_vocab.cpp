@@ -31,9 +31,9 @@ CharVocab CharVocab::from_chars(std::vector<std::uint8_t> chars) {
   if (chars.empty()) throw DataError("character vocabulary is empty: it needs at least one byte");
   for (std::size_t i = 1; i < chars.size(); ++i) {
     if (chars[i] <= chars[i - 1]) {
-      throw DataError(fmt::format(
-          "character vocabulary is not strictly increasing: entry {} is {} after {}", i,
-          chars[i], chars[i - 1]));
+      throw DataError(
+          fmt::format("character vocabulary is not strictly increasing: entry {} is {} after {}", i,
+                      chars[i], chars[i - 1]));
     }
   }
   return CharVocab(std::move(chars));
@@ -68,7 +68,8 @@ std::string CharVocab::decode(std::span<const std::int32_t> ids) const {
 }
 
 std::string describe_byte(std::uint8_t byte) {
-  if (byte >= 0x20 && byte < 0x7f) return fmt::format("'{}' (byte {})", static_cast<char>(byte), byte);
+  if (byte >= 0x20 && byte < 0x7f)
+    return fmt::format("'{}' (byte {})", static_cast<char>(byte), byte);
   return fmt::format("byte {:#04x}", byte);
 }
 

@@ -49,7 +49,7 @@ class CharVocab {
  private:
   explicit CharVocab(std::vector<std::uint8_t> sorted_chars);
 
-  std::vector<std::uint8_t> chars_;  // id -> byte
+  std::vector<std::uint8_t> chars_;           // id -> byte
   std::array<std::int16_t, 256> id_of_byte_;  // byte -> id, -1 when absent
 };
 

@@ -86,7 +86,8 @@ Metadata load_metadata(const std::filesystem::path& meta_json) {
   if (!doc.is_object()) fail(meta_json, "is not a JSON object");
   const json& format = field(doc, "format", meta_json);
   if (!format.is_string() || format.get<std::string>() != kCharFormat) {
-    fail(meta_json, fmt::format("has \"format\" = {}, expected \"{}\"", format.dump(), kCharFormat));
+    fail(meta_json,
+         fmt::format("has \"format\" = {}, expected \"{}\"", format.dump(), kCharFormat));
   }
   const json& source = field(doc, "source", meta_json);
   if (!source.is_string()) fail(meta_json, "has a \"source\" that is not a string");
@@ -98,8 +99,8 @@ Metadata load_metadata(const std::filesystem::path& meta_json) {
   const std::int64_t vocab_size = count_field(doc, "vocab_size", meta_json);
   std::vector<std::uint8_t> chars = chars_field(doc, meta_json);
   if (static_cast<std::int64_t>(chars.size()) != vocab_size) {
-    fail(meta_json, fmt::format("lists {} \"chars\" but \"vocab_size\" = {}", chars.size(),
-                                vocab_size));
+    fail(meta_json,
+         fmt::format("lists {} \"chars\" but \"vocab_size\" = {}", chars.size(), vocab_size));
   }
   try {
     meta.vocab = CharVocab::from_chars(std::move(chars));

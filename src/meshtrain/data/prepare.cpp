@@ -22,14 +22,14 @@ std::string read_text(const std::filesystem::path& path) {
   std::error_code ec;
   const std::filesystem::file_status status = std::filesystem::status(path, ec);
   if (!std::filesystem::exists(status)) {
-    throw DataError(fmt::format(
-        "text file '{}' does not exist; pass the path of a plain-text corpus, e.g. "
-        "data/tinyshakespeare.txt in the meshtrain repository",
-        path.string()));
+    throw DataError(
+        fmt::format("text file '{}' does not exist; pass the path of a plain-text corpus, e.g. "
+                    "data/tinyshakespeare.txt in the meshtrain repository",
+                    path.string()));
   }
   if (!std::filesystem::is_regular_file(status)) {
-    throw DataError(fmt::format("text file '{}' is not a regular file; pass a plain-text file",
-                                path.string()));
+    throw DataError(
+        fmt::format("text file '{}' is not a regular file; pass a plain-text file", path.string()));
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
@@ -69,9 +69,9 @@ void create_out_dir(const std::filesystem::path& out_dir) {
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec || !std::filesystem::is_directory(out_dir)) {
-    throw DataError(fmt::format(
-        "cannot create output directory '{}': {}; choose a writable directory",
-        out_dir.string(), ec ? ec.message() : "a file of that name exists"));
+    throw DataError(
+        fmt::format("cannot create output directory '{}': {}; choose a writable directory",
+                    out_dir.string(), ec ? ec.message() : "a file of that name exists"));
   }
 }
 
@@ -111,7 +111,8 @@ PrepareResult prepare_char_dataset(const std::filesystem::path& text,
   std::error_code ec;
   std::filesystem::remove(result.meta_json, ec);
   if (ec) {
-    throw DataError(fmt::format("cannot replace '{}': {}", result.meta_json.string(), ec.message()));
+    throw DataError(
+        fmt::format("cannot replace '{}': {}", result.meta_json.string(), ec.message()));
   }
   train_file.commit();
   val_file.commit();

@@ -32,7 +32,8 @@ std::int64_t GlobalBatchSampler::offset_of(std::int64_t step, std::int64_t seque
            global_batch_);
   const auto index = static_cast<std::uint64_t>(step) * static_cast<std::uint64_t>(global_batch_) +
                      static_cast<std::uint64_t>(sequence);
-  const auto starts = static_cast<std::uint64_t>(static_cast<std::int64_t>(tokens_.size()) - seq_len_);
+  const auto starts =
+      static_cast<std::uint64_t>(static_cast<std::int64_t>(tokens_.size()) - seq_len_);
   // Modulo bias: each offset's probability differs from 1/(n − seq_len) by a relative error
   // below n / 2^64 (≈ 6e-14 for Tiny Shakespeare's 1e6 tokens), which is negligible; in
   // exchange every sequence costs exactly one Philox call, with no rejection loop.
@@ -60,8 +61,8 @@ void GlobalBatchSampler::fill(std::int64_t step, std::int64_t first_sequence, st
 std::int64_t first_sequence_of(std::int64_t accumulation_index, int dp_rank, int dp_size,
                                std::int64_t micro_batch) {
   MT_CHECK(accumulation_index >= 0, "accumulation_index = {}, expected ≥ 0", accumulation_index);
-  MT_CHECK(dp_size >= 1 && dp_rank >= 0 && dp_rank < dp_size, "dp rank {} outside [0, {})",
-           dp_rank, dp_size);
+  MT_CHECK(dp_size >= 1 && dp_rank >= 0 && dp_rank < dp_size, "dp rank {} outside [0, {})", dp_rank,
+           dp_size);
   MT_CHECK(micro_batch >= 1, "micro_batch = {}, expected ≥ 1", micro_batch);
   return (accumulation_index * dp_size + dp_rank) * micro_batch;
 }

@@ -24,8 +24,8 @@ void write_all(int fd, std::span<const std::byte> bytes, const std::filesystem::
     const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw DataError(fmt::format("cannot write '{}': {}; check free disk space",
-                                  path.string(), os_reason(errno)));
+      throw DataError(fmt::format("cannot write '{}': {}; check free disk space", path.string(),
+                                  os_reason(errno)));
     }
     done += static_cast<std::size_t>(n);
   }

@@ -27,8 +27,8 @@ int num_threads();
 ///   op(B) [K, N]: B is stored [K, N], or [N, K] when trans_b
 ///   C     [M, N]
 /// beta must be 0 (C overwritten) or 1 (C accumulated).
-void gemm(const float* a, const float* b, float* c, std::int64_t m, std::int64_t n,
-          std::int64_t k, bool trans_a, bool trans_b, float alpha, float beta);
+void gemm(const float* a, const float* b, float* c, std::int64_t m, std::int64_t n, std::int64_t k,
+          bool trans_a, bool trans_b, float alpha, float beta);
 
 // ---------------------------------------------------------------------------------------------
 // Linear: y = x · Wᵀ + b (PyTorch nn.Linear)
@@ -59,14 +59,14 @@ void layernorm_forward(const float* x, const float* weight, const float* bias, f
 
 ///   dx [rows, C] overwritten; dweight [C], dbias [C] (or nullptr) ACCUMULATED
 void layernorm_backward(const float* x, const float* weight, const float* mean, const float* rstd,
-                        const float* dy, float* dx, float* dweight, float* dbias,
-                        std::int64_t rows, std::int64_t C);
+                        const float* dy, float* dx, float* dweight, float* dbias, std::int64_t rows,
+                        std::int64_t C);
 
 // ---------------------------------------------------------------------------------------------
 // GELU, tanh approximation as GPT-2 (Hendrycks & Gimpel 2016, eq. after §2;
 // PyTorch GELU(approximate="tanh")): 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
 
-void gelu_forward(const float* x, float* y, std::int64_t n);                    // y overwritten
+void gelu_forward(const float* x, float* y, std::int64_t n);                     // y overwritten
 void gelu_backward(const float* x, const float* dy, float* dx, std::int64_t n);  // dx overwritten
 
 // ---------------------------------------------------------------------------------------------

@@ -7,11 +7,11 @@
 namespace meshtrain {
 
 struct AttentionShape {
-  std::int64_t n_embd;    // C
-  std::int64_t n_head;    // heads; C % n_head == 0 (validated with the config)
+  std::int64_t n_embd;  // C
+  std::int64_t n_head;  // heads; C % n_head == 0 (validated with the config)
   bool bias;
-  float init_std;         // c_attn weights
-  float proj_init_std;    // c_proj weights (GPT-2 scales it by 1/√(2·n_layer))
+  float init_std;       // c_attn weights
+  float proj_init_std;  // c_proj weights (GPT-2 scales it by 1/√(2·n_layer))
 };
 
 class CausalSelfAttention {

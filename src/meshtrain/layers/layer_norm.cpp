@@ -24,8 +24,8 @@ Tensor LayerNorm::forward(const Tensor& x) {
 }
 
 Tensor LayerNorm::backward(const Tensor& dy) {
-  MT_CHECK(dy.shape() == x_.shape(), "{}: grad {} expected {}", weight_.name,
-           to_string(dy.shape()), to_string(x_.shape()));
+  MT_CHECK(dy.shape() == x_.shape(), "{}: grad {} expected {}", weight_.name, to_string(dy.shape()),
+           to_string(x_.shape()));
   Tensor dx = Tensor::empty(x_.shape(), MemCategory::activations);
   kernels::layernorm_backward(x_.f32(), weight_.value.f32(), mean_.f32(), rstd_.f32(), dy.f32(),
                               dx.f32(), weight_.grad.f32(), bias_ ? bias_->grad.f32() : nullptr,

@@ -17,8 +17,12 @@ void initialize(Parameter& p, std::uint64_t seed) {
     case InitKind::normal:
       fill_normal(p.value.span_f32(), seed, stream_of(p.name), 0, 0.0f, p.init_std);
       break;
-    case InitKind::zeros: p.value.fill(0.0f); break;
-    case InitKind::ones: p.value.fill(1.0f); break;
+    case InitKind::zeros:
+      p.value.fill(0.0f);
+      break;
+    case InitKind::ones:
+      p.value.fill(1.0f);
+      break;
   }
 }
 

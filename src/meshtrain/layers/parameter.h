@@ -16,11 +16,11 @@ namespace meshtrain {
 enum class InitKind : std::uint8_t { normal, zeros, ones };
 
 struct Parameter {
-  std::string name;       // Hugging Face name, e.g. "transformer.h.0.attn.c_attn.weight"
-  Tensor value;           // f32, MemCategory::params
-  Tensor grad;            // f32, same shape, MemCategory::grads; ACCUMULATED by backward
+  std::string name;  // Hugging Face name, e.g. "transformer.h.0.attn.c_attn.weight"
+  Tensor value;      // f32, MemCategory::params
+  Tensor grad;       // f32, same shape, MemCategory::grads; ACCUMULATED by backward
   InitKind init = InitKind::zeros;
-  float init_std = 0.0f;  // for InitKind::normal
+  float init_std = 0.0f;      // for InitKind::normal
   bool weight_decay = false;  // nanoGPT's rule: 2-D weights decay, biases and norms do not
 
   /// Allocates value and grad of `shape` (grad zeroed; value set by initialize()).

@@ -1,8 +1,8 @@
 #include "meshtrain/model/gpt.h"
 
-#include <cmath>
-
 #include <fmt/format.h>
+
+#include <cmath>
 
 #include "meshtrain/core/error.h"
 #include "meshtrain/kernels/kernels.h"
@@ -66,8 +66,8 @@ Tensor GptModel::logits(const std::int32_t* tokens, std::int64_t batch, std::int
   return out;
 }
 
-float GptModel::forward(const std::int32_t* tokens, const std::int32_t* targets,
-                        std::int64_t batch, std::int64_t seq_len) {
+float GptModel::forward(const std::int32_t* tokens, const std::int32_t* targets, std::int64_t batch,
+                        std::int64_t seq_len) {
   batch_ = batch;
   seq_len_ = seq_len;
   final_hidden_ = hidden(tokens, batch, seq_len);
@@ -83,8 +83,7 @@ float GptModel::forward(const std::int32_t* tokens, const std::int32_t* targets,
   targets_.assign(targets, targets + rows);
   Tensor losses = Tensor::empty({rows}, MemCategory::activations);
   lse_ = Tensor::empty({rows}, MemCategory::activations);
-  kernels::cross_entropy_forward(logits_.f32(), targets_.data(), losses.f32(), lse_.f32(), rows,
-                                 V);
+  kernels::cross_entropy_forward(logits_.f32(), targets_.data(), losses.f32(), lse_.f32(), rows, V);
   double sum = 0.0;
   for (std::int64_t i = 0; i < rows; ++i) sum += losses.f32()[i];
   return static_cast<float>(sum / static_cast<double>(rows));

@@ -26,8 +26,8 @@ void AdamW::step(double lr) {
         .eps = static_cast<float>(config_.eps),
         .weight_decay = p.weight_decay ? static_cast<float>(config_.weight_decay) : 0.0f,
     };
-    kernels::adamw_step(p.value.span_f32(), m_[i].span_f32(), v_[i].span_f32(),
-                        p.grad.span_f32(), hp, step_);
+    kernels::adamw_step(p.value.span_f32(), m_[i].span_f32(), v_[i].span_f32(), p.grad.span_f32(),
+                        hp, step_);
   }
 }
 

@@ -1,11 +1,11 @@
 #include "meshtrain/train/trainer.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cmath>
-#include <thread>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "meshtrain/checkpoint/model_checkpoint.h"
 #include "meshtrain/config/validate.h"
@@ -24,11 +24,11 @@ void resolve_vocab(Config& config, const data::Metadata& meta) {
   if (config.model.vocab_size == 0) {
     config.model.vocab_size = data_vocab;
   } else if (config.model.vocab_size != data_vocab) {
-    throw ConfigError(config.source,
-                      {{"model.vocab_size", std::to_string(config.model.vocab_size),
-                        fmt::format("must equal the vocabulary of {} ({})", config.data.dir,
-                                    data_vocab),
-                        "set model.vocab_size = 0 to take it from the data"}});
+    throw ConfigError(
+        config.source,
+        {{"model.vocab_size", std::to_string(config.model.vocab_size),
+          fmt::format("must equal the vocabulary of {} ({})", config.data.dir, data_vocab),
+          "set model.vocab_size = 0 to take it from the data"}});
   }
 }
 
@@ -54,10 +54,10 @@ Trainer::Trainer(Config config, const ProcessGroup& world, TrainerOptions option
   val_file_ = data::TokenFile(dir / data::kValBinName, metadata_.vocab.size());
   const std::int64_t global_batch = global_batch_of(config_);
   const auto seed = static_cast<std::uint64_t>(config_.training.seed);
-  train_sampler_ = std::make_unique<data::GlobalBatchSampler>(
-      train_file_, config_.model.block_size, global_batch, seed, "train");
-  val_sampler_ = std::make_unique<data::GlobalBatchSampler>(
-      val_file_, config_.model.block_size, global_batch, seed, "val");
+  train_sampler_ = std::make_unique<data::GlobalBatchSampler>(train_file_, config_.model.block_size,
+                                                              global_batch, seed, "train");
+  val_sampler_ = std::make_unique<data::GlobalBatchSampler>(val_file_, config_.model.block_size,
+                                                            global_batch, seed, "val");
 
   // Everything above only read files; from here on memory is allocated.
   const MeshShape shape{.pp = static_cast<int>(config_.parallel.pp),
@@ -72,21 +72,21 @@ Trainer::Trainer(Config config, const ProcessGroup& world, TrainerOptions option
   kernels::set_num_threads(threads_);
 
   model_ = std::make_unique<GptModel>(config_.model, seed);
-  buckets_ = std::make_unique<GradBuckets>(model_->parameters(), dp,
-                                           config_.parallel.bucket_mib << 20);
-  optimizer_ = std::make_unique<AdamW>(
-      model_->parameters(),
-      AdamWConfig{.beta1 = config_.training.beta1,
-                  .beta2 = config_.training.beta2,
-                  .eps = config_.training.eps,
-                  .weight_decay = config_.training.weight_decay});
+  buckets_ =
+      std::make_unique<GradBuckets>(model_->parameters(), dp, config_.parallel.bucket_mib << 20);
+  optimizer_ = std::make_unique<AdamW>(model_->parameters(),
+                                       AdamWConfig{.beta1 = config_.training.beta1,
+                                                   .beta2 = config_.training.beta2,
+                                                   .eps = config_.training.eps,
+                                                   .weight_decay = config_.training.weight_decay});
   const std::size_t micro_tokens =
       static_cast<std::size_t>(config_.training.micro_batch * config_.model.block_size);
   inputs_.resize(micro_tokens);
   targets_.resize(micro_tokens);
   if (mesh_->rank() == 0 && !options_.metrics_path.empty()) {
     metrics_.open(options_.metrics_path, std::ios::trunc);
-    if (!metrics_) throw DataError(fmt::format("cannot write metrics to {}", options_.metrics_path));
+    if (!metrics_)
+      throw DataError(fmt::format("cannot write metrics to {}", options_.metrics_path));
   }
 }
 
@@ -134,8 +134,8 @@ double Trainer::evaluate() {
     for (std::int64_t a = 0; a < t.accumulation; ++a) {
       const std::int64_t first = data::first_sequence_of(a, dp.rank(), dp.size(), t.micro_batch);
       val_sampler_->fill(b, first, t.micro_batch, inputs_.data(), targets_.data());
-      sum += model_->forward(inputs_.data(), targets_.data(), t.micro_batch,
-                             config_.model.block_size);
+      sum +=
+          model_->forward(inputs_.data(), targets_.data(), t.micro_batch, config_.model.block_size);
     }
   }
   dp.all_reduce_sum(std::span<double>(&sum, 1));
@@ -180,11 +180,12 @@ void Trainer::log_step(const StepMetrics& m) {
   if (mesh_->rank() != 0) return;
   const TrainingConfig& t = config_.training;
   if (options_.log && (m.step % t.log_interval == 0 || m.step == 1 || m.val_loss)) {
-    fmt::print("step {:>5}/{} | loss {:.4f} | lr {:.3e} | grad_norm {:.4f} | {:7.1f} ms | "
-               "{:>8.0f} tokens/s | MFU {:5.1f}% | peak {}{}\n",
-               m.step, t.max_steps, m.loss, m.lr, m.grad_norm, m.step_time_s * 1e3,
-               m.tokens_per_s, m.mfu * 100.0, mib(m.peak_bytes),
-               m.val_loss ? fmt::format(" | val_loss {:.4f}", *m.val_loss) : "");
+    fmt::print(
+        "step {:>5}/{} | loss {:.4f} | lr {:.3e} | grad_norm {:.4f} | {:7.1f} ms | "
+        "{:>8.0f} tokens/s | MFU {:5.1f}% | peak {}{}\n",
+        m.step, t.max_steps, m.loss, m.lr, m.grad_norm, m.step_time_s * 1e3, m.tokens_per_s,
+        m.mfu * 100.0, mib(m.peak_bytes),
+        m.val_loss ? fmt::format(" | val_loss {:.4f}", *m.val_loss) : "");
     std::fflush(stdout);
   }
   if (metrics_.is_open()) {

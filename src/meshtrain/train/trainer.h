@@ -24,14 +24,14 @@
 namespace meshtrain {
 
 struct StepMetrics {
-  std::int64_t step = 0;       // optimizer steps done, 1-based
-  double loss = 0.0;           // mean train loss of the global batch
+  std::int64_t step = 0;  // optimizer steps done, 1-based
+  double loss = 0.0;      // mean train loss of the global batch
   double lr = 0.0;
-  double grad_norm = 0.0;      // global, before clipping
+  double grad_norm = 0.0;  // global, before clipping
   double step_time_s = 0.0;
-  double tokens_per_s = 0.0;   // global batch tokens / step time
-  double mfu = 0.0;            // model FLOP/s utilisation against training.peak_flops_per_core
-  std::int64_t peak_bytes = 0; // this rank's tracked-allocator peak, all categories
+  double tokens_per_s = 0.0;    // global batch tokens / step time
+  double mfu = 0.0;             // model FLOP/s utilisation against training.peak_flops_per_core
+  std::int64_t peak_bytes = 0;  // this rank's tracked-allocator peak, all categories
   std::optional<double> val_loss;
 };
 

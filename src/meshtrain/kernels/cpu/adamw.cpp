@@ -19,8 +19,7 @@ namespace meshtrain::kernels {
 void adamw_step(std::span<float> w, std::span<float> m, std::span<float> v,
                 std::span<const float> g, const AdamWParams& params, std::int64_t step) {
   MT_CHECK(m.size() == w.size() && v.size() == w.size() && g.size() == w.size(),
-           "adamw_step: sizes differ: w={} m={} v={} g={}", w.size(), m.size(), v.size(),
-           g.size());
+           "adamw_step: sizes differ: w={} m={} v={} g={}", w.size(), m.size(), v.size(), g.size());
   MT_CHECK(step >= 1, "adamw_step: step is 1-based, got {}", step);
   // Scalars in double as PyTorch computes them in Python floats; each enters the f32 update
   // as one rounded constant, so the per-element arithmetic is f32 like PyTorch's kernels.

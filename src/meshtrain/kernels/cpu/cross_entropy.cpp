@@ -47,8 +47,8 @@ void cross_entropy_backward(const float* logits, const float* lse, const std::in
     float* drow = dlogits + r * V;
     const float row_lse = lse[r];
     const std::int32_t target = targets[r];
-    MT_CHECK(target >= 0 && target < V, "cross_entropy_backward: target {} of row {} not in [0, {})",
-             target, r, V);
+    MT_CHECK(target >= 0 && target < V,
+             "cross_entropy_backward: target {} of row {} not in [0, {})", target, r, V);
     for (std::int64_t j = 0; j < V; ++j) drow[j] = scale * std::exp(row[j] - row_lse);
     drow[target] -= scale;
   }

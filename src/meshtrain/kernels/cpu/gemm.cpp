@@ -107,9 +107,8 @@ class GemmCache {
       try {
         it = cache_.emplace(key, create_primitive(engine_, key)).first;
       } catch (const dnnl::error& e) {
-        MT_CHECK(false, "oneDNN matmul m={} n={} k={} trans_a={} trans_b={}: {} (status {})",
-                 key.m, key.n, key.k, key.trans_a, key.trans_b, e.what(),
-                 static_cast<int>(e.status));
+        MT_CHECK(false, "oneDNN matmul m={} n={} k={} trans_a={} trans_b={}: {} (status {})", key.m,
+                 key.n, key.k, key.trans_a, key.trans_b, e.what(), static_cast<int>(e.status));
       }
     }
     return it->second;
@@ -125,8 +124,8 @@ class GemmCache {
 
 }  // namespace
 
-void gemm(const float* a, const float* b, float* c, std::int64_t m, std::int64_t n,
-          std::int64_t k, bool trans_a, bool trans_b, float alpha, float beta) {
+void gemm(const float* a, const float* b, float* c, std::int64_t m, std::int64_t n, std::int64_t k,
+          bool trans_a, bool trans_b, float alpha, float beta) {
   MT_CHECK(m >= 0 && n >= 0 && k >= 0, "gemm: negative dims m={} n={} k={}", m, n, k);
   MT_CHECK(beta == 0.0f || beta == 1.0f, "gemm: beta must be 0 or 1, got {}", beta);
   if (m == 0 || n == 0) return;
@@ -134,9 +133,14 @@ void gemm(const float* a, const float* b, float* c, std::int64_t m, std::int64_t
     if (beta == 0.0f) std::memset(c, 0, static_cast<std::size_t>(m * n) * sizeof(float));
     return;
   }
-  const GemmKey key{m,       n,       k,
-                    trans_a, trans_b, beta == 1.0f,
-                    std::bit_cast<std::uint32_t>(alpha), omp_get_max_threads()};
+  const GemmKey key{m,
+                    n,
+                    k,
+                    trans_a,
+                    trans_b,
+                    beta == 1.0f,
+                    std::bit_cast<std::uint32_t>(alpha),
+                    omp_get_max_threads()};
   GemmCache& cache = GemmCache::instance();
   const GemmPrimitive& p = cache.get(key);
 

@@ -42,8 +42,8 @@ void layernorm_forward(const float* x, const float* weight, const float* bias, f
 }
 
 void layernorm_backward(const float* x, const float* weight, const float* mean, const float* rstd,
-                        const float* dy, float* dx, float* dweight, float* dbias,
-                        std::int64_t rows, std::int64_t C) {
+                        const float* dy, float* dx, float* dweight, float* dbias, std::int64_t rows,
+                        std::int64_t C) {
   MT_CHECK(rows >= 0 && C > 0, "layernorm_backward: bad dims rows={} C={}", rows, C);
   const float inv_c = 1.0f / static_cast<float>(C);
   // With x̂ = (x − μ)·rstd and g = dy ∘ weight, differentiating through μ and rstd gives

@@ -25,8 +25,8 @@ inline float exp_approx(float x) {
   // the default round-to-nearest mode (|x / ln 2| < 128 ≪ 2²²).
   constexpr float kRound = 12582912.0f;
   const float n = (x * 1.44269504088896341f + kRound) - kRound;
-  float r = x - n * 0.693359375f;                               // ln2 high part (exact in n·)
-  r = r - n * -2.12194440e-4f;                                  // ln2 low part
+  float r = x - n * 0.693359375f;  // ln2 high part (exact in n·)
+  r = r - n * -2.12194440e-4f;     // ln2 low part
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;

@@ -4,13 +4,13 @@
 // bucketing of PyTorch DDP, Li et al. 2020, "PyTorch Distributed", §3.2.3): gradients live in
 // flat buckets of at most `bucket_bytes` — each Parameter::grad becomes a view into its
 // bucket, as DDP's gradient-as-bucket-view, so reducing needs no copy in or out — and each
-// bucket is all-reduced as one message, then divided by dp. Buckets are filled in reverse parameter order because backward produces
-// the last layer's gradients first, so a later version can put the first bucket on the wire
-// while earlier layers still compute. Every dp rank builds the same buckets in the same order
-// (the order depends only on the parameter list, never on timing), or the all-reduces would
-// pair up wrongly. Called once per optimizer step, after all micro-batches: one reduction per
-// step whatever the accumulation.
-// Uses: comm/process_group.h, layers/parameter.h. Knows nothing of pipeline stages or optimizers.
+// bucket is all-reduced as one message, then divided by dp. Buckets are filled in reverse parameter
+// order because backward produces the last layer's gradients first, so a later version can put the
+// first bucket on the wire while earlier layers still compute. Every dp rank builds the same
+// buckets in the same order (the order depends only on the parameter list, never on timing), or the
+// all-reduces would pair up wrongly. Called once per optimizer step, after all micro-batches: one
+// reduction per step whatever the accumulation. Uses: comm/process_group.h, layers/parameter.h.
+// Knows nothing of pipeline stages or optimizers.
 #pragma once
 
 #include <cstdint>
