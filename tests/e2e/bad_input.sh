@@ -64,5 +64,50 @@ expect "missing text for prepare" 3 "/nonexistent.txt" -- "$BIN" prepare /nonexi
 expect "sample from a missing checkpoint" 3 "not a meshtrain checkpoint" -- \
   "$BIN" sample "$WORK/none" --prompt "ROMEO:"
 
+expect "non-finite learning rate" 2 "must be a finite number" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" --training.lr inf
+expect "override without a value" 2 "training.lr = (missing)" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" --training.lr --training.max_steps 3
+expect "model too large for memory (before allocating)" 2 "GiB available" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" --model.n_layer 100000
+expect "config path is a directory" 2 "must be an existing, readable TOML file" -- \
+  "$BIN" train "$WORK" "${COMMON[@]}"
+printf '[model]\nn_layer = 4.0\n' >"$WORK/float.toml"
+expect "float where an integer is expected" 2 "write a whole number" -- \
+  "$BIN" train "$WORK/float.toml" "${COMMON[@]}"
+expect "unknown subcommand" 2 "unknown command 'fit'" -- "$BIN" fit "$CONFIG"
+expect "sample with bad arguments" 2 "--temperature = nan" -- \
+  "$BIN" sample "$WORK/none" --temperature nan --tokens -5 --top-k -1
+
+# An unwritable checkpoint directory is found before training, not after it.
+out=$("$BIN" train "$CONFIG" --data.dir "$DATA" --training.max_steps 2 \
+  --checkpoint.dir /proc/meshtrain_ckpt 2>&1)
+if [[ $? -eq 2 && $out == *"checkpoint.dir = /proc/meshtrain_ckpt"* && $out != *"step "* ]]; then
+  echo "ok   unwritable checkpoint directory (exit 2, before step 1)"; passed=$((passed + 1))
+else
+  echo "FAIL unwritable checkpoint directory"; echo "$out" | sed 's/^/    /'
+  failures=$((failures + 1))
+fi
+
+# A checkpoint whose meta.json belongs to another dataset, or whose weights hold a NaN.
+"$BIN" prepare "$0" --out "$WORK/other" >/dev/null
+"$BIN" train "$CONFIG" --data.dir "$DATA" --training.max_steps 1 --checkpoint.dir "$WORK/good" \
+  --model.n_layer 1 >/dev/null
+cp -r "$WORK/good" "$WORK/mixed" && cp "$WORK/other/meta.json" "$WORK/mixed/meta.json"
+expect "sample with a foreign meta.json" 3 "does not belong to this checkpoint" -- \
+  "$BIN" sample "$WORK/mixed" --prompt "ROMEO:"
+cp -r "$WORK/good" "$WORK/nan"
+/usr/bin/python3 - "$WORK/nan/model.safetensors" <<'PY'
+import json, struct, sys
+path = sys.argv[1]
+data = bytearray(open(path, "rb").read())
+n = struct.unpack("<Q", data[:8])[0]
+begin = json.loads(data[8:8 + n])["transformer.wpe.weight"]["data_offsets"][0]
+data[8 + n + begin:8 + n + begin + 4] = struct.pack("<f", float("nan"))
+open(path, "wb").write(data)
+PY
+expect "sample from weights holding a NaN" 3 "non-finite value" -- \
+  "$BIN" sample "$WORK/nan" --prompt "ROMEO:"
+
 echo "$passed passed, $failures failed"
 ((failures == 0))

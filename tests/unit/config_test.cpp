@@ -2,6 +2,8 @@
 // (setting, value, rule, fix), all before anything is allocated (DESIGN invariant 9).
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "meshtrain/config/load.h"
 #include "meshtrain/config/validate.h"
 #include "meshtrain/core/allocator.h"
@@ -40,7 +42,7 @@ TEST(ConfigLoad, UnknownKeysAndWrongTypesAreAllReportedWithAFix) {
       return e.issues()[0];
     };
     EXPECT_NE(find("training.max_step").fix.find("training.max_steps"), std::string::npos);
-    EXPECT_NE(find("training.lr").rule.find("a number"), std::string::npos);
+    EXPECT_NE(find("training.lr").rule.find("a finite number"), std::string::npos);
     EXPECT_NE(find("parallel.dpp").fix.find("parallel.dp"), std::string::npos);
     EXPECT_EQ(find("training.seed").value, "x");
   }
@@ -146,6 +148,45 @@ TEST(ConfigValidate, BatchSizeLearningRateScalingRules) {
   EXPECT_DOUBLE_EQ(scaled_peak_lr(c), 2e-3);
   c.training.lr_scaling = "none";
   EXPECT_DOUBLE_EQ(scaled_peak_lr(c), 1e-3);
+}
+
+}  // namespace
+}  // namespace meshtrain
+
+namespace meshtrain {
+namespace {
+
+TEST(ConfigLoad, SectionThatIsNotATableAndSuggestionsBySettingName) {
+  try {
+    load_config_text("model = 5\n", "t.toml", {{"optim.lr", "1"}, {"training.eps", "inf"}});
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    ASSERT_EQ(e.issues().size(), 3u);
+    std::map<std::string, const ConfigIssue*> by_setting;
+    for (const ConfigIssue& i : e.issues()) by_setting[i.setting] = &i;
+    ASSERT_EQ(by_setting.count("model"), 1u);
+    ASSERT_EQ(by_setting.count("optim.lr"), 1u);
+    ASSERT_EQ(by_setting.count("training.eps"), 1u);
+    EXPECT_NE(by_setting["model"]->rule.find("must be a table"), std::string::npos);
+    EXPECT_NE(by_setting["optim.lr"]->fix.find("`training.lr`"), std::string::npos);
+    EXPECT_NE(by_setting["training.eps"]->rule.find("finite"), std::string::npos);
+  }
+}
+
+TEST(ConfigValidate, MemoryEstimateRejectsWhatCannotFit) {
+  Config c;
+  c.model.vocab_size = 65;
+  // The main job: 804,096 parameters → 12.9 MB of weights, gradients and Adam state, plus
+  // ≈ 30 MB of activations at micro-batch 12 (the tracked allocator measured a 38 MiB peak).
+  const double bytes = estimated_training_bytes(c);
+  EXPECT_GT(bytes, 30e6);
+  EXPECT_LT(bytes, 60e6);
+  EXPECT_TRUE(check_memory(c, std::int64_t{1} << 30).empty());
+  EXPECT_TRUE(check_memory(c, 0).empty()) << "unknown available memory never rejects";
+  c.model.n_embd = 1'000'000'000;  // no int64 overflow: a huge estimate, one clear issue
+  const auto issues = check_memory(c, std::int64_t{16} << 30);
+  ASSERT_EQ(issues.size(), 1u);
+  EXPECT_NE(issues[0].rule.find("GiB available"), std::string::npos);
 }
 
 }  // namespace

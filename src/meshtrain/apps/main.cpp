@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "meshtrain/apps/commands.h"
@@ -16,6 +17,7 @@ int main(int argc, char** argv) {
   using namespace meshtrain;
   CLI::App app{"meshtrain: train GPT-style language models over MPI ranks"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "meshtrain " MESHTRAIN_VERSION);
 
   PrepareArgs prepare;
   CLI::App* prepare_cmd =
@@ -30,11 +32,17 @@ int main(int argc, char** argv) {
   train_cmd->add_option("config", train.config, "TOML config file")->required();
   train_cmd->add_option("--metrics", train.metrics, "write JSON lines of per-step metrics");
   train_cmd->allow_extras();
+  train_cmd->footer(
+      "Every setting of the config can be overridden after it as --section.key value (or\n"
+      "--section.key=value), e.g. --training.max_steps 500 --parallel.dp 2. The keys are listed\n"
+      "in README.md, \"Configuration\". Launch several ranks with mpirun -np N meshtrain train "
+      "...");
 
   SampleArgs sample;
   CLI::App* sample_cmd = app.add_subcommand("sample", "generate text from a checkpoint");
   sample_cmd->add_option("checkpoint", sample.checkpoint, "checkpoint directory")->required();
-  sample_cmd->add_option("--prompt", sample.prompt, "text to continue")->default_val("\n");
+  sample.prompt = "\n";
+  sample_cmd->add_option("--prompt", sample.prompt, "text to continue (default: a newline)");
   sample_cmd->add_option("--tokens", sample.tokens, "tokens to generate")->default_val(200);
   sample_cmd->add_option("--temperature", sample.temperature, "softmax temperature (> 0)")
       ->default_val(0.8);
@@ -42,6 +50,16 @@ int main(int argc, char** argv) {
       ->default_val(200);
   sample_cmd->add_option("--seed", sample.seed, "sampling seed")->default_val(1337);
 
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::string_view command = argv[1];
+    if (command != "prepare" && command != "train" && command != "sample") {
+      fmt::print(stderr,
+                 "meshtrain: unknown command '{}'; the commands are prepare, train and sample "
+                 "(meshtrain --help)\n",
+                 command);
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

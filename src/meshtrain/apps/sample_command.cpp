@@ -16,6 +16,9 @@
 namespace meshtrain {
 namespace {
 
+// A bound that keeps a typo (an extra digit or three) from running for hours.
+constexpr std::int64_t kMaxTokens = 1'000'000;
+
 // Index drawn from softmax(logits / temperature) restricted to the top_k largest logits, with
 // the uniform number u in [0, 1) (nanoGPT's sample.py rule, counter-based randomness).
 std::int32_t draw(std::span<const float> logits, double temperature, std::int64_t top_k, double u) {
@@ -45,10 +48,23 @@ std::int32_t draw(std::span<const float> logits, double temperature, std::int64_
 
 int run_sample(const SampleArgs& args) {
   try {
-    if (args.temperature <= 0.0) {
-      throw ConfigError("the command line", {{"--temperature", fmt::format("{}", args.temperature),
-                                              "must be > 0", "use e.g. 0.8"}});
+    std::vector<ConfigIssue> issues;
+    if (!(args.temperature > 0.0) || !std::isfinite(args.temperature)) {
+      issues.push_back({"--temperature", fmt::format("{}", args.temperature),
+                        "must be a finite number > 0", "use e.g. 0.8"});
     }
+    if (args.tokens < 0 || args.tokens > kMaxTokens) {
+      issues.push_back({"--tokens", fmt::format("{}", args.tokens),
+                        fmt::format("must lie in [0, {}]", kMaxTokens), "use e.g. 300"});
+    }
+    if (args.top_k < 0) {
+      issues.push_back({"--top-k", fmt::format("{}", args.top_k),
+                        "must be ≥ 0 (0 = the whole vocabulary)", "use e.g. 200"});
+    }
+    if (args.seed < 0) {
+      issues.push_back({"--seed", fmt::format("{}", args.seed), "must be ≥ 0", "use e.g. 1337"});
+    }
+    if (!issues.empty()) throw ConfigError("the command line", std::move(issues));
     const std::filesystem::path dir = args.checkpoint;
     if (!std::filesystem::exists(dir / "config.toml")) {
       throw DataError(
@@ -58,12 +74,21 @@ int run_sample(const SampleArgs& args) {
     }
     const Config config = load_config_file(dir / "config.toml");
     const data::Metadata meta = data::load_metadata(dir / "meta.json");
+    if (meta.vocab.size() != config.model.vocab_size) {
+      throw DataError(
+          fmt::format("{}: vocabulary of {} characters, but the model was trained "
+                      "with {}: meta.json does not belong to this checkpoint",
+                      (dir / "meta.json").string(), meta.vocab.size(), config.model.vocab_size));
+    }
     GptModel model(config.model, 0);
     load_model_parameters(dir, model.parameters());
     std::vector<std::int32_t> ids = meta.vocab.encode(args.prompt);
     if (ids.empty()) throw DataError("the prompt is empty; pass --prompt \"ROMEO:\"");
     const std::uint64_t stream = stream_of("sample");
     const auto seed = static_cast<std::uint64_t>(args.seed);
+    // Printed as generated, so a long sample shows progress.
+    fmt::print("{}", meta.vocab.decode(ids));
+    std::fflush(stdout);
     for (std::int64_t i = 0; i < args.tokens; ++i) {
       const std::int64_t T =
           std::min<std::int64_t>(static_cast<std::int64_t>(ids.size()), config.model.block_size);
@@ -74,8 +99,10 @@ int run_sample(const SampleArgs& args) {
           static_cast<double>(philox_u64(seed, stream, static_cast<std::uint64_t>(i)) >> 11) *
           0x1.0p-53;
       ids.push_back(draw(last, args.temperature, args.top_k, u));
+      fmt::print("{}", meta.vocab.decode(std::span<const std::int32_t>(&ids.back(), 1)));
+      std::fflush(stdout);
     }
-    fmt::print("{}\n", meta.vocab.decode(ids));
+    fmt::print("\n");
     return 0;
   } catch (const ConfigError& e) {
     fmt::print(stderr, "meshtrain sample: {}", e.what());

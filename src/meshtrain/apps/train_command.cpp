@@ -39,7 +39,12 @@ int run_train(const TrainArgs& args, const MpiRuntime& runtime) {
     if (rank0) fmt::print(stderr, "meshtrain: {}\n", e.what());
     return 3;
   } catch (const Error& e) {
-    fmt::print(stderr, "meshtrain: rank {}: {}\n", runtime.world_rank(), e.what());
+    fmt::print(stderr, "meshtrain: {}\n", e.what());  // runtime errors name their rank
+    return 1;
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr,
+               "meshtrain: rank {} ran out of memory; reduce the model or training.micro_batch\n",
+               runtime.world_rank());
     return 1;
   }
 }

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 
@@ -53,6 +54,14 @@ void load_model_parameters(const std::filesystem::path& dir, const ParameterList
       throw DataError(fmt::format("{}: parameter {} has shape {}, the model expects {}",
                                   (dir / "model.safetensors").string(), p->name,
                                   to_string(it->second.shape()), to_string(p->value.shape())));
+    }
+    for (const float v : it->second.span_f32()) {
+      if (!std::isfinite(v)) {
+        throw DataError(
+            fmt::format("{}: parameter {} holds a non-finite value (nan or inf); the "
+                        "checkpoint is corrupt or the run diverged",
+                        (dir / "model.safetensors").string(), p->name));
+      }
     }
     p->value.copy_from(it->second);
   }

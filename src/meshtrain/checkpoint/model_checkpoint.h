@@ -20,7 +20,8 @@ void save_model_checkpoint(const std::filesystem::path& dir, const ParameterList
                            const Config& config, const std::filesystem::path& meta_json);
 
 /// Copies the tensors of `dir`/model.safetensors into `params` (by name). Throws DataError for
-/// a missing file, a missing parameter, or a shape that differs from the model's.
+/// a missing file, a missing parameter, a shape that differs from the model's, or a
+/// non-finite value.
 void load_model_parameters(const std::filesystem::path& dir, const ParameterList& params);
 
 }  // namespace meshtrain

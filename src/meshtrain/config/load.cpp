@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 #include <variant>
@@ -81,10 +82,20 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 
+// Distance of `key` to a known key: the smaller of the whole-key distance and the distance of
+// the names after the section (so `optim.lr` finds `training.lr`).
+std::size_t key_distance(std::string_view key, std::string_view known) {
+  const auto name = [](std::string_view k) {
+    const auto dot = k.find('.');
+    return dot == std::string_view::npos ? k : k.substr(dot + 1);
+  };
+  return std::min(edit_distance(key, known), edit_distance(name(key), name(known)) + 1);
+}
+
 ConfigIssue unknown_key(const std::string& key, const std::vector<Field>& fields) {
   const Field* best = &fields.front();
   for (const Field& f : fields) {
-    if (edit_distance(key, f.key) < edit_distance(key, best->key)) best = &f;
+    if (key_distance(key, f.key) < key_distance(key, best->key)) best = &f;
   }
   return {
       key, "(unknown key)", "not a meshtrain setting",
@@ -96,9 +107,22 @@ const char* type_name(const FieldRef& ref) {
       [](auto* p) -> const char* {
         using T = std::remove_pointer_t<decltype(p)>;
         if constexpr (std::is_same_v<T, std::int64_t>) return "an integer";
-        if constexpr (std::is_same_v<T, double>) return "a number";
+        if constexpr (std::is_same_v<T, double>) return "a finite number";
         if constexpr (std::is_same_v<T, bool>) return "true or false";
         return "a string";
+      },
+      ref);
+}
+
+// How to write a value of the field's type in TOML.
+std::string fix_for_type(const FieldRef& ref) {
+  return std::visit(
+      [](auto* p) -> std::string {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, std::int64_t>) return "write a whole number, e.g. 4";
+        if constexpr (std::is_same_v<T, double>) return "write a finite number, e.g. 1e-3";
+        if constexpr (std::is_same_v<T, bool>) return "write true or false, without quotes";
+        return "write the value in double quotes, e.g. \"gpt2\"";
       },
       ref);
 }
@@ -111,7 +135,8 @@ bool assign(const FieldRef& ref, const toml::node& node) {
         if constexpr (std::is_same_v<T, std::int64_t>) {
           if (auto v = node.value_exact<std::int64_t>()) return *p = *v, true;
         } else if constexpr (std::is_same_v<T, double>) {
-          if (auto v = node.value<double>()) return *p = *v, true;  // integers widen
+          // Integers widen; inf and nan are TOML floats but no setting accepts them.
+          if (auto v = node.value<double>(); v && std::isfinite(*v)) return *p = *v, true;
         } else if constexpr (std::is_same_v<T, bool>) {
           if (auto v = node.value_exact<bool>()) return *p = *v, true;
         } else {
@@ -136,7 +161,7 @@ bool assign_text(const FieldRef& ref, const std::string& text) {
         } else if constexpr (std::is_same_v<T, double>) {
           double v = 0;
           auto [ptr, ec] = std::from_chars(text.data(), end, v);
-          if (ec != std::errc() || ptr != end) return false;
+          if (ec != std::errc() || ptr != end || !std::isfinite(v)) return false;
           *p = v;
         } else if constexpr (std::is_same_v<T, bool>) {
           if (text != "true" && text != "false") return false;
@@ -165,8 +190,17 @@ void apply_table(const toml::table& root, std::vector<Field>& fields,
                  std::vector<ConfigIssue>& issues) {
   for (const auto& [section, section_node] : root) {
     const toml::table* table = section_node.as_table();
-    if (table == nullptr) {
-      issues.push_back(unknown_key(std::string(section.str()), fields));
+    if (table == nullptr || section_node.is_array_of_tables()) {
+      const std::string name(section.str());
+      const bool known = std::any_of(fields.begin(), fields.end(), [&](const Field& f) {
+        return f.key.rfind(name + ".", 0) == 0;
+      });
+      issues.push_back(known ? ConfigIssue{name, node_text(section_node),
+                                           "a section must be a table of settings",
+                                           fmt::format("write a [{}] header with `key = value` "
+                                                       "lines under it",
+                                                       name)}
+                             : unknown_key(name, fields));
       continue;
     }
     for (const auto& [name, node] : *table) {
@@ -176,7 +210,7 @@ void apply_table(const toml::table& root, std::vector<Field>& fields,
         issues.push_back(unknown_key(key, fields));
       } else if (!assign(field->ref, node)) {
         issues.push_back({key, node_text(node), fmt::format("must be {}", type_name(field->ref)),
-                          "write the value without quotes for numbers, with quotes for strings"});
+                          fix_for_type(field->ref)});
       }
     }
   }
@@ -212,11 +246,13 @@ Config load_config_text(const std::string& toml_text, const std::string& source,
 }
 
 Config load_config_file(const std::filesystem::path& path, const std::vector<Override>& overrides) {
+  std::error_code ec;
   std::ifstream in(path);
-  if (!in) {
+  if (!std::filesystem::is_regular_file(path, ec) || !in) {
     throw ConfigError(path.string(),
-                      {{"config file", path.string(), "the file must exist and be readable",
-                        "pass a path such as configs/shakespeare_char.toml"}});
+                      {{"config file", path.string(), "must be an existing, readable TOML file",
+                        "pass the config first: meshtrain train configs/shakespeare_char.toml "
+                        "[--section.key value ...]"}});
   }
   std::stringstream text;
   text << in.rdbuf();
@@ -236,7 +272,8 @@ std::vector<Override> parse_overrides(const std::vector<std::string>& args) {
     const std::string body = arg.substr(2);
     if (const auto eq = body.find('='); eq != std::string::npos) {
       out.emplace_back(body.substr(0, eq), body.substr(eq + 1));
-    } else if (i + 1 < args.size()) {
+    } else if (i + 1 < args.size() &&
+               !(args[i + 1].rfind("--", 0) == 0 && args[i + 1].find('.') != std::string::npos)) {
       out.emplace_back(body, args[++i]);
     } else {
       issues.push_back({body, "(missing)", "an override needs a value",

@@ -151,6 +151,32 @@ void validate_or_throw(const Config& config, int world_size) {
   if (!issues.empty()) throw ConfigError(config.source, std::move(issues));
 }
 
+double estimated_training_bytes(const Config& config) {
+  // Doubles: absurd sizes (n_embd = 1e9) must give a large number, not an int64 overflow.
+  const ModelConfig& m = config.model;
+  const double C = static_cast<double>(m.n_embd);
+  const double L = static_cast<double>(m.n_layer);
+  const double V = static_cast<double>(m.vocab_size);
+  const double T = static_cast<double>(m.block_size);
+  const double params = V * C + T * C + L * (12.0 * C * C + 13.0 * C) + 2.0 * C;
+  const double tokens = static_cast<double>(config.training.micro_batch) * T;
+  const double activations = 4.0 * tokens * (18.0 * C * L + 3.0 * C + 2.0 * V);
+  return 16.0 * params + activations;
+}
+
+std::vector<ConfigIssue> check_memory(const Config& config, std::int64_t available_bytes) {
+  const double need = estimated_training_bytes(config);
+  if (available_bytes <= 0 || need <= static_cast<double>(available_bytes)) return {};
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  return {{"model and training.micro_batch",
+           fmt::format("n_layer {}, n_embd {}, block_size {}, micro_batch {}", config.model.n_layer,
+                       config.model.n_embd, config.model.block_size, config.training.micro_batch),
+           fmt::format("need ≈ {:.3g} GiB per rank (16 B per parameter for weights, gradients and "
+                       "Adam state, plus activations), more than the {:.1f} GiB available",
+                       need / kGiB, static_cast<double>(available_bytes) / kGiB),
+           "reduce model.n_layer, model.n_embd, model.block_size or training.micro_batch"}};
+}
+
 std::int64_t global_batch_of(const Config& config) {
   return config.training.micro_batch * config.training.accumulation * config.parallel.dp;
 }

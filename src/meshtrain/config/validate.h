@@ -17,6 +17,16 @@ std::vector<ConfigIssue> check_config(const Config& config, int world_size);
 /// Throws ConfigError(config.source, issues) when check_config finds any.
 void validate_or_throw(const Config& config, int world_size);
 
+/// Bytes one rank needs to train `config` in fp32, estimated before anything is allocated:
+/// 16 bytes per parameter (value, gradient, Adam m and v) plus the activations kept for
+/// backward (≈ 18·C floats per token per layer for GPT-2 blocks, plus embeddings and logits).
+/// An estimate for refusing impossible runs early, not the planner's accounting.
+double estimated_training_bytes(const Config& config);
+
+/// A ConfigIssue when estimated_training_bytes exceeds `available_bytes` (skipped when
+/// available_bytes ≤ 0, i.e. unknown). Needs model.vocab_size resolved.
+std::vector<ConfigIssue> check_memory(const Config& config, std::int64_t available_bytes);
+
 /// Sequences per optimizer step: micro_batch × accumulation × dp (training.global_batch, when
 /// set, must equal it; check_config enforces that).
 std::int64_t global_batch_of(const Config& config);

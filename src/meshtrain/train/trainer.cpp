@@ -11,6 +11,7 @@
 #include "meshtrain/config/validate.h"
 #include "meshtrain/core/allocator.h"
 #include "meshtrain/core/error.h"
+#include "meshtrain/core/system.h"
 #include "meshtrain/kernels/kernels.h"
 
 namespace meshtrain {
@@ -32,6 +33,53 @@ void resolve_vocab(Config& config, const data::Metadata& meta) {
   }
 }
 
+// meta.json with a hint when the directory was never prepared: relative paths start at the
+// current directory, which is where users most often go wrong.
+data::Metadata load_data_metadata(const fs::path& dir) {
+  try {
+    return data::load_metadata(dir / data::kMetaJsonName);
+  } catch (const DataError& e) {
+    std::error_code ec;
+    throw DataError(fmt::format(
+        "{}\n  data.dir = {} (relative paths start at the current directory, {}); prepare it "
+        "with: meshtrain prepare data/tinyshakespeare.txt --out {}",
+        e.what(), dir.string(), fs::current_path(ec).string(), dir.string()));
+  }
+}
+
+// The sidecar and the token files must describe the same preparation.
+void check_token_counts(const data::Metadata& meta, const data::TokenFile& train,
+                        const data::TokenFile& val) {
+  if (train.size() != meta.train_tokens || val.size() != meta.val_tokens) {
+    throw DataError(fmt::format(
+        "{} and {} hold {} and {} tokens, but meta.json says {} and {}: the files come from "
+        "different preparations; run meshtrain prepare again",
+        train.path().string(), val.path().string(), train.size(), val.size(), meta.train_tokens,
+        meta.val_tokens));
+  }
+}
+
+// Fails before training, not after it, when the final checkpoint could not be written.
+void check_writable_dir(const fs::path& dir, const std::string& source) {
+  std::error_code ec;
+  if (dir.empty()) {
+    throw ConfigError(source, {{"checkpoint.dir", "\"\"", "must name a directory",
+                                "set checkpoint.dir, or checkpoint.save_final = false"}});
+  }
+  fs::create_directories(dir, ec);
+  const fs::path probe = dir / ".meshtrain_write_probe";
+  std::ofstream out(probe);
+  if (ec || !out) {
+    throw ConfigError(source,
+                      {{"checkpoint.dir", dir.string(),
+                        fmt::format("must be a directory meshtrain can create and write ({})",
+                                    ec ? ec.message() : std::string("cannot create a file in it")),
+                        "choose another checkpoint.dir, or checkpoint.save_final = false"}});
+  }
+  out.close();
+  fs::remove(probe, ec);
+}
+
 int threads_per_rank(const Config& config, int local_ranks) {
   if (config.training.threads > 0) return static_cast<int>(config.training.threads);
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -48,10 +96,17 @@ Trainer::Trainer(Config config, const ProcessGroup& world, TrainerOptions option
     : config_(std::move(config)), options_(std::move(options)) {
   validate_or_throw(config_, world.size());
   const fs::path dir = config_.data.dir;
-  metadata_ = data::load_metadata(dir / data::kMetaJsonName);
+  metadata_ = load_data_metadata(dir);
   resolve_vocab(config_, metadata_);
+  // Ranks on one node share its memory.
+  const std::int64_t available = available_memory_bytes() / std::max(1, options_.local_ranks);
+  if (auto issues = check_memory(config_, available); !issues.empty()) {
+    throw ConfigError(config_.source, std::move(issues));
+  }
   train_file_ = data::TokenFile(dir / data::kTrainBinName, metadata_.vocab.size());
   val_file_ = data::TokenFile(dir / data::kValBinName, metadata_.vocab.size());
+  check_token_counts(metadata_, train_file_, val_file_);
+  if (config_.checkpoint.save_final) check_writable_dir(config_.checkpoint.dir, config_.source);
   const std::int64_t global_batch = global_batch_of(config_);
   const auto seed = static_cast<std::uint64_t>(config_.training.seed);
   train_sampler_ = std::make_unique<data::GlobalBatchSampler>(train_file_, config_.model.block_size,
