@@ -1,5 +1,6 @@
 #include "meshtrain/parallel/dp/grad_buckets.h"
 
+#include "meshtrain/core/error.h"
 #include "meshtrain/kernels/kernels.h"
 
 namespace meshtrain {
@@ -11,13 +12,22 @@ GradBuckets::GradBuckets(const ParameterList& params, ProcessGroup& dp, std::int
   std::int64_t current_elements = 0;
   auto close = [&] {
     if (current.empty()) return;
-    Bucket bucket{current, Tensor::empty({current_elements}, MemCategory::grads)};
-    std::int64_t offset = 0;
+    // Release the parameters' own gradients before allocating the bucket, so that the peak of
+    // MemCategory::grads is one copy of the gradients, not two.
+    std::vector<Shape> shapes;
     for (Parameter* p : current) {
-      Tensor view = bucket.buffer.rows(offset, offset + p->grad.numel()).reshape(p->grad.shape());
-      view.copy_from(p->grad);
-      p->grad = view;
-      offset += view.numel();
+      for (const float v : p->grad.span_f32()) {
+        MT_CHECK(v == 0.0f, "{}: GradBuckets must be built before any backward", p->name);
+      }
+      shapes.push_back(p->grad.shape());
+      p->grad = Tensor();
+    }
+    Bucket bucket{current, Tensor::zeros({current_elements}, MemCategory::grads)};
+    std::int64_t offset = 0;
+    for (std::size_t i = 0; i < current.size(); ++i) {
+      const std::int64_t n = shape_numel(shapes[i]);
+      current[i]->grad = bucket.buffer.rows(offset, offset + n).reshape(shapes[i]);
+      offset += n;
     }
     buckets_.push_back(std::move(bucket));
     current.clear();

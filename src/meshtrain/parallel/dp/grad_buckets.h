@@ -24,9 +24,10 @@ namespace meshtrain {
 class GradBuckets {
  public:
   /// Plans buckets over `params` (a parameter larger than bucket_bytes gets a bucket of its
-  /// own; ProcessGroup chunks large messages). When dp.size() > 1, allocates each bucket once
-  /// (MemCategory::grads) and re-points every grad in it to a view of the bucket, keeping its
-  /// value; the parameters' own grad tensors are freed. With dp = 1 nothing changes.
+  /// own; ProcessGroup chunks large messages). When dp.size() > 1, frees the parameters' own
+  /// gradients, allocates each bucket once (MemCategory::grads, zeroed) and re-points every
+  /// grad to its view of the bucket. Gradients must still be zero (built before any backward;
+  /// MT_CHECK). With dp = 1 nothing changes.
   GradBuckets(const ParameterList& params, ProcessGroup& dp, std::int64_t bucket_bytes);
 
   /// Every grad ← mean over dp ranks of grad. No-op for a group of one rank.
