@@ -32,6 +32,23 @@ void check_dims(const AttentionDims& d, const char* what) {
            d.head_dim);
 }
 
+// The sizes both directions use: C = heads·head_dim features per token, a qkv row is 3·C wide,
+// scores are scaled by 1/√head_dim.
+struct Layout {
+  std::int64_t B, T, H, hd, C, qkv_stride;
+  float scale;
+  static Layout of(const AttentionDims& d) {
+    const std::int64_t C = d.heads * d.head_dim;
+    return {d.batch,
+            d.seq_len,
+            d.heads,
+            d.head_dim,
+            C,
+            3 * C,
+            1.0f / std::sqrt(static_cast<float>(d.head_dim))};
+  }
+};
+
 // dst [hd, T] = transpose of the T rows of `col` (row stride `stride`, hd floats each).
 void transpose_head(const float* col, std::int64_t stride, std::int64_t T, std::int64_t hd,
                     float* dst) {
@@ -62,13 +79,7 @@ inline void axpy(float alpha, const float* __restrict x, float* __restrict y, st
 
 void attention_forward(const float* qkv, float* out, float* lse, const AttentionDims& dims) {
   check_dims(dims, "attention_forward");
-  const std::int64_t B = dims.batch;
-  const std::int64_t T = dims.seq_len;
-  const std::int64_t H = dims.heads;
-  const std::int64_t hd = dims.head_dim;
-  const std::int64_t C = H * hd;
-  const std::int64_t qkv_stride = 3 * C;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const auto [B, T, H, hd, C, qkv_stride, scale] = Layout::of(dims);
 
 #pragma omp parallel for collapse(2) schedule(static) if (B * H > 1)
   for (std::int64_t b = 0; b < B; ++b) {
@@ -104,13 +115,7 @@ void attention_forward(const float* qkv, float* out, float* lse, const Attention
 void attention_backward(const float* qkv, const float* out, const float* lse, const float* dout,
                         float* dqkv, const AttentionDims& dims) {
   check_dims(dims, "attention_backward");
-  const std::int64_t B = dims.batch;
-  const std::int64_t T = dims.seq_len;
-  const std::int64_t H = dims.heads;
-  const std::int64_t hd = dims.head_dim;
-  const std::int64_t C = H * hd;
-  const std::int64_t qkv_stride = 3 * C;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const auto [B, T, H, hd, C, qkv_stride, scale] = Layout::of(dims);
 
   // With P = softmax(S), S = scale·q·kᵀ, O = P·v (FlashAttention-2, Algorithm 2):
   //   dv_j = Σ_i P_ij·dO_i        dP_ij = dO_i·v_j
