@@ -2,7 +2,9 @@
 // the LR schedule and clipping rules against hand-computed values.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <numbers>
 #include <set>
 
@@ -43,6 +45,59 @@ TEST(MeshShape, CoordinatesRoundTripAndEachAxisPartitionsTheWorld) {
     // tp is fastest: a tp group is consecutive ranks.
     for (const auto& g : shape.groups(Axis::tp)) EXPECT_EQ(g.back() - g.front(), shape.tp - 1);
   }
+}
+
+// The group of `axes` (one axis or an initializer list) that `rank` belongs to, by value.
+template <typename Axes>
+std::vector<int> group_of(const MeshShape& shape, Axes axes, int rank) {
+  return shape.groups(axes)[static_cast<std::size_t>(shape.group_index(axes, rank))];
+}
+std::vector<int> group_of(const MeshShape& shape, std::initializer_list<Axis> axes, int rank) {
+  return shape.groups(axes)[static_cast<std::size_t>(shape.group_index(axes, rank))];
+}
+
+// Every mesh of up to 64 ranks from sizes {1, 2, 3, 4, 8}: the groups of two different axes
+// through a rank meet in that rank only (the axes are orthogonal), a combined {dp, cp} group
+// is exactly the ranks reachable by moving along dp and cp, and ep groups lie inside dp groups.
+TEST(MeshShape, AxesAreOrthogonalOverATableOfMeshesUpTo64Ranks) {
+  const int sizes[] = {1, 2, 3, 4, 8};
+  const Axis axes[] = {Axis::pp, Axis::dp, Axis::cp, Axis::tp};
+  int meshes = 0;
+  for (int pp : sizes)
+    for (int dp : sizes)
+      for (int cp : sizes)
+        for (int tp : sizes) {
+          if (pp * dp * cp * tp > 64) continue;
+          const MeshShape shape{.pp = pp, .dp = dp, .cp = cp, .tp = tp, .ep = dp % 2 == 0 ? 2 : 1};
+          SCOPED_TRACE(shape.to_string());
+          ++meshes;
+          for (int rank = 0; rank < shape.world_size(); ++rank) {
+            ASSERT_EQ(shape.rank_of(shape.coords_of(rank)), rank);
+            for (const Axis a : axes) {
+              const std::vector<int> ga = group_of(shape, a, rank);
+              ASSERT_NE(std::find(ga.begin(), ga.end(), rank), ga.end());
+              for (const Axis b : axes) {
+                if (a == b) continue;
+                const std::vector<int> gb = group_of(shape, b, rank);
+                std::vector<int> common;
+                std::set_intersection(ga.begin(), ga.end(), gb.begin(), gb.end(),
+                                      std::back_inserter(common));
+                ASSERT_EQ(common, std::vector<int>{rank}) << to_string(a) << " × " << to_string(b);
+              }
+            }
+            const std::vector<int> dp_cp = group_of(shape, {Axis::dp, Axis::cp}, rank);
+            ASSERT_EQ(static_cast<int>(dp_cp.size()), dp * cp);
+            for (int other : dp_cp) {
+              const MeshCoords c = shape.coords_of(other), me = shape.coords_of(rank);
+              ASSERT_TRUE(c.pp == me.pp && c.tp == me.tp);
+            }
+            const std::vector<int> ep = group_of(shape, Axis::ep, rank);
+            const std::vector<int> dpg = group_of(shape, Axis::dp, rank);
+            ASSERT_TRUE(std::includes(dpg.begin(), dpg.end(), ep.begin(), ep.end()));
+          }
+          EXPECT_TRUE(partitions_world(shape.groups({Axis::dp, Axis::cp}), shape.world_size()));
+        }
+  EXPECT_GT(meshes, 200);
 }
 
 TEST(MeshShape, DataParallelGroupsOfAWorkedExample) {

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "meshtrain/core/error.h"
 
 namespace meshtrain {
@@ -48,30 +50,45 @@ MeshCoords MeshShape::coords_of(int rank) const {
   return c;
 }
 
-int MeshShape::group_index(Axis axis, int rank) const {
+int MeshShape::group_index(std::initializer_list<Axis> axes, int rank) const {
   const MeshCoords c = coords_of(rank);
-  // The coordinates that stay fixed within a group identify it.
-  switch (axis) {
-    case Axis::tp:
-      return (c.pp * dp + c.dp) * cp + c.cp;
-    case Axis::cp:
-      return (c.pp * dp + c.dp) * tp + c.tp;
-    case Axis::dp:
-      return (c.pp * cp + c.cp) * tp + c.tp;
-    case Axis::pp:
-      return (c.dp * cp + c.cp) * tp + c.tp;
-    case Axis::ep:
-      return (((c.pp * (dp / ep) + c.dp / ep) * cp + c.cp) * tp + c.tp);
+  const std::pair<Axis, std::pair<int, int>> coords[] = {{Axis::pp, {c.pp, pp}},
+                                                         {Axis::dp, {c.dp, dp}},
+                                                         {Axis::cp, {c.cp, cp}},
+                                                         {Axis::tp, {c.tp, tp}}};
+  for (const Axis a : axes) {
+    MT_CHECK(a != Axis::ep, "ep groups are carved out of dp; use groups(Axis::ep)");
   }
-  return 0;
+  // The coordinates that stay fixed within a group identify it (mixed radix, pp slowest).
+  int index = 0;
+  for (const auto& [axis, value_size] : coords) {
+    if (std::find(axes.begin(), axes.end(), axis) != axes.end()) continue;
+    index = index * value_size.second + value_size.first;
+  }
+  return index;
+}
+
+int MeshShape::group_index(Axis axis, int rank) const {
+  if (axis != Axis::ep) return group_index({axis}, rank);
+  const MeshCoords c = coords_of(rank);
+  return ((c.pp * (dp / ep) + c.dp / ep) * cp + c.cp) * tp + c.tp;
+}
+
+std::vector<std::vector<int>> MeshShape::groups(std::initializer_list<Axis> axes) const {
+  int n = 1;
+  for (const Axis a : axes) n *= size(a);
+  std::vector<std::vector<int>> out(static_cast<std::size_t>(world_size() / n));
+  for (int rank = 0; rank < world_size(); ++rank) {
+    out[static_cast<std::size_t>(group_index(axes, rank))].push_back(rank);
+  }
+  return out;
 }
 
 std::vector<std::vector<int>> MeshShape::groups(Axis axis) const {
-  const int n = size(axis);
-  std::vector<std::vector<int>> out(static_cast<std::size_t>(world_size() / n));
+  if (axis != Axis::ep) return groups({axis});
+  std::vector<std::vector<int>> out(static_cast<std::size_t>(world_size() / ep));
   for (int rank = 0; rank < world_size(); ++rank) {
-    out[static_cast<std::size_t>(group_index(axis, rank))].push_back(
-        rank);  // ascending = group order
+    out[static_cast<std::size_t>(group_index(axis, rank))].push_back(rank);
   }
   return out;
 }
@@ -90,6 +107,7 @@ DeviceMesh::DeviceMesh(const MeshShape& shape, const ProcessGroup& world)
     groups_[static_cast<std::size_t>(axis)] =
         world.split(shape.group_index(axis, rank_), rank_, std::string(meshtrain::to_string(axis)));
   }
+  dp_cp_ = world.split(shape.group_index({Axis::dp, Axis::cp}, rank_), rank_, "dp_cp");
 }
 
 std::string DeviceMesh::describe() const {

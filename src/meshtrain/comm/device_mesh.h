@@ -8,6 +8,7 @@
 #pragma once
 
 #include <array>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,6 +41,11 @@ struct MeshShape {
   std::vector<std::vector<int>> groups(Axis axis) const;
   /// Index of the group of `axis` that `rank` belongs to (its position in groups(axis)).
   int group_index(Axis axis, int rank) const;
+  /// Groups spanning several mesh axes at once (e.g. {dp, cp}, over which gradients are
+  /// reduced under context parallelism): the ranks whose coordinates agree on every other
+  /// axis, in ascending rank order. `axes` ⊆ {pp, dp, cp, tp}; MT_CHECK otherwise.
+  std::vector<std::vector<int>> groups(std::initializer_list<Axis> axes) const;
+  int group_index(std::initializer_list<Axis> axes, int rank) const;
   std::string to_string() const;
 };
 
@@ -53,6 +59,8 @@ class DeviceMesh {
   int rank() const noexcept { return rank_; }
   const MeshCoords& coords() const noexcept { return coords_; }
   ProcessGroup& group(Axis axis) const { return *groups_[static_cast<std::size_t>(axis)]; }
+  /// The dp × cp group (gradient reduction when context parallelism splits sequences).
+  ProcessGroup& dp_cp_group() const { return *dp_cp_; }
   /// "rank 3 (pp=0 dp=1 cp=0 tp=1)" for reports.
   std::string describe() const;
 
@@ -61,6 +69,7 @@ class DeviceMesh {
   int rank_;
   MeshCoords coords_;
   std::array<std::unique_ptr<ProcessGroup>, 5> groups_;
+  std::unique_ptr<ProcessGroup> dp_cp_;
 };
 
 }  // namespace meshtrain
