@@ -3,27 +3,18 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <cstdio>
 #include <fstream>
 
 #include "meshtrain/checkpoint/safetensors.h"
 #include "meshtrain/config/load.h"
 #include "meshtrain/core/error.h"
+#include "meshtrain/core/staged_file.h"
 
 namespace meshtrain {
 namespace {
 
 void write_text_atomically(const std::filesystem::path& path, const std::string& text) {
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) throw DataError(fmt::format("cannot write {}", tmp.string()));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw DataError(fmt::format("cannot rename {}: {}", tmp.string(), ec.message()));
+  StagedFile(path, std::as_bytes(std::span<const char>(text))).commit();
 }
 
 }  // namespace

@@ -13,7 +13,7 @@
 #include "meshtrain/core/error.h"
 #include "meshtrain/data/char_vocab.h"
 #include "meshtrain/data/metadata.h"
-#include "meshtrain/data/staged_file.h"
+#include "meshtrain/core/staged_file.h"
 
 namespace meshtrain::data {
 namespace {

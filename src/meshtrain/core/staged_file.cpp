@@ -1,4 +1,4 @@
-#include "meshtrain/data/staged_file.h"
+#include "meshtrain/core/staged_file.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -12,7 +12,7 @@
 
 #include "meshtrain/core/error.h"
 
-namespace meshtrain::data {
+namespace meshtrain {
 namespace {
 
 std::string os_reason(int err) { return std::generic_category().message(err); }
@@ -89,4 +89,4 @@ void sync_directory(const std::filesystem::path& dir) {
   }
 }
 
-}  // namespace meshtrain::data
+}  // namespace meshtrain

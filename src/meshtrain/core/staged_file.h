@@ -1,6 +1,6 @@
-// src/meshtrain/data/staged_file.h
+// src/meshtrain/core/staged_file.h
 //
-// Atomic file replacement for data/: write to a temporary name in the target's directory,
+// Atomic file replacement (prepared datasets, checkpoints): write to a temporary name in the target's directory,
 // fsync, and only then rename over the target, so a reader (or a rerun after a crash) sees
 // either the old file or the complete new one, never half of it. Uses: core/error.h, POSIX.
 #pragma once
@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <span>
 
-namespace meshtrain::data {
+namespace meshtrain {
 
 /// Bytes written and fsynced under a temporary name beside `target`, waiting for commit().
 /// Destroying an uncommitted StagedFile removes the temporary, so an exception between
@@ -41,4 +41,4 @@ class StagedFile {
 /// Errors: DataError naming the directory.
 void sync_directory(const std::filesystem::path& dir);
 
-}  // namespace meshtrain::data
+}  // namespace meshtrain
