@@ -93,6 +93,96 @@ void attention_forward(const float* qkv, float* out, float* lse, const Attention
 void attention_backward(const float* qkv, const float* out, const float* lse, const float* dout,
                         float* dqkv, const AttentionDims& dims);
 
+// Grouped-query attention (Ainslie et al. 2023) over q, k, v held in separate row-strided
+// arrays: `heads` query heads share `kv_heads` key/value heads, query head h reading kv head
+// h / (heads / kv_heads). kv_heads == heads is multi-head attention; GPT-2's fused c_attn
+// output is the case q = qkv, k = qkv + C, v = qkv + 2C, all strides 3C. Same algorithm as
+// above (causal, scale 1/√head_dim, lse kept, FlashAttention-2 backward).
+
+struct GqaDims {
+  std::int64_t batch;     // sequences
+  std::int64_t seq_len;   // T
+  std::int64_t heads;     // query heads on this rank
+  std::int64_t kv_heads;  // key/value heads on this rank; heads % kv_heads == 0
+  std::int64_t head_dim;
+};
+
+/// Row t of sequence b of head h starts at q + (b·T + t)·q_stride + h·head_dim (k, v alike with
+/// kv_stride). Strides are in floats, ≥ heads·head_dim (q) and ≥ kv_heads·head_dim (k, v).
+struct QkvRows {
+  const float* q;
+  const float* k;
+  const float* v;
+  std::int64_t q_stride;
+  std::int64_t kv_stride;
+};
+struct QkvGradRows {
+  float* dq;
+  float* dk;
+  float* dv;
+  std::int64_t q_stride;
+  std::int64_t kv_stride;
+};
+
+///   out [batch·T, heads·head_dim], lse [batch, heads, T]   (overwritten)
+void gqa_attention_forward(const QkvRows& in, float* out, float* lse, const GqaDims& dims);
+///   in, out, lse as from forward; dout [batch·T, heads·head_dim]
+///   dq, dk, dv overwritten (only the head columns of each row; other columns untouched)
+void gqa_attention_backward(const QkvRows& in, const float* out, const float* lse,
+                            const float* dout, const QkvGradRows& grad, const GqaDims& dims);
+
+// ---------------------------------------------------------------------------------------------
+// Rotary position embedding (Su et al. 2021, §3.4.2, eq. 34) in the Hugging Face Llama layout
+// ("rotate_half"): within each head, element i < head_dim/2 pairs with i + head_dim/2 and the
+// pair is rotated by angle pos·θ^(−2i/head_dim), pos = positions[row].
+
+///   x [rows, heads·head_dim] (row stride `stride` floats) rotated in place; inverse = true
+///   rotates by −angle, which is the backward (the rotation is orthogonal). head_dim even.
+void rope_apply(float* x, std::int64_t stride, const std::int32_t* positions, std::int64_t rows,
+                std::int64_t heads, std::int64_t head_dim, float theta, bool inverse);
+
+// ---------------------------------------------------------------------------------------------
+// RMSNorm (Zhang & Sennrich 2019, eq. 4; Hugging Face LlamaRMSNorm):
+// y = x · rstd · weight, rstd = 1/√(mean(x²) + eps)
+
+///   x [rows, C]  weight [C]  →  y [rows, C], rstd [rows] (overwritten)
+void rmsnorm_forward(const float* x, const float* weight, float* y, float* rstd, std::int64_t rows,
+                     std::int64_t C, float eps);
+///   dx [rows, C] overwritten; dweight [C] ACCUMULATED
+void rmsnorm_backward(const float* x, const float* weight, const float* rstd, const float* dy,
+                      float* dx, float* dweight, std::int64_t rows, std::int64_t C);
+
+// ---------------------------------------------------------------------------------------------
+// SwiGLU (Shazeer 2020, eq. 5 with Swish_1 = SiLU): out = silu(gate) · up, silu(g) = g·σ(g).
+
+void swiglu_forward(const float* gate, const float* up, float* out, std::int64_t n);
+///   dgate, dup overwritten (may alias gate, up: each element is read before it is written)
+void swiglu_backward(const float* gate, const float* up, const float* dout, float* dgate,
+                     float* dup, std::int64_t n);
+
+// ---------------------------------------------------------------------------------------------
+// Vocabulary-parallel softmax cross-entropy pieces (Megatron-LM's VocabParallelCrossEntropy,
+// Shoeybi et al. 2019, §3): a rank holds logits [rows, V_local] for vocabulary ids
+// [first, first + valid); columns [valid, V_local) are padding and never take part. The layer
+// combines the pieces across ranks: max → all-reduce max; sum_exp and target_logit →
+// all-reduce sum; lse = max + log(sum_exp); loss = lse − target_logit.
+
+///   row_max [rows] = max over the valid columns (−inf when valid == 0) (overwritten)
+void vocab_shard_max(const float* logits, std::int64_t rows, std::int64_t V_local,
+                     std::int64_t valid, float* row_max);
+///   sum_exp [rows] = Σ_{j<valid} exp(logits[r, j] − row_max[r]) (summed in double);
+///   target_logit [rows] = logits[r, targets[r] − first] when the target lies in
+///   [first, first + valid), else 0 (overwritten). Targets outside [0, ∞) raise.
+void vocab_shard_sum_exp(const float* logits, const float* row_max, const std::int32_t* targets,
+                         std::int64_t first, std::int64_t rows, std::int64_t V_local,
+                         std::int64_t valid, float* sum_exp, float* target_logit);
+///   dlogits[r, j] = scale · (exp(logits[r, j] − lse[r]) − [first + j == targets[r]]) for
+///   j < valid, 0 for padding columns. dlogits [rows, V_local] overwritten (may alias logits).
+void vocab_shard_cross_entropy_backward(const float* logits, const float* lse,
+                                        const std::int32_t* targets, std::int64_t first,
+                                        float scale, float* dlogits, std::int64_t rows,
+                                        std::int64_t V_local, std::int64_t valid);
+
 // ---------------------------------------------------------------------------------------------
 // Softmax cross-entropy over the last dim (PyTorch F.cross_entropy, no label smoothing).
 
@@ -115,6 +205,16 @@ void embedding_forward(const std::int32_t* ids, const float* table, float* out, 
 ///   dtable [table_rows, C] ACCUMULATED: dtable[ids[r]] += dout[r]
 void embedding_backward(const std::int32_t* ids, const float* dout, float* dtable,
                         std::int64_t rows, std::int64_t C);
+
+/// Shard of a table holding ids [first, first + table_rows): out[r] = table[ids[r] − first] for
+/// ids inside, a zero row for ids outside (another rank's rows). ids < 0 raise.
+void embedding_shard_forward(const std::int32_t* ids, const float* table, std::int64_t first,
+                             std::int64_t table_rows, float* out, std::int64_t rows,
+                             std::int64_t C);
+///   dtable [table_rows, C] ACCUMULATED: dtable[ids[r] − first] += dout[r] for ids inside.
+void embedding_shard_backward(const std::int32_t* ids, const float* dout, std::int64_t first,
+                              std::int64_t table_rows, float* dtable, std::int64_t rows,
+                              std::int64_t C);
 
 // ---------------------------------------------------------------------------------------------
 // Element-wise helpers.
