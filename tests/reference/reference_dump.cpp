@@ -1,13 +1,16 @@
 // tests/reference/reference_dump.cpp
 //
-// Writes what the single-process C++ model computes for a small GPT, for gpt_reference.py to
-// check against PyTorch (DESIGN invariant 4: single-process math is PyTorch's math). Nothing
-// expected is stored anywhere: the CTest test runs this program and the script, live.
+// Writes what the single-process C++ model computes for a small GPT-2 or Llama model, for
+// gpt_reference.py to check against PyTorch (DESIGN invariant 4: single-process math is PyTorch's
+// math). Nothing expected is stored anywhere: the CTest test runs this program and the script,
+// live.
 //
-//   reference_dump <out.safetensors> [--no-bias]
+//   reference_dump <out.safetensors> [--no-bias | --llama]
 //
+// --llama: the llama family with grouped-query attention (4 heads, 2 kv heads), rotary
+// embedding, SwiGLU, RMSNorm and an untied head (no biases).
 // The file holds (safetensors, F32 unless noted; scalars as 1-element tensors):
-//   <name>                every parameter's initial value, Hugging Face GPT-2 names
+//   <name>                every parameter's initial value, Hugging Face GPT-2 / Llama names
 //   tokens, targets       [batch, T] I32, random from Philox
 //   logits [batch·T, V]   from the initial weights
 //   loss [1], grad.<name> the mean loss and its gradients after one forward/backward
@@ -22,7 +25,7 @@
 // The opt.* tensors let the script replay torch.optim.AdamW on exactly our gradients, which
 // checks the optimizer alone, without the noise Adam amplifies from two slightly different
 // gradients (m/√v is ill-conditioned where a gradient element is near zero).
-// Uses: model/, optim/, checkpoint/safetensors.h, comm/mpi_runtime.h.
+// Uses: model/, optim/, checkpoint/safetensors.h, comm/single_rank_group.h.
 #include <fmt/format.h>
 
 #include <cstdint>
@@ -34,11 +37,12 @@
 #include <vector>
 
 #include "meshtrain/checkpoint/safetensors.h"
-#include "meshtrain/comm/mpi_runtime.h"
+#include "meshtrain/comm/single_rank_group.h"
 #include "meshtrain/config/config.h"
+#include "meshtrain/config/validate.h"
 #include "meshtrain/core/rng.h"
 #include "meshtrain/core/tensor.h"
-#include "meshtrain/model/gpt.h"
+#include "meshtrain/model/causal_lm.h"
 #include "meshtrain/optim/adamw.h"
 
 namespace meshtrain {
@@ -65,18 +69,24 @@ Tensor vector_tensor(const std::vector<double>& xs) {
   return t;
 }
 
-int run(const std::string& out_path, bool bias, ProcessGroup& self) {
+int run(const std::string& out_path, const std::string& variant, ProcessGroup& self) {
   ModelConfig mc;
   mc.n_layer = 2;
   mc.n_head = 4;
   mc.n_embd = 64;  // head_dim 16
   mc.block_size = 16;
   mc.vocab_size = 65;
-  mc.bias = bias;
+  mc.bias = variant == "gpt2";
+  if (variant == "llama") {
+    mc.family = "llama";
+    mc.n_kv_head = 2;
+    mc.ffn_hidden = 96;  // not 4·C: the SwiGLU hidden size is its own setting
+    mc.rope_theta = 10000.0;
+  }
   const std::int64_t T = mc.block_size;
   const AdamWConfig oc{.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
 
-  GptModel model(mc, kSeed);
+  CausalLm model(mc, kSeed, TensorParallel{self});
   std::vector<NamedTensor> out;
   for (const Parameter* p : model.parameters()) {
     out.push_back({p->name, p->value.clone(MemCategory::other)});
@@ -140,10 +150,18 @@ int run(const std::string& out_path, bool bias, ProcessGroup& self) {
   out.push_back({"grad_norms", vector_tensor(norms)});
   out.push_back({"clip_coefs", vector_tensor(coefs)});
 
-  const nlohmann::json config = {{"n_layer", mc.n_layer},       {"n_head", mc.n_head},
-                                 {"n_embd", mc.n_embd},         {"block_size", mc.block_size},
-                                 {"vocab_size", mc.vocab_size}, {"bias", mc.bias},
-                                 {"layer_norm_eps", 1e-5},      {"batch", kBatch}};
+  const nlohmann::json config = {{"family", mc.family},
+                                 {"n_layer", mc.n_layer},
+                                 {"n_head", mc.n_head},
+                                 {"n_kv_head", kv_heads_of(mc)},
+                                 {"n_embd", mc.n_embd},
+                                 {"ffn_hidden", ffn_hidden_of(mc)},
+                                 {"block_size", mc.block_size},
+                                 {"vocab_size", mc.vocab_size},
+                                 {"bias", mc.bias},
+                                 {"layer_norm_eps", mc.norm_eps},
+                                 {"rope_theta", mc.rope_theta},
+                                 {"batch", kBatch}};
   const nlohmann::json optim = {{"lr", kLr},
                                 {"beta1", oc.beta1},
                                 {"beta2", oc.beta2},
@@ -157,7 +175,7 @@ int run(const std::string& out_path, bool bias, ProcessGroup& self) {
                      {"optimizer", optim.dump()},
                      {"seed", std::to_string(kSeed)},
                      {"generator", "tests/reference/reference_dump.cpp"}});
-  fmt::print("wrote {} tensors to {} (bias={})\n", out.size(), out_path, bias);
+  fmt::print("wrote {} tensors to {} ({})\n", out.size(), out_path, variant);
   return 0;
 }
 
@@ -165,14 +183,17 @@ int run(const std::string& out_path, bool bias, ProcessGroup& self) {
 }  // namespace meshtrain
 
 int main(int argc, char** argv) {
-  meshtrain::MpiRuntime runtime(&argc, &argv);
-  if (argc < 2 || argc > 3 || (argc == 3 && std::string_view(argv[2]) != "--no-bias")) {
-    std::fprintf(stderr, "usage: reference_dump <out.safetensors> [--no-bias]\n");
+  const std::string_view flag = argc == 3 ? argv[2] : "";
+  if (argc < 2 || argc > 3 || (argc == 3 && flag != "--no-bias" && flag != "--llama")) {
+    std::fprintf(stderr, "usage: reference_dump <out.safetensors> [--no-bias | --llama]\n");
     return 2;
   }
   try {
-    const auto self = runtime.self_group();
-    return meshtrain::run(argv[1], argc == 2, *self);
+    const auto self = meshtrain::single_rank_group("tp");
+    const std::string variant = flag == "--llama"     ? "llama"
+                                : flag == "--no-bias" ? "gpt2-nobias"
+                                                      : "gpt2";
+    return meshtrain::run(argv[1], variant, *self);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "reference_dump: %s\n", e.what());
     return 1;

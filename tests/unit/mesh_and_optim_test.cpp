@@ -120,7 +120,7 @@ TEST(LrSchedule, WarmupThenCosineToMinAsNanoGpt) {
 }
 
 TEST(GradClipping, ScalesToMaxNormOnlyAboveIt) {
-  Parameter p("w", {2, 2}, InitKind::zeros);
+  Parameter p("w", Shape{2, 2}, InitKind::zeros);
   for (int i = 0; i < 4; ++i) p.grad.f32()[i] = 3.0f;  // norm 6
   const auto world = std::vector<Parameter*>{&p};
   clip_grads(world, 6.0, 10.0);

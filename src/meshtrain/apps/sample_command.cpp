@@ -7,11 +7,12 @@
 
 #include "meshtrain/apps/commands.h"
 #include "meshtrain/checkpoint/model_checkpoint.h"
+#include "meshtrain/comm/single_rank_group.h"
 #include "meshtrain/config/load.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/core/rng.h"
 #include "meshtrain/data/metadata.h"
-#include "meshtrain/model/gpt.h"
+#include "meshtrain/model/causal_lm.h"
 
 namespace meshtrain {
 namespace {
@@ -80,7 +81,8 @@ int run_sample(const SampleArgs& args) {
                       "with {}: meta.json does not belong to this checkpoint",
                       (dir / "meta.json").string(), meta.vocab.size(), config.model.vocab_size));
     }
-    GptModel model(config.model, 0);
+    const auto tp = single_rank_group("tp");  // the whole model in this process
+    CausalLm model(config.model, 0, TensorParallel{*tp});
     load_model_parameters(dir, model.parameters());
     std::vector<std::int32_t> ids = meta.vocab.encode(args.prompt);
     if (ids.empty()) throw DataError("the prompt is empty; pass --prompt \"ROMEO:\"");

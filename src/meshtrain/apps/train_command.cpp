@@ -19,12 +19,13 @@ int run_train(const TrainArgs& args, const MpiRuntime& runtime) {
     if (rank0) {
       const Config& c = trainer.config();
       fmt::print(
-          "meshtrain: {} on {} rank(s) (dp={}), {} parameters, global batch {} × {} "
+          "meshtrain: {} ({}) on {} rank(s) (dp={} tp={}{}), {} parameters, global batch {} × {} "
           "tokens\n",
-          args.config, runtime.world_size(), c.parallel.dp,
+          args.config, c.model.family, runtime.world_size(), c.parallel.dp, c.parallel.tp,
+          c.parallel.sequence_parallel && c.parallel.tp > 1 ? " +sp" : "",
           [&] {
             std::int64_t n = 0;
-            for (const Parameter* p : trainer.model().parameters()) n += p->value.numel();
+            for (const Parameter* p : trainer.model().parameters()) n += p->logical_numel();
             return n;
           }(),
           c.training.micro_batch * c.training.accumulation * c.parallel.dp, c.model.block_size);

@@ -19,13 +19,12 @@ void write_text_atomically(const std::filesystem::path& path, const std::string&
 
 }  // namespace
 
-void save_model_checkpoint(const std::filesystem::path& dir, const ParameterList& params,
-                           const Config& config, const std::filesystem::path& meta_json) {
+void save_model_checkpoint(const std::filesystem::path& dir,
+                           const std::vector<NamedTensor>& tensors, const Config& config,
+                           const std::filesystem::path& meta_json) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw DataError(fmt::format("cannot create {}: {}", dir.string(), ec.message()));
-  std::vector<NamedTensor> tensors;
-  for (const Parameter* p : params) tensors.push_back({p->name, p->value});
   write_safetensors(dir / "model.safetensors", tensors, {{"format", "meshtrain-model-v1"}});
   write_text_atomically(dir / "config.toml", to_toml(config));
   std::ifstream meta(meta_json, std::ios::binary);

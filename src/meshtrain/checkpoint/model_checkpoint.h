@@ -1,7 +1,8 @@
 // src/meshtrain/checkpoint/model_checkpoint.h
 //
-// The final checkpoint of a run: `model.safetensors` (every parameter under its Hugging Face
-// name, [out, in] layout; the tied LM head is stored once as transformer.wte.weight),
+// The final checkpoint of a run: `model.safetensors` (every logical parameter under its Hugging
+// Face name, [out, in] layout, gathered over tp without padding; gpt2's tied LM head is stored
+// once as transformer.wte.weight),
 // `config.toml` (the resolved config) and `meta.json` (the vocabulary, copied from the data
 // directory). Written by rank 0 after training; enough for `meshtrain sample`. Sharded,
 // resumable checkpoints with optimizer state are a later issue.
@@ -9,17 +10,21 @@
 
 #include <filesystem>
 
+#include "meshtrain/checkpoint/safetensors.h"
 #include "meshtrain/config/config.h"
 #include "meshtrain/layers/parameter.h"
 
 namespace meshtrain {
 
 /// Creates `dir` if needed and writes the three files atomically (each to a temporary name,
-/// then renamed). Throws DataError when a file cannot be written.
-void save_model_checkpoint(const std::filesystem::path& dir, const ParameterList& params,
-                           const Config& config, const std::filesystem::path& meta_json);
+/// then renamed); `tensors` are the logical parameters. Throws DataError when a file cannot be
+/// written.
+void save_model_checkpoint(const std::filesystem::path& dir,
+                           const std::vector<NamedTensor>& tensors, const Config& config,
+                           const std::filesystem::path& meta_json);
 
-/// Copies the tensors of `dir`/model.safetensors into `params` (by name). Throws DataError for
+/// Copies the tensors of `dir`/model.safetensors into `params` (by name; whole parameters,
+/// tp = 1). Throws DataError for
 /// a missing file, a missing parameter, a shape that differs from the model's, or a
 /// non-finite value.
 void load_model_parameters(const std::filesystem::path& dir, const ParameterList& params);

@@ -13,15 +13,22 @@
 namespace meshtrain {
 
 struct ModelConfig {
-  std::string family = "gpt2";  // only "gpt2" in this version
+  // "gpt2": LayerNorm, GELU MLP, learned positions, tied LM head (Radford et al. 2019).
+  // "llama": RMSNorm, SwiGLU MLP, rotary positions, grouped-query attention, untied LM head
+  // (Touvron et al. 2023).
+  std::string family = "gpt2";
   std::int64_t n_layer = 4;
   std::int64_t n_head = 4;
+  std::int64_t n_kv_head = 0;    // key/value heads (llama GQA); 0 = n_head
   std::int64_t n_embd = 128;     // hidden size C
+  std::int64_t ffn_hidden = 0;   // MLP hidden size F; 0 = the family's rule (ffn_hidden_of)
   std::int64_t block_size = 64;  // sequence length T (tokens per sequence)
   std::int64_t vocab_size = 0;   // 0: taken from the data's meta.json
-  bool bias = true;              // biases in Linear and LayerNorm (GPT-2: true; nanoGPT: false)
+  bool bias = true;              // biases in linears and LayerNorm (gpt2 only; llama has none)
   double dropout = 0.0;          // must be 0 in this version
-  double init_std = 0.02;        // GPT-2 initialisation (Radford et al. 2019, §2.3)
+  double init_std = 0.02;        // N(0, init_std²) weights (Radford et al. 2019, §2.3)
+  double norm_eps = 1e-5;        // LayerNorm / RMSNorm epsilon
+  double rope_theta = 10000.0;   // llama: rotary embedding base (Su et al. 2021, §3.2.2)
 };
 
 struct TrainingConfig {
@@ -54,6 +61,9 @@ struct ParallelConfig {
   std::int64_t pp = 1;
   std::int64_t cp = 1;
   std::int64_t ep = 1;
+  // Megatron sequence parallelism (Korthikanti et al. 2022, §4.2.2): norms and residuals hold
+  // [tokens/tp, C]; needs tp > 1 to change anything and block_size % tp == 0.
+  bool sequence_parallel = false;
   std::int64_t bucket_mib = 4;  // gradient all-reduce bucket size, MiB
 };
 

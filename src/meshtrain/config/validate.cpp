@@ -24,8 +24,10 @@ void require(std::vector<ConfigIssue>& issues, bool ok, const std::string& setti
 }
 
 void check_model(const ModelConfig& m, std::vector<ConfigIssue>& issues) {
-  require(issues, m.family == "gpt2", "model.family", m.family,
-          "the model families of this version are: gpt2", "set model.family = \"gpt2\"");
+  const bool gpt2 = m.family == "gpt2", llama = m.family == "llama";
+  require(issues, gpt2 || llama, "model.family", m.family,
+          "the model families of this version are: gpt2, llama",
+          "set model.family = \"gpt2\" or \"llama\"");
   require(issues, m.n_layer >= 1, "model.n_layer", m.n_layer, "must be ≥ 1", "use e.g. 4");
   require(issues, m.n_head >= 1, "model.n_head", m.n_head, "must be ≥ 1", "use e.g. 4");
   require(issues, m.n_embd >= 1, "model.n_embd", m.n_embd, "must be ≥ 1", "use e.g. 128");
@@ -33,6 +35,11 @@ void check_model(const ModelConfig& m, std::vector<ConfigIssue>& issues) {
           "use e.g. 64");
   require(issues, m.vocab_size >= 0, "model.vocab_size", m.vocab_size,
           "must be ≥ 0 (0 = take it from the data's meta.json)", "leave it at 0");
+  require(issues, m.ffn_hidden >= 0, "model.ffn_hidden", m.ffn_hidden,
+          "must be ≥ 0 (0 = the family's rule: 4·n_embd for gpt2, Llama's ≈8/3·n_embd)",
+          "leave it at 0");
+  require(issues, m.n_kv_head >= 0, "model.n_kv_head", m.n_kv_head, "must be ≥ 0 (0 = n_head)",
+          "leave it at 0");
   if (m.n_head >= 1 && m.n_embd >= 1) {
     require(issues, m.n_embd % m.n_head == 0, "model.n_embd", m.n_embd,
             fmt::format("must be divisible by model.n_head = {}: every head has n_embd/n_head "
@@ -40,31 +47,92 @@ void check_model(const ModelConfig& m, std::vector<ConfigIssue>& issues) {
                         m.n_head),
             fmt::format("choose model.n_head from {{{}}}, or n_embd a multiple of {}",
                         fmt::join(divisors(m.n_embd), ", "), m.n_head));
+    if (m.n_kv_head >= 1) {
+      require(
+          issues, m.n_head % m.n_kv_head == 0, "model.n_kv_head", m.n_kv_head,
+          fmt::format("must divide model.n_head = {}: each kv head serves n_head/n_kv_head "
+                      "query heads (grouped-query attention)",
+                      m.n_head),
+          fmt::format("choose model.n_kv_head from {{{}}}", fmt::join(divisors(m.n_head), ", ")));
+    }
+    if (llama && m.n_embd % m.n_head == 0) {
+      require(issues, (m.n_embd / m.n_head) % 2 == 0, "model.n_embd", m.n_embd,
+              fmt::format("llama needs an even head size n_embd/n_head (= {}): rotary embedding "
+                          "rotates pairs of features",
+                          m.n_embd / m.n_head),
+              "choose n_embd and n_head so that n_embd/n_head is even");
+    }
   }
+  require(issues, !gpt2 || m.n_kv_head == 0 || m.n_kv_head == m.n_head, "model.n_kv_head",
+          m.n_kv_head, "gpt2 has no grouped-query attention: n_kv_head must be 0 or n_head",
+          "set model.n_kv_head = 0, or model.family = \"llama\"");
+  require(issues, !llama || !m.bias, "model.bias", m.bias,
+          "llama has no biases in its linears or norms", "set model.bias = false");
   require(issues, m.dropout == 0.0, "model.dropout", m.dropout,
           "dropout is not yet supported (this version trains without it)",
           "set model.dropout = 0.0");
   require(issues, m.init_std > 0.0, "model.init_std", m.init_std, "must be > 0", "use 0.02");
+  require(issues, m.norm_eps > 0.0, "model.norm_eps", m.norm_eps, "must be > 0", "use 1e-5");
+  require(issues, m.rope_theta > 0.0, "model.rope_theta", m.rope_theta, "must be > 0",
+          "use 10000 (Llama 2) or 500000 (Llama 3)");
 }
 
-void check_parallel(const ParallelConfig& p, int world_size, std::vector<ConfigIssue>& issues) {
+void check_parallel(const Config& c, int world_size, std::vector<ConfigIssue>& issues) {
+  const ParallelConfig& p = c.parallel;
+  const ModelConfig& m = c.model;
   const std::pair<const char*, std::int64_t> not_yet[] = {
-      {"parallel.tp", p.tp}, {"parallel.pp", p.pp}, {"parallel.cp", p.cp}, {"parallel.ep", p.ep}};
+      {"parallel.pp", p.pp}, {"parallel.cp", p.cp}, {"parallel.ep", p.ep}};
   for (const auto& [name, size] : not_yet) {
     require(issues, size == 1, name, size,
-            "not yet supported: this version runs data parallel only (tp = pp = cp = ep = 1)",
-            fmt::format("set {} = 1 and use parallel.dp for more ranks", name));
+            "not yet supported: this version runs data and tensor parallel only "
+            "(pp = cp = ep = 1)",
+            fmt::format("set {} = 1 and use parallel.dp / parallel.tp for more ranks", name));
   }
   require(issues, p.dp >= 1, "parallel.dp", p.dp, "must be ≥ 1", "use 1 for a single process");
+  require(issues, p.tp >= 1, "parallel.tp", p.tp, "must be ≥ 1", "use 1 for no tensor parallel");
   require(issues, p.bucket_mib >= 1, "parallel.bucket_mib", p.bucket_mib, "must be ≥ 1 MiB",
           "use 4 (the measured best on the project's machines)");
+  if (p.tp >= 2) {
+    // Megatron-LM's rules (Shoeybi et al. 2019, §3): heads and MLP features split evenly.
+    const std::int64_t kv = kv_heads_of(m);
+    require(issues, m.n_head < 1 || m.n_head % p.tp == 0, "model.n_head", m.n_head,
+            fmt::format("must be divisible by parallel.tp = {}: attention heads are split over "
+                        "the tensor-parallel ranks",
+                        p.tp),
+            fmt::format("choose parallel.tp from {{{}}}",
+                        fmt::join(divisors(std::max<std::int64_t>(m.n_head, 1)), ", ")));
+    if (m.n_kv_head != 0 && m.n_kv_head != m.n_head) {
+      require(issues, kv < 1 || kv % p.tp == 0, "model.n_kv_head", m.n_kv_head,
+              fmt::format("must be divisible by parallel.tp = {}: key/value heads are split over "
+                          "the tensor-parallel ranks",
+                          p.tp),
+              fmt::format("choose parallel.tp from {{{}}}, or a larger model.n_kv_head",
+                          fmt::join(divisors(std::max<std::int64_t>(kv, 1)), ", ")));
+    }
+    const std::int64_t ffn = ffn_hidden_of(m);
+    require(issues, ffn < 1 || ffn % p.tp == 0, "model.ffn_hidden", ffn,
+            fmt::format("the MLP hidden size must be divisible by parallel.tp = {}", p.tp),
+            fmt::format("set model.ffn_hidden to a multiple of {}", p.tp));
+    if (p.sequence_parallel) {
+      require(issues, m.block_size < 1 || m.block_size % p.tp == 0, "model.block_size",
+              m.block_size,
+              fmt::format("with parallel.sequence_parallel every tp rank holds block_size/tp "
+                          "tokens of each sequence: must be divisible by parallel.tp = {}",
+                          p.tp),
+              fmt::format("set model.block_size to a multiple of {}, or "
+                          "parallel.sequence_parallel = false",
+                          p.tp));
+    }
+  }
   const std::int64_t ranks = p.pp * p.dp * p.cp * p.tp;
   if (ranks >= 1 && ranks != world_size) {
-    issues.push_back(
-        {"parallel.pp × dp × cp × tp",
-         fmt::format("{} × {} × {} × {} = {}", p.pp, p.dp, p.cp, p.tp, ranks),
-         fmt::format("must equal the number of ranks launched ({})", world_size),
-         fmt::format("launch with `mpirun -np {}`, or pass --parallel.dp {}", ranks, world_size)});
+    issues.push_back({"parallel.pp × dp × cp × tp",
+                      fmt::format("{} × {} × {} × {} = {}", p.pp, p.dp, p.cp, p.tp, ranks),
+                      fmt::format("must equal the number of ranks launched ({})", world_size),
+                      world_size % (p.pp * p.cp * p.tp) == 0 && p.pp * p.cp * p.tp >= 1
+                          ? fmt::format("launch with `mpirun -np {}`, or pass --parallel.dp {}",
+                                        ranks, world_size / (p.pp * p.cp * p.tp))
+                          : fmt::format("launch with `mpirun -np {}`", ranks)});
   }
 }
 
@@ -140,7 +208,7 @@ void check_optimizer(const TrainingConfig& t, std::vector<ConfigIssue>& issues) 
 std::vector<ConfigIssue> check_config(const Config& config, int world_size) {
   std::vector<ConfigIssue> issues;
   check_model(config.model, issues);
-  check_parallel(config.parallel, world_size, issues);
+  check_parallel(config, world_size, issues);
   check_batch(config.training, config.parallel, issues);
   check_optimizer(config.training, issues);
   return issues;
@@ -154,13 +222,21 @@ void validate_or_throw(const Config& config, int world_size) {
 double estimated_training_bytes(const Config& config) {
   // Doubles: absurd sizes (n_embd = 1e9) must give a large number, not an int64 overflow.
   const ModelConfig& m = config.model;
+  const bool llama = m.family == "llama";
   const double C = static_cast<double>(m.n_embd);
   const double L = static_cast<double>(m.n_layer);
   const double V = static_cast<double>(m.vocab_size);
   const double T = static_cast<double>(m.block_size);
-  const double params = V * C + T * C + L * (12.0 * C * C + 13.0 * C) + 2.0 * C;
+  const double F = static_cast<double>(ffn_hidden_of(m));
+  const double tp = static_cast<double>(std::max<std::int64_t>(config.parallel.tp, 1));
+  const double kv =
+      m.n_head >= 1 ? static_cast<double>(kv_heads_of(m)) / static_cast<double>(m.n_head) : 1.0;
+  // Matrices are split over tp; norms, biases and positions are not (a few C per layer).
+  const double matrices =
+      L * (C * C * (2.0 + 2.0 * kv) + (llama ? 3.0 : 2.0) * C * F) + V * C * (llama ? 2.0 : 1.0);
+  const double params = matrices / tp + (llama ? 0.0 : T * C) + L * 13.0 * C + 2.0 * C;
   const double tokens = static_cast<double>(config.training.micro_batch) * T;
-  const double activations = 4.0 * tokens * (18.0 * C * L + 3.0 * C + 2.0 * V);
+  const double activations = 4.0 * tokens * (L * (10.0 * C + 2.0 * F) + 3.0 * C + 2.0 * V / tp);
   return 16.0 * params + activations;
 }
 
@@ -175,6 +251,18 @@ std::vector<ConfigIssue> check_memory(const Config& config, std::int64_t availab
                        "Adam state, plus activations), more than the {:.1f} GiB available",
                        need / kGiB, static_cast<double>(available_bytes) / kGiB),
            "reduce model.n_layer, model.n_embd, model.block_size or training.micro_batch"}};
+}
+
+std::int64_t kv_heads_of(const ModelConfig& m) { return m.n_kv_head > 0 ? m.n_kv_head : m.n_head; }
+
+std::int64_t ffn_hidden_of(const ModelConfig& m) {
+  if (m.ffn_hidden > 0) return m.ffn_hidden;
+  if (m.family != "llama") return 4 * m.n_embd;
+  // Llama's reference code: 2/3 of 4·C (SwiGLU has three matrices instead of two, so the same
+  // parameter count), rounded up to a multiple of 256.
+  constexpr std::int64_t kMultipleOf = 256;
+  const std::int64_t f = 2 * (4 * m.n_embd) / 3;
+  return (f + kMultipleOf - 1) / kMultipleOf * kMultipleOf;
 }
 
 std::int64_t global_batch_of(const Config& config) {

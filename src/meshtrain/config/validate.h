@@ -27,6 +27,14 @@ double estimated_training_bytes(const Config& config);
 /// available_bytes ≤ 0, i.e. unknown). Needs model.vocab_size resolved.
 std::vector<ConfigIssue> check_memory(const Config& config, std::int64_t available_bytes);
 
+/// Key/value heads: model.n_kv_head, or n_head when it is 0.
+std::int64_t kv_heads_of(const ModelConfig& m);
+
+/// MLP hidden size F: model.ffn_hidden, or the family's rule when it is 0 — gpt2: 4·n_embd
+/// (Radford et al. 2018); llama: 2/3·4·n_embd rounded up to a multiple of 256 (Touvron et al.
+/// 2023, §2.2, and Meta's reference code).
+std::int64_t ffn_hidden_of(const ModelConfig& m);
+
 /// Sequences per optimizer step: micro_batch × accumulation × dp (training.global_batch, when
 /// set, must equal it; check_config enforces that).
 std::int64_t global_batch_of(const Config& config);

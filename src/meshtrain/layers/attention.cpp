@@ -4,37 +4,100 @@
 #include "meshtrain/kernels/kernels.h"
 
 namespace meshtrain {
+namespace {
 
-CausalSelfAttention::CausalSelfAttention(const std::string& prefix, const AttentionShape& shape)
+std::vector<ColumnWeight> qkv_weights(const std::string& prefix, const AttentionShape& s) {
+  const std::int64_t head_dim = s.n_embd / s.n_head;
+  if (s.fused_qkv) return {{prefix + ".c_attn", 3 * s.n_embd, 3, s.init_std}};
+  return {{prefix + ".q_proj", s.n_head * head_dim, 1, s.init_std},
+          {prefix + ".k_proj", s.n_kv_head * head_dim, 1, s.init_std},
+          {prefix + ".v_proj", s.n_kv_head * head_dim, 1, s.init_std}};
+}
+
+// The rows of q, k and v inside the projection outputs: three column blocks of one tensor
+// (fused c_attn, whose shard is [q heads | k heads | v heads] of this rank), or three tensors.
+template <typename Ptr, typename Rows>
+Rows rows_of(const std::vector<Tensor>& t, std::int64_t q_width, std::int64_t kv_width) {
+  auto base = [](const Tensor& x) { return const_cast<Ptr>(x.f32()); };
+  if (t.size() == 1) {
+    Ptr p = base(t[0]);
+    const std::int64_t stride = t[0].dim(1);
+    return {p, p + q_width, p + q_width + kv_width, stride, stride};
+  }
+  return {base(t[0]), base(t[1]), base(t[2]), q_width, kv_width};
+}
+
+}  // namespace
+
+CausalSelfAttention::CausalSelfAttention(const std::string& prefix, const AttentionShape& shape,
+                                         const TensorParallel& tp)
     : shape_(shape),
-      c_attn_(prefix + ".c_attn", shape.n_embd, 3 * shape.n_embd, shape.bias, shape.init_std),
-      c_proj_(prefix + ".c_proj", shape.n_embd, shape.n_embd, shape.bias, shape.proj_init_std) {}
+      heads_(shape.n_head / tp.group.size()),
+      kv_heads_(shape.n_kv_head / tp.group.size()),
+      head_dim_(shape.n_embd / shape.n_head),
+      qkv_(qkv_weights(prefix, shape), shape.n_embd, shape.bias, tp),
+      out_(prefix + (shape.fused_qkv ? ".c_proj" : ".o_proj"), shape.n_head * head_dim_,
+           shape.n_embd, shape.bias, shape.proj_init_std, tp) {
+  MT_CHECK(shape.n_head % tp.group.size() == 0 && shape.n_kv_head % tp.group.size() == 0 &&
+               shape.n_head % shape.n_kv_head == 0 &&
+               (!shape.fused_qkv || shape.n_kv_head == shape.n_head),
+           "{}: {} heads / {} kv heads cannot be split over {} ranks", prefix, shape.n_head,
+           shape.n_kv_head, tp.group.size());
+}
 
-Tensor CausalSelfAttention::forward(const Tensor& x, std::int64_t batch, std::int64_t seq_len) {
-  MT_CHECK(x.dim(0) == batch * seq_len, "attention input has {} rows, expected {} × {}", x.dim(0),
-           batch, seq_len);
+Tensor CausalSelfAttention::forward(const Tensor& x, const SequenceBatch& batch) {
   batch_ = batch;
-  seq_len_ = seq_len;
-  qkv_ = c_attn_.forward(x);
-  att_out_ = Tensor::empty({x.dim(0), shape_.n_embd}, MemCategory::activations);
-  lse_ = Tensor::empty({batch, shape_.n_head, seq_len}, MemCategory::activations);
-  kernels::attention_forward(qkv_.f32(), att_out_.f32(), lse_.f32(),
-                             {batch, seq_len, shape_.n_head, shape_.n_embd / shape_.n_head});
-  return c_proj_.forward(att_out_);
+  qkv_out_ = qkv_.forward(x);
+  const std::int64_t tokens = qkv_out_[0].dim(0);
+  MT_CHECK(tokens == batch.tokens(), "attention input has {} rows, expected {} × {}", tokens,
+           batch.sequences, batch.seq_len);
+  const std::int64_t q_width = heads_ * head_dim_, kv_width = kv_heads_ * head_dim_;
+  const auto in = rows_of<float*, kernels::QkvGradRows>(qkv_out_, q_width, kv_width);
+  if (shape_.rope_theta > 0.0f) {
+    positions_.resize(static_cast<std::size_t>(tokens));
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      positions_[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(t % batch.seq_len);
+    }
+    kernels::rope_apply(in.dq, in.q_stride, positions_.data(), tokens, heads_, head_dim_,
+                        shape_.rope_theta, false);
+    kernels::rope_apply(in.dk, in.kv_stride, positions_.data(), tokens, kv_heads_, head_dim_,
+                        shape_.rope_theta, false);
+  }
+  att_out_ = Tensor::empty({tokens, q_width}, MemCategory::activations);
+  lse_ = Tensor::empty({batch.sequences, heads_, batch.seq_len}, MemCategory::activations);
+  const kernels::GqaDims dims{batch.sequences, batch.seq_len, heads_, kv_heads_, head_dim_};
+  kernels::gqa_attention_forward(
+      rows_of<const float*, kernels::QkvRows>(qkv_out_, q_width, kv_width), att_out_.f32(),
+      lse_.f32(), dims);
+  return out_.forward(att_out_);
 }
 
 Tensor CausalSelfAttention::backward(const Tensor& dy) {
-  const Tensor d_att_out = c_proj_.backward(dy);
-  Tensor dqkv = Tensor::empty(qkv_.shape(), MemCategory::activations);
-  kernels::attention_backward(qkv_.f32(), att_out_.f32(), lse_.f32(), d_att_out.f32(), dqkv.f32(),
-                              {batch_, seq_len_, shape_.n_head, shape_.n_embd / shape_.n_head});
-  qkv_ = att_out_ = lse_ = Tensor();
-  return c_attn_.backward(dqkv);
+  const Tensor d_att = out_.backward(dy);
+  std::vector<Tensor> grads;
+  for (const Tensor& t : qkv_out_)
+    grads.push_back(Tensor::empty(t.shape(), MemCategory::activations));
+  const std::int64_t q_width = heads_ * head_dim_, kv_width = kv_heads_ * head_dim_;
+  const auto d = rows_of<float*, kernels::QkvGradRows>(grads, q_width, kv_width);
+  const kernels::GqaDims dims{batch_.sequences, batch_.seq_len, heads_, kv_heads_, head_dim_};
+  kernels::gqa_attention_backward(
+      rows_of<const float*, kernels::QkvRows>(qkv_out_, q_width, kv_width), att_out_.f32(),
+      lse_.f32(), d_att.f32(), d, dims);
+  if (shape_.rope_theta > 0.0f) {  // the rotation is orthogonal: its backward rotates back
+    const std::int64_t tokens = qkv_out_[0].dim(0);
+    kernels::rope_apply(d.dq, d.q_stride, positions_.data(), tokens, heads_, head_dim_,
+                        shape_.rope_theta, true);
+    kernels::rope_apply(d.dk, d.kv_stride, positions_.data(), tokens, kv_heads_, head_dim_,
+                        shape_.rope_theta, true);
+  }
+  qkv_out_.clear();
+  att_out_ = lse_ = Tensor();
+  return qkv_.backward(grads);
 }
 
 ParameterList CausalSelfAttention::parameters() {
-  ParameterList out = c_attn_.parameters();
-  for (Parameter* p : c_proj_.parameters()) out.push_back(p);
+  ParameterList out = qkv_.parameters();
+  for (Parameter* p : out_.parameters()) out.push_back(p);
   return out;
 }
 

@@ -1,36 +1,55 @@
-// src/meshtrain/layers/attention.h — GPT-2 causal self-attention block part: c_attn (fused
-// q, k, v projection), scaled dot-product attention with a causal mask, c_proj.
+// src/meshtrain/layers/attention.h
+//
+// Causal self-attention with its heads split over tp (Shoeybi et al. 2019, §3, Fig. 3b): the
+// q, k, v projections are column-parallel (rank r computes heads [r·H/tp, (r+1)·H/tp) and
+// kv heads [r·Hkv/tp, ...)), attention runs on local heads only, and the output projection is
+// row-parallel. Two naming/layout schemes:
+//   GPT-2 (fused_qkv): `<prefix>.c_attn` [3C, C] holding [q; k; v] (sharded per block) and
+//     `<prefix>.c_proj` [C, C]; n_kv_head == n_head; no rotary embedding.
+//   Llama: `<prefix>.{q_proj [H·d, C], k_proj [Hkv·d, C], v_proj [Hkv·d, C], o_proj [C, H·d]}`,
+//     grouped-query attention (Ainslie et al. 2023) and rotary position embedding (Su et al.
+//     2021) on q and k.
 #pragma once
 
-#include "meshtrain/layers/linear.h"
+#include <string>
+#include <vector>
+
+#include "meshtrain/layers/module.h"
+#include "meshtrain/layers/parallel_linear.h"
 
 namespace meshtrain {
 
 struct AttentionShape {
-  std::int64_t n_embd;  // C
-  std::int64_t n_head;  // heads; C % n_head == 0 (validated with the config)
+  std::int64_t n_embd;     // C
+  std::int64_t n_head;     // H; C % H == 0, H % tp == 0 (validated with the config)
+  std::int64_t n_kv_head;  // Hkv; H % Hkv == 0, Hkv % tp == 0
   bool bias;
-  float init_std;       // c_attn weights
-  float proj_init_std;  // c_proj weights (GPT-2 scales it by 1/√(2·n_layer))
+  float init_std;       // q, k, v weights
+  float proj_init_std;  // output projection (GPT-2 scales it by 1/√(2·n_layer))
+  float rope_theta;     // > 0: rotary embedding with this base; 0: none
+  bool fused_qkv;       // GPT-2's c_attn/c_proj; false: Llama's q/k/v/o_proj
 };
 
-class CausalSelfAttention {
+class CausalSelfAttention final : public Module {
  public:
-  /// Parameters `<prefix>.c_attn.{weight [3C, C], bias [3C]}`, `<prefix>.c_proj.{weight [C, C],
-  /// bias [C]}` (Hugging Face GPT-2 names; weights in nn.Linear layout).
-  CausalSelfAttention(const std::string& prefix, const AttentionShape& shape);
+  CausalSelfAttention(const std::string& prefix, const AttentionShape& shape,
+                      const TensorParallel& tp);
 
-  /// x [batch·T, C] → [batch·T, C]. Keeps qkv, the attention output and its log-sum-exp.
-  Tensor forward(const Tensor& x, std::int64_t batch, std::int64_t seq_len);
-  /// dy [batch·T, C] → dx [batch·T, C]; accumulates parameter gradients.
-  Tensor backward(const Tensor& dy);
-  ParameterList parameters();
+  /// x [tokens, C] (or [tokens/tp, C] under sequence parallelism) → same layout. Keeps q, k,
+  /// v (after rotation), the attention output and its log-sum-exp, [batch, H/tp, T].
+  Tensor forward(const Tensor& x, const SequenceBatch& batch) override;
+  Tensor backward(const Tensor& dy) override;
+  ParameterList parameters() override;
 
  private:
   AttentionShape shape_;
-  Linear c_attn_, c_proj_;
-  std::int64_t batch_ = 0, seq_len_ = 0;
-  Tensor qkv_, att_out_, lse_;
+  std::int64_t heads_, kv_heads_, head_dim_;  // heads on this rank
+  ColumnParallelLinear qkv_;
+  RowParallelLinear out_;
+  SequenceBatch batch_{0, 0};
+  std::vector<Tensor> qkv_out_;
+  std::vector<std::int32_t> positions_;
+  Tensor att_out_, lse_;
 };
 
 }  // namespace meshtrain

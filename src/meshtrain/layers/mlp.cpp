@@ -4,29 +4,59 @@
 
 namespace meshtrain {
 
-Mlp::Mlp(const std::string& prefix, std::int64_t n_embd, bool bias, float init_std,
-         float proj_init_std)
-    : c_fc_(prefix + ".c_fc", n_embd, 4 * n_embd, bias, init_std),
-      c_proj_(prefix + ".c_proj", 4 * n_embd, n_embd, bias, proj_init_std) {}
+GeluMlp::GeluMlp(const std::string& prefix, const MlpShape& s, const TensorParallel& tp)
+    : fc_({{prefix + ".c_fc", s.hidden, 1, s.init_std}}, s.n_embd, s.bias, tp),
+      proj_(prefix + ".c_proj", s.hidden, s.n_embd, s.bias, s.proj_init_std, tp) {}
 
-Tensor Mlp::forward(const Tensor& x) {
-  pre_act_ = c_fc_.forward(x);
-  Tensor act = Tensor::empty(pre_act_.shape(), MemCategory::activations);
-  kernels::gelu_forward(pre_act_.f32(), act.f32(), act.numel());
-  return c_proj_.forward(act);
+Tensor GeluMlp::forward(const Tensor& x, const SequenceBatch& /*batch*/) {
+  pre_act_ = fc_.forward(x);
+  Tensor act = Tensor::empty(pre_act_[0].shape(), MemCategory::activations);
+  kernels::gelu_forward(pre_act_[0].f32(), act.f32(), act.numel());
+  return proj_.forward(act);
 }
 
-Tensor Mlp::backward(const Tensor& dy) {
-  Tensor d_act = c_proj_.backward(dy);
+Tensor GeluMlp::backward(const Tensor& dy) {
+  Tensor d_act = proj_.backward(dy);
   // In place: dgelu reads the pre-activation and the incoming gradient element by element.
-  kernels::gelu_backward(pre_act_.f32(), d_act.f32(), d_act.f32(), d_act.numel());
-  pre_act_ = Tensor();
-  return c_fc_.backward(d_act);
+  kernels::gelu_backward(pre_act_[0].f32(), d_act.f32(), d_act.f32(), d_act.numel());
+  pre_act_.clear();
+  return fc_.backward(std::span<const Tensor>(&d_act, 1));
 }
 
-ParameterList Mlp::parameters() {
-  ParameterList out = c_fc_.parameters();
-  for (Parameter* p : c_proj_.parameters()) out.push_back(p);
+ParameterList GeluMlp::parameters() {
+  ParameterList out = fc_.parameters();
+  for (Parameter* p : proj_.parameters()) out.push_back(p);
+  return out;
+}
+
+SwiGluMlp::SwiGluMlp(const std::string& prefix, const MlpShape& s, const TensorParallel& tp)
+    : gate_up_({{prefix + ".gate_proj", s.hidden, 1, s.init_std},
+                {prefix + ".up_proj", s.hidden, 1, s.init_std}},
+               s.n_embd, s.bias, tp),
+      down_(prefix + ".down_proj", s.hidden, s.n_embd, s.bias, s.proj_init_std, tp) {}
+
+Tensor SwiGluMlp::forward(const Tensor& x, const SequenceBatch& /*batch*/) {
+  gate_up_out_ = gate_up_.forward(x);
+  const Tensor& gate = gate_up_out_[0];
+  Tensor act = Tensor::empty(gate.shape(), MemCategory::activations);
+  kernels::swiglu_forward(gate.f32(), gate_up_out_[1].f32(), act.f32(), act.numel());
+  return down_.forward(act);
+}
+
+Tensor SwiGluMlp::backward(const Tensor& dy) {
+  const Tensor d_act = down_.backward(dy);
+  // In place: the gate and up activations are not needed after their gradients.
+  Tensor& gate = gate_up_out_[0];
+  Tensor& up = gate_up_out_[1];
+  kernels::swiglu_backward(gate.f32(), up.f32(), d_act.f32(), gate.f32(), up.f32(), gate.numel());
+  const std::vector<Tensor> grads = std::move(gate_up_out_);
+  gate_up_out_.clear();
+  return gate_up_.backward(grads);
+}
+
+ParameterList SwiGluMlp::parameters() {
+  ParameterList out = gate_up_.parameters();
+  for (Parameter* p : down_.parameters()) out.push_back(p);
   return out;
 }
 

@@ -1,24 +1,54 @@
-// src/meshtrain/layers/mlp.h — GPT-2 feed-forward: c_fc (C → 4C), GELU (tanh), c_proj (4C → C).
+// src/meshtrain/layers/mlp.h — the two feed-forward blocks, each a column-parallel expansion
+// and a row-parallel projection with the nonlinearity on local features in between (Shoeybi
+// et al. 2019, §3, Fig. 3a: the split needs no communication inside the block).
+//   GeluMlp (GPT-2): `<prefix>.c_fc` [F, C], GELU (tanh), `<prefix>.c_proj` [C, F].
+//   SwiGluMlp (Llama; Shazeer 2020): `<prefix>.{gate_proj, up_proj}` [F, C],
+//     silu(gate)·up, `<prefix>.down_proj` [C, F].
+// F % tp == 0 (validated with the config).
 #pragma once
 
-#include "meshtrain/layers/linear.h"
+#include <string>
+#include <vector>
+
+#include "meshtrain/layers/module.h"
+#include "meshtrain/layers/parallel_linear.h"
 
 namespace meshtrain {
 
-class Mlp {
- public:
-  /// `<prefix>.c_fc.{weight [4C, C], bias [4C]}`, `<prefix>.c_proj.{weight [C, 4C], bias [C]}`.
-  Mlp(const std::string& prefix, std::int64_t n_embd, bool bias, float init_std,
-      float proj_init_std);
+struct MlpShape {
+  std::int64_t n_embd;  // C
+  std::int64_t hidden;  // F
+  bool bias;
+  float init_std;       // expansion weights
+  float proj_init_std;  // projection back to C
+};
 
-  /// x [tokens, C] → [tokens, C]; keeps the pre-activation for backward.
-  Tensor forward(const Tensor& x);
-  Tensor backward(const Tensor& dy);
-  ParameterList parameters();
+class GeluMlp final : public Module {
+ public:
+  GeluMlp(const std::string& prefix, const MlpShape& shape, const TensorParallel& tp);
+  /// x [tokens(/tp), C] → same layout; keeps the pre-activation [tokens, F/tp].
+  Tensor forward(const Tensor& x, const SequenceBatch& batch) override;
+  Tensor backward(const Tensor& dy) override;
+  ParameterList parameters() override;
 
  private:
-  Linear c_fc_, c_proj_;
-  Tensor pre_act_;
+  ColumnParallelLinear fc_;
+  RowParallelLinear proj_;
+  std::vector<Tensor> pre_act_;
+};
+
+class SwiGluMlp final : public Module {
+ public:
+  SwiGluMlp(const std::string& prefix, const MlpShape& shape, const TensorParallel& tp);
+  /// x [tokens(/tp), C] → same layout; keeps gate and up, [tokens, F/tp] each.
+  Tensor forward(const Tensor& x, const SequenceBatch& batch) override;
+  Tensor backward(const Tensor& dy) override;
+  ParameterList parameters() override;
+
+ private:
+  ColumnParallelLinear gate_up_;
+  RowParallelLinear down_;
+  std::vector<Tensor> gate_up_out_;
 };
 
 }  // namespace meshtrain

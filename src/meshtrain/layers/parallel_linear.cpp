@@ -2,102 +2,122 @@
 
 #include "meshtrain/core/error.h"
 #include "meshtrain/kernels/kernels.h"
-#include "meshtrain/layers/tp_regions.h"
 
 namespace meshtrain {
-namespace {
 
-std::int64_t share(std::int64_t n, const ProcessGroup& tp, const std::string& what) {
-  MT_CHECK(n % tp.size() == 0, "{}: {} features cannot be split over {} ranks of {}", what, n,
-           tp.size(), tp.name());
-  return n / tp.size();
-}
-
-}  // namespace
-
-ColumnParallelLinear::ColumnParallelLinear(const std::string& prefix,
-                                           const ParallelLinearShape& shape, ProcessGroup& tp)
-    : shape_(shape),
-      tp_(tp),
-      out_local_(share(shape.out_features, tp, prefix)),
-      weight_(prefix + ".weight",
-              ShardSlice{0, tp.rank() * out_local_, {shape.out_features, shape.in_features}},
-              out_local_, InitKind::normal, shape.init_std) {
-  if (shape.bias) {
-    bias_.emplace(prefix + ".bias", ShardSlice{0, tp.rank() * out_local_, {shape.out_features}},
-                  out_local_, InitKind::zeros);
+ColumnParallelLinear::ColumnParallelLinear(std::vector<ColumnWeight> weights,
+                                           std::int64_t in_features, bool bias,
+                                           const TensorParallel& tp)
+    : in_(in_features), tp_(tp) {
+  const int r = tp.group.rank(), n = tp.group.size();
+  for (const ColumnWeight& w : weights) {
+    MT_CHECK(w.parts >= 1 && w.out_features % (w.parts * n) == 0,
+             "{}: {} output features in {} parts cannot be split over {} ranks of {}", w.prefix,
+             w.out_features, w.parts, n, tp.group.name());
+    Shard s{.out_local = w.out_features / n,
+            .weight = Parameter(w.prefix + ".weight",
+                                even_shard({w.out_features, in_features}, 0, r, n, w.parts),
+                                InitKind::normal, w.init_std),
+            .bias = std::nullopt};
+    if (bias) {
+      s.bias.emplace(w.prefix + ".bias", even_shard({w.out_features}, 0, r, n, w.parts),
+                     InitKind::zeros);
+    }
+    shards_.push_back(std::move(s));
   }
 }
 
-Tensor ColumnParallelLinear::forward(const Tensor& x) {
-  x_full_ = shape_.sequence_parallel ? GatherFromSequenceRegion::forward(x, tp_)
-                                     : CopyToTpRegion::forward(x, tp_);
-  MT_CHECK(x_full_.ndim() == 2 && x_full_.dim(1) == shape_.in_features,
-           "{}: input {} expected [tokens, {}]", weight_.name, to_string(x_full_.shape()),
-           shape_.in_features);
-  Tensor y = Tensor::empty({x_full_.dim(0), out_local_}, MemCategory::activations);
-  kernels::linear_forward(x_full_.f32(), weight_.value.f32(), bias_ ? bias_->value.f32() : nullptr,
-                          y.f32(), {x_full_.dim(0), shape_.in_features, out_local_});
-  return y;
+std::vector<Tensor> ColumnParallelLinear::forward(const Tensor& x) {
+  x_full_ = EnterTpRegion::forward(x, tp_);
+  MT_CHECK(x_full_.ndim() == 2 && x_full_.dim(1) == in_, "{}: input {} expected [tokens, {}]",
+           shards_.front().weight.name, to_string(x_full_.shape()), in_);
+  const std::int64_t tokens = x_full_.dim(0);
+  std::vector<Tensor> ys;
+  for (Shard& s : shards_) {
+    Tensor y = Tensor::empty({tokens, s.out_local}, MemCategory::activations);
+    kernels::linear_forward(x_full_.f32(), s.weight.value.f32(),
+                            s.bias ? s.bias->value.f32() : nullptr, y.f32(),
+                            {tokens, in_, s.out_local});
+    ys.push_back(std::move(y));
+  }
+  return ys;
 }
 
-Tensor ColumnParallelLinear::backward(const Tensor& dy) {
-  MT_CHECK(dy.dim(0) == x_full_.dim(0) && dy.dim(1) == out_local_, "{}: grad {} expected [{}, {}]",
-           weight_.name, to_string(dy.shape()), x_full_.dim(0), out_local_);
+Tensor ColumnParallelLinear::backward(std::span<const Tensor> dys) {
+  MT_CHECK(dys.size() == shards_.size(), "{}: {} gradients for {} weights",
+           shards_.front().weight.name, dys.size(), shards_.size());
+  const std::int64_t tokens = x_full_.dim(0);
   Tensor dx = Tensor::empty(x_full_.shape(), MemCategory::activations);
-  kernels::linear_backward(x_full_.f32(), weight_.value.f32(), dy.f32(), dx.f32(),
-                           weight_.grad.f32(), bias_ ? bias_->grad.f32() : nullptr,
-                           {x_full_.dim(0), shape_.in_features, out_local_});
+  Tensor dx_part;
+  for (std::size_t i = 0; i < shards_.size(); ++i) {
+    Shard& s = shards_[i];
+    MT_CHECK(dys[i].ndim() == 2 && dys[i].dim(0) == tokens && dys[i].dim(1) == s.out_local,
+             "{}: grad {} expected [{}, {}]", s.weight.name, to_string(dys[i].shape()), tokens,
+             s.out_local);
+    // linear_backward overwrites dx: the first weight writes it, the others add theirs.
+    if (i == 1) dx_part = Tensor::empty(x_full_.shape(), MemCategory::activations);
+    float* out = i == 0 ? dx.f32() : dx_part.f32();
+    kernels::linear_backward(x_full_.f32(), s.weight.value.f32(), dys[i].f32(), out,
+                             s.weight.grad.f32(), s.bias ? s.bias->grad.f32() : nullptr,
+                             {tokens, in_, s.out_local});
+    if (i > 0) kernels::add_inplace(dx.f32(), dx_part.f32(), dx.numel());
+  }
   x_full_ = Tensor();
-  return shape_.sequence_parallel ? GatherFromSequenceRegion::backward(dx, tp_)
-                                  : CopyToTpRegion::backward(dx, tp_);
+  return EnterTpRegion::backward(dx, tp_);
 }
 
 ParameterList ColumnParallelLinear::parameters() {
-  ParameterList out{&weight_};
-  if (bias_) out.push_back(&*bias_);
+  ParameterList out;
+  for (Shard& s : shards_) {
+    out.push_back(&s.weight);
+    if (s.bias) out.push_back(&*s.bias);
+  }
   return out;
 }
 
-RowParallelLinear::RowParallelLinear(const std::string& prefix, const ParallelLinearShape& shape,
-                                     ProcessGroup& tp)
-    : shape_(shape),
+RowParallelLinear::RowParallelLinear(const std::string& prefix, std::int64_t in_features,
+                                     std::int64_t out_features, bool bias, float init_std,
+                                     const TensorParallel& tp)
+    : in_local_(in_features / tp.group.size()),
+      out_(out_features),
       tp_(tp),
-      in_local_(share(shape.in_features, tp, prefix)),
       weight_(prefix + ".weight",
-              ShardSlice{1, tp.rank() * in_local_, {shape.out_features, shape.in_features}},
-              in_local_, InitKind::normal, shape.init_std) {
-  if (shape.bias) bias_.emplace(prefix + ".bias", Shape{shape.out_features}, InitKind::zeros);
+              even_shard({out_features, in_features}, 1, tp.group.rank(), tp.group.size()),
+              InitKind::normal, init_std) {
+  MT_CHECK(in_features % tp.group.size() == 0,
+           "{}: {} input features cannot be split over {} ranks of {}", prefix, in_features,
+           tp.group.size(), tp.group.name());
+  if (bias) bias_.emplace(prefix + ".bias", Shape{out_features}, InitKind::zeros);
 }
 
 Tensor RowParallelLinear::forward(const Tensor& x) {
   MT_CHECK(x.ndim() == 2 && x.dim(1) == in_local_, "{}: input {} expected [tokens, {}]",
            weight_.name, to_string(x.shape()), in_local_);
   x_ = x;
-  Tensor partial = Tensor::empty({x.dim(0), shape_.out_features}, MemCategory::activations);
+  Tensor partial = Tensor::empty({x.dim(0), out_}, MemCategory::activations);
   kernels::linear_forward(x.f32(), weight_.value.f32(), nullptr, partial.f32(),
-                          {x.dim(0), in_local_, shape_.out_features});
-  Tensor y = shape_.sequence_parallel ? ScatterToSequenceRegion::forward(partial, tp_)
-                                      : ReduceFromTpRegion::forward(partial, tp_);
+                          {x.dim(0), in_local_, out_});
+  Tensor y = ExitTpRegion::forward(partial, tp_);
   if (bias_) {  // once, after the sum: adding it on every rank before would count it tp times
     for (std::int64_t t = 0; t < y.dim(0); ++t) {
-      kernels::add_inplace(y.f32() + t * shape_.out_features, bias_->value.f32(),
-                           shape_.out_features);
+      kernels::add_inplace(y.f32() + t * out_, bias_->value.f32(), out_);
     }
   }
   return y;
 }
 
 Tensor RowParallelLinear::backward(const Tensor& dy) {
-  const Tensor dy_full = shape_.sequence_parallel ? ScatterToSequenceRegion::backward(dy, tp_)
-                                                  : ReduceFromTpRegion::backward(dy, tp_);
-  MT_CHECK(dy_full.dim(0) == x_.dim(0) && dy_full.dim(1) == shape_.out_features,
-           "{}: grad {} expected [{}, {}]", weight_.name, to_string(dy_full.shape()), x_.dim(0),
-           shape_.out_features);
+  if (bias_) {  // from dY as this rank holds it (all tokens, or its own under SP)
+    for (std::int64_t t = 0; t < dy.dim(0); ++t) {
+      kernels::add_inplace(bias_->grad.f32(), dy.f32() + t * out_, out_);
+    }
+  }
+  const Tensor dy_full = ExitTpRegion::backward(dy, tp_);
+  MT_CHECK(dy_full.dim(0) == x_.dim(0) && dy_full.dim(1) == out_, "{}: grad {} expected [{}, {}]",
+           weight_.name, to_string(dy_full.shape()), x_.dim(0), out_);
   Tensor dx = Tensor::empty(x_.shape(), MemCategory::activations);
   kernels::linear_backward(x_.f32(), weight_.value.f32(), dy_full.f32(), dx.f32(),
-                           weight_.grad.f32(), bias_ ? bias_->grad.f32() : nullptr,
-                           {x_.dim(0), in_local_, shape_.out_features});
+                           weight_.grad.f32(), nullptr, {x_.dim(0), in_local_, out_});
   x_ = Tensor();
   return dx;
 }

@@ -4,50 +4,60 @@
 // with W [out, in] split over the tp group by rows (column-parallel: each rank computes
 // out/tp output features) or by columns (row-parallel: each rank consumes in/tp input
 // features and the partial outputs are summed). Communication comes from the adjoint pairs
-// of tp_regions.h: column-parallel enters through CopyToTpRegion (or, with sequence
-// parallelism, GatherFromSequenceRegion), row-parallel leaves through ReduceFromTpRegion (or
-// ScatterToSequenceRegion; Korthikanti et al. 2022, §4.2.2). Shards are slices of the logical
-// [out, in] tensor (ShardSlice), initialised from the same (seed, name, index) as the
-// unsharded Linear. With a tp group of one rank they compute exactly what Linear computes.
+// of tp_regions.h: column-parallel enters through EnterTpRegion (identity / all-reduce, or
+// all-gather / reduce-scatter along tokens under sequence parallelism, Korthikanti et al.
+// 2022, §4.2.2), row-parallel leaves through ExitTpRegion. Shards are even_shard slices of the
+// logical [out, in] tensor, initialised from the same (seed, name, index) as the unsharded
+// weight. With a tp group of one rank they compute exactly what a plain nn.Linear computes.
 #pragma once
 
 #include <optional>
+#include <span>
+#include <string>
+#include <vector>
 
-#include "meshtrain/comm/process_group.h"
 #include "meshtrain/layers/parameter.h"
+#include "meshtrain/layers/tp_regions.h"
 
 namespace meshtrain {
 
-struct ParallelLinearShape {
-  std::int64_t in_features;   // logical
-  std::int64_t out_features;  // logical
-  bool bias;
-  float init_std;
-  bool sequence_parallel = false;
+/// One weight of a column-parallel block: `<prefix>.weight` [out_features, in] and, with bias,
+/// `<prefix>.bias` [out_features], split over tp in each of `parts` blocks of out_features
+/// (GPT-2's fused c_attn [q; k; v] has 3, so that a rank holds the same heads of q, k and v).
+struct ColumnWeight {
+  std::string prefix;
+  std::int64_t out_features;  // logical; (out_features / parts) % tp == 0 (validated config)
+  std::int64_t parts = 1;
+  float init_std = 0.02f;
 };
 
+/// Several column-parallel weights reading the same input (Llama's q/k/v projections, SwiGLU's
+/// gate and up): the input enters the tensor-parallel region once — one all-gather under
+/// sequence parallelism, not one per weight — and their input gradients are summed before it
+/// leaves.
 class ColumnParallelLinear {
  public:
-  /// `<prefix>.weight` shard [out/tp, in] = rows [r·out/tp, (r+1)·out/tp) of the logical weight,
-  /// `<prefix>.bias` shard [out/tp]; r = tp rank. out % tp == 0 (validated with the config).
-  ColumnParallelLinear(const std::string& prefix, const ParallelLinearShape& shape,
-                       ProcessGroup& tp);
+  ColumnParallelLinear(std::vector<ColumnWeight> weights, std::int64_t in_features, bool bias,
+                       const TensorParallel& tp);
 
-  /// x [tokens, in] replicated over tp, or [tokens/tp, in] (this rank's rows) under sequence
-  /// parallelism → [tokens, out/tp], this rank's output columns. Keeps the full input.
-  Tensor forward(const Tensor& x);
-  /// dy [tokens, out/tp] → dx in the layout of forward's x: all-reduced over tp (summing each
-  /// rank's partial dX), or reduce-scattered along tokens under sequence parallelism.
-  /// Accumulates the shard's weight and bias gradients.
-  Tensor backward(const Tensor& dy);
+  /// x [tokens, in] replicated over tp, or [tokens/tp, in] under sequence parallelism → one
+  /// output per weight, [tokens, out_i/tp] (this rank's features of each part, part by part).
+  /// Keeps the entered (full) input for backward.
+  std::vector<Tensor> forward(const Tensor& x);
+  /// dys (one per weight, as forward's outputs) → dx in forward's input layout. Accumulates
+  /// every shard's weight and bias gradients.
+  Tensor backward(std::span<const Tensor> dys);
   ParameterList parameters();
 
  private:
-  ParallelLinearShape shape_;
-  ProcessGroup& tp_;
-  std::int64_t out_local_;
-  Parameter weight_;
-  std::optional<Parameter> bias_;
+  struct Shard {
+    std::int64_t out_local;
+    Parameter weight;
+    std::optional<Parameter> bias;
+  };
+  std::int64_t in_;
+  TensorParallel tp_;
+  std::vector<Shard> shards_;
   Tensor x_full_;
 };
 
@@ -55,20 +65,21 @@ class RowParallelLinear {
  public:
   /// `<prefix>.weight` shard [out, in/tp] = columns [r·in/tp, (r+1)·in/tp) of the logical
   /// weight; `<prefix>.bias` [out] replicated over tp (added once, after the reduction).
-  RowParallelLinear(const std::string& prefix, const ParallelLinearShape& shape, ProcessGroup& tp);
+  RowParallelLinear(const std::string& prefix, std::int64_t in_features, std::int64_t out_features,
+                    bool bias, float init_std, const TensorParallel& tp);
 
   /// x [tokens, in/tp] (this rank's input features) → [tokens, out] replicated over tp, or
   /// [tokens/tp, out] (this rank's rows) under sequence parallelism.
   Tensor forward(const Tensor& x);
-  /// dy in forward's output layout → dx [tokens, in/tp]. The bias gradient is computed from the
-  /// full dY on every rank, so the replicated bias gets the same gradient everywhere.
+  /// dy in forward's output layout → dx [tokens, in/tp]. The bias gradient comes from dY as
+  /// held here: identical on every rank without sequence parallelism, a partial sum over this
+  /// rank's tokens with it (summed over tp once per step by the trainer).
   Tensor backward(const Tensor& dy);
   ParameterList parameters();
 
  private:
-  ParallelLinearShape shape_;
-  ProcessGroup& tp_;
-  std::int64_t in_local_;
+  std::int64_t in_local_, out_;
+  TensorParallel tp_;
   Parameter weight_;
   std::optional<Parameter> bias_;
   Tensor x_;

@@ -6,63 +6,106 @@
 #include "meshtrain/core/rng.h"
 
 namespace meshtrain {
-
 namespace {
-Shape local_shape(const ShardSlice& shard, std::int64_t local_size) {
+
+Shape checked_local_shape(const ShardSlice& s) {
+  const auto d = static_cast<std::size_t>(s.dim);
   MT_CHECK(
-      shard.dim >= 0 && shard.dim < static_cast<int>(shard.logical_shape.size()) &&
-          shard.offset >= 0 && local_size >= 0 &&
-          shard.offset + local_size <= shard.logical_shape[static_cast<std::size_t>(shard.dim)],
-      "shard [{}, +{}) of dim {} outside {}", shard.offset, local_size, shard.dim,
-      to_string(shard.logical_shape));
-  Shape shape = shard.logical_shape;
-  shape[static_cast<std::size_t>(shard.dim)] = local_size;
+      s.dim >= 0 && d < s.logical_shape.size() && s.parts >= 1 && s.logical_shape[d] % s.parts == 0,
+      "shard of dim {} in {} parts does not fit {}", s.dim, s.parts, to_string(s.logical_shape));
+  const std::int64_t block = s.logical_shape[d] / s.parts;
+  MT_CHECK(s.offset >= 0 && s.length >= 0 && s.length <= s.stride &&
+               (s.length == 0 || s.offset + s.length <= block),
+           "shard [{}, +{}) (stride {}) of dim {} outside {}", s.offset, s.length, s.stride, s.dim,
+           to_string(s.logical_shape));
+  Shape shape = s.logical_shape;
+  shape[d] = s.parts * s.stride;
   return shape;
 }
+
 }  // namespace
 
-Parameter::Parameter(std::string name_, Shape shape, InitKind init_, float init_std_)
-    : Parameter(std::move(name_), ShardSlice{0, 0, shape}, shape.empty() ? 1 : shape[0], init_,
-                init_std_) {}
+ShardSlice whole(const Shape& logical) {
+  const std::int64_t n = logical.empty() ? 1 : logical[0];
+  return ShardSlice{
+      .dim = 0, .parts = 1, .offset = 0, .length = n, .stride = n, .logical_shape = logical};
+}
 
-Parameter::Parameter(std::string name_, ShardSlice shard_, std::int64_t local_size, InitKind init_,
-                     float init_std_)
+ShardSlice even_shard(const Shape& logical, int dim, int rank, int ranks, std::int64_t parts) {
+  MT_CHECK(ranks >= 1 && rank >= 0 && rank < ranks, "rank {} of {} ranks", rank, ranks);
+  MT_CHECK(dim >= 0 && static_cast<std::size_t>(dim) < logical.size() && parts >= 1 &&
+               logical[static_cast<std::size_t>(dim)] % parts == 0,
+           "cannot split dim {} of {} in {} parts", dim, to_string(logical), parts);
+  const std::int64_t n = logical[static_cast<std::size_t>(dim)] / parts;
+  const std::int64_t piece = (n + ranks - 1) / ranks;
+  const std::int64_t offset = std::min<std::int64_t>(rank * piece, n);
+  return ShardSlice{.dim = dim,
+                    .parts = parts,
+                    .offset = offset,
+                    .length = std::min(piece, n - offset),
+                    .stride = piece,
+                    .logical_shape = logical};
+}
+
+std::vector<ShardRun> runs_of(const ShardSlice& s) {
+  const auto d = static_cast<std::size_t>(s.dim);
+  std::int64_t inner = 1;  // elements per index of dimension `dim`
+  for (std::size_t i = d + 1; i < s.logical_shape.size(); ++i) inner *= s.logical_shape[i];
+  std::int64_t outer = 1;  // indices of the dimensions before `dim`
+  for (std::size_t i = 0; i < d; ++i) outer *= s.logical_shape[i];
+  const std::int64_t logical_dim = s.logical_shape.empty() ? 1 : s.logical_shape[d];
+  const std::int64_t block = logical_dim / s.parts;
+  std::vector<ShardRun> out;
+  if (s.length == 0) return out;
+  for (std::int64_t o = 0; o < outer; ++o) {
+    for (std::int64_t p = 0; p < s.parts; ++p) {
+      out.push_back({.local = (o * s.parts * s.stride + p * s.stride) * inner,
+                     .logical = (o * logical_dim + p * block + s.offset) * inner,
+                     .count = s.length * inner});
+    }
+  }
+  return out;
+}
+
+Parameter::Parameter(std::string name_, Shape shape, InitKind init_, float init_std_)
+    : Parameter(std::move(name_), whole(shape), init_, init_std_) {}
+
+Parameter::Parameter(std::string name_, ShardSlice shard_, InitKind init_, float init_std_)
     : name(std::move(name_)),
-      value(Tensor::empty(local_shape(shard_, local_size), MemCategory::params)),
+      value(Tensor::zeros(checked_local_shape(shard_), MemCategory::params)),
       grad(Tensor::zeros(value.shape(), MemCategory::grads)),
       init(init_),
       init_std(init_std_),
       weight_decay(shard_.logical_shape.size() >= 2),
       shard(std::move(shard_)) {}
 
+bool Parameter::is_sharded() const {
+  if (shard.logical_shape.empty()) return false;
+  return shard.length * shard.parts < shard.logical_shape[static_cast<std::size_t>(shard.dim)];
+}
+
+std::int64_t Parameter::logical_numel() const {
+  std::int64_t n = 1;
+  for (std::int64_t d : shard.logical_shape) n *= d;
+  return n;
+}
+
 void initialize(Parameter& p, std::uint64_t seed) {
-  switch (p.init) {
-    case InitKind::normal: {
-      // Elements of the logical tensor are numbered row-major; the shard holds, for every
-      // index of the dimensions before `dim`, one contiguous run of `run` elements starting at
-      // `offset` within a logical block of `block` elements.
-      const Shape& logical = p.shard.logical_shape;
-      const auto d = static_cast<std::size_t>(p.shard.dim);
-      std::int64_t inner = 1;  // elements per index of dimension `dim`
-      for (std::size_t i = d + 1; i < logical.size(); ++i) inner *= logical[i];
-      const std::int64_t block = logical[d] * inner;
-      const std::int64_t run = p.value.shape()[d] * inner;
-      const std::int64_t outer = p.value.numel() / std::max<std::int64_t>(run, 1);
-      const std::uint64_t stream = stream_of(p.name);
-      for (std::int64_t o = 0; o < outer; ++o) {
-        fill_normal(p.value.span_f32().subspan(static_cast<std::size_t>(o * run),
-                                               static_cast<std::size_t>(run)),
-                    seed, stream, static_cast<std::uint64_t>(o * block + p.shard.offset * inner),
-                    0.0f, p.init_std);
-      }
-      break;
+  p.value.fill(0.0f);  // padding stays zero whatever the init
+  const std::uint64_t stream = stream_of(p.name);
+  for (const ShardRun& run : runs_of(p.shard)) {
+    std::span<float> dst = p.value.span_f32().subspan(static_cast<std::size_t>(run.local),
+                                                      static_cast<std::size_t>(run.count));
+    switch (p.init) {
+      case InitKind::normal:
+        fill_normal(dst, seed, stream, static_cast<std::uint64_t>(run.logical), 0.0f, p.init_std);
+        break;
+      case InitKind::zeros:
+        break;
+      case InitKind::ones:
+        std::fill(dst.begin(), dst.end(), 1.0f);
+        break;
     }
-    case InitKind::zeros:
-      p.value.fill(0.0f);
-      break;
-    case InitKind::ones:
-      p.value.fill(1.0f);
-      break;
   }
 }
 

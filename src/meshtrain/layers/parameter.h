@@ -2,7 +2,8 @@
 //
 // A trainable tensor with its Hugging Face name, its gradient and how it is initialised.
 // Initial values come from Philox keyed by (seed, name, global element index) (DESIGN
-// invariant 1), so they never depend on the layout.
+// invariant 1), so they never depend on the layout: a tensor-parallel shard is, bit for bit,
+// the matching slice of the unsharded parameter.
 #pragma once
 
 #include <cstdint>
@@ -15,38 +16,68 @@ namespace meshtrain {
 
 enum class InitKind : std::uint8_t { normal, zeros, ones };
 
-/// Where a rank's tensor sits in the logical parameter: along dimension `dim` it holds
-/// [offset, offset + local size) of `logical_shape`, and all of every other dimension
-/// (a tensor-parallel shard: dim 0 of [out, in] for column-parallel, dim 1 for row-parallel).
-/// An unsharded parameter has offset 0 and logical_shape equal to its own shape.
+/// Where a rank's tensor sits in the logical parameter. Dimension `dim` of the logical tensor
+/// is `parts` equal consecutive blocks (1 normally; 3 for GPT-2's fused c_attn [q; k; v], whose
+/// shard must hold the same heads of q, k and v). In every block the rank holds logical indices
+/// [offset, offset + length) and stores them as the first `length` of `stride` consecutive
+/// entries of its own dimension `dim`; entries [length, stride) are padding (a vocabulary not
+/// divisible by tp), always zero, never part of the logical tensor. Every other dimension is
+/// whole. Local shape = logical shape with dimension `dim` set to parts·stride.
 struct ShardSlice {
   int dim = 0;
+  std::int64_t parts = 1;
   std::int64_t offset = 0;
+  std::int64_t length = 0;
+  std::int64_t stride = 0;
   Shape logical_shape;
+
+  bool operator==(const ShardSlice&) const = default;
 };
+
+/// The whole of `logical` (a parameter replicated over its group).
+ShardSlice whole(const Shape& logical);
+
+/// Megatron-LM's even split (Shoeybi et al. 2019, §3): each of the `parts` blocks of dimension
+/// `dim` (n entries each) is cut into `ranks` pieces of ceil(n / ranks); rank r holds
+/// [r·piece, min((r+1)·piece, n)) padded to `piece` entries. So every rank's tensor has the
+/// same shape, only the last ranks carry padding, and without padding it is the plain slice.
+/// MT_CHECKs 0 ≤ rank < ranks and that `parts` divides the dimension.
+ShardSlice even_shard(const Shape& logical, int dim, int rank, int ranks, std::int64_t parts = 1);
+
+/// A contiguous run of a shard's real (non-padding) elements: `count` elements starting at
+/// element `local` of the rank's tensor and at element `logical` of the logical tensor
+/// (row-major numbering of each).
+struct ShardRun {
+  std::int64_t local;
+  std::int64_t logical;
+  std::int64_t count;
+};
+/// Every run of `slice`, in increasing local order; together they cover each real element once.
+std::vector<ShardRun> runs_of(const ShardSlice& slice);
 
 struct Parameter {
   std::string name;  // Hugging Face name, e.g. "transformer.h.0.attn.c_attn.weight"
-  Tensor value;      // f32, MemCategory::params
+  Tensor value;      // f32, MemCategory::params, local shape of `shard`
   Tensor grad;       // f32, same shape, MemCategory::grads; ACCUMULATED by backward
   InitKind init = InitKind::zeros;
   float init_std = 0.0f;      // for InitKind::normal
   bool weight_decay = false;  // nanoGPT's rule: 2-D weights decay, biases and norms do not
   ShardSlice shard;           // this rank's slice of the logical tensor
 
-  /// Allocates value and grad of `shape` (grad zeroed; value set by initialize()); the whole
-  /// logical tensor.
+  /// The whole logical tensor of `shape`; value set by initialize(), grad zeroed.
   Parameter(std::string name, Shape shape, InitKind init, float init_std = 0.0f);
-  /// A shard: value and grad have the shape of `shard.logical_shape` with dimension
-  /// `shard.dim` cut to `local_size`. MT_CHECKs that the slice lies inside the logical shape.
-  Parameter(std::string name, ShardSlice shard, std::int64_t local_size, InitKind init,
-            float init_std = 0.0f);
+  /// A shard (see ShardSlice); value set by initialize(), grad zeroed. MT_CHECKs the slice.
+  Parameter(std::string name, ShardSlice shard, InitKind init, float init_std = 0.0f);
 
-  bool is_sharded() const { return shard.logical_shape != value.shape(); }
+  /// True when this rank holds less than the whole logical tensor (sharded over tp); false
+  /// for a parameter replicated over tp, whose copies must stay bit-identical.
+  bool is_sharded() const;
+  /// Elements of the logical tensor (padding excluded).
+  std::int64_t logical_numel() const;
 };
 
 /// Sets p.value from (seed, p.name, global element index in the logical tensor), so a shard's
-/// values are bit for bit the matching slice of the unsharded parameter (DESIGN invariant 1).
+/// values are bit for bit the matching slice of the unsharded parameter; padding is zero.
 void initialize(Parameter& p, std::uint64_t seed);
 
 using ParameterList = std::vector<Parameter*>;

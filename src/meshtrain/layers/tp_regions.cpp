@@ -59,4 +59,22 @@ Tensor ScatterToSequenceRegion::backward(const Tensor& dy, ProcessGroup& tp) {
   return all_gather_rows(dy, tp);
 }
 
+Tensor EnterTpRegion::forward(const Tensor& x, const TensorParallel& tp) {
+  return tp.sequence_parallel ? GatherFromSequenceRegion::forward(x, tp.group)
+                              : CopyToTpRegion::forward(x, tp.group);
+}
+Tensor EnterTpRegion::backward(const Tensor& dx, const TensorParallel& tp) {
+  return tp.sequence_parallel ? GatherFromSequenceRegion::backward(dx, tp.group)
+                              : CopyToTpRegion::backward(dx, tp.group);
+}
+
+Tensor ExitTpRegion::forward(const Tensor& y, const TensorParallel& tp) {
+  return tp.sequence_parallel ? ScatterToSequenceRegion::forward(y, tp.group)
+                              : ReduceFromTpRegion::forward(y, tp.group);
+}
+Tensor ExitTpRegion::backward(const Tensor& dy, const TensorParallel& tp) {
+  return tp.sequence_parallel ? ScatterToSequenceRegion::backward(dy, tp.group)
+                              : ReduceFromTpRegion::backward(dy, tp.group);
+}
+
 }  // namespace meshtrain

@@ -45,4 +45,26 @@ struct ScatterToSequenceRegion {
   static Tensor backward(const Tensor& dy, ProcessGroup& tp);
 };
 
+/// The tensor-parallel group a layer is split over, and whether the regions between its
+/// tensor-parallel blocks are sequence-parallel (activations [tokens/tp, h] there).
+struct TensorParallel {
+  ProcessGroup& group;
+  bool sequence_parallel = false;
+};
+
+/// Entering a tensor-parallel block (before column-parallel weights): CopyToTpRegion, or
+/// GatherFromSequenceRegion under sequence parallelism. Output [tokens, h] on every rank.
+struct EnterTpRegion {
+  static Tensor forward(const Tensor& x, const TensorParallel& tp);
+  static Tensor backward(const Tensor& dx, const TensorParallel& tp);
+};
+
+/// Leaving a tensor-parallel block (partial sums of a row-parallel product or a vocabulary
+/// shard's lookup): ReduceFromTpRegion, or ScatterToSequenceRegion under sequence parallelism.
+/// Output [tokens, h], or [tokens/tp, h] under sequence parallelism.
+struct ExitTpRegion {
+  static Tensor forward(const Tensor& y, const TensorParallel& tp);
+  static Tensor backward(const Tensor& dy, const TensorParallel& tp);
+};
+
 }  // namespace meshtrain

@@ -4,35 +4,35 @@
 
 namespace meshtrain {
 
-TransformerBlock::TransformerBlock(const std::string& prefix, const AttentionShape& shape)
-    : ln_1_(prefix + ".ln_1", shape.n_embd, shape.bias),
-      attn_(prefix + ".attn", shape),
-      ln_2_(prefix + ".ln_2", shape.n_embd, shape.bias),
-      mlp_(prefix + ".mlp", shape.n_embd, shape.bias, shape.init_std, shape.proj_init_std) {}
+TransformerBlock::TransformerBlock(std::unique_ptr<Module> norm_1, std::unique_ptr<Module> attn,
+                                   std::unique_ptr<Module> norm_2, std::unique_ptr<Module> mlp)
+    : norm_1_(std::move(norm_1)),
+      attn_(std::move(attn)),
+      norm_2_(std::move(norm_2)),
+      mlp_(std::move(mlp)) {}
 
-Tensor TransformerBlock::forward(const Tensor& x, std::int64_t batch, std::int64_t seq_len) {
-  Tensor h = attn_.forward(ln_1_.forward(x), batch, seq_len);
-  kernels::add_inplace(h.f32(), x.f32(), h.numel());  // h = x + attn(ln_1(x))
-  Tensor y = mlp_.forward(ln_2_.forward(h));
-  kernels::add_inplace(y.f32(), h.f32(), y.numel());  // y = h + mlp(ln_2(h))
+Tensor TransformerBlock::forward(const Tensor& x, const SequenceBatch& batch) {
+  Tensor h = attn_->forward(norm_1_->forward(x, batch), batch);
+  kernels::add_inplace(h.f32(), x.f32(), h.numel());  // h = x + attn(norm_1(x))
+  Tensor y = mlp_->forward(norm_2_->forward(h, batch), batch);
+  kernels::add_inplace(y.f32(), h.f32(), y.numel());  // y = h + mlp(norm_2(h))
   return y;
 }
 
 Tensor TransformerBlock::backward(const Tensor& dy) {
   // The residual passes dy through unchanged, so each branch's dx adds onto it.
-  Tensor dh = ln_2_.backward(mlp_.backward(dy));
+  Tensor dh = norm_2_->backward(mlp_->backward(dy));
   kernels::add_inplace(dh.f32(), dy.f32(), dh.numel());
-  Tensor dx = ln_1_.backward(attn_.backward(dh));
+  Tensor dx = norm_1_->backward(attn_->backward(dh));
   kernels::add_inplace(dx.f32(), dh.f32(), dx.numel());
   return dx;
 }
 
 ParameterList TransformerBlock::parameters() {
   ParameterList out;
-  for (Parameter* p : ln_1_.parameters()) out.push_back(p);
-  for (Parameter* p : attn_.parameters()) out.push_back(p);
-  for (Parameter* p : ln_2_.parameters()) out.push_back(p);
-  for (Parameter* p : mlp_.parameters()) out.push_back(p);
+  for (Module* m : {norm_1_.get(), attn_.get(), norm_2_.get(), mlp_.get()}) {
+    for (Parameter* p : m->parameters()) out.push_back(p);
+  }
   return out;
 }
 

@@ -1,29 +1,27 @@
-// src/meshtrain/layers/transformer_block.h — pre-LayerNorm GPT-2 block (Radford et al. 2019,
-// §2.3): x + attn(ln_1(x)), then + mlp(ln_2(·)).
+// src/meshtrain/layers/transformer_block.h — the pre-norm residual block of GPT-2 (Radford et
+// al. 2019, §2.3) and Llama (Touvron et al. 2023, §2.2): x + attn(norm_1(x)), then
+// + mlp(norm_2(·)). The family decides the four parts and their names; the residual stream
+// is [tokens, C], or [tokens/tp, C] under sequence parallelism.
 #pragma once
 
-#include "meshtrain/layers/attention.h"
-#include "meshtrain/layers/layer_norm.h"
-#include "meshtrain/layers/mlp.h"
+#include <memory>
+
+#include "meshtrain/layers/module.h"
 
 namespace meshtrain {
 
-class TransformerBlock {
+class TransformerBlock final : public Module {
  public:
-  /// Parameters under `<prefix>.{ln_1, attn, ln_2, mlp}` (Hugging Face GPT-2 names).
-  TransformerBlock(const std::string& prefix, const AttentionShape& shape);
+  TransformerBlock(std::unique_ptr<Module> norm_1, std::unique_ptr<Module> attn,
+                   std::unique_ptr<Module> norm_2, std::unique_ptr<Module> mlp);
 
-  /// x [batch·T, C] → [batch·T, C].
-  Tensor forward(const Tensor& x, std::int64_t batch, std::int64_t seq_len);
-  /// dy [batch·T, C] → dx [batch·T, C].
-  Tensor backward(const Tensor& dy);
-  ParameterList parameters();
+  Tensor forward(const Tensor& x, const SequenceBatch& batch) override;
+  Tensor backward(const Tensor& dy) override;
+  /// norm_1, attn, norm_2, mlp parameters, in that order.
+  ParameterList parameters() override;
 
  private:
-  LayerNorm ln_1_;
-  CausalSelfAttention attn_;
-  LayerNorm ln_2_;
-  Mlp mlp_;
+  std::unique_ptr<Module> norm_1_, attn_, norm_2_, mlp_;
 };
 
 }  // namespace meshtrain

@@ -13,6 +13,7 @@
 #include "meshtrain/core/error.h"
 #include "meshtrain/core/system.h"
 #include "meshtrain/kernels/kernels.h"
+#include "meshtrain/parallel/tp/gather.h"
 
 namespace meshtrain {
 namespace {
@@ -126,7 +127,11 @@ Trainer::Trainer(Config config, const ProcessGroup& world, TrainerOptions option
   threads_ = threads_per_rank(config_, options_.local_ranks);
   kernels::set_num_threads(threads_);
 
-  model_ = std::make_unique<GptModel>(config_.model, seed);
+  ProcessGroup& tp = mesh_->group(Axis::tp);
+  model_ = std::make_unique<CausalLm>(config_.model, seed,
+                                      TensorParallel{tp, config_.parallel.sequence_parallel});
+  replicated_grads_ = std::make_unique<ReplicatedGradSum>(model_->parameters(), tp,
+                                                          config_.parallel.sequence_parallel);
   buckets_ =
       std::make_unique<GradBuckets>(model_->parameters(), dp, config_.parallel.bucket_mib << 20);
   optimizer_ = std::make_unique<AdamW>(model_->parameters(),
@@ -162,13 +167,13 @@ Trainer::Gradients Trainer::compute_gradients(std::int64_t step) {
     // Each micro-batch's loss is a mean over its tokens; the global-batch loss is their mean.
     model_->backward(1.0f / static_cast<float>(t.accumulation));
   }
-  buckets_->all_reduce_mean();  // one reduction per optimizer step
+  replicated_grads_->all_reduce();  // sequence parallel: partial sums over tp, once per step
+  buckets_->all_reduce_mean();      // one reduction per optimizer step
+  // Every tp rank of a dp group computed the same loss; average over dp only.
   double loss = loss_sum / static_cast<double>(t.accumulation);
   dp.all_reduce_sum(std::span<double>(&loss, 1));
   loss /= dp.size();
-  // After the all-reduce every dp rank holds the full gradient, so no one else owns a piece.
-  ProcessGroup& owners = mesh_->group(Axis::tp);  // size 1 in this version
-  return {loss, global_grad_norm(model_->parameters(), owners)};
+  return {loss, global_grad_norm(model_->parameters(), mesh_->group(Axis::tp))};
 }
 
 double Trainer::apply_update(std::int64_t step, double grad_norm) {
@@ -223,10 +228,17 @@ std::vector<StepMetrics> Trainer::run() {
     log_step(m);
     history.push_back(m);
   }
-  if (config_.checkpoint.save_final && mesh_->rank() == 0) {
-    save_model_checkpoint(config_.checkpoint.dir, model_->parameters(), config_,
-                          fs::path(config_.data.dir) / data::kMetaJsonName);
-    if (options_.log) fmt::print("saved checkpoint to {}\n", config_.checkpoint.dir);
+  if (config_.checkpoint.save_final) {
+    // Every tp group gathers (a collective); dp replicas are identical, so rank 0 writes.
+    std::vector<NamedTensor> tensors;
+    for (const Parameter* p : model_->parameters()) {
+      tensors.push_back({p->name, gather_logical(*p, p->value, mesh_->group(Axis::tp))});
+    }
+    if (mesh_->rank() == 0) {
+      save_model_checkpoint(config_.checkpoint.dir, tensors, config_,
+                            fs::path(config_.data.dir) / data::kMetaJsonName);
+      if (options_.log) fmt::print("saved checkpoint to {}\n", config_.checkpoint.dir);
+    }
   }
   return history;
 }

@@ -1,8 +1,10 @@
 // src/meshtrain/train/trainer.h
 //
 // The Trainer: config → checks → data → mesh → model → optimizer → loop. One optimizer step is
-// `accumulation` micro-batches of forward/backward on every dp rank, one bucketed all-reduce of
-// the gradients over dp, the global grad norm, clipping, the LR of the schedule and AdamW.
+// `accumulation` micro-batches of forward/backward on every dp rank (its tp ranks share each
+// micro-batch), under sequence parallelism one all-reduce over tp of the replicated
+// parameters' partial gradients, one bucketed all-reduce of the gradients over dp, the global
+// grad norm, clipping, the LR of the schedule and AdamW.
 // Uses: every runtime module below it. Knows nothing of argv (apps/ parses the command line).
 #pragma once
 
@@ -17,9 +19,10 @@
 #include "meshtrain/data/metadata.h"
 #include "meshtrain/data/sampler.h"
 #include "meshtrain/data/token_file.h"
-#include "meshtrain/model/gpt.h"
+#include "meshtrain/model/causal_lm.h"
 #include "meshtrain/optim/adamw.h"
 #include "meshtrain/parallel/dp/grad_buckets.h"
+#include "meshtrain/parallel/tp/replicated_grads.h"
 
 namespace meshtrain {
 
@@ -49,7 +52,8 @@ class Trainer {
   Trainer(Config config, const ProcessGroup& world, TrainerOptions options = {});
 
   /// Trains training.max_steps steps; returns every step's metrics (same on every rank except
-  /// peak_bytes). Saves the final checkpoint on rank 0 when checkpoint.save_final.
+  /// peak_bytes). Saves the final checkpoint (logical tensors, gathered over tp) on rank 0
+  /// when checkpoint.save_final.
   std::vector<StepMetrics> run();
 
   struct Gradients {
@@ -57,14 +61,15 @@ class Trainer {
     double grad_norm = 0.0;  // before clipping
   };
   /// Step `step` (0-based) up to the averaged gradients: forward/backward of every micro-batch
-  /// of this rank and the dp all-reduce. Parameter grads hold the global-batch gradient after.
+  /// of this rank, the tp sum of replicated gradients (sequence parallel) and the dp
+  /// all-reduce. Parameter grads hold this rank's shard of the global-batch gradient after.
   Gradients compute_gradients(std::int64_t step);
   /// Clips with `grad_norm`, applies AdamW at the step's LR, zeroes the gradients; returns lr.
   double apply_update(std::int64_t step, double grad_norm);
   /// Mean val loss over training.eval_batches global batches (same on every rank).
   double evaluate();
 
-  GptModel& model() { return *model_; }
+  CausalLm& model() { return *model_; }
   const DeviceMesh& mesh() const { return *mesh_; }
   const Config& config() const { return config_; }
   const data::Metadata& metadata() const { return metadata_; }
@@ -78,7 +83,8 @@ class Trainer {
   data::TokenFile train_file_, val_file_;
   std::unique_ptr<data::GlobalBatchSampler> train_sampler_, val_sampler_;
   std::unique_ptr<DeviceMesh> mesh_;
-  std::unique_ptr<GptModel> model_;
+  std::unique_ptr<CausalLm> model_;
+  std::unique_ptr<ReplicatedGradSum> replicated_grads_;
   std::unique_ptr<GradBuckets> buckets_;
   std::unique_ptr<AdamW> optimizer_;
   std::vector<std::int32_t> inputs_, targets_;

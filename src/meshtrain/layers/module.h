@@ -1,0 +1,32 @@
+// src/meshtrain/layers/module.h — what a transformer block is built from (norms, attention,
+// MLPs): explicit forward and backward with the activations each keeps in between, and the
+// registered parameters. One interface, so GPT-2 and Llama blocks share one TransformerBlock.
+#pragma once
+
+#include <cstdint>
+
+#include "meshtrain/layers/parameter.h"
+
+namespace meshtrain {
+
+/// How the token rows of an activation split into sequences: tokens = sequences · seq_len,
+/// row t = sequence t / seq_len, position t % seq_len. Under sequence parallelism a rank's
+/// activation holds rows [r·tokens/tp, (r+1)·tokens/tp) of these.
+struct SequenceBatch {
+  std::int64_t sequences;
+  std::int64_t seq_len;
+  std::int64_t tokens() const { return sequences * seq_len; }
+};
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  /// x [tokens, C] (or [tokens/tp, C] under sequence parallelism) → same layout. Keeps what
+  /// backward needs.
+  virtual Tensor forward(const Tensor& x, const SequenceBatch& batch) = 0;
+  /// dy in forward's output layout → dx in its input layout; ACCUMULATES parameter gradients.
+  virtual Tensor backward(const Tensor& dy) = 0;
+  virtual ParameterList parameters() = 0;
+};
+
+}  // namespace meshtrain

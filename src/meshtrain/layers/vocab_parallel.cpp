@@ -1,0 +1,124 @@
+#include "meshtrain/layers/vocab_parallel.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "meshtrain/core/error.h"
+#include "meshtrain/kernels/kernels.h"
+
+namespace meshtrain {
+
+Parameter vocab_shard_parameter(const std::string& name, std::int64_t vocab, std::int64_t n_embd,
+                                float init_std, const ProcessGroup& tp) {
+  return Parameter(name, even_shard({vocab, n_embd}, 0, tp.rank(), tp.size()), InitKind::normal,
+                   init_std);
+}
+
+VocabParallelEmbedding::VocabParallelEmbedding(const std::string& name, std::int64_t vocab,
+                                               std::int64_t n_embd, float init_std,
+                                               const TensorParallel& tp)
+    : tp_(tp), weight_(vocab_shard_parameter(name, vocab, n_embd, init_std, tp.group)) {}
+
+Tensor VocabParallelEmbedding::forward(const std::int32_t* ids, std::int64_t tokens) {
+  const std::int64_t C = weight_.value.dim(1);
+  ids_.assign(ids, ids + tokens);
+  Tensor partial = Tensor::empty({tokens, C}, MemCategory::activations);
+  kernels::embedding_shard_forward(ids, weight_.value.f32(), weight_.shard.offset,
+                                   weight_.shard.length, partial.f32(), tokens, C);
+  return ExitTpRegion::forward(partial, tp_);
+}
+
+void VocabParallelEmbedding::backward(const Tensor& dy) {
+  const Tensor dy_full = ExitTpRegion::backward(dy, tp_);
+  const std::int64_t tokens = static_cast<std::int64_t>(ids_.size());
+  MT_CHECK(dy_full.dim(0) == tokens, "{}: grad {} for {} tokens", weight_.name,
+           to_string(dy_full.shape()), tokens);
+  kernels::embedding_shard_backward(ids_.data(), dy_full.f32(), weight_.shard.offset,
+                                    weight_.shard.length, weight_.grad.f32(), tokens,
+                                    dy_full.dim(1));
+}
+
+VocabParallelLmHead::VocabParallelLmHead(Parameter& weight, const TensorParallel& tp)
+    : weight_(weight), tp_(tp) {}
+
+Tensor VocabParallelLmHead::local_logits(const Tensor& h_full) const {
+  const std::int64_t tokens = h_full.dim(0), C = h_full.dim(1);
+  const std::int64_t v_local = weight_.value.dim(0);
+  MT_CHECK(C == weight_.value.dim(1), "{}: hidden {} expected [tokens, {}]", weight_.name,
+           to_string(h_full.shape()), weight_.value.dim(1));
+  Tensor logits = Tensor::empty({tokens, v_local}, MemCategory::activations);
+  kernels::linear_forward(h_full.f32(), weight_.value.f32(), nullptr, logits.f32(),
+                          {tokens, C, v_local});
+  return logits;
+}
+
+float VocabParallelLmHead::forward(const Tensor& h, const std::int32_t* targets) {
+  h_full_ = EnterTpRegion::forward(h, tp_);
+  logits_ = local_logits(h_full_);
+  const std::int64_t tokens = logits_.dim(0), v_local = logits_.dim(1);
+  const std::int64_t vocab = weight_.shard.logical_shape[0];
+  for (std::int64_t i = 0; i < tokens; ++i) {
+    MT_CHECK(targets[i] >= 0 && targets[i] < vocab, "target {} at {} outside vocab {}", targets[i],
+             i, vocab);
+  }
+  targets_.assign(targets, targets + tokens);
+  const std::int64_t first = weight_.shard.offset, valid = weight_.shard.length;
+  // lse = max + log Σ exp(z − max) over the whole vocabulary: the max first (all-reduce max),
+  // then Σ exp and the target's logit (zero on every rank but its owner) in one all-reduce sum.
+  lse_ = Tensor::empty({tokens}, MemCategory::activations);
+  kernels::vocab_shard_max(logits_.f32(), tokens, v_local, valid, lse_.f32());
+  tp_.group.all_reduce_max(lse_.span_f32());
+  Tensor sums = Tensor::empty({2, tokens}, MemCategory::activations);
+  float* sum_exp = sums.f32();
+  float* target_logit = sums.f32() + tokens;
+  kernels::vocab_shard_sum_exp(logits_.f32(), lse_.f32(), targets, first, tokens, v_local, valid,
+                               sum_exp, target_logit);
+  tp_.group.all_reduce_sum(sums.span_f32());
+  double loss_sum = 0.0;
+  for (std::int64_t i = 0; i < tokens; ++i) {
+    lse_.f32()[i] += std::log(sum_exp[i]);
+    loss_sum += static_cast<double>(lse_.f32()[i] - target_logit[i]);
+  }
+  return static_cast<float>(loss_sum / static_cast<double>(tokens));
+}
+
+Tensor VocabParallelLmHead::backward(float scale) {
+  MT_CHECK(logits_.defined(), "{}: backward without a forward", weight_.name);
+  const std::int64_t tokens = logits_.dim(0), v_local = logits_.dim(1);
+  const std::int64_t C = h_full_.dim(1);
+  // dlogits overwrites the logits: nothing reads them after this. Padding columns get 0, so
+  // the padding rows of the weight get no gradient.
+  kernels::vocab_shard_cross_entropy_backward(
+      logits_.f32(), lse_.f32(), targets_.data(), weight_.shard.offset,
+      scale / static_cast<float>(tokens), logits_.f32(), tokens, v_local, weight_.shard.length);
+  Tensor dh = Tensor::empty(h_full_.shape(), MemCategory::activations);
+  kernels::linear_backward(h_full_.f32(), weight_.value.f32(), logits_.f32(), dh.f32(),
+                           weight_.grad.f32(), nullptr, {tokens, C, v_local});
+  logits_ = lse_ = h_full_ = Tensor();
+  return EnterTpRegion::backward(dh, tp_);
+}
+
+Tensor VocabParallelLmHead::logits(const Tensor& h) {
+  const Tensor local = local_logits(EnterTpRegion::forward(h, tp_));
+  const std::int64_t tokens = local.dim(0), v_local = local.dim(1);
+  const std::int64_t vocab = weight_.shard.logical_shape[0];
+  const int n = tp_.group.size();
+  Tensor gathered = local;
+  if (n > 1) {
+    gathered = Tensor::empty({n, tokens, v_local}, MemCategory::activations);
+    tp_.group.all_gather(local.span_f32(), gathered.span_f32());
+  }
+  // Rank r's shard holds ids [r·v_local, ...): place its real columns, drop the padding.
+  Tensor out = Tensor::empty({tokens, vocab}, MemCategory::activations);
+  for (int r = 0; r < n; ++r) {
+    const std::int64_t first = std::min<std::int64_t>(r * v_local, vocab);
+    const std::int64_t valid = std::min(v_local, vocab - first);
+    for (std::int64_t t = 0; t < tokens && valid > 0; ++t) {
+      std::memcpy(out.f32() + t * vocab + first, gathered.f32() + (r * tokens + t) * v_local,
+                  static_cast<std::size_t>(valid) * sizeof(float));
+    }
+  }
+  return out;
+}
+
+}  // namespace meshtrain

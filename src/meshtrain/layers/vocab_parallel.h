@@ -1,0 +1,72 @@
+// src/meshtrain/layers/vocab_parallel.h
+//
+// The vocabulary split over tp (Shoeybi et al. 2019, §3): the token embedding and the LM head
+// hold rows [r·Vp/tp, (r+1)·Vp/tp) of the [V, C] table, Vp = V rounded up to a multiple of tp
+// (even_shard). The padding rows sit at the end of the last ranks' shards: they are zero, no
+// id ever looks them up, their logits never enter the softmax, so they get no gradient and are
+// not part of the logical parameter (Megatron-LM pads to a multiple of 128·tp; the minimal
+// padding here keeps the logical tensor exactly the unsharded one). Full logits [tokens, V] are
+// never gathered for the loss: the cross-entropy combines per-shard max, Σexp and the target
+// logit with three small all-reduces (Megatron-LM's VocabParallelCrossEntropy).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "meshtrain/layers/parameter.h"
+#include "meshtrain/layers/tp_regions.h"
+
+namespace meshtrain {
+
+/// The [V, C] table parameter `name` as this rank's padded shard [ceil(V/tp), C], N(0, std²).
+Parameter vocab_shard_parameter(const std::string& name, std::int64_t vocab, std::int64_t n_embd,
+                                float init_std, const ProcessGroup& tp);
+
+class VocabParallelEmbedding {
+ public:
+  VocabParallelEmbedding(const std::string& name, std::int64_t vocab, std::int64_t n_embd,
+                         float init_std, const TensorParallel& tp);
+
+  /// ids [tokens] i32 in [0, V), the same on every tp rank → [tokens, C], or this rank's rows
+  /// [tokens/tp, C] under sequence parallelism: each rank looks up the ids of its shard (zero
+  /// rows for the others) and the partial sums leave through ExitTpRegion.
+  Tensor forward(const std::int32_t* ids, std::int64_t tokens);
+  /// dy in forward's output layout; accumulates the shard's gradient.
+  void backward(const Tensor& dy);
+  Parameter& weight() { return weight_; }
+  const Parameter& weight() const { return weight_; }
+
+ private:
+  TensorParallel tp_;
+  Parameter weight_;
+  std::vector<std::int32_t> ids_;
+};
+
+/// The LM head over a vocabulary-sharded weight (its own, or the tied token embedding) and the
+/// mean softmax cross-entropy. The weight's shard slice says which ids it holds.
+class VocabParallelLmHead {
+ public:
+  VocabParallelLmHead(Parameter& weight, const TensorParallel& tp);
+
+  /// h [tokens, C] (or [tokens/tp, C] under sequence parallelism), targets [tokens] in [0, V)
+  /// → mean cross-entropy over the tokens, the same number on every tp rank. Keeps the local
+  /// logits [tokens, Vp/tp] and their log-sum-exp.
+  float forward(const Tensor& h, const std::int32_t* targets);
+  /// Backward of `scale` × the last forward's loss → dh in h's layout; accumulates the
+  /// weight's gradient (real rows only).
+  Tensor backward(float scale);
+  /// h as in forward → full logits [tokens, V] on every rank (gathered over tp, padding
+  /// dropped). For sampling and tests; nothing kept for backward.
+  Tensor logits(const Tensor& h);
+
+ private:
+  Tensor local_logits(const Tensor& h_full) const;
+
+  Parameter& weight_;
+  TensorParallel tp_;
+  Tensor h_full_, logits_, lse_;
+  std::vector<std::int32_t> targets_;
+};
+
+}  // namespace meshtrain

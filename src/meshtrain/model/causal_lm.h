@@ -1,0 +1,77 @@
+// src/meshtrain/model/causal_lm.h
+//
+// A decoder-only language model of one of two families, built for one rank of a tensor-
+// parallel group (tp = 1: the whole model; one code path):
+//   gpt2 (Radford et al. 2019): learned token and position embeddings, pre-LayerNorm blocks
+//     with GELU MLPs, final LayerNorm, LM head tied to the token embedding. Hugging Face
+//     GPT-2 names (transformer.wte.weight, transformer.h.0.attn.c_attn.weight, ...).
+//   llama (Touvron et al. 2023): token embedding, pre-RMSNorm blocks with rotary grouped-query
+//     attention and SwiGLU MLPs, final RMSNorm, untied LM head. Hugging Face Llama names
+//     (model.embed_tokens.weight, model.layers.0.self_attn.q_proj.weight, lm_head.weight, ...).
+// Weights are in nn.Linear layout [out, in] (HF GPT-2's Conv1D stores [in, out]: an exporter
+// transposes, the model never does). The loss is the mean softmax cross-entropy over all
+// tokens, computed vocabulary-parallel.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "meshtrain/config/config.h"
+#include "meshtrain/layers/module.h"
+#include "meshtrain/layers/transformer_block.h"
+#include "meshtrain/layers/vocab_parallel.h"
+
+namespace meshtrain {
+
+class CausalLm {
+ public:
+  /// Builds and allocates this rank's parameters (config validated and vocab_size > 0
+  /// beforehand) and initialises them from (seed, name, global index): N(0, init_std²) for
+  /// weights and embeddings; for gpt2 N(0, (init_std/√(2·n_layer))²) for the residual
+  /// projections c_proj (GPT-2 §2.3); zeros for biases, ones for norm weights.
+  CausalLm(const ModelConfig& config, std::uint64_t seed, const TensorParallel& tp);
+
+  /// tokens, targets [batch, T] i32 (T ≤ block_size; the same on every tp rank) → mean
+  /// cross-entropy over batch·T tokens, the same on every tp rank. Keeps what backward needs.
+  float forward(const std::int32_t* tokens, const std::int32_t* targets, std::int64_t batch,
+                std::int64_t seq_len);
+  /// Backward of `loss_scale` × the last forward's loss: gradients are ACCUMULATED into every
+  /// Parameter::grad (pass 1/accumulation for gradient accumulation). Under sequence
+  /// parallelism the gradients of parameters replicated over tp are partial sums over this
+  /// rank's tokens; the trainer sums them over tp once per step.
+  void backward(float loss_scale);
+  /// tokens [batch, T] → logits [batch·T, vocab] (gathered over tp; nothing kept for backward).
+  Tensor logits(const std::int32_t* tokens, std::int64_t batch, std::int64_t seq_len);
+
+  /// This rank's parameters, each once (gpt2's tied head is transformer.wte.weight), in
+  /// construction order: embeddings, blocks 0 …, final norm, (llama) lm_head.
+  const ParameterList& parameters() const noexcept { return params_; }
+  void zero_grad();
+  const ModelConfig& config() const noexcept { return config_; }
+  /// 6·N + 12·n_layer·C·T FLOPs per token for forward+backward (Kaplan et al. 2020, §2.1, with
+  /// the attention term as PaLM, Chowdhery et al. 2022, App. B); N = logical parameters that
+  /// take part in a matrix product (no position table, no untied input embedding).
+  double flops_per_token(std::int64_t seq_len) const;
+
+ private:
+  Tensor hidden(const std::int32_t* tokens, std::int64_t batch, std::int64_t seq_len);
+
+  ModelConfig config_;
+  TensorParallel tp_;
+  VocabParallelEmbedding embed_;
+  std::optional<Parameter> wpe_;  // gpt2: [block_size, C], replicated over tp
+  std::vector<std::unique_ptr<TransformerBlock>> blocks_;
+  std::unique_ptr<Module> final_norm_;
+  std::optional<Parameter> lm_head_;  // llama: [V, C] vocabulary shard
+  std::unique_ptr<VocabParallelLmHead> head_;
+  ParameterList params_;
+
+  // Kept between forward and backward.
+  std::vector<std::int32_t> positions_;  // this rank's rows (gpt2)
+  SequenceBatch batch_{0, 0};
+  bool forwarded_ = false;
+};
+
+}  // namespace meshtrain

@@ -1,0 +1,37 @@
+// src/meshtrain/parallel/tp/replicated_grads.h
+//
+// Under sequence parallelism (Korthikanti et al. 2022, §4.2.2) the parameters replicated over
+// tp — norm weights and biases, row-parallel biases, GPT-2's position table — act on this
+// rank's token rows only, so each rank's gradient is a partial sum over its tokens. Summing
+// them over tp (one all-reduce per optimizer step, after gradient accumulation: the sum is
+// linear) gives every rank the full gradient, bit-identical across the group, so the copies
+// stay identical after the update (Megatron-LM's allreduce of sequence-parallel grads).
+// Without sequence parallelism those gradients are already complete and identical: nothing
+// to do. Uses: comm/process_group.h, layers/parameter.h.
+#pragma once
+
+#include <cstdint>
+
+#include "meshtrain/comm/process_group.h"
+#include "meshtrain/layers/parameter.h"
+
+namespace meshtrain {
+
+class ReplicatedGradSum {
+ public:
+  /// Picks the parameters of `params` that are not sharded (Parameter::is_sharded) and, when
+  /// `sequence_parallel` and tp.size() > 1, allocates the flat buffer once (MemCategory::comm).
+  ReplicatedGradSum(const ParameterList& params, ProcessGroup& tp, bool sequence_parallel);
+
+  /// grad ← Σ over tp ranks of grad for every picked parameter: one all-reduce of bytes().
+  void all_reduce();
+  /// Bytes of the all-reduce (0 when there is nothing to do).
+  std::int64_t bytes() const noexcept { return buffer_.defined() ? buffer_.bytes() : 0; }
+
+ private:
+  ProcessGroup& tp_;
+  ParameterList params_;
+  Tensor buffer_;
+};
+
+}  // namespace meshtrain
