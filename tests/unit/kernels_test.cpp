@@ -625,6 +625,735 @@ TEST(EmbeddingKernel, ForwardGathersAndBackwardAccumulatesRepeatedIds) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Grouped-query attention
+
+std::size_t zu(std::int64_t i) { return static_cast<std::size_t>(i); }
+
+/// Dims and row strides of a GQA test whose q, k, v live in their own buffers. The strides are
+/// wider than the heads, so a kernel that reads or writes outside the head columns is caught.
+struct GqaCase {
+  GqaDims d;
+  std::int64_t q_stride;
+  std::int64_t kv_stride;
+  std::int64_t tokens() const { return d.batch * d.seq_len; }
+  std::size_t q_size() const { return zu(tokens() * q_stride); }
+  std::size_t kv_size() const { return zu(tokens() * kv_stride); }
+  std::size_t out_size() const { return zu(tokens() * d.heads * d.head_dim); }
+  std::size_t lse_size() const { return zu(d.batch * d.heads * d.seq_len); }
+};
+
+GqaCase padded_case(const GqaDims& d) {
+  return {d, d.heads * d.head_dim + 3, d.kv_heads * d.head_dim + 5};
+}
+
+/// Naive GQA in double with the full T×T probability matrix. Forward, and backward when dout
+/// is given, straight from the definitions (P = softmax(S), S = q·kᵀ/√d, O = P·v):
+///   dv_j = Σ_i P_ij·dO_i,  dP_ij = dO_i·v_j,  dS_ij = P_ij·(dP_ij − Σ_l P_il·dP_il),
+///   dq_i = Σ_j dS_ij·k_j/√d,  dk_j = Σ_i dS_ij·q_i/√d,
+/// with dk, dv summed over the query heads sharing a kv head. dq, dk, dv come back in the
+/// strided layouts of q, k, v (0 outside the head columns).
+struct NaiveGqa {
+  std::vector<double> out, lse, dq, dk, dv;
+};
+
+NaiveGqa naive_gqa(const QkvRows& in, const GqaDims& d, const float* dout) {
+  const std::int64_t B = d.batch, T = d.seq_len, H = d.heads, hd = d.head_dim, C = H * hd;
+  const std::int64_t group = d.heads / d.kv_heads;
+  const std::int64_t qs = in.q_stride, kvs = in.kv_stride;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  NaiveGqa r;
+  r.out.assign(zu(B * T * C), 0.0);
+  r.lse.assign(zu(B * H * T), 0.0);
+  r.dq.assign(zu(B * T * qs), 0.0);
+  r.dk.assign(zu(B * T * kvs), 0.0);
+  r.dv.assign(zu(B * T * kvs), 0.0);
+  for (std::int64_t b = 0; b < B; ++b) {
+    for (std::int64_t h = 0; h < H; ++h) {
+      const std::int64_t qo = b * T * qs + h * hd;              // q_i[c] at qo + i·qs + c
+      const std::int64_t kvo = b * T * kvs + (h / group) * hd;  // k_j[c] at kvo + j·kvs + c
+      const std::int64_t oo = b * T * C + h * hd;               // out_i[c] at oo + i·C + c
+      const auto q = [&](std::int64_t i, std::int64_t c) { return double{in.q[qo + i * qs + c]}; };
+      const auto k = [&](std::int64_t j, std::int64_t c) {
+        return double{in.k[kvo + j * kvs + c]};
+      };
+      const auto v = [&](std::int64_t j, std::int64_t c) {
+        return double{in.v[kvo + j * kvs + c]};
+      };
+      std::vector<double> p(zu(T * T), 0.0);
+      for (std::int64_t i = 0; i < T; ++i) {
+        std::vector<double> s(zu(i + 1));
+        double m = -std::numeric_limits<double>::infinity();
+        for (std::int64_t j = 0; j <= i; ++j) {  // causal: keys 0..i
+          double dot = 0.0;
+          for (std::int64_t c = 0; c < hd; ++c) dot += q(i, c) * k(j, c);
+          s[zu(j)] = dot * scale;
+          m = std::max(m, s[zu(j)]);
+        }
+        double z = 0.0;
+        for (std::int64_t j = 0; j <= i; ++j) z += std::exp(s[zu(j)] - m);
+        r.lse[zu((b * H + h) * T + i)] = m + std::log(z);
+        for (std::int64_t j = 0; j <= i; ++j) {
+          p[zu(i * T + j)] = std::exp(s[zu(j)] - m) / z;
+          for (std::int64_t c = 0; c < hd; ++c)
+            r.out[zu(oo + i * C + c)] += p[zu(i * T + j)] * v(j, c);
+        }
+      }
+      if (dout == nullptr) continue;
+      const auto dO = [&](std::int64_t i, std::int64_t c) { return double{dout[oo + i * C + c]}; };
+      for (std::int64_t i = 0; i < T; ++i) {
+        std::vector<double> dp(zu(i + 1));
+        double D = 0.0;
+        for (std::int64_t j = 0; j <= i; ++j) {
+          double dot = 0.0;
+          for (std::int64_t c = 0; c < hd; ++c) dot += dO(i, c) * v(j, c);
+          dp[zu(j)] = dot;
+          D += p[zu(i * T + j)] * dot;
+        }
+        for (std::int64_t j = 0; j <= i; ++j) {
+          const double pij = p[zu(i * T + j)];
+          const double ds = pij * (dp[zu(j)] - D) * scale;
+          for (std::int64_t c = 0; c < hd; ++c) {
+            r.dq[zu(qo + i * qs + c)] += ds * k(j, c);
+            r.dk[zu(kvo + j * kvs + c)] += ds * q(i, c);
+            r.dv[zu(kvo + j * kvs + c)] += pij * dO(i, c);
+          }
+        }
+      }
+    }
+  }
+  return r;
+}
+
+/// The `width` head columns of each of `rows` rows of a row-strided buffer, packed.
+template <class T>
+std::vector<T> head_columns(std::span<const T> buf, std::int64_t rows, std::int64_t stride,
+                            std::int64_t width) {
+  std::vector<T> packed;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t c = 0; c < width; ++c) packed.push_back(buf[zu(r * stride + c)]);
+  }
+  return packed;
+}
+
+/// True when every column at or past `width` of every row still holds `fill`.
+bool padding_untouched(std::span<const float> buf, std::int64_t rows, std::int64_t stride,
+                       std::int64_t width, float fill) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t c = width; c < stride; ++c) {
+      if (buf[zu(r * stride + c)] != fill) return false;
+    }
+  }
+  return true;
+}
+
+TEST(GqaAttentionKernel, ForwardMatchesNaiveFullSoftmaxForEveryGrouping) {
+  // heads = 4 with kv_heads = 4 (multi-head), 2 (groups of 2) and 1 (multi-query); small and
+  // GPT-shaped (T = 64, head_dim = 32); q, k, v in their own buffers with padded strides.
+  for (const std::int64_t kv : {4, 2, 1}) {
+    for (const GqaDims d : {GqaDims{2, 5, 4, kv, 4}, GqaDims{1, 64, 4, kv, 32}}) {
+      const GqaCase g = padded_case(d);
+      const auto q = randn(g.q_size(), "gqa.q");
+      const auto k = randn(g.kv_size(), "gqa.k");
+      const auto v = randn(g.kv_size(), "gqa.v");
+      const QkvRows in{q.data(), k.data(), v.data(), g.q_stride, g.kv_stride};
+      std::vector<float> out(g.out_size()), lse(g.lse_size());
+      gqa_attention_forward(in, out.data(), lse.data(), d);
+      const NaiveGqa ref = naive_gqa(in, d, nullptr);
+      // As AttentionKernel.ForwardMatchesNaiveFullSoftmax: 32-term score dots, exp turns an
+      // absolute score error into a relative probability error, out averages O(1) values.
+      const std::string tag =
+          " (T=" + std::to_string(d.seq_len) + " kv_heads=" + std::to_string(kv) + ")";
+      expect_all_near(out, ref.out, 1e-4, 2e-5, "out" + tag);
+      expect_all_near(lse, ref.lse, 1e-5, 1e-5, "lse" + tag);
+    }
+  }
+}
+
+TEST(GqaAttentionKernel, BackwardMatchesFiniteDifferencesAndTheDoubleReference) {
+  for (const std::int64_t kv : {4, 2, 1}) {
+    const GqaDims d{2, 5, 4, kv, 4};
+    const GqaCase g = padded_case(d);
+    auto q = randn(g.q_size(), "gqa.q");
+    auto k = randn(g.kv_size(), "gqa.k");
+    auto v = randn(g.kv_size(), "gqa.v");
+    const auto dout = randn(g.out_size(), "gqa.dout");
+    const QkvRows in{q.data(), k.data(), v.data(), g.q_stride, g.kv_stride};
+    std::vector<float> out(g.out_size()), lse(g.lse_size());
+    const auto loss = [&] {
+      gqa_attention_forward(in, out.data(), lse.data(), d);
+      return dot_double(dout, out);
+    };
+    loss();
+    // Sentinels: the head columns are overwritten, the padding columns must keep them.
+    const float fill = 7.0f;
+    std::vector<float> dq(g.q_size(), fill), dk(g.kv_size(), fill), dv(g.kv_size(), fill);
+    gqa_attention_backward(in, out.data(), lse.data(), dout.data(),
+                           {dq.data(), dk.data(), dv.data(), g.q_stride, g.kv_stride}, d);
+    const NaiveGqa ref = naive_gqa(in, d, dout.data());
+
+    const std::string tag = " (kv_heads=" + std::to_string(kv) + ")";
+    const std::int64_t rows = g.tokens();
+    const std::int64_t qw = d.heads * d.head_dim, kvw = d.kv_heads * d.head_dim;
+    EXPECT_TRUE(padding_untouched(dq, rows, g.q_stride, qw, fill)) << "dq padding" << tag;
+    EXPECT_TRUE(padding_untouched(dk, rows, g.kv_stride, kvw, fill)) << "dk padding" << tag;
+    EXPECT_TRUE(padding_untouched(dv, rows, g.kv_stride, kvw, fill)) << "dv padding" << tag;
+    const auto cols = [&](const std::vector<float>& x, std::int64_t stride, std::int64_t w) {
+      return head_columns<float>(x, rows, stride, w);
+    };
+    const auto cols_d = [&](const std::vector<double>& x, std::int64_t stride, std::int64_t w) {
+      return head_columns<double>(x, rows, stride, w);
+    };
+    // Against the analytic gradient in double: the kernel's f32 rounding only, a few ε on
+    // O(1) values (measured max abs error 5.9e-7).
+    expect_all_near(cols(dq, g.q_stride, qw), cols_d(ref.dq, g.q_stride, qw), 1e-5, 1e-5,
+                    "dq vs double" + tag);
+    expect_all_near(cols(dk, g.kv_stride, kvw), cols_d(ref.dk, g.kv_stride, kvw), 1e-5, 1e-5,
+                    "dk vs double" + tag);
+    expect_all_near(cols(dv, g.kv_stride, kvw), cols_d(ref.dv, g.kv_stride, kvw), 1e-5, 1e-5,
+                    "dv vs double" + tag);
+    // Against central differences of the kernel's own forward, tolerance and error budget as
+    // AttentionKernel.BackwardMatchesFiniteDifferences (padding columns: both sides give 0
+    // there, the FD because out does not depend on them).
+    const float h = 1e-2f;
+    expect_all_near(cols(dq, g.q_stride, qw), cols_d(numeric_grad(q, loss, h), g.q_stride, qw),
+                    1e-3, 1e-3, "dq vs FD" + tag);
+    expect_all_near(cols(dk, g.kv_stride, kvw), cols_d(numeric_grad(k, loss, h), g.kv_stride, kvw),
+                    1e-3, 1e-3, "dk vs FD" + tag);
+    expect_all_near(cols(dv, g.kv_stride, kvw), cols_d(numeric_grad(v, loss, h), g.kv_stride, kvw),
+                    1e-3, 1e-3, "dv vs FD" + tag);
+  }
+}
+
+TEST(GqaAttentionKernel, BackwardMatchesTheDoubleReferenceAtGptShape) {
+  for (const std::int64_t kv : {4, 2, 1}) {
+    const GqaDims d{2, 64, 4, kv, 32};
+    const GqaCase g = padded_case(d);
+    const auto q = randn(g.q_size(), "gqa.q");
+    const auto k = randn(g.kv_size(), "gqa.k");
+    const auto v = randn(g.kv_size(), "gqa.v");
+    const auto dout = randn(g.out_size(), "gqa.dout");
+    const QkvRows in{q.data(), k.data(), v.data(), g.q_stride, g.kv_stride};
+    std::vector<float> out(g.out_size()), lse(g.lse_size());
+    gqa_attention_forward(in, out.data(), lse.data(), d);
+    std::vector<float> dq(g.q_size(), 7.0f), dk(g.kv_size(), 7.0f), dv(g.kv_size(), 7.0f);
+    gqa_attention_backward(in, out.data(), lse.data(), dout.data(),
+                           {dq.data(), dk.data(), dv.data(), g.q_stride, g.kv_stride}, d);
+    const NaiveGqa ref = naive_gqa(in, d, dout.data());
+    const std::int64_t rows = g.tokens();
+    const std::int64_t qw = d.heads * d.head_dim, kvw = d.kv_heads * d.head_dim;
+    // dk and dv sum over up to T·group = 256 (row, head) terms of O(1), dq over T: f32
+    // rounding ≈ √terms·ε·|term| plus exp_approx and the score dots' ≈ 32·ε relative.
+    // Measured max abs error 4.3e-6 (dv, kv_heads = 1); 1e-4 is 20× that and still far
+    // below a dropped or doubled group member (O(0.1–1)).
+    const std::string tag = " (kv_heads=" + std::to_string(kv) + ")";
+    expect_all_near(head_columns<float>(dq, rows, g.q_stride, qw),
+                    head_columns<double>(ref.dq, rows, g.q_stride, qw), 1e-4, 1e-4, "dq" + tag);
+    expect_all_near(head_columns<float>(dk, rows, g.kv_stride, kvw),
+                    head_columns<double>(ref.dk, rows, g.kv_stride, kvw), 1e-4, 1e-4, "dk" + tag);
+    expect_all_near(head_columns<float>(dv, rows, g.kv_stride, kvw),
+                    head_columns<double>(ref.dv, rows, g.kv_stride, kvw), 1e-4, 1e-4, "dv" + tag);
+  }
+}
+
+TEST(GqaAttentionKernel, FusedBufferIsTheStridedCaseAndMultiHeadEqualsTheFusedKernelBitwise) {
+  // One projection output per token, [q | k | v] with widths heads·hd, kv_heads·hd,
+  // kv_heads·hd (Llama's fused qkv; GPT-2's c_attn when kv_heads = heads), against the same
+  // values copied into three contiguous arrays: the arithmetic must not depend on where the
+  // rows live. With kv_heads = heads the fused-qkv attention_forward/backward must give the
+  // same bits as well (they are one algorithm).
+  for (const std::int64_t kv : {4, 2, 1}) {
+    const GqaDims d{2, 64, 4, kv, 32};
+    const std::int64_t rows = d.batch * d.seq_len, C = d.heads * d.head_dim;
+    const std::int64_t KVC = d.kv_heads * d.head_dim, W = C + 2 * KVC;
+    const auto fused = randn(zu(rows * W), "gqa.fused");
+    const auto dout = randn(zu(rows * C), "gqa.dout");
+    std::vector<float> q, k, v;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* row = fused.data() + r * W;
+      q.insert(q.end(), row, row + C);
+      k.insert(k.end(), row + C, row + C + KVC);
+      v.insert(v.end(), row + C + KVC, row + W);
+    }
+    const QkvRows in_fused{fused.data(), fused.data() + C, fused.data() + C + KVC, W, W};
+    const QkvRows in_sep{q.data(), k.data(), v.data(), C, KVC};
+    std::vector<float> out_f(zu(rows * C)), lse_f(zu(d.batch * d.heads * d.seq_len));
+    std::vector<float> out_s(out_f.size()), lse_s(lse_f.size());
+    gqa_attention_forward(in_fused, out_f.data(), lse_f.data(), d);
+    gqa_attention_forward(in_sep, out_s.data(), lse_s.data(), d);
+    const std::string tag = " (kv_heads=" + std::to_string(kv) + ")";
+    EXPECT_EQ(out_f, out_s) << "out" << tag;
+    EXPECT_EQ(lse_f, lse_s) << "lse" << tag;
+
+    std::vector<float> dfused(fused.size(), 3.0f);  // every column is a head column
+    std::vector<float> dq(q.size()), dk(k.size()), dv(v.size());
+    gqa_attention_backward(in_fused, out_f.data(), lse_f.data(), dout.data(),
+                           {dfused.data(), dfused.data() + C, dfused.data() + C + KVC, W, W}, d);
+    gqa_attention_backward(in_sep, out_s.data(), lse_s.data(), dout.data(),
+                           {dq.data(), dk.data(), dv.data(), C, KVC}, d);
+    std::vector<float> dq_f, dk_f, dv_f;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* row = dfused.data() + r * W;
+      dq_f.insert(dq_f.end(), row, row + C);
+      dk_f.insert(dk_f.end(), row + C, row + C + KVC);
+      dv_f.insert(dv_f.end(), row + C + KVC, row + W);
+    }
+    EXPECT_EQ(dq_f, dq) << "dq" << tag;
+    EXPECT_EQ(dk_f, dk) << "dk" << tag;
+    EXPECT_EQ(dv_f, dv) << "dv" << tag;
+
+    if (kv == d.heads) {
+      const AttentionDims ad{d.batch, d.seq_len, d.heads, d.head_dim};
+      std::vector<float> out_a(out_f.size()), lse_a(lse_f.size()), dqkv(fused.size());
+      attention_forward(fused.data(), out_a.data(), lse_a.data(), ad);
+      attention_backward(fused.data(), out_a.data(), lse_a.data(), dout.data(), dqkv.data(), ad);
+      EXPECT_EQ(out_a, out_f) << "attention_forward out";
+      EXPECT_EQ(lse_a, lse_f) << "attention_forward lse";
+      EXPECT_EQ(dqkv, dfused) << "attention_backward dqkv";
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// RoPE
+
+/// Hugging Face's LlamaRotaryEmbedding angle for pair i, in float32 as torch computes it
+/// (inv_freq = 1 / θ^(arange(0, d, 2) / d), then pos · inv_freq), returned as double.
+double hf_rope_angle(std::int32_t pos, std::int64_t i, std::int64_t head_dim, float theta) {
+  const float inv_freq =
+      1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
+  return static_cast<double>(static_cast<float>(pos) * inv_freq);
+}
+
+TEST(RopeKernel, PositionZeroIsIdentityAndHandCheckedAngles) {
+  // Position 0: angle 0, cos 1, sin 0, every element unchanged to the bit.
+  auto x = randn(3 * 16, "rope.x0");
+  const auto x0 = x;
+  const std::vector<std::int32_t> zeros(3, 0);
+  rope_apply(x.data(), 16, zeros.data(), 3, 2, 8, 10000.0f, false);
+  EXPECT_EQ(x, x0);
+
+  // head_dim 4, θ = 10000: pair 0 (elements 0, 2) has inv_freq 1, pair 1 (elements 1, 3)
+  // inv_freq 10000^(−1/2) = 0.01. At position 100 the angles are 100 rad and 1 rad; the unit
+  // vectors (1, 0) of each pair turn into (cos a, sin a):
+  //   cos 100 = 0.86231887228768389, sin 100 = −0.50636564110975879,
+  //   cos 1 = 0.54030230586813977,   sin 1 = 0.84147098480789651.
+  // (0.01f = 0.01 − 2.2e-10 and 0.01f·100 rounds to exactly 1.0f; what remains is cosf/sinf's
+  // rounding, measured 2.9e-8.)
+  std::vector<float> y = {1.0f, 1.0f, 0.0f, 0.0f};
+  const std::vector<std::int32_t> pos100 = {100};
+  rope_apply(y.data(), 4, pos100.data(), 1, 1, 4, 10000.0f, false);
+  expect_all_near(y,
+                  std::vector<double>{0.86231887228768389, 0.54030230586813977,
+                                      -0.50636564110975879, 0.84147098480789651},
+                  0.0, 2e-7, "position 100, head_dim 4");
+  // The second element of a pair turns the other way: (0, 1) → (−sin a, cos a).
+  std::vector<float> z = {0.0f, 0.0f, 1.0f, 1.0f};
+  rope_apply(z.data(), 4, pos100.data(), 1, 1, 4, 10000.0f, false);
+  expect_all_near(z,
+                  std::vector<double>{0.50636564110975879, -0.84147098480789651,
+                                      0.86231887228768389, 0.54030230586813977},
+                  0.0, 2e-7, "position 100, second elements");
+}
+
+TEST(RopeKernel, MatchesHuggingFaceFormulaAndInverseIsTheBackward) {
+  // 3 heads of 8 in rows 2 floats wider than the heads (the q part of a fused row, say);
+  // positions up to 4095 (where the float32 angle matters) and Llama 2 / Llama 3 θ.
+  const std::int64_t rows = 6, heads = 3, hd = 8, stride = heads * hd + 2;
+  const std::vector<std::int32_t> positions = {0, 1, 5, 17, 100, 4095};
+  for (const float theta : {10000.0f, 500000.0f}) {
+    auto x = randn(zu(rows * stride), "rope.x");
+    const auto x_in = x;
+    rope_apply(x.data(), stride, positions.data(), rows, heads, hd, theta, false);
+    std::vector<double> ref(x.size());
+    for (std::int64_t r = 0; r < rows; ++r) {
+      for (std::int64_t c = heads * hd; c < stride; ++c)
+        ref[zu(r * stride + c)] = x_in[zu(r * stride + c)];
+      for (std::int64_t h = 0; h < heads; ++h) {
+        for (std::int64_t i = 0; i < hd / 2; ++i) {
+          const std::size_t lo = zu(r * stride + h * hd + i), hi = lo + zu(hd / 2);
+          const double a = hf_rope_angle(positions[zu(r)], i, hd, theta);
+          ref[lo] = x_in[lo] * std::cos(a) - x_in[hi] * std::sin(a);
+          ref[hi] = x_in[hi] * std::cos(a) + x_in[lo] * std::sin(a);
+        }
+      }
+    }
+    // cosf/sinf of the same float angle (≤ 1 ulp each) and two f32 products and a sum: a
+    // few ε on O(1) values. The padding columns come back unchanged (atol covers them: 0).
+    const std::string tag = " (theta=" + std::to_string(static_cast<int>(theta)) + ")";
+    expect_all_near(x, ref, 0.0, 5e-7, "rotated" + tag);
+    EXPECT_TRUE(padding_untouched(minus(x, x_in), rows, stride, heads * hd, 0.0f))
+        << "padding" << tag;
+
+    // Inverse undoes forward: rotation by a then −a, two roundings of O(1) values.
+    rope_apply(x.data(), stride, positions.data(), rows, heads, hd, theta, true);
+    expect_all_near(x, to_double(x_in), 0.0, 1e-6, "inverse(forward(x))" + tag);
+
+    // The inverse is the backward: L = dy·R(x) is linear in x, ∂L/∂x = Rᵀ·dy = R⁻¹·dy.
+    // Central differences of a linear function have no truncation error; the rounding of L
+    // (≈ 6·26 outputs · ε / 2h) is ≈ 1e-5 at h = 0.05.
+    const auto dy = randn(x.size(), "rope.dy");
+    std::vector<float> dx = dy;
+    rope_apply(dx.data(), stride, positions.data(), rows, heads, hd, theta, true);
+    std::vector<float> y(x.size());
+    x = x_in;
+    const auto loss = [&] {
+      y = x;
+      rope_apply(y.data(), stride, positions.data(), rows, heads, hd, theta, false);
+      return dot_double(dy, y);
+    };
+    expect_all_near(head_columns<float>(dx, rows, stride, heads * hd),
+                    head_columns<double>(numeric_grad(x, loss, 0.05f), rows, stride, heads * hd),
+                    1e-4, 1e-4, "inverse vs FD" + tag);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// RMSNorm
+
+/// rstd and y of RMSNorm in double.
+void naive_rmsnorm(const std::vector<float>& x, const std::vector<float>& w, std::int64_t rows,
+                   std::int64_t C, double eps, std::vector<double>* y, std::vector<double>* rstd) {
+  y->assign(x.size(), 0.0);
+  rstd->assign(zu(rows), 0.0);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    double ms = 0.0;
+    for (std::int64_t c = 0; c < C; ++c) ms += double{x[zu(r * C + c)]} * x[zu(r * C + c)];
+    const double rs = 1.0 / std::sqrt(ms / static_cast<double>(C) + eps);
+    (*rstd)[zu(r)] = rs;
+    for (std::int64_t c = 0; c < C; ++c) (*y)[zu(r * C + c)] = x[zu(r * C + c)] * rs * w[zu(c)];
+  }
+}
+
+TEST(RmsNormKernel, ForwardMatchesNaive) {
+  for (const LayerNormCase lc : {LayerNormCase{4, 8}, LayerNormCase{3, 70}}) {
+    const std::size_t n = zu(lc.rows * lc.C);
+    const auto x = randn(n, "rms.x", 1.0f, 0.5f);
+    const auto wt = randn(zu(lc.C), "rms.w", 0.5f, 1.0f);
+    std::vector<float> y(n), rstd(zu(lc.rows));
+    rmsnorm_forward(x.data(), wt.data(), y.data(), rstd.data(), lc.rows, lc.C, 1e-5f);
+    std::vector<double> y_ref, rstd_ref;
+    naive_rmsnorm(x, wt, lc.rows, lc.C, 1e-5, &y_ref, &rstd_ref);
+    // mean(x²) in double: rstd carries one f32 rounding (plus the f32 eps, exact here), y
+    // two more products: ≲ 3 ε relative.
+    expect_all_near(rstd, rstd_ref, 2e-7, 0.0, "rstd");
+    expect_all_near(y, y_ref, 4e-7, 1e-7, "y");
+  }
+}
+
+TEST(RmsNormKernel, BackwardMatchesFiniteDifferencesAndAccumulates) {
+  // C = 70 crosses the 64-column block of the dweight reduction.
+  for (const LayerNormCase lc : {LayerNormCase{4, 8}, LayerNormCase{3, 70}}) {
+    const std::size_t n = zu(lc.rows * lc.C);
+    const std::size_t cn = zu(lc.C);
+    auto x = randn(n, "rms.x", 1.0f, 0.5f);
+    auto wt = randn(cn, "rms.w", 0.5f, 1.0f);
+    const auto dy = randn(n, "rms.dy");
+    const float eps = 1e-5f;
+    std::vector<float> y(n), rstd(zu(lc.rows));
+    const auto loss = [&] {
+      rmsnorm_forward(x.data(), wt.data(), y.data(), rstd.data(), lc.rows, lc.C, eps);
+      return dot_double(dy, y);
+    };
+    loss();
+    const auto dw0 = randn(cn, "rms.dw0");
+    std::vector<float> dx(n, 7.0f), dw = dw0;
+    rmsnorm_backward(x.data(), wt.data(), rstd.data(), dy.data(), dx.data(), dw.data(), lc.rows,
+                     lc.C);
+
+    // Analytic reference in double: dx = rstd·(g − x·rstd²·mean(g∘x)), g = dy∘w;
+    // dweight = Σ_r dy∘x·rstd.
+    std::vector<double> dx_ref(n), dw_ref(cn, 0.0);
+    for (std::int64_t r = 0; r < lc.rows; ++r) {
+      double ms = 0.0, gx = 0.0;
+      for (std::int64_t c = 0; c < lc.C; ++c) {
+        const std::size_t i = zu(r * lc.C + c);
+        ms += double{x[i]} * x[i];
+        gx += double{dy[i]} * wt[zu(c)] * x[i];
+      }
+      const double rs = 1.0 / std::sqrt(ms / static_cast<double>(lc.C) + eps);
+      const double k = rs * rs * gx / static_cast<double>(lc.C);
+      for (std::int64_t c = 0; c < lc.C; ++c) {
+        const std::size_t i = zu(r * lc.C + c);
+        dx_ref[i] = rs * (double{dy[i]} * wt[zu(c)] - x[i] * k);
+        dw_ref[zu(c)] += double{dy[i]} * x[i] * rs;
+      }
+    }
+    // A few f32 roundings on O(1) values (the ≤ 4-row dweight sums add ≤ 4 more).
+    expect_all_near(dx, dx_ref, 1e-5, 1e-6, "dx vs double");
+    expect_all_near(minus(dw, dw0), dw_ref, 1e-5, 1e-6, "dweight vs double (accumulated)");
+
+    // Smooth in x with curvature O(rstd²) = O(1): truncation ≈ h²/6 ≈ 7e-5 at h = 2e-2, and
+    // perturbing one x re-rounds the row's rstd, which moves all C outputs coherently
+    // (≈ C·ε·|y| / 2h ≈ 2e-4 for C = 70). L is linear in the weight. Measured max abs error
+    // 5.2e-4 (C = 8, where truncation grows with rstd³) and 4.8e-5 (C = 70); same tolerance
+    // as LayerNormKernel's backward.
+    const float h = 2e-2f;
+    expect_all_near(dx, numeric_grad(x, loss, h), 1e-3, 1e-3, "dx vs FD");
+    expect_all_near(minus(dw, dw0), numeric_grad(wt, loss, h), 1e-3, 1e-3, "dweight vs FD");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// SwiGLU
+
+TEST(SwigluKernel, ForwardAndBackwardMatchDoublePrecisionAndMayAlias) {
+  // gate over ±12 (σ's tails and the dsilu zero near g = −1.28) plus exact points.
+  const std::size_t n = 4003;
+  auto gate = randn(n, "swiglu.gate", 4.0f);
+  gate[0] = 0.0f;
+  gate[1] = -30.0f;
+  gate[2] = 30.0f;
+  auto up = randn(n, "swiglu.up");
+  const auto dout = randn(n, "swiglu.dout");
+  const std::int64_t ni = static_cast<std::int64_t>(n);
+  std::vector<float> out(n), dgate(n), dup(n);
+  swiglu_forward(gate.data(), up.data(), out.data(), ni);
+  swiglu_backward(gate.data(), up.data(), dout.data(), dgate.data(), dup.data(), ni);
+  std::vector<double> out_ref(n), dgate_ref(n), dup_ref(n), dgate_mag(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double g = gate[i], s = 1.0 / (1.0 + std::exp(-g));
+    out_ref[i] = g * s * up[i];
+    dgate_ref[i] = s * (1.0 + g * (1.0 - s)) * up[i] * dout[i];
+    dup_ref[i] = g * s * dout[i];
+    // σ + g·σ(1 − σ) is a sum of two terms that cancel near g ≈ −1.28: each term's own
+    // rounding is the error to expect there.
+    dgate_mag[i] = (s + std::abs(g) * s * (1.0 - s)) * std::abs(up[i] * dout[i]);
+  }
+  // Relative error in units of ε: exp_approx < 1 ulp, then ≤ 5 f32 operations.
+  double worst_out = 0.0, worst_dup = 0.0, worst_dgate = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto rel = [](double got, double want, double mag) {
+      return mag == 0.0 ? std::abs(got) : std::abs(got - want) / (mag * kEpsF32);
+    };
+    worst_out = std::max(worst_out, rel(out[i], out_ref[i], std::abs(out_ref[i])));
+    worst_dup = std::max(worst_dup, rel(dup[i], dup_ref[i], std::abs(dup_ref[i])));
+    worst_dgate = std::max(worst_dgate, rel(dgate[i], dgate_ref[i], dgate_mag[i]));
+  }
+  std::printf("swiglu max error in ulp: out %.2f, dup %.2f, dgate %.2f (of its terms)\n", worst_out,
+              worst_dup, worst_dgate);
+  EXPECT_LE(worst_out, 4.0);
+  EXPECT_LE(worst_dup, 4.0);
+  EXPECT_LE(worst_dgate, 6.0);
+
+  // Central differences of the kernel's forward (each output depends on its own inputs).
+  std::vector<float> y(n);
+  const auto loss = [&] {
+    swiglu_forward(gate.data(), up.data(), y.data(), ni);
+    return dot_double(dout, y);
+  };
+  // silu″ ≤ 0.5: truncation ≈ h²/6·|silu‴| ≲ 2e-5 at h = 1e-2, rounding ε·|y|/2h ≲ 1e-4 for
+  // |y| ≲ 12; L is linear in up.
+  expect_all_near(dgate, numeric_grad(gate, loss, 1e-2f), 2e-4, 2e-4, "dgate vs FD");
+  expect_all_near(dup, numeric_grad(up, loss, 1e-2f), 2e-4, 2e-4, "dup vs FD");
+
+  // dgate, dup aliasing gate, up: the same bits.
+  std::vector<float> g2 = gate, u2 = up;
+  swiglu_backward(g2.data(), u2.data(), dout.data(), g2.data(), u2.data(), ni);
+  EXPECT_EQ(g2, dgate);
+  EXPECT_EQ(u2, dup);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Vocabulary-parallel cross-entropy
+
+/// logits [rows, 13] split as a 4-way vocabulary-parallel lm_head would: V_local = 4 columns
+/// per rank, rank s holding ids [4s, 4s + valid_s) with valid = 4, 4, 4, 1; the 3 padding
+/// columns of the last rank hold 1e30, which any use would show.
+struct VocabShards {
+  static constexpr std::int64_t kV = 13, kLocal = 4, kShards = 4;
+  std::int64_t rows;
+  std::vector<std::vector<float>> logits;  // [shard][rows·kLocal]
+  static std::int64_t first(std::int64_t s) { return s * kLocal; }
+  static std::int64_t valid(std::int64_t s) { return std::min(kLocal, kV - first(s)); }
+  VocabShards(const std::vector<float>& full, std::int64_t n_rows) : rows(n_rows) {
+    for (std::int64_t s = 0; s < kShards; ++s) {
+      std::vector<float> shard(zu(rows * kLocal), 1e30f);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        for (std::int64_t j = 0; j < valid(s); ++j) {
+          shard[zu(r * kLocal + j)] = full[zu(r * kV + first(s) + j)];
+        }
+      }
+      logits.push_back(std::move(shard));
+    }
+  }
+};
+
+TEST(VocabShardCrossEntropyKernel, FourShardsCombineToTheFullLossAndLse) {
+  const std::int64_t rows = 6;
+  const std::int64_t V = VocabShards::kV;
+  const auto full = randn(zu(rows * V), "vce.logits", 3.0f);
+  // Targets in every shard, on shard edges, and the last shard's single id 12.
+  const std::vector<std::int32_t> targets = {0, 12, 5, 3, 12, 8};
+  const VocabShards sh(full, rows);
+
+  // The layer: max → all-reduce max; sum_exp, target_logit → all-reduce sum (in f32).
+  std::vector<float> gmax(zu(rows), -std::numeric_limits<float>::infinity());
+  std::vector<float> m(zu(rows));
+  for (std::int64_t s = 0; s < VocabShards::kShards; ++s) {
+    vocab_shard_max(sh.logits[zu(s)].data(), rows, VocabShards::kLocal, sh.valid(s), m.data());
+    for (std::size_t r = 0; r < m.size(); ++r) gmax[r] = std::max(gmax[r], m[r]);
+  }
+  std::vector<float> gsum(zu(rows), 0.0f), gtarget(zu(rows), 0.0f), se(zu(rows)), tl(zu(rows));
+  for (std::int64_t s = 0; s < VocabShards::kShards; ++s) {
+    vocab_shard_sum_exp(sh.logits[zu(s)].data(), gmax.data(), targets.data(), sh.first(s), rows,
+                        VocabShards::kLocal, sh.valid(s), se.data(), tl.data());
+    for (std::size_t r = 0; r < se.size(); ++r) {
+      gsum[r] += se[r];
+      gtarget[r] += tl[r];
+    }
+  }
+  std::vector<float> lse(zu(rows)), loss(zu(rows));
+  for (std::size_t r = 0; r < lse.size(); ++r) {
+    lse[r] = gmax[r] + std::log(gsum[r]);
+    loss[r] = lse[r] - gtarget[r];
+    // Exactly one shard holds the target, so the sum of target logits is that logit.
+    EXPECT_EQ(gtarget[r], full[r * zu(V) + zu(targets[r])]) << "row " << r;
+  }
+  std::vector<float> loss_ref(zu(rows)), lse_ref(zu(rows));
+  cross_entropy_forward(full.data(), targets.data(), loss_ref.data(), lse_ref.data(), rows, V);
+  // Both are max + log Σ exp(z − max) with the same f32 exps; the shards round 4 partial sums
+  // to f32 and take log in f32, one or two ε more. Measured: equal to the bit for these rows.
+  expect_all_near(lse, to_double(lse_ref), 1e-6, 0.0, "combined lse");
+  expect_all_near(loss, to_double(loss_ref), 1e-6, 0.0, "combined loss");
+
+  // A rank without vocabulary columns contributes the identities of the all-reduces.
+  std::vector<float> empty_max(zu(rows)), empty_sum(zu(rows), 5.0f), empty_t(zu(rows), 5.0f);
+  vocab_shard_max(sh.logits[3].data(), rows, VocabShards::kLocal, 0, empty_max.data());
+  vocab_shard_sum_exp(sh.logits[3].data(), gmax.data(), targets.data(), 13, rows,
+                      VocabShards::kLocal, 0, empty_sum.data(), empty_t.data());
+  for (std::size_t r = 0; r < zu(rows); ++r) {
+    EXPECT_EQ(empty_max[r], -std::numeric_limits<float>::infinity());
+    EXPECT_EQ(empty_sum[r], 0.0f);
+    EXPECT_EQ(empty_t[r], 0.0f);
+  }
+}
+
+TEST(VocabShardCrossEntropyKernel, ShardBackwardIsTheSliceOfTheFullBackward) {
+  const std::int64_t rows = 6;
+  const std::int64_t V = VocabShards::kV, L = VocabShards::kLocal;
+  const auto full = randn(zu(rows * V), "vce.logits", 3.0f);
+  const std::vector<std::int32_t> targets = {0, 12, 5, 3, 12, 8};
+  const VocabShards sh(full, rows);
+  const float scale = 1.0f / static_cast<float>(rows);
+  std::vector<float> losses(zu(rows)), lse(zu(rows)), dfull(full.size());
+  cross_entropy_forward(full.data(), targets.data(), losses.data(), lse.data(), rows, V);
+  cross_entropy_backward(full.data(), lse.data(), targets.data(), scale, dfull.data(), rows, V);
+  for (std::int64_t s = 0; s < VocabShards::kShards; ++s) {
+    std::vector<float> d(zu(rows * L), 9.0f);  // overwritten, padding included
+    vocab_shard_cross_entropy_backward(sh.logits[zu(s)].data(), lse.data(), targets.data(),
+                                       sh.first(s), scale, d.data(), rows, L, sh.valid(s));
+    for (std::int64_t r = 0; r < rows; ++r) {
+      for (std::int64_t j = 0; j < L; ++j) {
+        // Given the same lse, each column is the unsharded gradient's to the bit; padding 0.
+        const float want = j < sh.valid(s) ? dfull[zu(r * V + sh.first(s) + j)] : 0.0f;
+        EXPECT_EQ(d[zu(r * L + j)], want) << "shard " << s << " row " << r << " column " << j;
+      }
+    }
+    std::vector<float> in_place = sh.logits[zu(s)];
+    vocab_shard_cross_entropy_backward(in_place.data(), lse.data(), targets.data(), sh.first(s),
+                                       scale, in_place.data(), rows, L, sh.valid(s));
+    EXPECT_EQ(in_place, d) << "dlogits aliasing logits, shard " << s;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Embedding shards
+
+TEST(EmbeddingShardKernel, IdsOutsideTheShardGiveZeroRowsAndNoGradient) {
+  // A 10-row table split 4 / 4 / 2 as a vocabulary-parallel embedding would hold it; every
+  // token's row comes from exactly one shard, so the sum of the shards' outputs (the
+  // all-reduce) is the whole table's lookup, and each shard's gradient is its slice of the
+  // whole gradient, to the bit.
+  const std::int64_t table_rows = 10, C = 70, rows = 9;  // C = 70 crosses a 64-column block
+  const auto table = randn(zu(table_rows * C), "embs.table");
+  const std::vector<std::int32_t> ids = {3, 9, 4, 0, 8, 3, 7, 4, 3};
+  const auto dout = randn(zu(rows * C), "embs.dout");
+  const auto dtable0 = randn(table.size(), "embs.dtable0");
+  std::vector<float> out_full(zu(rows * C)), dtable_full = dtable0;
+  embedding_forward(ids.data(), table.data(), out_full.data(), rows, C);
+  embedding_backward(ids.data(), dout.data(), dtable_full.data(), rows, C);
+
+  struct Shard {
+    std::int64_t first, size;
+  };
+  std::vector<float> out_sum(out_full.size(), 0.0f);
+  for (const Shard s : {Shard{0, 4}, Shard{4, 4}, Shard{8, 2}}) {
+    const float* shard_table = table.data() + s.first * C;
+    std::vector<float> out(out_full.size(), 5.0f);  // overwritten, zero rows included
+    embedding_shard_forward(ids.data(), shard_table, s.first, s.size, out.data(), rows, C);
+    std::vector<float> dshard(dtable0.begin() + s.first * C,
+                              dtable0.begin() + (s.first + s.size) * C);
+    embedding_shard_backward(ids.data(), dout.data(), s.first, s.size, dshard.data(), rows, C);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const bool inside = ids[zu(r)] >= s.first && ids[zu(r)] < s.first + s.size;
+      for (std::int64_t c = 0; c < C; ++c) {
+        const float want = inside ? out_full[zu(r * C + c)] : 0.0f;
+        ASSERT_EQ(out[zu(r * C + c)], want) << "shard " << s.first << " row " << r << "," << c;
+        out_sum[zu(r * C + c)] += out[zu(r * C + c)];
+      }
+    }
+    const std::vector<float> want(dtable_full.begin() + s.first * C,
+                                  dtable_full.begin() + (s.first + s.size) * C);
+    EXPECT_EQ(dshard, want) << "dtable slice of shard " << s.first;
+  }
+  EXPECT_EQ(out_sum, out_full) << "sum over shards";
+
+  // A shard no id falls into: all-zero output, gradient untouched.
+  const std::vector<std::int32_t> low = {0, 1, 2};
+  std::vector<float> out(zu(3 * C), 5.0f), dshard(zu(2 * C), 1.5f);
+  embedding_shard_forward(low.data(), table.data(), 8, 2, out.data(), 3, C);
+  embedding_shard_backward(low.data(), dout.data(), 8, 2, dshard.data(), 3, C);
+  EXPECT_EQ(out, std::vector<float>(zu(3 * C), 0.0f));
+  EXPECT_EQ(dshard, std::vector<float>(zu(2 * C), 1.5f));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Broken invariants: MT_CHECK prints and aborts (core/error.h), so these are death tests.
+
+TEST(KernelChecksDeathTest, NegativeIdsAndTargetsAndBadDimsAbort) {
+  // OpenMP threads exist by now: re-execute the binary for each death test instead of fork().
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::vector<std::int32_t> ids = {1, -1};
+  std::vector<float> buf(64, 0.0f), out(64);
+  EXPECT_DEATH(embedding_shard_forward(ids.data(), buf.data(), 0, 4, out.data(), 2, 4),
+               "id -1 of row 1 is negative");
+  EXPECT_DEATH(embedding_shard_backward(ids.data(), buf.data(), 0, 4, out.data(), 2, 4),
+               "id -1 of row 1 is negative");
+  EXPECT_DEATH(embedding_forward(ids.data(), buf.data(), out.data(), 2, 4),
+               "embedding_forward: id -1 of row 1 is negative");
+  EXPECT_DEATH(embedding_shard_forward(ids.data(), buf.data(), -1, 4, out.data(), 1, 4),
+               "bad dims");
+  std::vector<float> m(2, 0.0f), s(2), t(2);
+  EXPECT_DEATH(
+      vocab_shard_sum_exp(buf.data(), m.data(), ids.data(), 0, 2, 4, 4, s.data(), t.data()),
+      "target -1 of row 1 is negative");
+  EXPECT_DEATH(vocab_shard_max(buf.data(), 2, 4, 5, m.data()), "bad dims");
+  EXPECT_DEATH(vocab_shard_cross_entropy_backward(buf.data(), m.data(), ids.data(), 0, 1.0f,
+                                                  out.data(), 2, 4, 5),
+               "bad dims");
+  const QkvRows in{buf.data(), buf.data(), buf.data(), 8, 8};
+  EXPECT_DEATH(gqa_attention_forward(in, out.data(), m.data(), {1, 2, 4, 3, 2}), "bad dims");
+  EXPECT_DEATH(gqa_attention_forward(in, out.data(), m.data(), {1, 2, 4, 0, 2}), "bad dims");
+  EXPECT_DEATH(gqa_attention_forward({buf.data(), buf.data(), buf.data(), 7, 8}, out.data(),
+                                     m.data(), {1, 2, 4, 2, 2}),
+               "strides");
+  EXPECT_DEATH(gqa_attention_backward(in, out.data(), m.data(), out.data(),
+                                      {out.data(), out.data(), out.data(), 8, 3}, {1, 2, 4, 2, 2}),
+               "strides");
+  const std::vector<std::int32_t> pos = {0, 1};
+  EXPECT_DEATH(rope_apply(buf.data(), 8, pos.data(), 2, 2, 3, 10000.0f, false), "bad dims");
+  EXPECT_DEATH(rope_apply(buf.data(), 7, pos.data(), 2, 2, 4, 10000.0f, false), "bad dims");
+  EXPECT_DEATH(rmsnorm_forward(buf.data(), buf.data(), out.data(), m.data(), 2, 0, 1e-5f),
+               "bad dims");
+  EXPECT_DEATH(
+      rmsnorm_backward(buf.data(), buf.data(), m.data(), buf.data(), out.data(), out.data(), -1, 4),
+      "bad dims");
+  EXPECT_DEATH(swiglu_forward(buf.data(), buf.data(), out.data(), -1), "n=-1");
+  EXPECT_DEATH(swiglu_backward(buf.data(), buf.data(), buf.data(), out.data(), out.data(), -1),
+               "n=-1");
+}
+
+// ---------------------------------------------------------------------------------------------
 // Element-wise
 
 TEST(ElementwiseKernel, AddScaleAndSumSquares) {
@@ -703,6 +1432,46 @@ TEST(ParallelKernel, NonGemmKernelsGiveTheSameBitsWithOneAndTwoThreads) {
     linear_backward(x.data(), x.data(), dy.data(), nullptr, ldw.data(), ldb.data(),
                     {tokens, 128, 128});
     r.push_back(ldb);
+
+    // Grouped-query attention on a Llama-style fused [q | k | v] row: 4 query heads reading
+    // 2 kv heads (64 columns each of k and v), backward parallel over (sequence, kv head).
+    const GqaDims gd{12, 64, 4, 2, 32};
+    const QkvRows gin{qkv.data(), qkv.data() + C, qkv.data() + C + 64, 3 * C, 3 * C};
+    std::vector<float> gout(x.size()), glse(lse.size()), gdqkv(qkv.size(), 0.0f);
+    gqa_attention_forward(gin, gout.data(), glse.data(), gd);
+    gqa_attention_backward(gin, gout.data(), glse.data(), dy.data(),
+                           {gdqkv.data(), gdqkv.data() + C, gdqkv.data() + C + 64, 3 * C, 3 * C},
+                           gd);
+    r.insert(r.end(), {gout, glse, gdqkv});
+    std::vector<std::int32_t> positions(static_cast<std::size_t>(tokens));
+    for (std::size_t i = 0; i < positions.size(); ++i) {
+      positions[i] = static_cast<std::int32_t>(i % 64);
+    }
+    std::vector<float> roped = x;
+    rope_apply(roped.data(), C, positions.data(), tokens, 4, 32, 10000.0f, false);
+    r.push_back(roped);
+    std::vector<float> ry(x.size()), rrstd(768), rdx(x.size()), rdw(128, 0.0f);
+    rmsnorm_forward(x.data(), wt.data(), ry.data(), rrstd.data(), tokens, C, 1e-5f);
+    rmsnorm_backward(x.data(), wt.data(), rrstd.data(), dy.data(), rdx.data(), rdw.data(), tokens,
+                     C);
+    r.insert(r.end(), {ry, rrstd, rdx, rdw});
+    std::vector<float> sw(x.size()), dgate(x.size()), dup(x.size());
+    swiglu_forward(x.data(), dy.data(), sw.data(), tokens * C);
+    swiglu_backward(x.data(), dy.data(), x.data(), dgate.data(), dup.data(), tokens * C);
+    r.insert(r.end(), {sw, dgate, dup});
+    // A vocabulary shard holding ids [5, 65) in 60 of its 65 columns.
+    std::vector<float> vmax(768), vsum(768), vtarget(768), vd(logits.size());
+    vocab_shard_max(logits.data(), tokens, V, 60, vmax.data());
+    vocab_shard_sum_exp(logits.data(), vmax.data(), targets.data(), 5, tokens, V, 60, vsum.data(),
+                        vtarget.data());
+    vocab_shard_cross_entropy_backward(logits.data(), clse.data(), targets.data(), 5, 1.0f / 768,
+                                       vd.data(), tokens, V, 60);
+    r.insert(r.end(), {vmax, vsum, vtarget, vd});
+    // An embedding shard holding ids [10, 50).
+    std::vector<float> eout(x.size()), edtable(static_cast<std::size_t>(40 * C), 0.0f);
+    embedding_shard_forward(ids.data(), x.data(), 10, 40, eout.data(), tokens, C);
+    embedding_shard_backward(ids.data(), dy.data(), 10, 40, edtable.data(), tokens, C);
+    r.insert(r.end(), {eout, edtable});
     return r;
   };
   const auto one = run(1);

@@ -1,32 +1,53 @@
 // src/meshtrain/kernels/cpu/embedding.cpp
 //
-// Embedding lookup (a row gather) and its backward (a scatter-add into the table).
+// Embedding lookup (a row gather) and its backward (a scatter-add into the table), for a
+// table holding ids [first, first + table_rows) (Megatron-LM's VocabParallelEmbedding,
+// Shoeybi et al. 2019, §3: ids of other ranks give zero rows, and the all-reduce of the
+// partial outputs over the tensor-parallel group adds them up). The whole table is the case
+// first = 0 with every non-negative id inside.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "meshtrain/core/error.h"
 #include "meshtrain/kernels/cpu/cpu_util.h"
 #include "meshtrain/kernels/kernels.h"
 
 namespace meshtrain::kernels {
+namespace {
 
-void embedding_forward(const std::int32_t* ids, const float* table, float* out, std::int64_t rows,
-                       std::int64_t C) {
-  MT_CHECK(rows >= 0 && C >= 0, "embedding_forward: bad dims rows={} C={}", rows, C);
-  // The API does not pass the table's row count, so only the lower bound is checkable here;
-  // the data loader validates ids against the vocabulary.
+// Every non-negative int32 id lies in [0, kAllIds): the unsharded kernels' table_rows. (Their
+// API does not pass the table's row count; the data loader validates ids against the
+// vocabulary.)
+constexpr std::int64_t kAllIds = std::int64_t{std::numeric_limits<std::int32_t>::max()} + 1;
+
+void check_dims(std::int64_t first, std::int64_t table_rows, std::int64_t rows, std::int64_t C,
+                const char* what) {
+  MT_CHECK(first >= 0 && table_rows >= 0 && rows >= 0 && C >= 0,
+           "{}: bad dims first={} table_rows={} rows={} C={}", what, first, table_rows, rows, C);
+}
+
+void shard_forward(const std::int32_t* ids, const float* table, std::int64_t first,
+                   std::int64_t table_rows, float* out, std::int64_t rows, std::int64_t C,
+                   const char* what) {
+  check_dims(first, table_rows, rows, C, what);
 #pragma omp parallel for schedule(static) if (rows * C >= cpu::kParallelGrain)
   for (std::int64_t r = 0; r < rows; ++r) {
-    MT_CHECK(ids[r] >= 0, "embedding_forward: id {} of row {} is negative", ids[r], r);
-    std::memcpy(out + r * C, table + static_cast<std::int64_t>(ids[r]) * C,
-                static_cast<std::size_t>(C) * sizeof(float));
+    MT_CHECK(ids[r] >= 0, "{}: id {} of row {} is negative", what, ids[r], r);
+    const std::int64_t local = static_cast<std::int64_t>(ids[r]) - first;
+    if (local >= 0 && local < table_rows) {
+      std::memcpy(out + r * C, table + local * C, static_cast<std::size_t>(C) * sizeof(float));
+    } else {
+      std::memset(out + r * C, 0, static_cast<std::size_t>(C) * sizeof(float));
+    }
   }
 }
 
-void embedding_backward(const std::int32_t* ids, const float* dout, float* dtable,
-                        std::int64_t rows, std::int64_t C) {
-  MT_CHECK(rows >= 0 && C >= 0, "embedding_backward: bad dims rows={} C={}", rows, C);
+void shard_backward(const std::int32_t* ids, const float* dout, std::int64_t first,
+                    std::int64_t table_rows, float* dtable, std::int64_t rows, std::int64_t C,
+                    const char* what) {
+  check_dims(first, table_rows, rows, C, what);
   // Repeated ids add into the same table row, so rows cannot be split between threads.
   // Threads own column blocks instead: no races, no atomics, and each table entry receives
   // its rows in order r = 0, 1, … whatever the thread count (bitwise reproducible).
@@ -36,12 +57,38 @@ void embedding_backward(const std::int32_t* ids, const float* dout, float* dtabl
     const std::int64_t c0 = blk * cpu::kColumnBlock;
     const std::int64_t width = std::min(cpu::kColumnBlock, C - c0);
     for (std::int64_t r = 0; r < rows; ++r) {
-      MT_CHECK(ids[r] >= 0, "embedding_backward: id {} of row {} is negative", ids[r], r);
-      float* dst = dtable + static_cast<std::int64_t>(ids[r]) * C + c0;
+      MT_CHECK(ids[r] >= 0, "{}: id {} of row {} is negative", what, ids[r], r);
+      const std::int64_t local = static_cast<std::int64_t>(ids[r]) - first;
+      if (local < 0 || local >= table_rows) continue;  // another rank's row
+      float* dst = dtable + local * C + c0;
       const float* src = dout + r * C + c0;
       for (std::int64_t c = 0; c < width; ++c) dst[c] += src[c];
     }
   }
+}
+
+}  // namespace
+
+void embedding_forward(const std::int32_t* ids, const float* table, float* out, std::int64_t rows,
+                       std::int64_t C) {
+  shard_forward(ids, table, 0, kAllIds, out, rows, C, "embedding_forward");
+}
+
+void embedding_backward(const std::int32_t* ids, const float* dout, float* dtable,
+                        std::int64_t rows, std::int64_t C) {
+  shard_backward(ids, dout, 0, kAllIds, dtable, rows, C, "embedding_backward");
+}
+
+void embedding_shard_forward(const std::int32_t* ids, const float* table, std::int64_t first,
+                             std::int64_t table_rows, float* out, std::int64_t rows,
+                             std::int64_t C) {
+  shard_forward(ids, table, first, table_rows, out, rows, C, "embedding_shard_forward");
+}
+
+void embedding_shard_backward(const std::int32_t* ids, const float* dout, std::int64_t first,
+                              std::int64_t table_rows, float* dtable, std::int64_t rows,
+                              std::int64_t C) {
+  shard_backward(ids, dout, first, table_rows, dtable, rows, C, "embedding_shard_backward");
 }
 
 }  // namespace meshtrain::kernels
