@@ -1,11 +1,14 @@
 #!/usr/bin/python3
-"""PyTorch reference for meshtrain's single-process GPT (DESIGN invariant 4).
+"""PyTorch reference for meshtrain's single-process GPT-2 and Llama (DESIGN invariant 4).
 
     /usr/bin/python3 tests/reference/gpt_reference.py OUT.safetensors [MORE.safetensors ...]
 
 Each file is written by reference_dump (tests/reference/reference_dump.cpp): the initial
 weights, a batch, and what meshtrain computed from them. This script rebuilds the same model
-in PyTorch (Debian python3-torch 1.13, fp32 by default), loads the weights and checks
+in PyTorch (Debian python3-torch 1.13, fp32 by default) from the file's config: family "gpt2"
+as nanoGPT's GPT-2 (tied head, optional biases), family "llama" as Hugging Face's
+LlamaForCausalLM written out by hand in torch (RMSNorm, rotary embedding, grouped-query
+attention, SwiGLU, untied head; transformers is not used). It loads the weights and checks
   1. logits and the mean cross-entropy loss of the initial weights,
   2. every parameter gradient after one backward,
   3. the losses and pre-clipping grad norms of the training steps (torch.optim.AdamW with
@@ -28,13 +31,23 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 FORMAT_VERSION = 1
-REGENERATE = "build/tests/reference/reference_dump OUT.safetensors [--no-bias]"
+# Everything in a reference_dump file that is not a parameter, its gradient or an opt.* tensor.
+DATA_TENSORS = {"tokens", "targets", "logits", "loss", "losses", "grad_norms", "clip_coefs"}
+REGENERATE = "build/tests/reference/reference_dump OUT.safetensors [--no-bias | --llama]"
 
 # --------------------------------------------------------------------------------------------
-# Tolerances. fp32 unit roundoff is 6e-8. Measured when the test landed (fp32 PyTorch, both
-# files, 2 threads): loss 1.1e-7, logits 2.1e-7, gradients ≤ 4.8e-7, trajectory losses
-# ≤ 1.1e-7, grad norms ≤ 3.2e-7, replayed clipped gradients ≤ 2e-7, replayed parameters
-# ≤ 3.5e-7. A failure a little above a tolerance means "investigate", not "loosen".
+# Tolerances. fp32 unit roundoff is 6e-8. Measured with the tp-capable layers (issue 3: the
+# vocabulary-parallel loss and the GQA attention kernel; fp32 PyTorch, both GPT-2 files, 2
+# threads): loss 1.1e-7, logits 2.1e-7, gradients ≤ 5.2e-7, trajectory losses ≤ 1.1e-7, grad
+# norms ≤ 4.0e-7, replayed clipped gradients ≤ 3.9e-7, replayed parameters ≤ 3.5e-7. The Llama file (GQA 4/2 heads, RoPE, SwiGLU, RMSNorm, untied head), measured when
+# it was added, needs no different tolerance: loss 1.1e-7, logits 3.9e-7, gradients ≤ 6.0e-7
+# (layers.1 k_proj), trajectory losses ≤ 1.1e-7, grad norms ≤ 8.5e-8, replayed clipped
+# gradients ≤ 1.9e-7, replayed parameters ≤ 1.2e-7. Perturbing the PyTorch Llama shows what
+# the checks see: kv head h % Hkv instead of h // (H/Hkv) moves the logits by 1.0 and the loss
+# by 1.8e-3; interleaved (GPT-J) RoPE pairs instead of rotate_half move the logits by 9.5e-3,
+# every gradient by ≥ 6e-3, but the loss by only 2.6e-5, so the logits and gradients, not the
+# loss, are what pin the RoPE convention.
+# A failure a little above a tolerance means "investigate", not "loosen".
 #
 # The loss is a mean over 64 tokens of lse − logit[target] (softmax over 65 classes); two
 # correct fp32 implementations that sum in different orders differ by ~sqrt(n)·eps ≈ 1e-6 at
@@ -45,8 +58,8 @@ LOSS_RTOL = 1e-5
 # element because an element that is nearly zero (a cancelled gradient) has no meaningful
 # relative error. The longest chains are fp32 GEMMs over ≤ 4·C = 256 terms through 2 blocks
 # and the tied head, ~1e-6 of the largest element; 1e-4 leaves margin, while a wrong factor
-# or a missing term (say the tied head's share of wte's gradient, or a bias gradient) is
-# O(1e-2 … 1).
+# or a missing term (say the tied head's share of wte's gradient, a bias gradient, or one
+# kv head's share of the GQA gradient) is O(1e-2 … 1).
 TENSOR_TOL = 1e-4
 # Trajectory losses: relative, per step. PyTorch's and meshtrain's gradients differ by ~1e-7,
 # which Adam amplifies only for elements whose gradient is ~eps; those carry almost no loss,
@@ -182,9 +195,141 @@ def adamw_param_groups(model, weight_decay):
     ]
 
 
+# --------------------------------------------------------------------------------------------
+# The Llama model: Hugging Face LlamaForCausalLM's math written out in torch 1.13 (which has no
+# scaled_dot_product_attention), attributes named so that named_parameters() gives the Hugging
+# Face names; no biases; LM head untied from embed_tokens.
+class LlamaRMSNorm(nn.Module):
+    """HF LlamaRMSNorm: x · rsqrt(mean(x², -1) + eps) · weight, computed in fp32 (or fp64)."""
+
+    def __init__(self, n, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(n))
+        self.eps = eps
+
+    def forward(self, x):
+        dtype = x.dtype
+        x = x.to(torch.float64 if dtype == torch.float64 else torch.float32)
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rotate_half(x):
+    """HF Llama's convention: the two halves of the head dimension are the pairs."""
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rope_cos_sin(T, head_dim, theta, dtype, device):
+    """cos, sin [T, head_dim] for positions 0..T-1 (HF LlamaRotaryEmbedding, default type):
+    computed in fp32 as HF does, or in fp64 under --dtype float64."""
+    ft = torch.float64 if dtype == torch.float64 else torch.float32
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device).to(ft) / head_dim))
+    freqs = torch.outer(torch.arange(T, device=device).to(ft), inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, n_embd, n_head, n_kv_head, rope_theta):
+        super().__init__()
+        self.n_head, self.n_kv_head = n_head, n_kv_head
+        self.head_dim = n_embd // n_head
+        self.rope_theta = rope_theta
+        self.q_proj = nn.Linear(n_embd, n_head * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(n_embd, n_kv_head * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(n_embd, n_kv_head * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(n_head * self.head_dim, n_embd, bias=False)
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        hd = self.head_dim
+        q = self.q_proj(x).view(B, T, self.n_head, hd).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, self.n_kv_head, hd).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.n_kv_head, hd).transpose(1, 2)
+        cos, sin = rope_cos_sin(T, hd, self.rope_theta, x.dtype, x.device)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        # GQA (HF repeat_kv): query head h reads kv head h // (n_head / n_kv_head).
+        rep = self.n_head // self.n_kv_head
+        k = k.repeat_interleave(rep, dim=1)
+        v = v.repeat_interleave(rep, dim=1)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
+        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+        att = F.softmax(att.masked_fill(~mask, float("-inf")), dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, self.n_head * hd)
+        return self.o_proj(y)
+
+
+class LlamaMlp(nn.Module):
+    def __init__(self, n_embd, ffn_hidden):
+        super().__init__()
+        self.gate_proj = nn.Linear(n_embd, ffn_hidden, bias=False)
+        self.up_proj = nn.Linear(n_embd, ffn_hidden, bias=False)
+        self.down_proj = nn.Linear(ffn_hidden, n_embd, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class LlamaDecoderLayer(nn.Module):
+    def __init__(self, n_embd, n_head, n_kv_head, ffn_hidden, rope_theta, eps):
+        super().__init__()
+        self.input_layernorm = LlamaRMSNorm(n_embd, eps)
+        self.self_attn = LlamaAttention(n_embd, n_head, n_kv_head, rope_theta)
+        self.post_attention_layernorm = LlamaRMSNorm(n_embd, eps)
+        self.mlp = LlamaMlp(n_embd, ffn_hidden)
+
+    def forward(self, x):
+        x = x + self.self_attn(self.input_layernorm(x))
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, n_layer, n_embd, n_head, n_kv_head, ffn_hidden, vocab_size, rope_theta,
+                 eps):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(vocab_size, n_embd)
+        self.layers = nn.ModuleList(
+            LlamaDecoderLayer(n_embd, n_head, n_kv_head, ffn_hidden, rope_theta, eps)
+            for _ in range(n_layer))
+        self.norm = LlamaRMSNorm(n_embd, eps)
+
+    def forward(self, idx):
+        x = self.embed_tokens(idx)
+        for layer in self.layers:
+            x = layer(x)
+        return self.norm(x)
+
+
+class Llama(nn.Module):
+    """LlamaForCausalLM: model.* trunk and an untied lm_head."""
+
+    def __init__(self, n_layer, n_head, n_kv_head, n_embd, ffn_hidden, vocab_size, rope_theta,
+                 eps):
+        super().__init__()
+        self.model = LlamaModel(n_layer, n_embd, n_head, n_kv_head, ffn_hidden, vocab_size,
+                                rope_theta, eps)
+        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
+
+    def forward(self, idx):
+        """idx [B, T] int64 → logits [B·T, V]."""
+        B, T = idx.shape
+        return self.lm_head(self.model(idx)).view(B * T, -1)
+
+
 def build_model(cfg):
-    return GPT(cfg["n_layer"], cfg["n_head"], cfg["n_embd"], cfg["block_size"],
-               cfg["vocab_size"], cfg["bias"])
+    family = cfg.get("family", "gpt2")
+    if family == "gpt2":
+        return GPT(cfg["n_layer"], cfg["n_head"], cfg["n_embd"], cfg["block_size"],
+                   cfg["vocab_size"], cfg["bias"])
+    if family == "llama":
+        if cfg["bias"]:
+            raise ValueError("llama with biases: the reference has none (neither has HF Llama)")
+        return Llama(cfg["n_layer"], cfg["n_head"], cfg["n_kv_head"], cfg["n_embd"],
+                     cfg["ffn_hidden"], cfg["vocab_size"], cfg["rope_theta"],
+                     cfg["layer_norm_eps"])
+    raise ValueError(f"unknown model family {family!r}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -237,9 +382,13 @@ def check_file(path, label, dtype, report):
         return
     cfg = json.loads(meta["config"])
     opt = json.loads(meta["optimizer"])
-    model = build_model(cfg).to(dtype)
+    try:
+        model = build_model(cfg).to(dtype)
+    except (KeyError, ValueError) as e:
+        report.failures.append(f"{label}: cannot build the model from config {cfg}: {e!r}")
+        return
     names = [n for n, _ in model.named_parameters()]
-    ours = {n for n in t if n.startswith("transformer.")}
+    ours = {n for n in t if n not in DATA_TENSORS and not n.startswith(("grad.", "opt."))}
     if set(names) != ours:
         report.failures.append(f"{label}: parameter names differ: only in meshtrain "
                                f"{sorted(ours - set(names))}, only in PyTorch "

@@ -423,208 +423,6 @@ TEST(GeluKernel, ForwardMatchesFormulaAndBackwardMatchesFiniteDifferences) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Attention
-
-/// Naive causal attention in double with the full T×T probability matrix.
-void naive_attention(const std::vector<float>& qkv, const AttentionDims& d,
-                     std::vector<double>* out, std::vector<double>* lse) {
-  const std::int64_t T = d.seq_len, H = d.heads, hd = d.head_dim, C = H * hd;
-  out->assign(static_cast<std::size_t>(d.batch * T * C), 0.0);
-  lse->assign(static_cast<std::size_t>(d.batch * H * T), 0.0);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  const auto at = [&](std::int64_t b, std::int64_t t, std::int64_t col) {
-    return static_cast<double>(qkv[static_cast<std::size_t>((b * T + t) * 3 * C + col)]);
-  };
-  for (std::int64_t b = 0; b < d.batch; ++b) {
-    for (std::int64_t h = 0; h < H; ++h) {
-      std::vector<double> s(static_cast<std::size_t>(T * T));
-      for (std::int64_t i = 0; i < T; ++i) {
-        for (std::int64_t j = 0; j < T; ++j) {
-          double v = -std::numeric_limits<double>::infinity();  // causal mask
-          if (j <= i) {
-            v = 0.0;
-            for (std::int64_t c = 0; c < hd; ++c)
-              v += at(b, i, h * hd + c) * at(b, j, C + h * hd + c);
-            v *= scale;
-          }
-          s[static_cast<std::size_t>(i * T + j)] = v;
-        }
-      }
-      for (std::int64_t i = 0; i < T; ++i) {  // softmax of row i, materialised
-        double m = -std::numeric_limits<double>::infinity();
-        for (std::int64_t j = 0; j < T; ++j)
-          m = std::max(m, s[static_cast<std::size_t>(i * T + j)]);
-        double z = 0.0;
-        for (std::int64_t j = 0; j < T; ++j)
-          z += std::exp(s[static_cast<std::size_t>(i * T + j)] - m);
-        (*lse)[static_cast<std::size_t>((b * H + h) * T + i)] = m + std::log(z);
-        for (std::int64_t j = 0; j < T; ++j) {
-          const double p = std::exp(s[static_cast<std::size_t>(i * T + j)] - m) / z;
-          for (std::int64_t c = 0; c < hd; ++c) {
-            (*out)[static_cast<std::size_t>((b * T + i) * C + h * hd + c)] +=
-                p * at(b, j, 2 * C + h * hd + c);
-          }
-        }
-      }
-    }
-  }
-}
-
-TEST(AttentionKernel, ForwardMatchesNaiveFullSoftmax) {
-  for (const AttentionDims d : {AttentionDims{2, 5, 2, 4}, AttentionDims{2, 64, 3, 32}}) {
-    const std::int64_t C = d.heads * d.head_dim;
-    const auto qkv = randn(static_cast<std::size_t>(d.batch * d.seq_len * 3 * C), "attn.qkv");
-    std::vector<float> out(static_cast<std::size_t>(d.batch * d.seq_len * C));
-    std::vector<float> lse(static_cast<std::size_t>(d.batch * d.heads * d.seq_len));
-    attention_forward(qkv.data(), out.data(), lse.data(), d);
-    std::vector<double> out_ref, lse_ref;
-    naive_attention(qkv, d, &out_ref, &lse_ref);
-    // Scores are 32-term dots (relative error ≲ 32·ε), exp amplifies an absolute score error
-    // δ into a relative probability error δ, and out averages O(1) values: ≈ 1e-5 at worst.
-    expect_all_near(out, out_ref, 1e-4, 2e-5, "out");
-    expect_all_near(lse, lse_ref, 1e-5, 1e-5, "lse");
-  }
-}
-
-TEST(AttentionKernel, BackwardMatchesFiniteDifferences) {
-  struct Case {
-    AttentionDims d;
-    std::size_t sampled;  // 0: every element of qkv
-  };
-  // The small case checks every element; the T = 64, head_dim = 32 case (the main job's)
-  // checks a deterministic sample of q, k and v entries, since each FD needs two forwards.
-  for (const Case tc : {Case{{2, 5, 2, 4}, 0}, Case{{1, 64, 2, 32}, 48}}) {
-    const AttentionDims d = tc.d;
-    const std::int64_t C = d.heads * d.head_dim;
-    const std::size_t n_qkv = static_cast<std::size_t>(d.batch * d.seq_len * 3 * C);
-    const std::size_t n_out = static_cast<std::size_t>(d.batch * d.seq_len * C);
-    auto qkv = randn(n_qkv, "attn.qkv");
-    const auto dout = randn(n_out, "attn.dout");
-    std::vector<float> out(n_out), lse(static_cast<std::size_t>(d.batch * d.heads * d.seq_len));
-    const auto loss = [&] {
-      attention_forward(qkv.data(), out.data(), lse.data(), d);
-      return dot_double(dout, out);
-    };
-    loss();
-    std::vector<float> dqkv(n_qkv, 5.0f);  // overwritten
-    attention_backward(qkv.data(), out.data(), lse.data(), dout.data(), dqkv.data(), d);
-
-    std::vector<std::size_t> idx;
-    if (tc.sampled != 0) {
-      for (std::size_t s = 0; s < tc.sampled; ++s) {
-        idx.push_back(
-            static_cast<std::size_t>(philox_u64(kSeed, stream_of("attn.sample"), s) % n_qkv));
-      }
-    }
-    const auto numeric = numeric_grad(qkv, loss, 1e-2f, tc.sampled != 0 ? &idx : nullptr);
-    std::vector<float> got;
-    std::vector<double> want;
-    for (std::size_t i = 0; i < n_qkv; ++i) {
-      if (tc.sampled != 0 && std::find(idx.begin(), idx.end(), i) == idx.end()) continue;
-      got.push_back(dqkv[i]);
-      want.push_back(numeric[i]);
-    }
-    // Softmax is smooth with O(1) curvature in scores that are O(1) here: truncation
-    // ≈ h²/6 ≈ 2e-5 at h = 1e-2; rounding of L ≈ √outputs·ε·|out|/2h ≈ 1e-4 for 4096
-    // outputs. Measured max abs error 2.4e-5 (small) and 1.1e-4 (T = 64); tolerance 1e-3 is
-    // still 100× below what a wrong D_i or a dropped scale produces.
-    expect_all_near(got, want, 1e-3, 1e-3, "dqkv");
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Cross-entropy
-
-TEST(CrossEntropyKernel, ForwardMatchesNaiveLogSoftmaxAndIsStable) {
-  const std::int64_t rows = 5, V = 7;
-  auto logits = randn(35, "ce.logits", 2.0f);
-  const std::vector<std::int32_t> targets = {0, 6, 3, 3, 1};
-  std::vector<float> losses(5), lse(5);
-  cross_entropy_forward(logits.data(), targets.data(), losses.data(), lse.data(), rows, V);
-  std::vector<double> loss_ref(5), lse_ref(5);
-  for (std::size_t r = 0; r < 5; ++r) {
-    double z = 0.0;  // naive: no max subtraction (fine in double for |logit| ≲ 700)
-    for (std::size_t j = 0; j < 7; ++j) z += std::exp(static_cast<double>(logits[r * 7 + j]));
-    lse_ref[r] = std::log(z);
-    loss_ref[r] =
-        -(static_cast<double>(logits[r * 7 + static_cast<std::size_t>(targets[r])]) - lse_ref[r]);
-  }
-  // One exp/log chain over 7 terms: a few ε relative on O(1) values.
-  expect_all_near(losses, loss_ref, 1e-5, 1e-6, "losses");
-  expect_all_near(lse, lse_ref, 1e-5, 1e-6, "lse");
-
-  // Logits shifted by +1000 overflow a naive f32 exp; with the max subtracted the loss is
-  // unchanged (the shift cancels exactly in lse − logit, up to rounding of 1000 + z, whose
-  // ulp is 6e-5; measured 4.9e-5).
-  for (float& v : logits) v += 1000.0f;
-  std::vector<float> shifted(5), shifted_lse(5);
-  cross_entropy_forward(logits.data(), targets.data(), shifted.data(), shifted_lse.data(), rows, V);
-  expect_all_near(shifted, loss_ref, 0.0, 2e-4, "losses with logits + 1000");
-}
-
-TEST(CrossEntropyKernel, BackwardMatchesFiniteDifferencesAndMayAliasLogits) {
-  const std::int64_t rows = 5, V = 7;
-  auto logits = randn(35, "ce.logits", 2.0f);
-  const std::vector<std::int32_t> targets = {0, 6, 3, 3, 1};
-  const float scale = 1.0f / static_cast<float>(rows);  // mean loss
-  std::vector<float> losses(5), lse(5);
-  const auto loss = [&] {
-    cross_entropy_forward(logits.data(), targets.data(), losses.data(), lse.data(), rows, V);
-    double s = 0.0;
-    for (const float l : losses) s += l;
-    return s * scale;
-  };
-  loss();
-  std::vector<float> dlogits(35, 9.0f);
-  cross_entropy_backward(logits.data(), lse.data(), targets.data(), scale, dlogits.data(), rows, V);
-  // Smooth, curvature ≤ 1/4 per logit: truncation ≈ h²/24 ≈ 4e-6 at h = 1e-2; rounding of
-  // 5 losses ≈ ε·|loss|/2h ≈ 1e-5. Measured max abs error 4.5e-6; tolerance 1e-4 (the
-  // gradients themselves are O(0.1)).
-  expect_all_near(dlogits, numeric_grad(logits, loss, 1e-2f), 1e-4, 1e-4, "dlogits");
-
-  loss();  // numeric_grad's last forward left lse of a perturbed row behind
-  std::vector<float> in_place = logits;
-  cross_entropy_backward(in_place.data(), lse.data(), targets.data(), scale, in_place.data(), rows,
-                         V);
-  EXPECT_EQ(in_place, dlogits) << "dlogits aliasing logits must give the same bits";
-}
-
-// ---------------------------------------------------------------------------------------------
-// Embedding
-
-TEST(EmbeddingKernel, ForwardGathersAndBackwardAccumulatesRepeatedIds) {
-  const std::int64_t table_rows = 6, C = 70, rows = 8;  // C = 70 crosses a 64-column block
-  auto table = randn(static_cast<std::size_t>(table_rows * C), "emb.table");
-  const std::vector<std::int32_t> ids = {3, 1, 3, 0, 5, 3, 1, 2};
-  const auto dout = randn(static_cast<std::size_t>(rows * C), "emb.dout");
-  std::vector<float> out(static_cast<std::size_t>(rows * C));
-  embedding_forward(ids.data(), table.data(), out.data(), rows, C);
-  for (std::size_t r = 0; r < ids.size(); ++r) {
-    for (std::size_t c = 0; c < static_cast<std::size_t>(C); ++c) {
-      ASSERT_EQ(out[r * 70 + c], table[static_cast<std::size_t>(ids[r]) * 70 + c]) << r << "," << c;
-    }
-  }
-
-  const auto dtable0 = randn(table.size(), "emb.dtable0");
-  std::vector<float> dtable = dtable0;
-  embedding_backward(ids.data(), dout.data(), dtable.data(), rows, C);
-  const auto loss = [&] {
-    embedding_forward(ids.data(), table.data(), out.data(), rows, C);
-    return dot_double(dout, out);
-  };
-  // L is linear in the table: no truncation; rounding only in the 560-term dot (≈ 1e-6
-  // after dividing by 2h) and in dtable − dtable0. Row 3 is used three times, row 4 never.
-  expect_all_near(minus(dtable, dtable0), numeric_grad(table, loss, 0.05f), 1e-5, 1e-5,
-                  "dtable (accumulated)");
-  for (std::size_t c = 0; c < 70; ++c) {
-    const float want3 =
-        ((dtable0[3 * 70 + c] + dout[0 * 70 + c]) + dout[2 * 70 + c]) + dout[5 * 70 + c];
-    EXPECT_EQ(dtable[3 * 70 + c], want3) << "row 3 sums rows 0, 2, 5 in order, column " << c;
-    EXPECT_EQ(dtable[4 * 70 + c], dtable0[4 * 70 + c]) << "unused row 4, column " << c;
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
 // Grouped-query attention
 
 std::size_t zu(std::int64_t i) { return static_cast<std::size_t>(i); }
@@ -746,6 +544,77 @@ bool padding_untouched(std::span<const float> buf, std::int64_t rows, std::int64
   return true;
 }
 
+/// GPT-2's fused c_attn output: q, k, v are the column ranges [0, C), [C, 2C), [2C, 3C) of
+/// each 3C-wide row of one buffer, one kv head per query head (kv_heads = heads).
+QkvRows fused_rows(const float* qkv, std::int64_t C) {
+  return {qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C};
+}
+QkvGradRows fused_grad_rows(float* dqkv, std::int64_t C) {
+  return {dqkv, dqkv + C, dqkv + 2 * C, 3 * C, 3 * C};
+}
+
+TEST(GqaAttentionKernel, FusedQkvForwardMatchesNaiveFullSoftmax) {
+  for (const GqaDims d : {GqaDims{2, 5, 2, 2, 4}, GqaDims{2, 64, 3, 3, 32}}) {
+    const std::int64_t C = d.heads * d.head_dim;
+    const auto qkv = randn(zu(d.batch * d.seq_len * 3 * C), "attn.qkv");
+    std::vector<float> out(zu(d.batch * d.seq_len * C));
+    std::vector<float> lse(zu(d.batch * d.heads * d.seq_len));
+    gqa_attention_forward(fused_rows(qkv.data(), C), out.data(), lse.data(), d);
+    const NaiveGqa ref = naive_gqa(fused_rows(qkv.data(), C), d, nullptr);
+    // Scores are 32-term dots (relative error ≲ 32·ε), exp amplifies an absolute score error
+    // δ into a relative probability error δ, and out averages O(1) values: ≈ 1e-5 at worst.
+    expect_all_near(out, ref.out, 1e-4, 2e-5, "out");
+    expect_all_near(lse, ref.lse, 1e-5, 1e-5, "lse");
+  }
+}
+
+TEST(GqaAttentionKernel, FusedQkvBackwardMatchesFiniteDifferences) {
+  struct Case {
+    GqaDims d;
+    std::size_t sampled;  // 0: every element of qkv
+  };
+  // The small case checks every element; the T = 64, head_dim = 32 case (the main job's)
+  // checks a deterministic sample of q, k and v entries, since each FD needs two forwards.
+  for (const Case tc : {Case{{2, 5, 2, 2, 4}, 0}, Case{{1, 64, 2, 2, 32}, 48}}) {
+    const GqaDims d = tc.d;
+    const std::int64_t C = d.heads * d.head_dim;
+    const std::size_t n_qkv = zu(d.batch * d.seq_len * 3 * C);
+    const std::size_t n_out = zu(d.batch * d.seq_len * C);
+    auto qkv = randn(n_qkv, "attn.qkv");
+    const auto dout = randn(n_out, "attn.dout");
+    std::vector<float> out(n_out), lse(zu(d.batch * d.heads * d.seq_len));
+    const auto loss = [&] {
+      gqa_attention_forward(fused_rows(qkv.data(), C), out.data(), lse.data(), d);
+      return dot_double(dout, out);
+    };
+    loss();
+    std::vector<float> dqkv(n_qkv, 5.0f);  // overwritten: every column is a head column
+    gqa_attention_backward(fused_rows(qkv.data(), C), out.data(), lse.data(), dout.data(),
+                           fused_grad_rows(dqkv.data(), C), d);
+
+    std::vector<std::size_t> idx;
+    if (tc.sampled != 0) {
+      for (std::size_t s = 0; s < tc.sampled; ++s) {
+        idx.push_back(
+            static_cast<std::size_t>(philox_u64(kSeed, stream_of("attn.sample"), s) % n_qkv));
+      }
+    }
+    const auto numeric = numeric_grad(qkv, loss, 1e-2f, tc.sampled != 0 ? &idx : nullptr);
+    std::vector<float> got;
+    std::vector<double> want;
+    for (std::size_t i = 0; i < n_qkv; ++i) {
+      if (tc.sampled != 0 && std::find(idx.begin(), idx.end(), i) == idx.end()) continue;
+      got.push_back(dqkv[i]);
+      want.push_back(numeric[i]);
+    }
+    // Softmax is smooth with O(1) curvature in scores that are O(1) here: truncation
+    // ≈ h²/6 ≈ 2e-5 at h = 1e-2; rounding of L ≈ √outputs·ε·|out|/2h ≈ 1e-4 for 4096
+    // outputs. Measured max abs error 2.4e-5 (small) and 1.1e-4 (T = 64); tolerance 1e-3 is
+    // still 100× below what a wrong D_i or a dropped scale produces.
+    expect_all_near(got, want, 1e-3, 1e-3, "dqkv");
+  }
+}
+
 TEST(GqaAttentionKernel, ForwardMatchesNaiveFullSoftmaxForEveryGrouping) {
   // heads = 4 with kv_heads = 4 (multi-head), 2 (groups of 2) and 1 (multi-query); small and
   // GPT-shaped (T = 64, head_dim = 32); q, k, v in their own buffers with padded strides.
@@ -759,8 +628,8 @@ TEST(GqaAttentionKernel, ForwardMatchesNaiveFullSoftmaxForEveryGrouping) {
       std::vector<float> out(g.out_size()), lse(g.lse_size());
       gqa_attention_forward(in, out.data(), lse.data(), d);
       const NaiveGqa ref = naive_gqa(in, d, nullptr);
-      // As AttentionKernel.ForwardMatchesNaiveFullSoftmax: 32-term score dots, exp turns an
-      // absolute score error into a relative probability error, out averages O(1) values.
+      // As FusedQkvForwardMatchesNaiveFullSoftmax: 32-term score dots, exp turns an absolute
+      // score error into a relative probability error, out averages O(1) values.
       const std::string tag =
           " (T=" + std::to_string(d.seq_len) + " kv_heads=" + std::to_string(kv) + ")";
       expect_all_near(out, ref.out, 1e-4, 2e-5, "out" + tag);
@@ -812,8 +681,8 @@ TEST(GqaAttentionKernel, BackwardMatchesFiniteDifferencesAndTheDoubleReference) 
     expect_all_near(cols(dv, g.kv_stride, kvw), cols_d(ref.dv, g.kv_stride, kvw), 1e-5, 1e-5,
                     "dv vs double" + tag);
     // Against central differences of the kernel's own forward, tolerance and error budget as
-    // AttentionKernel.BackwardMatchesFiniteDifferences (padding columns: both sides give 0
-    // there, the FD because out does not depend on them).
+    // FusedQkvBackwardMatchesFiniteDifferences (padding columns: both sides give 0 there, the
+    // FD because out does not depend on them).
     const float h = 1e-2f;
     expect_all_near(cols(dq, g.q_stride, qw), cols_d(numeric_grad(q, loss, h), g.q_stride, qw),
                     1e-3, 1e-3, "dq vs FD" + tag);
@@ -855,12 +724,11 @@ TEST(GqaAttentionKernel, BackwardMatchesTheDoubleReferenceAtGptShape) {
   }
 }
 
-TEST(GqaAttentionKernel, FusedBufferIsTheStridedCaseAndMultiHeadEqualsTheFusedKernelBitwise) {
+TEST(GqaAttentionKernel, FusedBufferIsTheStridedCaseBitwise) {
   // One projection output per token, [q | k | v] with widths heads·hd, kv_heads·hd,
   // kv_heads·hd (Llama's fused qkv; GPT-2's c_attn when kv_heads = heads), against the same
   // values copied into three contiguous arrays: the arithmetic must not depend on where the
-  // rows live. With kv_heads = heads the fused-qkv attention_forward/backward must give the
-  // same bits as well (they are one algorithm).
+  // rows live.
   for (const std::int64_t kv : {4, 2, 1}) {
     const GqaDims d{2, 64, 4, kv, 32};
     const std::int64_t rows = d.batch * d.seq_len, C = d.heads * d.head_dim;
@@ -900,16 +768,6 @@ TEST(GqaAttentionKernel, FusedBufferIsTheStridedCaseAndMultiHeadEqualsTheFusedKe
     EXPECT_EQ(dq_f, dq) << "dq" << tag;
     EXPECT_EQ(dk_f, dk) << "dk" << tag;
     EXPECT_EQ(dv_f, dv) << "dv" << tag;
-
-    if (kv == d.heads) {
-      const AttentionDims ad{d.batch, d.seq_len, d.heads, d.head_dim};
-      std::vector<float> out_a(out_f.size()), lse_a(lse_f.size()), dqkv(fused.size());
-      attention_forward(fused.data(), out_a.data(), lse_a.data(), ad);
-      attention_backward(fused.data(), out_a.data(), lse_a.data(), dout.data(), dqkv.data(), ad);
-      EXPECT_EQ(out_a, out_f) << "attention_forward out";
-      EXPECT_EQ(lse_a, lse_f) << "attention_forward lse";
-      EXPECT_EQ(dqkv, dfused) << "attention_backward dqkv";
-    }
   }
 }
 
@@ -1156,6 +1014,84 @@ TEST(SwigluKernel, ForwardAndBackwardMatchDoublePrecisionAndMayAlias) {
 // ---------------------------------------------------------------------------------------------
 // Vocabulary-parallel cross-entropy
 
+/// Losses and lse of logits [rows, V] in double, straight from the definition
+/// loss_r = log Σ_j exp(z_rj) − z_r,target: no max subtraction (fine in double for |z| ≲ 700).
+void naive_cross_entropy(const std::vector<float>& logits, const std::vector<std::int32_t>& targets,
+                         std::int64_t V, std::vector<double>* loss, std::vector<double>* lse) {
+  const std::size_t rows = targets.size();
+  loss->assign(rows, 0.0);
+  lse->assign(rows, 0.0);
+  for (std::size_t r = 0; r < rows; ++r) {
+    double z = 0.0;
+    for (std::size_t j = 0; j < zu(V); ++j) z += std::exp(double{logits[r * zu(V) + j]});
+    (*lse)[r] = std::log(z);
+    (*loss)[r] = (*lse)[r] - double{logits[r * zu(V) + zu(targets[r])]};
+  }
+}
+
+/// One shard holding the whole vocabulary (first = 0, valid = V_local = V), its pieces combined
+/// as the layer does (layers/vocab_parallel.cpp, in f32): lse = max + log(sum_exp),
+/// loss = lse − target_logit. losses [rows], lse [rows] overwritten.
+void one_shard_cross_entropy(const float* logits, const std::int32_t* targets, std::int64_t rows,
+                             std::int64_t V, float* losses, float* lse) {
+  std::vector<float> sum_exp(zu(rows)), target_logit(zu(rows));
+  vocab_shard_max(logits, rows, V, V, lse);
+  vocab_shard_sum_exp(logits, lse, targets, 0, rows, V, V, sum_exp.data(), target_logit.data());
+  for (std::size_t r = 0; r < zu(rows); ++r) {
+    lse[r] += std::log(sum_exp[r]);
+    losses[r] = lse[r] - target_logit[r];
+  }
+}
+
+TEST(VocabShardCrossEntropyKernel, OneShardMatchesNaiveLogSoftmaxAndIsStable) {
+  const std::int64_t rows = 5, V = 7;
+  auto logits = randn(35, "ce.logits", 2.0f);
+  const std::vector<std::int32_t> targets = {0, 6, 3, 3, 1};
+  std::vector<float> losses(5), lse(5);
+  one_shard_cross_entropy(logits.data(), targets.data(), rows, V, losses.data(), lse.data());
+  std::vector<double> loss_ref, lse_ref;
+  naive_cross_entropy(logits, targets, V, &loss_ref, &lse_ref);
+  // One exp/log chain over 7 terms: a few ε relative on O(1) values.
+  expect_all_near(losses, loss_ref, 1e-5, 1e-6, "losses");
+  expect_all_near(lse, lse_ref, 1e-5, 1e-6, "lse");
+
+  // Logits shifted by +1000 overflow a naive f32 exp; with the max subtracted the loss is
+  // unchanged (the shift cancels exactly in lse − logit, up to rounding of 1000 + z, whose
+  // ulp is 6e-5).
+  for (float& v : logits) v += 1000.0f;
+  std::vector<float> shifted(5), shifted_lse(5);
+  one_shard_cross_entropy(logits.data(), targets.data(), rows, V, shifted.data(),
+                          shifted_lse.data());
+  expect_all_near(shifted, loss_ref, 0.0, 2e-4, "losses with logits + 1000");
+}
+
+TEST(VocabShardCrossEntropyKernel, OneShardBackwardMatchesFiniteDifferencesAndMayAliasLogits) {
+  const std::int64_t rows = 5, V = 7;
+  auto logits = randn(35, "ce.logits", 2.0f);
+  const std::vector<std::int32_t> targets = {0, 6, 3, 3, 1};
+  const float scale = 1.0f / static_cast<float>(rows);  // mean loss
+  std::vector<float> losses(5), lse(5);
+  const auto loss = [&] {
+    one_shard_cross_entropy(logits.data(), targets.data(), rows, V, losses.data(), lse.data());
+    double s = 0.0;
+    for (const float l : losses) s += l;
+    return s * scale;
+  };
+  loss();
+  std::vector<float> dlogits(35, 9.0f);
+  vocab_shard_cross_entropy_backward(logits.data(), lse.data(), targets.data(), 0, scale,
+                                     dlogits.data(), rows, V, V);
+  // Smooth, curvature ≤ 1/4 per logit: truncation ≈ h²/24 ≈ 4e-6 at h = 1e-2; rounding of
+  // 5 losses ≈ ε·|loss|/2h ≈ 1e-5. Tolerance 1e-4 (the gradients themselves are O(0.1)).
+  expect_all_near(dlogits, numeric_grad(logits, loss, 1e-2f), 1e-4, 1e-4, "dlogits");
+
+  loss();  // numeric_grad's last forward left lse of a perturbed row behind
+  std::vector<float> in_place = logits;
+  vocab_shard_cross_entropy_backward(in_place.data(), lse.data(), targets.data(), 0, scale,
+                                     in_place.data(), rows, V, V);
+  EXPECT_EQ(in_place, dlogits) << "dlogits aliasing logits must give the same bits";
+}
+
 /// logits [rows, 13] split as a 4-way vocabulary-parallel lm_head would: V_local = 4 columns
 /// per rank, rank s holding ids [4s, 4s + valid_s) with valid = 4, 4, 4, 1; the 3 padding
 /// columns of the last rank hold 1e30, which any use would show.
@@ -1209,12 +1145,17 @@ TEST(VocabShardCrossEntropyKernel, FourShardsCombineToTheFullLossAndLse) {
     // Exactly one shard holds the target, so the sum of target logits is that logit.
     EXPECT_EQ(gtarget[r], full[r * zu(V) + zu(targets[r])]) << "row " << r;
   }
-  std::vector<float> loss_ref(zu(rows)), lse_ref(zu(rows));
-  cross_entropy_forward(full.data(), targets.data(), loss_ref.data(), lse_ref.data(), rows, V);
-  // Both are max + log Σ exp(z − max) with the same f32 exps; the shards round 4 partial sums
-  // to f32 and take log in f32, one or two ε more. Measured: equal to the bit for these rows.
-  expect_all_near(lse, to_double(lse_ref), 1e-6, 0.0, "combined lse");
-  expect_all_near(loss, to_double(loss_ref), 1e-6, 0.0, "combined loss");
+  std::vector<float> loss_one(zu(rows)), lse_one(zu(rows));
+  one_shard_cross_entropy(full.data(), targets.data(), rows, V, loss_one.data(), lse_one.data());
+  // Both are max + log Σ exp(z − max) with the same f32 exps; the four shards round 4 partial
+  // sums to f32 and add them in f32 where one shard rounds one sum, one or two ε more.
+  expect_all_near(lse, to_double(lse_one), 1e-6, 0.0, "combined lse vs one shard");
+  expect_all_near(loss, to_double(loss_one), 1e-6, 0.0, "combined loss vs one shard");
+  std::vector<double> loss_ref, lse_ref;
+  naive_cross_entropy(full, targets, V, &loss_ref, &lse_ref);
+  // As OneShardMatchesNaiveLogSoftmaxAndIsStable: a few ε relative over 13 terms.
+  expect_all_near(lse, lse_ref, 1e-5, 1e-6, "combined lse vs naive");
+  expect_all_near(loss, loss_ref, 1e-5, 1e-6, "combined loss vs naive");
 
   // A rank without vocabulary columns contributes the identities of the all-reduces.
   std::vector<float> empty_max(zu(rows)), empty_sum(zu(rows), 5.0f), empty_t(zu(rows), 5.0f);
@@ -1236,15 +1177,16 @@ TEST(VocabShardCrossEntropyKernel, ShardBackwardIsTheSliceOfTheFullBackward) {
   const VocabShards sh(full, rows);
   const float scale = 1.0f / static_cast<float>(rows);
   std::vector<float> losses(zu(rows)), lse(zu(rows)), dfull(full.size());
-  cross_entropy_forward(full.data(), targets.data(), losses.data(), lse.data(), rows, V);
-  cross_entropy_backward(full.data(), lse.data(), targets.data(), scale, dfull.data(), rows, V);
+  one_shard_cross_entropy(full.data(), targets.data(), rows, V, losses.data(), lse.data());
+  vocab_shard_cross_entropy_backward(full.data(), lse.data(), targets.data(), 0, scale,
+                                     dfull.data(), rows, V, V);
   for (std::int64_t s = 0; s < VocabShards::kShards; ++s) {
     std::vector<float> d(zu(rows * L), 9.0f);  // overwritten, padding included
     vocab_shard_cross_entropy_backward(sh.logits[zu(s)].data(), lse.data(), targets.data(),
                                        sh.first(s), scale, d.data(), rows, L, sh.valid(s));
     for (std::int64_t r = 0; r < rows; ++r) {
       for (std::int64_t j = 0; j < L; ++j) {
-        // Given the same lse, each column is the unsharded gradient's to the bit; padding 0.
+        // Given the same lse, each column is the one-shard gradient's to the bit; padding 0.
         const float want = j < sh.valid(s) ? dfull[zu(r * V + sh.first(s) + j)] : 0.0f;
         EXPECT_EQ(d[zu(r * L + j)], want) << "shard " << s << " row " << r << " column " << j;
       }
@@ -1259,6 +1201,38 @@ TEST(VocabShardCrossEntropyKernel, ShardBackwardIsTheSliceOfTheFullBackward) {
 // ---------------------------------------------------------------------------------------------
 // Embedding shards
 
+TEST(EmbeddingShardKernel, WholeTableForwardGathersAndBackwardAccumulatesRepeatedIds) {
+  const std::int64_t table_rows = 6, C = 70, rows = 8;  // C = 70 crosses a 64-column block
+  auto table = randn(zu(table_rows * C), "emb.table");
+  const std::vector<std::int32_t> ids = {3, 1, 3, 0, 5, 3, 1, 2};
+  const auto dout = randn(zu(rows * C), "emb.dout");
+  std::vector<float> out(zu(rows * C));
+  embedding_shard_forward(ids.data(), table.data(), 0, table_rows, out.data(), rows, C);
+  for (std::size_t r = 0; r < ids.size(); ++r) {
+    for (std::size_t c = 0; c < zu(C); ++c) {
+      ASSERT_EQ(out[r * 70 + c], table[zu(ids[r]) * 70 + c]) << r << "," << c;
+    }
+  }
+
+  const auto dtable0 = randn(table.size(), "emb.dtable0");
+  std::vector<float> dtable = dtable0;
+  embedding_shard_backward(ids.data(), dout.data(), 0, table_rows, dtable.data(), rows, C);
+  const auto loss = [&] {
+    embedding_shard_forward(ids.data(), table.data(), 0, table_rows, out.data(), rows, C);
+    return dot_double(dout, out);
+  };
+  // L is linear in the table: no truncation; rounding only in the 560-term dot (≈ 1e-6
+  // after dividing by 2h) and in dtable − dtable0. Row 3 is used three times, row 4 never.
+  expect_all_near(minus(dtable, dtable0), numeric_grad(table, loss, 0.05f), 1e-5, 1e-5,
+                  "dtable (accumulated)");
+  for (std::size_t c = 0; c < 70; ++c) {
+    const float want3 =
+        ((dtable0[3 * 70 + c] + dout[0 * 70 + c]) + dout[2 * 70 + c]) + dout[5 * 70 + c];
+    EXPECT_EQ(dtable[3 * 70 + c], want3) << "row 3 sums rows 0, 2, 5 in order, column " << c;
+    EXPECT_EQ(dtable[4 * 70 + c], dtable0[4 * 70 + c]) << "unused row 4, column " << c;
+  }
+}
+
 TEST(EmbeddingShardKernel, IdsOutsideTheShardGiveZeroRowsAndNoGradient) {
   // A 10-row table split 4 / 4 / 2 as a vocabulary-parallel embedding would hold it; every
   // token's row comes from exactly one shard, so the sum of the shards' outputs (the
@@ -1270,8 +1244,8 @@ TEST(EmbeddingShardKernel, IdsOutsideTheShardGiveZeroRowsAndNoGradient) {
   const auto dout = randn(zu(rows * C), "embs.dout");
   const auto dtable0 = randn(table.size(), "embs.dtable0");
   std::vector<float> out_full(zu(rows * C)), dtable_full = dtable0;
-  embedding_forward(ids.data(), table.data(), out_full.data(), rows, C);
-  embedding_backward(ids.data(), dout.data(), dtable_full.data(), rows, C);
+  embedding_shard_forward(ids.data(), table.data(), 0, table_rows, out_full.data(), rows, C);
+  embedding_shard_backward(ids.data(), dout.data(), 0, table_rows, dtable_full.data(), rows, C);
 
   struct Shard {
     std::int64_t first, size;
@@ -1316,11 +1290,9 @@ TEST(KernelChecksDeathTest, NegativeIdsAndTargetsAndBadDimsAbort) {
   const std::vector<std::int32_t> ids = {1, -1};
   std::vector<float> buf(64, 0.0f), out(64);
   EXPECT_DEATH(embedding_shard_forward(ids.data(), buf.data(), 0, 4, out.data(), 2, 4),
-               "id -1 of row 1 is negative");
+               "embedding_shard_forward: id -1 of row 1 is negative");
   EXPECT_DEATH(embedding_shard_backward(ids.data(), buf.data(), 0, 4, out.data(), 2, 4),
-               "id -1 of row 1 is negative");
-  EXPECT_DEATH(embedding_forward(ids.data(), buf.data(), out.data(), 2, 4),
-               "embedding_forward: id -1 of row 1 is negative");
+               "embedding_shard_backward: id -1 of row 1 is negative");
   EXPECT_DEATH(embedding_shard_forward(ids.data(), buf.data(), -1, 4, out.data(), 1, 4),
                "bad dims");
   std::vector<float> m(2, 0.0f), s(2), t(2);
@@ -1387,7 +1359,6 @@ TEST(ElementwiseKernel, AddScaleAndSumSquares) {
 TEST(ParallelKernel, NonGemmKernelsGiveTheSameBitsWithOneAndTwoThreads) {
   const ThreadCountGuard guard;
   const std::int64_t tokens = 768, C = 128, V = 65;
-  const AttentionDims ad{12, 64, 4, 32};
   const auto x = randn(static_cast<std::size_t>(tokens * C), "par.x");
   const auto wt = randn(static_cast<std::size_t>(C), "par.w", 0.2f, 1.0f);
   const auto dy = randn(static_cast<std::size_t>(tokens * C), "par.dy");
@@ -1411,17 +1382,21 @@ TEST(ParallelKernel, NonGemmKernelsGiveTheSameBitsWithOneAndTwoThreads) {
     gelu_backward(x.data(), dy.data(), dg.data(), tokens * C);
     r.insert(r.end(), {g, dg});
     std::vector<float> out(x.size()), lse(static_cast<std::size_t>(12 * 4 * 64)), dqkv(qkv.size());
-    attention_forward(qkv.data(), out.data(), lse.data(), ad);
-    attention_backward(qkv.data(), out.data(), lse.data(), dy.data(), dqkv.data(), ad);
+    // Multi-head attention on GPT-2's fused [q | k | v] row.
+    const GqaDims ad{12, 64, 4, 4, 32};
+    gqa_attention_forward(fused_rows(qkv.data(), C), out.data(), lse.data(), ad);
+    gqa_attention_backward(fused_rows(qkv.data(), C), out.data(), lse.data(), dy.data(),
+                           fused_grad_rows(dqkv.data(), C), ad);
     r.insert(r.end(), {out, lse, dqkv});
     std::vector<float> losses(768), clse(768), dl(logits.size());
     std::vector<std::int32_t> targets(ids);
-    cross_entropy_forward(logits.data(), targets.data(), losses.data(), clse.data(), tokens, V);
-    cross_entropy_backward(logits.data(), clse.data(), targets.data(), 1.0f / 768, dl.data(),
-                           tokens, V);
+    // Cross-entropy with one shard holding the whole vocabulary.
+    one_shard_cross_entropy(logits.data(), targets.data(), tokens, V, losses.data(), clse.data());
+    vocab_shard_cross_entropy_backward(logits.data(), clse.data(), targets.data(), 0, 1.0f / 768,
+                                       dl.data(), tokens, V, V);
     r.insert(r.end(), {losses, clse, dl});
     std::vector<float> dtable(static_cast<std::size_t>(65 * C), 0.0f);
-    embedding_backward(ids.data(), dy.data(), dtable.data(), tokens, C);
+    embedding_shard_backward(ids.data(), dy.data(), 0, 65, dtable.data(), tokens, C);
     r.push_back(dtable);
     std::vector<float> wa = x, ma(x.size(), 0.0f), va(x.size(), 0.0f);
     adamw_step(wa, ma, va, dy, {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f}, 1);

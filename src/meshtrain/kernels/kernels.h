@@ -70,34 +70,15 @@ void gelu_forward(const float* x, float* y, std::int64_t n);                    
 void gelu_backward(const float* x, const float* dy, float* dx, std::int64_t n);  // dx overwritten
 
 // ---------------------------------------------------------------------------------------------
-// Causal self-attention, one call for all heads (Vaswani et al. 2017, eq. 1, with a causal mask).
-// qkv row t of sequence b holds [q | k | v], each C = heads·head_dim wide, head h at columns
-// [h·head_dim, (h+1)·head_dim) — the layout of GPT-2's c_attn output. Scale 1/√head_dim.
-// Forward keeps only the log-sum-exp of each score row (FlashAttention-2, Dao 2023, §3.1);
-// backward recomputes the probabilities from q, k and lse, so memory is O(T) per head, and
-// the lse form is what ring attention merges across context-parallel ranks later.
-
-struct AttentionDims {
-  std::int64_t batch;     // sequences
-  std::int64_t seq_len;   // T
-  std::int64_t heads;     // heads on this rank
-  std::int64_t head_dim;  // C / heads
-};
-
-///   qkv [batch·T, 3·heads·head_dim]  →  out [batch·T, heads·head_dim],
-///                                        lse [batch, heads, T]     (overwritten)
-void attention_forward(const float* qkv, float* out, float* lse, const AttentionDims& dims);
-
-///   qkv, out, lse as from forward; dout [batch·T, heads·head_dim]
-///   dqkv [batch·T, 3·heads·head_dim] overwritten
-void attention_backward(const float* qkv, const float* out, const float* lse, const float* dout,
-                        float* dqkv, const AttentionDims& dims);
-
-// Grouped-query attention (Ainslie et al. 2023) over q, k, v held in separate row-strided
-// arrays: `heads` query heads share `kv_heads` key/value heads, query head h reading kv head
-// h / (heads / kv_heads). kv_heads == heads is multi-head attention; GPT-2's fused c_attn
-// output is the case q = qkv, k = qkv + C, v = qkv + 2C, all strides 3C. Same algorithm as
-// above (causal, scale 1/√head_dim, lse kept, FlashAttention-2 backward).
+// Causal grouped-query self-attention, one call for all heads (Vaswani et al. 2017, eq. 1,
+// with a causal mask; grouped-query heads as Ainslie et al. 2023): `heads` query heads share
+// `kv_heads` key/value heads, query head h reading kv head h / (heads / kv_heads); kv_heads ==
+// heads is multi-head attention. q, k, v are held in row-strided arrays, head h at columns
+// [h·head_dim, (h+1)·head_dim) of a row. GPT-2's fused c_attn output [q | k | v], each
+// C = heads·head_dim wide, is the case q = qkv, k = qkv + C, v = qkv + 2C, all strides 3C.
+// Scale 1/√head_dim. Forward keeps only the log-sum-exp of each score row (FlashAttention-2,
+// Dao 2023, §3.1); backward recomputes the probabilities from q, k and lse, so memory is O(T)
+// per head, and the lse form is what ring attention merges across context-parallel ranks later.
 
 struct GqaDims {
   std::int64_t batch;     // sequences
@@ -161,11 +142,13 @@ void swiglu_backward(const float* gate, const float* up, const float* dout, floa
                      float* dup, std::int64_t n);
 
 // ---------------------------------------------------------------------------------------------
-// Vocabulary-parallel softmax cross-entropy pieces (Megatron-LM's VocabParallelCrossEntropy,
-// Shoeybi et al. 2019, §3): a rank holds logits [rows, V_local] for vocabulary ids
-// [first, first + valid); columns [valid, V_local) are padding and never take part. The layer
-// combines the pieces across ranks: max → all-reduce max; sum_exp and target_logit →
-// all-reduce sum; lse = max + log(sum_exp); loss = lse − target_logit.
+// Softmax cross-entropy over the vocabulary (PyTorch F.cross_entropy, no label smoothing),
+// in vocabulary-parallel pieces (Megatron-LM's VocabParallelCrossEntropy, Shoeybi et al. 2019,
+// §3): a rank holds logits [rows, V_local] for vocabulary ids [first, first + valid); columns
+// [valid, V_local) are padding and never take part. The layer combines the pieces across
+// ranks: max → all-reduce max; sum_exp and target_logit → all-reduce sum;
+// lse = max + log(sum_exp); loss = lse − target_logit. One shard holding the whole vocabulary
+// is first = 0, valid = V_local = V.
 
 ///   row_max [rows] = max over the valid columns (−inf when valid == 0) (overwritten)
 void vocab_shard_max(const float* logits, std::int64_t rows, std::int64_t V_local,
@@ -177,37 +160,20 @@ void vocab_shard_sum_exp(const float* logits, const float* row_max, const std::i
                          std::int64_t first, std::int64_t rows, std::int64_t V_local,
                          std::int64_t valid, float* sum_exp, float* target_logit);
 ///   dlogits[r, j] = scale · (exp(logits[r, j] − lse[r]) − [first + j == targets[r]]) for
-///   j < valid, 0 for padding columns. dlogits [rows, V_local] overwritten (may alias logits).
+///   j < valid, 0 for padding columns; for a mean loss over N rows pass scale = 1/N.
+///   dlogits [rows, V_local] overwritten (may alias logits).
 void vocab_shard_cross_entropy_backward(const float* logits, const float* lse,
                                         const std::int32_t* targets, std::int64_t first,
                                         float scale, float* dlogits, std::int64_t rows,
                                         std::int64_t V_local, std::int64_t valid);
 
 // ---------------------------------------------------------------------------------------------
-// Softmax cross-entropy over the last dim (PyTorch F.cross_entropy, no label smoothing).
+// Embedding lookup over a shard of the table (Megatron-LM's VocabParallelEmbedding, Shoeybi et
+// al. 2019, §3). The whole table is the shard first = 0, table_rows = its row count.
 
-///   logits [rows, V], targets [rows] in [0, V)  →  losses [rows] = lse − logit[target],
-///   lse [rows] (overwritten)
-void cross_entropy_forward(const float* logits, const std::int32_t* targets, float* losses,
-                           float* lse, std::int64_t rows, std::int64_t V);
-
-/// dlogits[r, j] = scale · (softmax(logits[r])_j − [j == target_r]); for a mean loss over N
-/// rows pass scale = 1/N.  dlogits [rows, V] overwritten (may alias logits).
-void cross_entropy_backward(const float* logits, const float* lse, const std::int32_t* targets,
-                            float scale, float* dlogits, std::int64_t rows, std::int64_t V);
-
-// ---------------------------------------------------------------------------------------------
-// Embedding lookup.
-
-///   ids [rows] in [0, table_rows)   table [table_rows, C]   →   out [rows, C] overwritten
-void embedding_forward(const std::int32_t* ids, const float* table, float* out, std::int64_t rows,
-                       std::int64_t C);
-///   dtable [table_rows, C] ACCUMULATED: dtable[ids[r]] += dout[r]
-void embedding_backward(const std::int32_t* ids, const float* dout, float* dtable,
-                        std::int64_t rows, std::int64_t C);
-
-/// Shard of a table holding ids [first, first + table_rows): out[r] = table[ids[r] − first] for
-/// ids inside, a zero row for ids outside (another rank's rows). ids < 0 raise.
+///   ids [rows]   table [table_rows, C] holding ids [first, first + table_rows)   →
+///   out [rows, C] overwritten: out[r] = table[ids[r] − first] for ids inside, a zero row for
+///   ids outside (another rank's rows). ids < 0 raise.
 void embedding_shard_forward(const std::int32_t* ids, const float* table, std::int64_t first,
                              std::int64_t table_rows, float* out, std::int64_t rows,
                              std::int64_t C);

@@ -87,6 +87,13 @@ int threads_per_rank(const Config& config, int local_ranks) {
   return std::max(1, cores / std::max(1, local_ranks));
 }
 
+std::int64_t comm_bytes(const ProcessGroup& group) {
+  std::int64_t sum = 0;
+  for (std::size_t op = 0; op < kNumCommOps; ++op)
+    sum += group.counter(static_cast<CommOp>(op)).bytes;
+  return sum;
+}
+
 std::string mib(std::int64_t bytes) {
   return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
 }
@@ -211,6 +218,8 @@ std::vector<StepMetrics> Trainer::run() {
   std::vector<StepMetrics> history;
   for (std::int64_t step = 0; step < t.max_steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
+    const std::int64_t tp_bytes0 = comm_bytes(mesh_->group(Axis::tp));
+    const std::int64_t dp_bytes0 = comm_bytes(mesh_->group(Axis::dp));
     const Gradients g = compute_gradients(step);
     StepMetrics m;
     m.step = step + 1;
@@ -221,6 +230,8 @@ std::vector<StepMetrics> Trainer::run() {
     m.tokens_per_s = tokens_per_step / m.step_time_s;
     m.mfu = m.tokens_per_s * model_->flops_per_token(config_.model.block_size) / peak_flops;
     m.peak_bytes = TrackedAllocator::instance().total().peak_bytes;
+    m.tp_comm_bytes = comm_bytes(mesh_->group(Axis::tp)) - tp_bytes0;
+    m.dp_comm_bytes = comm_bytes(mesh_->group(Axis::dp)) - dp_bytes0;
     const bool last = step + 1 == t.max_steps;
     if (last || (t.eval_interval > 0 && (step + 1) % t.eval_interval == 0)) {
       m.val_loss = evaluate();
@@ -263,7 +274,9 @@ void Trainer::log_step(const StepMetrics& m) {
                            {"step_time_s", m.step_time_s},
                            {"tokens_per_s", m.tokens_per_s},
                            {"mfu", m.mfu},
-                           {"peak_bytes", m.peak_bytes}};
+                           {"peak_bytes", m.peak_bytes},
+                           {"tp_comm_bytes", m.tp_comm_bytes},
+                           {"dp_comm_bytes", m.dp_comm_bytes}};
     for (std::size_t c = 0; c < kNumMemCategories; ++c) {
       const auto category = static_cast<MemCategory>(c);
       line[fmt::format("peak_bytes_{}", to_string(category))] =

@@ -35,6 +35,10 @@ struct StepMetrics {
   double tokens_per_s = 0.0;    // global batch tokens / step time
   double mfu = 0.0;             // model FLOP/s utilisation against training.peak_flops_per_core
   std::int64_t peak_bytes = 0;  // this rank's tracked-allocator peak, all categories
+  // Bytes this rank handed to collectives during the step (training only, not evaluation),
+  // per group, counted as ProcessGroup's counters define them (all-gather: the input).
+  std::int64_t tp_comm_bytes = 0;
+  std::int64_t dp_comm_bytes = 0;
   std::optional<double> val_loss;
 };
 

@@ -5,8 +5,8 @@
 // computed one query row at a time so that no T×T matrix is ever stored: forward keeps the
 // row's log-sum-exp, backward recomputes the probabilities from it (FlashAttention-2, Dao
 // 2023, §3.1 forward and Algorithm 2 backward). Per (sequence, head) the work is O(T²·d) and
-// the memory O(T). The fused-qkv kernels of GPT-2 are the case kv_heads = heads with q, k, v
-// three column ranges of one buffer, and call the grouped ones: one attention algorithm.
+// the memory O(T). GPT-2's fused c_attn output is the case kv_heads = heads with q, k, v the
+// column ranges [0, C), [C, 2C), [2C, 3C) of one 3C-wide row.
 //
 // Forward is parallel over (sequence, query head): each pair writes its own columns of out
 // and its own lse row. Backward is parallel over (sequence, kv head): dk and dv of a kv head
@@ -191,23 +191,6 @@ void gqa_attention_backward(const QkvRows& in, const float* out, const float* ls
       }
     }
   }
-}
-
-// GPT-2's fused c_attn output: q, k, v are the column ranges [0, C), [C, 2C), [2C, 3C) of each
-// 3C-wide row, one kv head per query head.
-
-void attention_forward(const float* qkv, float* out, float* lse, const AttentionDims& dims) {
-  const std::int64_t C = dims.heads * dims.head_dim;
-  gqa_attention_forward({qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C}, out, lse,
-                        {dims.batch, dims.seq_len, dims.heads, dims.heads, dims.head_dim});
-}
-
-void attention_backward(const float* qkv, const float* out, const float* lse, const float* dout,
-                        float* dqkv, const AttentionDims& dims) {
-  const std::int64_t C = dims.heads * dims.head_dim;
-  gqa_attention_backward({qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C}, out, lse, dout,
-                         {dqkv, dqkv + C, dqkv + 2 * C, 3 * C, 3 * C},
-                         {dims.batch, dims.seq_len, dims.heads, dims.heads, dims.head_dim});
 }
 
 }  // namespace meshtrain::kernels

@@ -4,11 +4,10 @@
 // table holding ids [first, first + table_rows) (Megatron-LM's VocabParallelEmbedding,
 // Shoeybi et al. 2019, §3: ids of other ranks give zero rows, and the all-reduce of the
 // partial outputs over the tensor-parallel group adds them up). The whole table is the case
-// first = 0 with every non-negative id inside.
+// first = 0, table_rows = its row count.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <limits>
 
 #include "meshtrain/core/error.h"
 #include "meshtrain/kernels/cpu/cpu_util.h"
@@ -17,20 +16,18 @@
 namespace meshtrain::kernels {
 namespace {
 
-// Every non-negative int32 id lies in [0, kAllIds): the unsharded kernels' table_rows. (Their
-// API does not pass the table's row count; the data loader validates ids against the
-// vocabulary.)
-constexpr std::int64_t kAllIds = std::int64_t{std::numeric_limits<std::int32_t>::max()} + 1;
-
 void check_dims(std::int64_t first, std::int64_t table_rows, std::int64_t rows, std::int64_t C,
                 const char* what) {
   MT_CHECK(first >= 0 && table_rows >= 0 && rows >= 0 && C >= 0,
            "{}: bad dims first={} table_rows={} rows={} C={}", what, first, table_rows, rows, C);
 }
 
-void shard_forward(const std::int32_t* ids, const float* table, std::int64_t first,
-                   std::int64_t table_rows, float* out, std::int64_t rows, std::int64_t C,
-                   const char* what) {
+}  // namespace
+
+void embedding_shard_forward(const std::int32_t* ids, const float* table, std::int64_t first,
+                             std::int64_t table_rows, float* out, std::int64_t rows,
+                             std::int64_t C) {
+  constexpr const char* what = "embedding_shard_forward";
   check_dims(first, table_rows, rows, C, what);
 #pragma omp parallel for schedule(static) if (rows * C >= cpu::kParallelGrain)
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -44,9 +41,10 @@ void shard_forward(const std::int32_t* ids, const float* table, std::int64_t fir
   }
 }
 
-void shard_backward(const std::int32_t* ids, const float* dout, std::int64_t first,
-                    std::int64_t table_rows, float* dtable, std::int64_t rows, std::int64_t C,
-                    const char* what) {
+void embedding_shard_backward(const std::int32_t* ids, const float* dout, std::int64_t first,
+                              std::int64_t table_rows, float* dtable, std::int64_t rows,
+                              std::int64_t C) {
+  constexpr const char* what = "embedding_shard_backward";
   check_dims(first, table_rows, rows, C, what);
   // Repeated ids add into the same table row, so rows cannot be split between threads.
   // Threads own column blocks instead: no races, no atomics, and each table entry receives
@@ -65,30 +63,6 @@ void shard_backward(const std::int32_t* ids, const float* dout, std::int64_t fir
       for (std::int64_t c = 0; c < width; ++c) dst[c] += src[c];
     }
   }
-}
-
-}  // namespace
-
-void embedding_forward(const std::int32_t* ids, const float* table, float* out, std::int64_t rows,
-                       std::int64_t C) {
-  shard_forward(ids, table, 0, kAllIds, out, rows, C, "embedding_forward");
-}
-
-void embedding_backward(const std::int32_t* ids, const float* dout, float* dtable,
-                        std::int64_t rows, std::int64_t C) {
-  shard_backward(ids, dout, 0, kAllIds, dtable, rows, C, "embedding_backward");
-}
-
-void embedding_shard_forward(const std::int32_t* ids, const float* table, std::int64_t first,
-                             std::int64_t table_rows, float* out, std::int64_t rows,
-                             std::int64_t C) {
-  shard_forward(ids, table, first, table_rows, out, rows, C, "embedding_shard_forward");
-}
-
-void embedding_shard_backward(const std::int32_t* ids, const float* dout, std::int64_t first,
-                              std::int64_t table_rows, float* dtable, std::int64_t rows,
-                              std::int64_t C) {
-  shard_backward(ids, dout, first, table_rows, dtable, rows, C, "embedding_shard_backward");
 }
 
 }  // namespace meshtrain::kernels

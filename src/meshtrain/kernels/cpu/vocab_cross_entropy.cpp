@@ -1,13 +1,17 @@
 // src/meshtrain/kernels/cpu/vocab_cross_entropy.cpp
 //
-// Vocabulary-parallel softmax cross-entropy pieces (Megatron-LM's VocabParallelCrossEntropy,
-// Shoeybi et al. 2019, "Megatron-LM", §3, the output embedding GEMM paragraph). A rank holds
-// the logits of vocabulary ids [first, first + valid) in columns [0, valid) of a V_local-wide
-// row; the layer all-reduces the max, then Σ exp(z − max) and the target's logit, and forms
-//   lse = max + log Σ_ranks sum_exp,   loss = lse − target_logit,
-// the same log-sum-exp trick as cross_entropy_forward, split over column ranges. exp and the
-// double-precision sum are those of cross_entropy_forward/backward, so a single shard holding
-// the whole vocabulary reproduces their terms bit for bit.
+// Softmax cross-entropy over the vocabulary (PyTorch F.cross_entropy without label smoothing):
+// loss_r = lse_r − logit[r, target_r], lse_r = log Σ_j exp(logit[r, j]), computed in
+// vocabulary-parallel pieces (Megatron-LM's VocabParallelCrossEntropy, Shoeybi et al. 2019,
+// "Megatron-LM", §3, the output embedding GEMM paragraph). A rank holds the logits of
+// vocabulary ids [first, first + valid) in columns [0, valid) of a V_local-wide row; the layer
+// all-reduces the max, then Σ exp(z − max) and the target's logit, and forms
+//   lse = max + log Σ_ranks sum_exp,   loss = lse − target_logit.
+// This is the log-sum-exp trick split over column ranges: log Σ exp(z_j) = m + log Σ exp(z_j − m)
+// with m = max z, so every exponent is ≤ 0 (no overflow) and the largest term is exactly 1 (the
+// sum cannot underflow to 0). Each partial sum runs in double: a 50k-entry vocabulary would
+// otherwise lose ≈ √V·ε_f32 to rounding, and the exps dominate the cost anyway. One shard
+// (first = 0, valid = V) is the unsharded loss.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -52,9 +56,9 @@ void vocab_shard_sum_exp(const float* logits, const float* row_max, const std::i
     const std::int32_t target = targets[r];
     MT_CHECK(target >= 0, "vocab_shard_sum_exp: target {} of row {} is negative", target, r);
     // row_max is the global max (after the all-reduce), so every exponent is ≤ 0 and the
-    // rank holding the max contributes a term of exactly 1. The sum runs in double as in
-    // cross_entropy_forward (≈ √V·ε_f32 of rounding otherwise); it is stored as f32 for the
-    // all-reduce, one rounding of a sum ≥ 1.
+    // rank holding the max contributes a term of exactly 1. The sum runs in double (≈ √V·ε_f32
+    // of rounding otherwise); it is stored as f32 for the all-reduce, one rounding of a sum
+    // that is ≥ 1 once all ranks' parts are added.
     const float m = row_max[r];
     double sum = 0.0;
     for (std::int64_t j = 0; j < valid; ++j) sum += static_cast<double>(std::exp(row[j] - m));
@@ -72,9 +76,10 @@ void vocab_shard_cross_entropy_backward(const float* logits, const float* lse,
   check_dims(rows, V_local, valid, "vocab_shard_cross_entropy_backward");
   MT_CHECK(first >= 0, "vocab_shard_cross_entropy_backward: first={} is negative", first);
   // ∂loss_r/∂z_j = softmax(z)_j − [first + j = target], softmax(z)_j = exp(z_j − lse) with the
-  // global lse. Rounded as cross_entropy_backward (scale·p, then − scale at the target), so a
-  // shard's columns equal the matching columns of the unsharded gradient bit for bit. Each
-  // element is read before it is written at the same index (dlogits may alias logits).
+  // global lse. Rounded per column alone (scale·p, then − scale at the target), so a shard's
+  // columns equal the matching columns of the one-shard gradient bit for bit. Each element is
+  // read before it is written at the same index (dlogits may alias logits; no __restrict here
+  // on purpose).
 #pragma omp parallel for schedule(static) if (rows * V_local >= cpu::kParallelGrain)
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* row = logits + r * V_local;
