@@ -10,54 +10,17 @@
 #include <vector>
 
 #include "../support/test_config.h"
+#include "../support/training_run.h"
 #include "dist_env.h"
 #include "meshtrain/train/trainer.h"
 
 namespace meshtrain {
 namespace {
 
-TrainerOptions quiet() {
-  TrainerOptions o;
-  o.log = false;
-  return o;
-}
-
-struct TrainedRun {
-  std::vector<Tensor> grads_after_step1;
-  double grad_norm_step1 = 0.0;
-  std::vector<double> losses;
-};
-
-// Runs `steps` steps; keeps step 1's averaged gradients before clipping and the update.
-TrainedRun train(Trainer& trainer, int steps) {
-  TrainedRun run;
-  for (int s = 0; s < steps; ++s) {
-    const Trainer::Gradients g = trainer.compute_gradients(s);
-    if (s == 0) {
-      run.grad_norm_step1 = g.grad_norm;
-      for (const Parameter* p : trainer.model().parameters()) {
-        run.grads_after_step1.push_back(p->grad.clone(MemCategory::other));
-      }
-    }
-    run.losses.push_back(g.loss);
-    trainer.apply_update(s, g.grad_norm);
-  }
-  return run;
-}
-
-double max_abs(const Tensor& t) {
-  double m = 0.0;
-  for (float v : t.span_f32()) m = std::max(m, static_cast<double>(std::abs(v)));
-  return m;
-}
-
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  double m = 0.0;
-  for (std::int64_t i = 0; i < a.numel(); ++i) {
-    m = std::max(m, static_cast<double>(std::abs(a.f32()[i] - b.f32()[i])));
-  }
-  return m;
-}
+using test::max_abs;
+using test::max_abs_diff;
+using test::quiet;
+using test::TrainedRun;
 
 // fp32: the dp all-reduce sums N partial means instead of one mean over all tokens, a
 // re-association worth a few ulp (≈1e-7 relative); 1e-6 gradients and 1e-5 over 20 Adam steps
@@ -69,8 +32,8 @@ constexpr double kLossRtol = 1e-5;
 void expect_equivalent(const TrainedRun& ref, const TrainedRun& got, const ParameterList& params) {
   EXPECT_NEAR(got.grad_norm_step1, ref.grad_norm_step1, kGradRtol * ref.grad_norm_step1);
   for (std::size_t i = 0; i < params.size(); ++i) {
-    const double scale = max_abs(ref.grads_after_step1[i]);
-    EXPECT_LE(max_abs_diff(got.grads_after_step1[i], ref.grads_after_step1[i]), kGradRtol * scale)
+    const double scale = max_abs(ref.grads_step1[i]);
+    EXPECT_LE(max_abs_diff(got.grads_step1[i], ref.grads_step1[i]), kGradRtol * scale)
         << params[i]->name << " (max |g| " << scale << ")";
   }
   ASSERT_EQ(got.losses.size(), ref.losses.size());
@@ -107,8 +70,8 @@ TEST(DataParallel, MatchesSingleProcessAtSameGlobalBatch) {
         << mine[i]->name << " differs from rank 0";
   }
 
-  const TrainedRun ref_run = train(reference, 20);
-  const TrainedRun dp_run = train(parallel, 20);
+  const TrainedRun ref_run = test::train_steps(reference, 20);
+  const TrainedRun dp_run = test::train_steps(parallel, 20);
   expect_equivalent(ref_run, dp_run, mine);
 }
 
@@ -119,8 +82,8 @@ TEST(DataParallel, AccumulationEqualsOneLargerMicroBatch) {
   // Accumulation 4 × micro-batch 2 against 1 × micro-batch 8, both at dp = world size.
   Trainer large(test::small_config(dp, 8, 1), *world, quiet());
   Trainer accumulated(test::small_config(dp, 2, 4), *world, quiet());
-  const TrainedRun a = train(large, 20);
-  const TrainedRun b = train(accumulated, 20);
+  const TrainedRun a = test::train_steps(large, 20);
+  const TrainedRun b = test::train_steps(accumulated, 20);
   expect_equivalent(a, b, accumulated.model().parameters());
 }
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "../support/test_config.h"
+#include "../support/training_run.h"
 #include "dist_env.h"
 #include "meshtrain/parallel/tp/gather.h"
 #include "meshtrain/train/trainer.h"
@@ -23,11 +24,10 @@
 namespace meshtrain {
 namespace {
 
-TrainerOptions quiet() {
-  TrainerOptions o;
-  o.log = false;
-  return o;
-}
+using test::max_abs;
+using test::max_abs_diff;
+using test::quiet;
+using test::TrainedRun;
 
 constexpr std::int64_t kGlobalBatch = 8;
 constexpr int kSteps = 20;
@@ -39,42 +39,7 @@ constexpr double kGradRtol = 1e-5;
 constexpr double kNormRtol = 1e-6;
 constexpr double kLossRtol = 1e-5;
 
-struct TrainedRun {
-  std::vector<double> losses;
-  double grad_norm_step1 = 0.0;
-  std::vector<Tensor> grads_step1;  // logical tensors
-};
-
-TrainedRun train(Trainer& trainer) {
-  TrainedRun run;
-  ProcessGroup& tp = trainer.mesh().group(Axis::tp);
-  for (int s = 0; s < kSteps; ++s) {
-    const Trainer::Gradients g = trainer.compute_gradients(s);
-    if (s == 0) {
-      run.grad_norm_step1 = g.grad_norm;
-      for (const Parameter* p : trainer.model().parameters()) {
-        run.grads_step1.push_back(gather_logical(*p, p->grad, tp));
-      }
-    }
-    run.losses.push_back(g.loss);
-    trainer.apply_update(s, g.grad_norm);
-  }
-  return run;
-}
-
-double max_abs(const Tensor& t) {
-  double m = 0.0;
-  for (float v : t.span_f32()) m = std::max(m, static_cast<double>(std::abs(v)));
-  return m;
-}
-
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  double m = 0.0;
-  for (std::int64_t i = 0; i < a.numel(); ++i) {
-    m = std::max(m, static_cast<double>(std::abs(a.f32()[i] - b.f32()[i])));
-  }
-  return m;
-}
+TrainedRun train(Trainer& trainer) { return test::train_steps(trainer, kSteps); }
 
 // (family, tp, sequence parallel); dp = world size / tp.
 using Layout = std::tuple<std::string, int, bool>;
