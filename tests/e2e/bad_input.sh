@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Bad input gets a clear error and loses nothing: each case must exit with its documented code
 # (2 config/arguments, 3 data file) — not 0, not a crash (134/139) — and name the culprit.
+# (One case checks that a valid variant, 0, is accepted and also writes nothing.)
 # Usage: bad_input.sh <meshtrain binary> <prepared data dir>
 set -u
 BIN=$1
 DATA=$2
 CONFIG=$(dirname "$0")/../../configs/shakespeare_char.toml
+LLAMA=$(dirname "$0")/../../configs/llama_shakespeare.toml
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
@@ -49,8 +51,30 @@ expect "unknown key in the TOML file" 2 "training.learning_rate" -- \
   "$BIN" train "$WORK/typo.toml" "${COMMON[@]}"
 expect "world size not the product of the parallel sizes" 2 "must equal the number of ranks launched (2)" -- \
   mpirun --oversubscribe -np 2 "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.dp 1
-expect "tensor parallel not yet supported" 2 "parallel.tp = 2" -- \
-  mpirun --oversubscribe -np 2 "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.tp 2
+expect "tensor parallel over more ranks than the heads divide" 2 "model.n_head = 4" -- \
+  mpirun --oversubscribe -np 3 "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.tp 3
+expect "sequence parallel with a block size tp does not divide" 2 "model.block_size = 63" -- \
+  mpirun --oversubscribe -np 2 "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.tp 2 \
+  --parallel.sequence_parallel true --model.block_size 63
+expect "tensor parallel on the wrong number of ranks" 2 "pass --parallel.dp 2" -- \
+  mpirun --oversubscribe -np 4 "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.tp 2
+expect "pipeline parallel not yet supported" 2 "parallel.pp = 2" -- \
+  mpirun --oversubscribe -np 2 "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.pp 2
+expect "unknown model family" 2 "model.family = bert" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" --model.family bert
+expect "llama with biases" 2 "llama has no biases" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" --model.family llama --model.bias true
+expect "gpt2 with grouped-query attention" 2 "model.n_kv_head = 2" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" --model.n_kv_head 2
+expect "llama kv heads that tp does not divide" 2 "model.n_kv_head = 2" -- \
+  mpirun --oversubscribe -np 4 "$BIN" train "$LLAMA" "${COMMON[@]}" --parallel.tp 4
+expect "non-positive rope_theta" 2 "model.rope_theta = 0" -- \
+  "$BIN" train "$LLAMA" "${COMMON[@]}" --model.rope_theta 0
+# The GPT config has bias = false and an even head size, so it is a valid llama (a run that
+# writes nothing: save_final off).
+expect "llama family from the GPT config trains" 0 "(llama) on 1 rank(s)" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" --model.family llama --checkpoint.save_final false \
+  --training.eval_batches 1
 expect "value of the wrong type" 2 "must be an integer" -- \
   "$BIN" train "$CONFIG" "${COMMON[@]}" --training.max_steps many
 expect "missing config file" 2 "/nonexistent.toml" -- "$BIN" train /nonexistent.toml

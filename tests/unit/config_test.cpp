@@ -2,6 +2,10 @@
 // (setting, value, rule, fix), all before anything is allocated (DESIGN invariant 9).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <map>
 
 #include "meshtrain/config/load.h"
@@ -112,14 +116,14 @@ TEST(ConfigValidate, WorldSizeMustEqualProductOfParallelSizes) {
 
 TEST(ConfigValidate, OtherParallelSizesAreNotYetSupportedAndBadValuesAreCollected) {
   Config c;
-  c.parallel.tp = 2;
+  c.parallel.pp = 2;  // pipeline parallel is not yet supported (tp is)
   c.model.dropout = 0.1;
   c.training.lr_scaling = "cubic";
   c.training.min_lr = 1.0;
   const auto issues = check_config(c, 2);
   std::vector<std::string> settings;
   for (const auto& i : issues) settings.push_back(i.setting);
-  EXPECT_NE(std::find(settings.begin(), settings.end(), "parallel.tp"), settings.end());
+  EXPECT_NE(std::find(settings.begin(), settings.end(), "parallel.pp"), settings.end());
   EXPECT_NE(std::find(settings.begin(), settings.end(), "model.dropout"), settings.end());
   EXPECT_NE(std::find(settings.begin(), settings.end(), "training.lr_scaling"), settings.end());
   EXPECT_NE(std::find(settings.begin(), settings.end(), "training.min_lr"), settings.end());
@@ -187,6 +191,326 @@ TEST(ConfigValidate, MemoryEstimateRejectsWhatCannotFit) {
   const auto issues = check_memory(c, std::int64_t{16} << 30);
   ASSERT_EQ(issues.size(), 1u);
   EXPECT_NE(issues[0].rule.find("GiB available"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace meshtrain
+
+// Tensor parallelism, sequence parallelism and the Llama family: every rule names the setting,
+// its value, the rule and a fix (format_config_issues renders them as "setting = value",
+// "rule: …", "fix:  …").
+namespace meshtrain {
+namespace {
+
+bool has(const std::string& text, std::string_view part) {
+  return text.find(part) != std::string::npos;
+}
+
+// A Llama-family config valid on one rank: bias off (the Config default is on, for gpt2).
+Config llama() {
+  Config c;
+  c.model.family = "llama";
+  c.model.bias = false;
+  return c;
+}
+
+TEST(ConfigValidate, TensorParallelNeedsHeadsDivisibleByTp) {
+  Config c;
+  c.parallel.tp = 3;  // 4 heads
+  const std::string text = issues_text(c, 3);
+  EXPECT_TRUE(has(text, "model.n_head = 4")) << text;
+  EXPECT_TRUE(has(text, "divisible by parallel.tp = 3")) << text;
+  EXPECT_TRUE(has(text, "attention heads are split")) << text;
+  EXPECT_TRUE(has(text, "fix:  choose parallel.tp from {1, 2, 4}")) << text;
+  c.parallel.tp = 4;
+  EXPECT_TRUE(check_config(c, 4).empty()) << issues_text(c, 4);
+}
+
+TEST(ConfigValidate, TensorParallelNeedsKvHeadsDivisibleByTp) {
+  Config c = llama();
+  c.model.n_kv_head = 2;  // 4 query heads, 2 kv heads: tp 4 splits the queries, not the kv
+  c.parallel.tp = 4;
+  const std::string text = issues_text(c, 4);
+  EXPECT_TRUE(has(text, "model.n_kv_head = 2")) << text;
+  EXPECT_TRUE(has(text, "key/value heads are split")) << text;
+  EXPECT_TRUE(has(text, "divisible by parallel.tp = 4")) << text;
+  EXPECT_TRUE(has(text, "fix:  choose parallel.tp from {1, 2}, or a larger model.n_kv_head"))
+      << text;
+  EXPECT_FALSE(has(text, "model.n_head =")) << text;
+  c.parallel.tp = 2;
+  EXPECT_TRUE(check_config(c, 2).empty()) << issues_text(c, 2);
+}
+
+TEST(ConfigValidate, TensorParallelNeedsAnExplicitFfnHiddenDivisibleByTp) {
+  Config c = llama();
+  c.model.ffn_hidden = 350;
+  c.parallel.tp = 4;
+  const std::string text = issues_text(c, 4);
+  EXPECT_TRUE(has(text, "model.ffn_hidden = 350")) << text;
+  EXPECT_TRUE(has(text, "MLP hidden size must be divisible by parallel.tp = 4")) << text;
+  EXPECT_TRUE(has(text, "fix:  set model.ffn_hidden to a multiple of 4")) << text;
+  c.model.ffn_hidden = 352;
+  EXPECT_TRUE(check_config(c, 4).empty()) << issues_text(c, 4);
+}
+
+TEST(ConfigValidate, TensorParallelChecksTheFamilysDefaultFfnHidden) {
+  // gpt2's default 4·n_embd = 512 is not divisible by 3 (nor are the 4 heads).
+  Config gpt2;
+  gpt2.parallel.tp = 3;
+  const std::string text = issues_text(gpt2, 3);
+  EXPECT_TRUE(has(text, "model.ffn_hidden = 0 (the gpt2 default for n_embd = 128: 512)")) << text;
+  EXPECT_TRUE(has(text, "divisible by parallel.tp = 3")) << text;
+  EXPECT_TRUE(has(text, "fix:  set model.ffn_hidden to a multiple of 3")) << text;
+  // llama's default for n_embd 96 is 2/3·384 = 256 (rounded to 256): heads 3 | tp 3, F does not.
+  Config c = llama();
+  c.model.n_embd = 96;
+  c.model.n_head = 3;
+  c.parallel.tp = 3;
+  const auto issues = check_config(c, 3);
+  ASSERT_EQ(issues.size(), 1u) << issues_text(c, 3);
+  EXPECT_EQ(issues[0].setting, "model.ffn_hidden");
+  EXPECT_EQ(issues[0].value, "0 (the llama default for n_embd = 96: 256)");
+  c.model.ffn_hidden = 258;  // an explicit value replaces the rule
+  EXPECT_TRUE(check_config(c, 3).empty()) << issues_text(c, 3);
+}
+
+TEST(ConfigValidate, SequenceParallelNeedsBlockSizeDivisibleByTpAndOnlyThen) {
+  Config c;
+  c.model.block_size = 63;
+  c.parallel.tp = 2;
+  EXPECT_TRUE(check_config(c, 2).empty()) << "without sequence parallel T is never split";
+  c.parallel.sequence_parallel = true;
+  const std::string text = issues_text(c, 2);
+  EXPECT_TRUE(has(text, "model.block_size = 63")) << text;
+  EXPECT_TRUE(has(text, "block_size/tp tokens")) << text;
+  EXPECT_TRUE(has(text, "divisible by parallel.tp = 2")) << text;
+  EXPECT_TRUE(has(text, "fix:  set model.block_size to a multiple of 2, or "
+                        "parallel.sequence_parallel = false"))
+      << text;
+  c.model.block_size = 64;
+  EXPECT_TRUE(check_config(c, 2).empty()) << issues_text(c, 2);
+  c.parallel.tp = 1;  // sequence parallel on one tp rank changes nothing and is allowed
+  c.model.block_size = 63;
+  EXPECT_TRUE(check_config(c, 1).empty()) << issues_text(c, 1);
+}
+
+TEST(ConfigValidate, LlamaHasNoBiases) {
+  Config c = llama();
+  c.model.bias = true;
+  const std::string text = issues_text(c, 1);
+  EXPECT_TRUE(has(text, "model.bias = true")) << text;
+  EXPECT_TRUE(has(text, "llama has no biases")) << text;
+  EXPECT_TRUE(has(text, "fix:  set model.bias = false")) << text;
+}
+
+TEST(ConfigValidate, LlamaNeedsAnEvenHeadSizeForRotaryEmbedding) {
+  Config c = llama();
+  c.model.n_embd = 120;
+  c.model.n_head = 8;  // head size 15
+  const std::string text = issues_text(c, 1);
+  EXPECT_TRUE(has(text, "model.n_embd = 120")) << text;
+  EXPECT_TRUE(has(text, "even head size n_embd/n_head (= 15)")) << text;
+  EXPECT_TRUE(has(text, "rotary")) << text;
+  EXPECT_TRUE(has(text, "fix:  choose n_embd and n_head so that n_embd/n_head is even")) << text;
+  Config gpt2;
+  gpt2.model.n_embd = 120;
+  gpt2.model.n_head = 8;
+  EXPECT_TRUE(check_config(gpt2, 1).empty()) << "gpt2 has no rotary embedding";
+}
+
+TEST(ConfigValidate, Gpt2HasNoGroupedQueryAttention) {
+  Config c;
+  c.model.n_kv_head = 2;
+  const std::string text = issues_text(c, 1);
+  EXPECT_TRUE(has(text, "model.n_kv_head = 2")) << text;
+  EXPECT_TRUE(has(text, "gpt2 has no grouped-query attention")) << text;
+  EXPECT_TRUE(has(text, "fix:  set model.n_kv_head = 0, or model.family = \"llama\"")) << text;
+  c.model.n_kv_head = 4;  // = n_head: plain multi-head attention
+  EXPECT_TRUE(check_config(c, 1).empty()) << issues_text(c, 1);
+  c.model.n_kv_head = 0;
+  EXPECT_TRUE(check_config(c, 1).empty()) << issues_text(c, 1);
+}
+
+TEST(ConfigValidate, KvHeadsMustDivideHeads) {
+  Config c = llama();
+  c.model.n_kv_head = 3;  // 4 query heads
+  const std::string text = issues_text(c, 1);
+  EXPECT_TRUE(has(text, "model.n_kv_head = 3")) << text;
+  EXPECT_TRUE(has(text, "must divide model.n_head = 4")) << text;
+  EXPECT_TRUE(has(text, "grouped-query attention")) << text;
+  EXPECT_TRUE(has(text, "fix:  choose model.n_kv_head from {1, 2, 4}")) << text;
+  for (std::int64_t kv : {1, 2, 4}) {
+    c.model.n_kv_head = kv;
+    EXPECT_TRUE(check_config(c, 1).empty()) << issues_text(c, 1);
+  }
+}
+
+TEST(ConfigValidate, UnknownFamilyNamesTheKnownOnes) {
+  Config c;
+  c.model.family = "bert";
+  const std::string text = issues_text(c, 1);
+  EXPECT_TRUE(has(text, "model.family = bert")) << text;
+  EXPECT_TRUE(has(text, "gpt2, llama")) << text;
+  EXPECT_TRUE(has(text, "fix:  set model.family = \"gpt2\" or \"llama\"")) << text;
+}
+
+TEST(ConfigValidate, WorldSizeMismatchWithTensorParallelSuggestsTheRightDp) {
+  Config c;
+  c.parallel.tp = 2;
+  const std::string text = issues_text(c, 4);  // 4 ranks launched, 1 × 1 × 1 × 2 configured
+  EXPECT_TRUE(has(text, "1 × 1 × 1 × 2 = 2")) << text;
+  EXPECT_TRUE(has(text, "ranks launched (4)")) << text;
+  EXPECT_TRUE(has(text, "mpirun -np 2")) << text;
+  EXPECT_TRUE(has(text, "--parallel.dp 2")) << text;
+  c.parallel.dp = 2;
+  EXPECT_TRUE(check_config(c, 4).empty()) << issues_text(c, 4);
+  // 3 ranks cannot hold tp 2 at any dp: only the launch fix.
+  c.parallel.dp = 1;
+  const std::string odd = issues_text(c, 3);
+  EXPECT_TRUE(has(odd, "mpirun -np 2")) << odd;
+  EXPECT_FALSE(has(odd, "--parallel.dp")) << odd;
+}
+
+TEST(ConfigValidate, NegativeFfnHiddenAndKvHeadsAreRejected) {
+  Config c = llama();
+  c.model.ffn_hidden = -1;
+  c.model.n_kv_head = -2;
+  const std::string text = issues_text(c, 1);
+  EXPECT_TRUE(has(text, "model.ffn_hidden = -1")) << text;
+  EXPECT_TRUE(has(text, "model.n_kv_head = -2")) << text;
+  EXPECT_TRUE(has(text, "must be ≥ 0 (0 = the family's rule")) << text;
+  EXPECT_TRUE(has(text, "must be ≥ 0 (0 = n_head)")) << text;
+  EXPECT_TRUE(has(text, "fix:  leave it at 0")) << text;
+}
+
+TEST(ConfigValidate, NormEpsAndRopeThetaMustBePositive) {
+  for (double bad : {0.0, -1.0}) {
+    Config c = llama();
+    c.model.norm_eps = bad;
+    c.model.rope_theta = bad;
+    const std::string value = bad == 0.0 ? "0" : "-1";
+    const std::string text = issues_text(c, 1);
+    EXPECT_TRUE(has(text, "model.norm_eps = " + value)) << text;
+    EXPECT_TRUE(has(text, "model.rope_theta = " + value)) << text;
+    EXPECT_TRUE(has(text, "must be > 0")) << text;
+    EXPECT_TRUE(has(text, "fix:  use 1e-5")) << text;
+    EXPECT_TRUE(has(text, "fix:  use 10000 (Llama 2) or 500000 (Llama 3)")) << text;
+    EXPECT_EQ(check_config(c, 1).size(), 2u) << text;
+  }
+}
+
+TEST(ConfigValidate, TensorAndSequenceParallelWithAVocabularyNotDivisibleByTpIsValid) {
+  Config c;
+  c.model.vocab_size = 65;  // padded to 2·33 rows, never a config error
+  c.parallel.tp = 2;
+  c.parallel.sequence_parallel = true;
+  EXPECT_TRUE(check_config(c, 2).empty()) << issues_text(c, 2);
+  EXPECT_TRUE(check_memory(c, std::int64_t{1} << 30).empty());
+  c.parallel.dp = 2;
+  c.training.micro_batch = 6;
+  EXPECT_TRUE(check_config(c, 4).empty()) << issues_text(c, 4);
+  Config l = llama();
+  l.model.vocab_size = 65;
+  l.model.n_kv_head = 2;
+  l.parallel.tp = 2;
+  l.parallel.sequence_parallel = true;
+  EXPECT_TRUE(check_config(l, 2).empty()) << issues_text(l, 2);
+}
+
+TEST(ConfigValidate, FfnHiddenAndKvHeadsFollowTheFamilyRulesUnlessSet) {
+  ModelConfig m;  // gpt2, n_embd 128, n_head 4
+  EXPECT_EQ(ffn_hidden_of(m), 512);  // 4·C
+  m.n_embd = 768;
+  EXPECT_EQ(ffn_hidden_of(m), 3072);
+  m.family = "llama";
+  EXPECT_EQ(ffn_hidden_of(m), 2048);  // 2/3·3072 = 2048, already a multiple of 256
+  m.n_embd = 128;
+  EXPECT_EQ(ffn_hidden_of(m), 512);  // 2/3·512 = 341 → 512
+  m.n_embd = 96;
+  EXPECT_EQ(ffn_hidden_of(m), 256);  // 2/3·384 = 256
+  m.n_embd = 4096;
+  EXPECT_EQ(ffn_hidden_of(m), 11008);  // Llama 7B: 2/3·16384 = 10922 → 11008
+  m.ffn_hidden = 352;
+  EXPECT_EQ(ffn_hidden_of(m), 352);  // an explicit size wins
+  m.family = "gpt2";
+  EXPECT_EQ(ffn_hidden_of(m), 352);
+  EXPECT_EQ(kv_heads_of(m), 4);  // 0 = n_head
+  m.n_kv_head = 2;
+  EXPECT_EQ(kv_heads_of(m), 2);
+}
+
+TEST(ConfigLoad, NewModelAndParallelKeysLoadFromAFileAndFromOverrides) {
+  namespace fs = std::filesystem;
+  const fs::path path =
+      fs::temp_directory_path() /
+      ("meshtrain_config_test_" +
+       std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()) + ".toml");
+  {
+    std::ofstream out(path);
+    out << "[model]\nfamily = \"llama\"\nbias = false\nn_kv_head = 2\nffn_hidden = 384\n"
+           "norm_eps = 1e-6\nrope_theta = 500000.0\n[parallel]\ntp = 2\n"
+           "sequence_parallel = true\n";
+  }
+  const Config f = load_config_file(path);
+  fs::remove(path);
+  EXPECT_EQ(f.model.family, "llama");
+  EXPECT_EQ(f.model.n_kv_head, 2);
+  EXPECT_EQ(f.model.ffn_hidden, 384);
+  EXPECT_DOUBLE_EQ(f.model.norm_eps, 1e-6);
+  EXPECT_DOUBLE_EQ(f.model.rope_theta, 500000.0);
+  EXPECT_EQ(f.parallel.tp, 2);
+  EXPECT_TRUE(f.parallel.sequence_parallel);
+  EXPECT_TRUE(check_config(f, 2).empty()) << issues_text(f, 2);
+
+  const Config o = load_config_text(
+      "", "overrides",
+      parse_overrides({"--model.family", "llama", "--model.bias", "false", "--model.n_kv_head",
+                       "2", "--model.ffn_hidden=256", "--model.norm_eps", "1e-6",
+                       "--model.rope_theta", "5e5", "--parallel.tp", "2",
+                       "--parallel.sequence_parallel", "true"}));
+  EXPECT_EQ(o.model.n_kv_head, 2);
+  EXPECT_EQ(o.model.ffn_hidden, 256);
+  EXPECT_DOUBLE_EQ(o.model.norm_eps, 1e-6);
+  EXPECT_DOUBLE_EQ(o.model.rope_theta, 5e5);
+  EXPECT_EQ(o.parallel.tp, 2);
+  EXPECT_TRUE(o.parallel.sequence_parallel);
+  EXPECT_TRUE(check_config(o, 2).empty()) << issues_text(o, 2);
+  // And they survive the run log / checkpoint round trip.
+  EXPECT_EQ(to_toml(load_config_text(to_toml(o), "round trip")), to_toml(o));
+}
+
+TEST(ConfigLoad, NewKeysWithTheWrongTypeAreReported) {
+  try {
+    load_config_text("[model]\nn_kv_head = \"two\"\n", "t.toml",
+                     {{"parallel.sequence_parallel", "maybe"}, {"model.rope_theta", "x"}});
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    ASSERT_EQ(e.issues().size(), 3u) << e.what();
+    const std::string text = e.what();
+    EXPECT_TRUE(has(text, "model.n_kv_head")) << text;
+    EXPECT_TRUE(has(text, "parallel.sequence_parallel = maybe")) << text;
+    EXPECT_TRUE(has(text, "model.rope_theta = x")) << text;
+  }
+}
+
+TEST(ConfigLoad, LlamaShakespeareConfigLoadsAndValidatesOnOneRankAndWithTp2) {
+  const auto path = std::filesystem::path(MESHTRAIN_SOURCE_DIR) / "configs/llama_shakespeare.toml";
+  Config c = load_config_file(path);
+  EXPECT_EQ(c.model.family, "llama");
+  EXPECT_EQ(c.model.n_kv_head, 2);
+  EXPECT_EQ(c.model.ffn_hidden, 352);
+  EXPECT_FALSE(c.model.bias);
+  EXPECT_DOUBLE_EQ(c.model.norm_eps, 1e-5);
+  EXPECT_DOUBLE_EQ(c.model.rope_theta, 10000.0);
+  EXPECT_TRUE(check_config(c, 1).empty()) << issues_text(c, 1);
+  c.model.vocab_size = 65;
+  EXPECT_TRUE(check_memory(c, std::int64_t{1} << 30).empty());
+
+  const Config tp2 = load_config_file(
+      path, parse_overrides({"--parallel.tp", "2", "--parallel.sequence_parallel", "true"}));
+  EXPECT_TRUE(check_config(tp2, 2).empty()) << issues_text(tp2, 2);
+  const Config tp4 = load_config_file(path, parse_overrides({"--parallel.tp", "4"}));
+  EXPECT_TRUE(has(issues_text(tp4, 4), "model.n_kv_head = 2")) << "2 kv heads do not split in 4";
 }
 
 }  // namespace

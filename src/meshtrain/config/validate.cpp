@@ -110,7 +110,10 @@ void check_parallel(const Config& c, int world_size, std::vector<ConfigIssue>& i
                           fmt::join(divisors(std::max<std::int64_t>(kv, 1)), ", ")));
     }
     const std::int64_t ffn = ffn_hidden_of(m);
-    require(issues, ffn < 1 || ffn % p.tp == 0, "model.ffn_hidden", ffn,
+    require(issues, ffn < 1 || ffn % p.tp == 0, "model.ffn_hidden",
+            m.ffn_hidden > 0 ? fmt::format("{}", ffn)
+                             : fmt::format("0 (the {} default for n_embd = {}: {})", m.family,
+                                           m.n_embd, ffn),
             fmt::format("the MLP hidden size must be divisible by parallel.tp = {}", p.tp),
             fmt::format("set model.ffn_hidden to a multiple of {}", p.tp));
     if (p.sequence_parallel) {
