@@ -3,7 +3,9 @@
 // byte counters and the groups DeviceMesh builds.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "dist_env.h"
@@ -11,6 +13,27 @@
 
 namespace meshtrain {
 namespace {
+
+// The seconds counter includes the wait for a late peer: the last rank arrives 50 ms late, so
+// every other rank spends about that long inside the all-reduce (40 ms allows for the ranks
+// leaving the barrier at slightly different times).
+TEST(ProcessGroup, SecondsCounterIncludesTheWaitForALatePeer) {
+  const auto world = test::runtime().world_group();
+  if (world->size() == 1) {
+    std::vector<float> x(1, 1.0f);
+    world->all_reduce_sum(x);
+    EXPECT_EQ(world->counter(CommOp::all_reduce).seconds, 0.0);  // a one-rank group is free
+    return;
+  }
+  world->barrier();
+  const bool late = world->rank() == world->size() - 1;
+  if (late) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::vector<float> x(1, 1.0f);
+  world->all_reduce_sum(x);
+  if (!late) {
+    EXPECT_GE(world->counter(CommOp::all_reduce).seconds, 0.040);
+  }
+}
 
 TEST(ProcessGroup, CollectivesOnRankValuedInputs) {
   const auto world = test::runtime().world_group();

@@ -34,40 +34,46 @@ ProcessGroup::ProcessGroup(int rank, std::vector<int> world_ranks, std::string a
       world_ranks_(std::move(world_ranks)),
       name_(fmt::format("{}{{{}}}", axis_name, fmt::join(world_ranks_, ","))) {}
 
-void ProcessGroup::count(CommOp op, std::size_t bytes) noexcept {
+ProcessGroup::CallTimer ProcessGroup::count(CommOp op, std::size_t bytes) noexcept {
   CommCounter& c = counters_[static_cast<std::size_t>(op)];
   c.calls += 1;
   c.bytes += static_cast<std::int64_t>(bytes);
+  return CallTimer(c);
+}
+
+ProcessGroup::CallTimer::~CallTimer() {
+  counter.seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 void ProcessGroup::all_reduce_sum(std::span<float> x) {
   if (size() == 1) return;
-  count(CommOp::all_reduce, x.size_bytes());
+  const CallTimer timer = count(CommOp::all_reduce, x.size_bytes());
   do_all_reduce_sum(x);
 }
 
 void ProcessGroup::all_reduce_sum(std::span<double> x) {
   if (size() == 1) return;
-  count(CommOp::all_reduce, x.size_bytes());
+  const CallTimer timer = count(CommOp::all_reduce, x.size_bytes());
   do_all_reduce_sum(x);
 }
 
 void ProcessGroup::all_reduce_max(std::span<float> x) {
   if (size() == 1) return;
-  count(CommOp::all_reduce, x.size_bytes());
+  const CallTimer timer = count(CommOp::all_reduce, x.size_bytes());
   do_all_reduce_max(x);
 }
 
 void ProcessGroup::broadcast(std::span<std::byte> x, int root) {
   MT_CHECK(root >= 0 && root < size(), "broadcast root {} outside {}", root, name_);
   if (size() == 1) return;
-  count(CommOp::broadcast, x.size_bytes());
+  const CallTimer timer = count(CommOp::broadcast, x.size_bytes());
   do_broadcast(x, root);
 }
 
 void ProcessGroup::barrier() {
   if (size() == 1) return;
-  count(CommOp::barrier, 0);
+  const CallTimer timer = count(CommOp::barrier, 0);
   do_barrier();
 }
 
@@ -78,7 +84,7 @@ void ProcessGroup::reduce_scatter_sum(std::span<const float> in, std::span<float
     std::copy(in.begin(), in.end(), out.begin());
     return;
   }
-  count(CommOp::reduce_scatter, in.size_bytes());
+  const CallTimer timer = count(CommOp::reduce_scatter, in.size_bytes());
   do_reduce_scatter_sum(in, out);
 }
 
@@ -89,7 +95,7 @@ void ProcessGroup::all_gather(std::span<const float> in, std::span<float> out) {
     std::copy(in.begin(), in.end(), out.begin());
     return;
   }
-  count(CommOp::all_gather, in.size_bytes());
+  const CallTimer timer = count(CommOp::all_gather, in.size_bytes());
   do_all_gather(in, out);
 }
 
@@ -100,19 +106,19 @@ void ProcessGroup::all_to_all(std::span<const float> in, std::span<float> out) {
     std::copy(in.begin(), in.end(), out.begin());
     return;
   }
-  count(CommOp::all_to_all, in.size_bytes());
+  const CallTimer timer = count(CommOp::all_to_all, in.size_bytes());
   do_all_to_all(in, out);
 }
 
 void ProcessGroup::send(std::span<const float> x, int peer, int tag) {
   MT_CHECK(peer >= 0 && peer < size() && peer != rank_, "send to {} on {}", peer, name_);
-  count(CommOp::send, x.size_bytes());
+  const CallTimer timer = count(CommOp::send, x.size_bytes());
   do_send(x, peer, tag);
 }
 
 void ProcessGroup::recv(std::span<float> x, int peer, int tag) {
   MT_CHECK(peer >= 0 && peer < size() && peer != rank_, "recv from {} on {}", peer, name_);
-  count(CommOp::recv, x.size_bytes());
+  const CallTimer timer = count(CommOp::recv, x.size_bytes());
   do_recv(x, peer, tag);
 }
 

@@ -8,10 +8,12 @@
 //
 // Byte counters record the message size D this rank hands to the operation (for all-gather and
 // all-to-all: the bytes of this rank's input), not what the algorithm puts on the wire; the
-// planner turns D into wire bytes with the ring formulas (e.g. all-reduce 2(N−1)/N·D).
+// planner turns D into wire bytes with the ring formulas (e.g. all-reduce 2(N−1)/N·D). The
+// seconds counter is the wall time spent inside operations, including waiting for late peers.
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -37,6 +39,7 @@ std::string_view to_string(CommOp op);
 struct CommCounter {
   std::int64_t calls = 0;
   std::int64_t bytes = 0;
+  double seconds = 0.0;  // wall time inside the operation, waiting for peers included
 };
 
 class ProcessGroup {
@@ -96,7 +99,15 @@ class ProcessGroup {
   virtual void do_recv(std::span<float> x, int peer, int tag) = 0;
 
  private:
-  void count(CommOp op, std::size_t bytes) noexcept;
+  // Counts a call and its bytes at once, and its seconds when the guard goes out of scope.
+  struct CallTimer {
+    CommCounter& counter;
+    std::chrono::steady_clock::time_point start;
+    explicit CallTimer(CommCounter& c) : counter(c), start(std::chrono::steady_clock::now()) {}
+    CallTimer(const CallTimer&) = delete;
+    ~CallTimer();
+  };
+  CallTimer count(CommOp op, std::size_t bytes) noexcept;
 
   int rank_;
   std::vector<int> world_ranks_;

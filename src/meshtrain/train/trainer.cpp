@@ -87,10 +87,15 @@ int threads_per_rank(const Config& config, int local_ranks) {
   return std::max(1, cores / std::max(1, local_ranks));
 }
 
-std::int64_t comm_bytes(const ProcessGroup& group) {
-  std::int64_t sum = 0;
-  for (std::size_t op = 0; op < kNumCommOps; ++op)
-    sum += group.counter(static_cast<CommOp>(op)).bytes;
+// Bytes and seconds of every operation of `group` so far.
+CommCounter comm_total(const ProcessGroup& group) {
+  CommCounter sum;
+  for (std::size_t op = 0; op < kNumCommOps; ++op) {
+    const CommCounter& c = group.counter(static_cast<CommOp>(op));
+    sum.calls += c.calls;
+    sum.bytes += c.bytes;
+    sum.seconds += c.seconds;
+  }
   return sum;
 }
 
@@ -218,8 +223,8 @@ std::vector<StepMetrics> Trainer::run() {
   std::vector<StepMetrics> history;
   for (std::int64_t step = 0; step < t.max_steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
-    const std::int64_t tp_bytes0 = comm_bytes(mesh_->group(Axis::tp));
-    const std::int64_t dp_bytes0 = comm_bytes(mesh_->group(Axis::dp));
+    const CommCounter tp0 = comm_total(mesh_->group(Axis::tp));
+    const CommCounter dp0 = comm_total(mesh_->group(Axis::dp));
     const Gradients g = compute_gradients(step);
     StepMetrics m;
     m.step = step + 1;
@@ -230,8 +235,12 @@ std::vector<StepMetrics> Trainer::run() {
     m.tokens_per_s = tokens_per_step / m.step_time_s;
     m.mfu = m.tokens_per_s * model_->flops_per_token(config_.model.block_size) / peak_flops;
     m.peak_bytes = TrackedAllocator::instance().total().peak_bytes;
-    m.tp_comm_bytes = comm_bytes(mesh_->group(Axis::tp)) - tp_bytes0;
-    m.dp_comm_bytes = comm_bytes(mesh_->group(Axis::dp)) - dp_bytes0;
+    const CommCounter tp1 = comm_total(mesh_->group(Axis::tp));
+    const CommCounter dp1 = comm_total(mesh_->group(Axis::dp));
+    m.tp_comm_bytes = tp1.bytes - tp0.bytes;
+    m.dp_comm_bytes = dp1.bytes - dp0.bytes;
+    m.tp_comm_s = tp1.seconds - tp0.seconds;
+    m.dp_comm_s = dp1.seconds - dp0.seconds;
     const bool last = step + 1 == t.max_steps;
     if (last || (t.eval_interval > 0 && (step + 1) % t.eval_interval == 0)) {
       m.val_loss = evaluate();
@@ -276,7 +285,9 @@ void Trainer::log_step(const StepMetrics& m) {
                            {"mfu", m.mfu},
                            {"peak_bytes", m.peak_bytes},
                            {"tp_comm_bytes", m.tp_comm_bytes},
-                           {"dp_comm_bytes", m.dp_comm_bytes}};
+                           {"dp_comm_bytes", m.dp_comm_bytes},
+                           {"tp_comm_s", m.tp_comm_s},
+                           {"dp_comm_s", m.dp_comm_s}};
     for (std::size_t c = 0; c < kNumMemCategories; ++c) {
       const auto category = static_cast<MemCategory>(c);
       line[fmt::format("peak_bytes_{}", to_string(category))] =

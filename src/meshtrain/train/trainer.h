@@ -39,6 +39,9 @@ struct StepMetrics {
   // per group, counted as ProcessGroup's counters define them (all-gather: the input).
   std::int64_t tp_comm_bytes = 0;
   std::int64_t dp_comm_bytes = 0;
+  // Seconds this rank spent inside those collectives (waiting for peers included).
+  double tp_comm_s = 0.0;
+  double dp_comm_s = 0.0;
   std::optional<double> val_loss;
 };
 
