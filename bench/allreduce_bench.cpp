@@ -1,5 +1,7 @@
-// bench/allreduce_bench.cpp — all-reduce bus bandwidth of meshtrain's MPI ProcessGroup by
-// message size, to choose parallel.bucket_mib by measurement (a benchmark, not a test).
+// bench/allreduce_bench.cpp — all-reduce, reduce-scatter and all-gather bus bandwidth of
+// meshtrain's MPI ProcessGroup by message size, to choose parallel.bucket_mib and to compare
+// tensor parallelism's all-reduces with sequence parallelism's reduce-scatter + all-gather by
+// measurement (a benchmark, not a test).
 //
 //   mpirun -np 2 build/bench/allreduce_bench [max_mib]
 //   (as root: with OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
@@ -9,7 +11,8 @@
 // repeat count worth ≈ 0.2 s (broadcast, so every rank makes the same calls); the median of 5
 // windows is printed. Messages go through ProcessGroup::all_reduce_sum, so above 4 MiB they are
 // sent in 4 MiB chunks; `raw` also shows a single MPI_Allreduce of the whole message, the behaviour
-// the chunking avoids.
+// the chunking avoids. Reduce-scatter and all-gather are timed on the same full size D (the
+// input of reduce-scatter, the output of all-gather), bus bandwidth D/t × (N−1)/N.
 #include <mpi.h>
 
 #include <algorithm>
@@ -52,8 +55,8 @@ int main(int argc, char** argv) {
   const std::int64_t max_mib = argc > 1 ? std::atoll(argv[1]) : 64;
   if (world->rank() == 0) {
     std::printf(
-        "all-reduce over %d ranks: size, bus bandwidth GB/s (ProcessGroup, chunked), "
-        "raw single MPI_Allreduce\n",
+        "over %d ranks: size, bus bandwidth GB/s of all-reduce (ProcessGroup, chunked), "
+        "raw single MPI_Allreduce, reduce-scatter, all-gather\n",
         n);
   }
   for (std::int64_t bytes = 64 << 10; bytes <= (max_mib << 20); bytes *= 2) {
@@ -63,11 +66,16 @@ int main(int argc, char** argv) {
       MPI_Allreduce(MPI_IN_PLACE, x.data(), static_cast<int>(x.size()), MPI_FLOAT, MPI_SUM,
                     MPI_COMM_WORLD);
     });
+    std::vector<float> part(x.size() / static_cast<std::size_t>(n));
+    const double t_rs = seconds_per_call(*world, [&] { world->reduce_scatter_sum(x, part); });
+    const double t_ag = seconds_per_call(*world, [&] { world->all_gather(part, x); });
     const double factor = 2.0 * (n - 1) / n;
+    const double half = static_cast<double>(n - 1) / n;
+    const auto d = static_cast<double>(bytes);
     if (world->rank() == 0) {
-      std::printf("%8.2f MiB  %6.2f GB/s  %6.2f GB/s\n", static_cast<double>(bytes) / (1 << 20),
-                  factor * static_cast<double>(bytes) / t_pg / 1e9,
-                  factor * static_cast<double>(bytes) / t_raw / 1e9);
+      std::printf("%8.2f MiB  %6.2f GB/s  %6.2f GB/s  %6.2f GB/s  %6.2f GB/s\n", d / (1 << 20),
+                  factor * d / t_pg / 1e9, factor * d / t_raw / 1e9, half * d / t_rs / 1e9,
+                  half * d / t_ag / 1e9);
     }
   }
   return 0;

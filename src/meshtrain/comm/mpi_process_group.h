@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "meshtrain/comm/process_group.h"
+#include "meshtrain/core/tensor.h"
 
 namespace meshtrain {
 
@@ -50,6 +51,7 @@ class MpiProcessGroup final : public ProcessGroup {
   void do_recv(std::span<float> x, int peer, int tag) override;
 
   MpiComm comm_;
+  Tensor ring_scratch_;  // reduce-scatter's receive block, grown once, MemCategory::comm
 };
 
 }  // namespace meshtrain
