@@ -18,9 +18,11 @@ std::vector<ConfigIssue> check_config(const Config& config, int world_size);
 void validate_or_throw(const Config& config, int world_size);
 
 /// Bytes one rank needs to train `config` in fp32, estimated before anything is allocated:
-/// 16 bytes per parameter (value, gradient, Adam m and v) plus the activations kept for
-/// backward (≈ 18·C floats per token per layer for GPT-2 blocks, plus embeddings and logits).
-/// An estimate for refusing impossible runs early, not the planner's accounting.
+/// 16 bytes per parameter this rank holds (value, gradient, Adam m and v; matrices and the
+/// vocabulary tables divided by tp, norms and positions whole) plus the activations kept for
+/// backward (≈ 10·C + 2·F floats per token per layer, plus embeddings and the logits of the
+/// rank's vocabulary shard). An estimate for refusing impossible runs early, not the planner's
+/// accounting.
 double estimated_training_bytes(const Config& config);
 
 /// A ConfigIssue when estimated_training_bytes exceeds `available_bytes` (skipped when
