@@ -1,0 +1,63 @@
+// src/meshtrain/parallel/pp/schedule.h
+//
+// Pipeline schedules as data (DESIGN invariant 6): a schedule is a pure function of
+// (pp, virtual stages v, micro-batches m, stage) returning that rank's ordered list of actions.
+// The simulator (simulator.h) checks any schedule before it runs; one executor runs any of
+// them; the same list, timed, is the timeline.
+//
+// Model chunks: the layers are cut into pp·v consecutive chunks; rank r holds chunks
+// r, r + pp, …, r + (v−1)·pp (Megatron-LM's interleaved assignment, Narayanan et al. 2021,
+// §2.2; v = 1 is the plain split). `Action::chunk` is the LOCAL index k ∈ [0, v) of global
+// chunk k·pp + r. Activations flow from global chunk g to g + 1 (rank (g+1) mod pp), gradients
+// back. The first global chunk holds the embedding, the last one the final norm, LM head and
+// loss.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "meshtrain/core/error.h"
+
+namespace meshtrain::pp {
+
+enum class ActionKind : std::uint8_t {
+  forward,          // F: forward of (microbatch, chunk); keeps its activations
+  backward,         // B+W fused: input and weight gradients of (microbatch, chunk); frees them
+  backward_input,   // B: input gradient only (zero-bubble schedules); keeps what W needs
+  backward_weight,  // W: weight gradient of a (microbatch, chunk) whose B is done; frees it
+  send_activation,  // to the rank holding global chunk + 1
+  recv_activation,  // from the rank holding global chunk − 1 (input of F of `chunk`)
+  send_grad,        // input gradient of `chunk` to the rank holding global chunk − 1
+  recv_grad,        // output gradient of `chunk` from the rank holding global chunk + 1
+};
+
+struct Action {
+  ActionKind kind;
+  int microbatch;  // 0-based, [0, m)
+  int chunk;       // local model chunk, [0, v)
+  int peer;        // pp rank of the other side for send/recv; −1 for compute
+  bool operator==(const Action&) const = default;
+};
+
+struct ScheduleSpec {
+  std::string name;  // "gpipe" | "1f1b" | "interleaved_1f1b" | "zb_h1"
+  int pp = 1;        // pipeline stages (ranks)
+  int v = 1;         // model chunks per rank (virtual stages); > 1 only for interleaved_1f1b
+  int m = 1;         // micro-batches per optimizer step
+};
+
+/// Every reason `spec` cannot run (unknown name, pp/v/m out of range, v ≠ 1 for a
+/// non-interleaved schedule, the interleaved schedule's m % pp == 0), each naming the setting
+/// (parallel.pp_schedule, parallel.pp, parallel.virtual_stages, parallel.microbatches), its
+/// value, the rule and a fix. Empty when valid.
+std::vector<ConfigIssue> check_schedule(const ScheduleSpec& spec);
+
+/// The ordered actions of pipeline rank `stage` ∈ [0, pp). Throws ConfigError when
+/// check_schedule(spec) is not empty.
+std::vector<Action> schedule_for(const ScheduleSpec& spec, int stage);
+
+/// "F3.1" style text of one action (kind, micro-batch, chunk, peer), for errors and traces.
+std::string to_string(const Action& action);
+
+}  // namespace meshtrain::pp
