@@ -35,6 +35,32 @@ TEST(ProcessGroup, SecondsCounterIncludesTheWaitForALatePeer) {
   }
 }
 
+// Every rank posts its sends to both neighbours before any receive (the pattern that deadlocks
+// with blocking sends of large messages), then receives: values and byte counters check out.
+TEST(ProcessGroup, NonBlockingSendsPostedFirstDoNotDeadlock) {
+  const auto world = test::runtime().world_group();
+  const int n = world->size(), r = world->rank();
+  if (n == 1) return;  // no peer: isend/irecv to oneself are rejected by MT_CHECK
+  constexpr std::size_t kCount = std::size_t{1} << 20;  // 4 MiB: beyond any eager limit
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  std::vector<float> to_next(kCount, static_cast<float>(r));
+  std::vector<float> to_prev(kCount, 100.0f + static_cast<float>(r));
+  std::vector<float> from_prev(kCount, -1.0f), from_next(kCount, -1.0f);
+  auto s1 = world->isend(to_next, next, 1);
+  auto s2 = world->isend(to_prev, prev, 2);
+  auto r1 = world->irecv(from_prev, prev, 1);
+  auto r2 = world->irecv(from_next, next, 2);
+  r1->wait();
+  r2->wait();
+  s1->wait();
+  s2->wait();
+  EXPECT_EQ(from_prev.front(), static_cast<float>(prev));
+  EXPECT_EQ(from_prev.back(), static_cast<float>(prev));
+  EXPECT_EQ(from_next.back(), 100.0f + static_cast<float>(next));
+  EXPECT_EQ(world->counter(CommOp::send).bytes, static_cast<std::int64_t>(2 * kCount * 4));
+  EXPECT_EQ(world->counter(CommOp::recv).calls, 2);
+}
+
 TEST(ProcessGroup, CollectivesOnRankValuedInputs) {
   const auto world = test::runtime().world_group();
   const int n = world->size();

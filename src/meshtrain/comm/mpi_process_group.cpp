@@ -142,6 +142,37 @@ void MpiProcessGroup::do_recv(std::span<float> x, int peer, int tag) {
       "MPI_Recv");
 }
 
+namespace {
+class MpiRequest final : public CommRequest {
+ public:
+  explicit MpiRequest(MPI_Request request) : request_(request) {}
+  ~MpiRequest() override {
+    if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+  }
+  void wait() override {
+    if (request_ != MPI_REQUEST_NULL) check_mpi(MPI_Wait(&request_, MPI_STATUS_IGNORE), "MPI_Wait");
+  }
+
+ private:
+  MPI_Request request_;
+};
+}  // namespace
+
+std::unique_ptr<CommRequest> MpiProcessGroup::do_isend(std::span<const float> x, int peer,
+                                                       int tag) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  check_mpi(MPI_Isend(x.data(), count_of(x.size()), MPI_FLOAT, peer, tag, comm_.get(), &request),
+            "MPI_Isend");
+  return std::make_unique<MpiRequest>(request);
+}
+
+std::unique_ptr<CommRequest> MpiProcessGroup::do_irecv(std::span<float> x, int peer, int tag) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  check_mpi(MPI_Irecv(x.data(), count_of(x.size()), MPI_FLOAT, peer, tag, comm_.get(), &request),
+            "MPI_Irecv");
+  return std::make_unique<MpiRequest>(request);
+}
+
 // ---------------------------------------------------------------------------------------------
 
 namespace {

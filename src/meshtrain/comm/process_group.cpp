@@ -122,4 +122,44 @@ void ProcessGroup::recv(std::span<float> x, int peer, int tag) {
   do_recv(x, peer, tag);
 }
 
+namespace {
+// Adds the time spent waiting to the operation's counter.
+class TimedRequest final : public CommRequest {
+ public:
+  TimedRequest(std::unique_ptr<CommRequest> inner, CommCounter& counter)
+      : inner_(std::move(inner)), counter_(counter) {}
+  ~TimedRequest() override {
+    try {
+      wait();
+    } catch (...) {  // a destructor must not throw; the transfer failed and MPI says so already
+    }
+  }
+  void wait() override {
+    if (done_) return;
+    const auto start = std::chrono::steady_clock::now();
+    inner_->wait();
+    done_ = true;
+    counter_.seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+
+ private:
+  std::unique_ptr<CommRequest> inner_;
+  CommCounter& counter_;
+  bool done_ = false;
+};
+}  // namespace
+
+std::unique_ptr<CommRequest> ProcessGroup::isend(std::span<const float> x, int peer, int tag) {
+  MT_CHECK(peer >= 0 && peer < size() && peer != rank_, "isend to {} on {}", peer, name_);
+  const CallTimer timer = count(CommOp::send, x.size_bytes());
+  return std::make_unique<TimedRequest>(do_isend(x, peer, tag), timer.counter);
+}
+
+std::unique_ptr<CommRequest> ProcessGroup::irecv(std::span<float> x, int peer, int tag) {
+  MT_CHECK(peer >= 0 && peer < size() && peer != rank_, "irecv from {} on {}", peer, name_);
+  const CallTimer timer = count(CommOp::recv, x.size_bytes());
+  return std::make_unique<TimedRequest>(do_irecv(x, peer, tag), timer.counter);
+}
+
 }  // namespace meshtrain

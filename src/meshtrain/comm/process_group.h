@@ -42,6 +42,15 @@ struct CommCounter {
   double seconds = 0.0;  // wall time inside the operation, waiting for peers included
 };
 
+/// A posted non-blocking operation (isend / irecv). wait() blocks until it has completed; it
+/// may be called more than once. Destroying a request that was not waited for waits for it,
+/// so a buffer is never freed under a pending transfer.
+class CommRequest {
+ public:
+  virtual ~CommRequest() = default;
+  virtual void wait() = 0;
+};
+
 class ProcessGroup {
  public:
   virtual ~ProcessGroup() = default;
@@ -73,6 +82,12 @@ class ProcessGroup {
   /// Point to point with group rank `peer`; `tag` separates concurrent streams.
   void send(std::span<const float> x, int peer, int tag);
   void recv(std::span<float> x, int peer, int tag);
+  /// Non-blocking point to point: returns at once; x must stay alive and untouched until the
+  /// request's wait() returns. Bytes are counted when posted (as send / recv), the time spent in
+  /// wait() is added to the same counter's seconds. Matching is by (peer, tag) in posting order
+  /// (MPI's rule), so two ranks that both send first never deadlock.
+  std::unique_ptr<CommRequest> isend(std::span<const float> x, int peer, int tag);
+  std::unique_ptr<CommRequest> irecv(std::span<float> x, int peer, int tag);
 
   /// A new group of the members that pass the same `color`, ordered by `key`, named
   /// `axis_name`{ranks}. Collective over this group: every member calls it, in the same order.
@@ -97,6 +112,8 @@ class ProcessGroup {
   virtual void do_all_to_all(std::span<const float> in, std::span<float> out) = 0;
   virtual void do_send(std::span<const float> x, int peer, int tag) = 0;
   virtual void do_recv(std::span<float> x, int peer, int tag) = 0;
+  virtual std::unique_ptr<CommRequest> do_isend(std::span<const float> x, int peer, int tag) = 0;
+  virtual std::unique_ptr<CommRequest> do_irecv(std::span<float> x, int peer, int tag) = 0;
 
  private:
   // Counts a call and its bytes at once, and its seconds when the guard goes out of scope.

@@ -30,6 +30,10 @@ class SingleRankGroup final : public ProcessGroup {
   void do_all_to_all(std::span<const float>, std::span<float>) override { unreachable(); }
   void do_send(std::span<const float>, int, int) override { unreachable(); }
   void do_recv(std::span<float>, int, int) override { unreachable(); }
+  std::unique_ptr<CommRequest> do_isend(std::span<const float>, int, int) override {
+    unreachable();
+  }
+  std::unique_ptr<CommRequest> do_irecv(std::span<float>, int, int) override { unreachable(); }
 };
 
 }  // namespace

@@ -64,6 +64,12 @@ struct ParallelConfig {
   // Megatron sequence parallelism (Korthikanti et al. 2022, §4.2.2): norms and residuals hold
   // [tokens/tp, C]; needs tp > 1 to change anything and block_size % tp == 0.
   bool sequence_parallel = false;
+  // Pipeline parallel (docs/pipeline_parallel.md): the schedule, model chunks per rank, and an
+  // optional explicit split ("2,2,1,1": layers of each of the pp × virtual_stages chunks). The
+  // micro-batches per step are training.accumulation.
+  std::string pp_schedule = "1f1b";  // "gpipe" | "1f1b" | "interleaved_1f1b" | "zb_h1"
+  std::int64_t virtual_stages = 1;
+  std::string pp_layers;        // empty = even split
   std::int64_t bucket_mib = 4;  // gradient all-reduce bucket size, MiB
 };
 

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <string>
 
+#include "meshtrain/config/pipeline_rules.h"
+
 namespace meshtrain {
 namespace {
 
@@ -80,14 +82,15 @@ void check_model(const ModelConfig& m, std::vector<ConfigIssue>& issues) {
 void check_parallel(const Config& c, int world_size, std::vector<ConfigIssue>& issues) {
   const ParallelConfig& p = c.parallel;
   const ModelConfig& m = c.model;
-  const std::pair<const char*, std::int64_t> not_yet[] = {
-      {"parallel.pp", p.pp}, {"parallel.cp", p.cp}, {"parallel.ep", p.ep}};
+  const std::pair<const char*, std::int64_t> not_yet[] = {{"parallel.cp", p.cp},
+                                                          {"parallel.ep", p.ep}};
   for (const auto& [name, size] : not_yet) {
     require(issues, size == 1, name, size,
-            "not yet supported: this version runs data and tensor parallel only "
-            "(pp = cp = ep = 1)",
-            fmt::format("set {} = 1 and use parallel.dp / parallel.tp for more ranks", name));
+            "not yet supported: this version runs data, tensor and pipeline parallel only "
+            "(cp = ep = 1)",
+            fmt::format("set {} = 1 and use parallel.dp / tp / pp for more ranks", name));
   }
+  check_pipeline(c, issues);
   require(issues, p.dp >= 1, "parallel.dp", p.dp, "must be ≥ 1", "use 1 for a single process");
   require(issues, p.tp >= 1, "parallel.tp", p.tp, "must be ≥ 1", "use 1 for no tensor parallel");
   require(issues, p.bucket_mib >= 1, "parallel.bucket_mib", p.bucket_mib, "must be ≥ 1 MiB",
@@ -111,9 +114,9 @@ void check_parallel(const Config& c, int world_size, std::vector<ConfigIssue>& i
     }
     const std::int64_t ffn = ffn_hidden_of(m);
     require(issues, ffn < 1 || ffn % p.tp == 0, "model.ffn_hidden",
-            m.ffn_hidden > 0 ? fmt::format("{}", ffn)
-                             : fmt::format("0 (the {} default for n_embd = {}: {})", m.family,
-                                           m.n_embd, ffn),
+            m.ffn_hidden > 0
+                ? fmt::format("{}", ffn)
+                : fmt::format("0 (the {} default for n_embd = {}: {})", m.family, m.n_embd, ffn),
             fmt::format("the MLP hidden size must be divisible by parallel.tp = {}", p.tp),
             fmt::format("set model.ffn_hidden to a multiple of {}", p.tp));
     if (p.sequence_parallel) {

@@ -1,0 +1,138 @@
+#include "meshtrain/config/pipeline_rules.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <charconv>
+#include <numeric>
+
+namespace meshtrain {
+namespace {
+
+// "3, 3,2" → {3, 3, 2}; nullopt-like empty vector plus false on a malformed entry.
+bool parse_counts(const std::string& text, std::vector<std::int64_t>& out) {
+  out.clear();
+  std::size_t begin = 0;
+  while (begin <= text.size()) {
+    const std::size_t end = std::min(text.find(',', begin), text.size());
+    std::string item = text.substr(begin, end - begin);
+    item.erase(std::remove(item.begin(), item.end(), ' '), item.end());
+    std::int64_t value = 0;
+    const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
+    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size()) return false;
+    out.push_back(value);
+    begin = end + 1;
+  }
+  return true;
+}
+
+}  // namespace
+
+const std::vector<std::string>& pipeline_schedule_names() {
+  static const std::vector<std::string> names{"gpipe", "1f1b", "interleaved_1f1b", "zb_h1"};
+  return names;
+}
+
+std::vector<ConfigIssue> check_schedule(const std::string& name, std::int64_t pp, std::int64_t v,
+                                        std::int64_t m) {
+  std::vector<ConfigIssue> issues;
+  const auto& names = pipeline_schedule_names();
+  if (std::find(names.begin(), names.end(), name) == names.end()) {
+    issues.push_back({"parallel.pp_schedule", fmt::format("\"{}\"", name),
+                      fmt::format("the schedules are: {}", fmt::join(names, ", ")),
+                      "set parallel.pp_schedule = \"1f1b\""});
+  }
+  if (pp < 1) issues.push_back({"parallel.pp", fmt::format("{}", pp), "must be ≥ 1", "use 1"});
+  if (v < 1) {
+    issues.push_back({"parallel.virtual_stages", fmt::format("{}", v), "must be ≥ 1", "use 1"});
+  }
+  if (m < 1) {
+    issues.push_back({"training.accumulation", fmt::format("{}", m),
+                      "must be ≥ 1 (it is the number of micro-batches per step)", "use e.g. 8"});
+  }
+  if (!issues.empty()) return issues;
+  const bool interleaved = name == "interleaved_1f1b";
+  if (!interleaved && v != 1) {
+    issues.push_back({"parallel.virtual_stages", fmt::format("{}", v),
+                      fmt::format("only interleaved_1f1b runs several model chunks per rank; "
+                                  "parallel.pp_schedule = \"{}\" needs 1",
+                                  name),
+                      "set parallel.virtual_stages = 1, or parallel.pp_schedule = "
+                      "\"interleaved_1f1b\""});
+  }
+  if (interleaved && v < 2) {
+    issues.push_back({"parallel.virtual_stages", fmt::format("{}", v),
+                      "interleaved_1f1b needs ≥ 2 model chunks per rank",
+                      "set parallel.virtual_stages = 2, or parallel.pp_schedule = \"1f1b\""});
+  }
+  if (interleaved && m % pp != 0) {
+    issues.push_back(
+        {"training.accumulation", fmt::format("{}", m),
+         fmt::format("interleaved_1f1b sends micro-batches round the {} pipeline ranks in groups "
+                     "of {}: the micro-batches per step must be a multiple of parallel.pp",
+                     pp, pp),
+         fmt::format("set training.accumulation to a multiple of {} (e.g. {})", pp,
+                     (m / pp + 1) * pp)});
+  }
+  return issues;
+}
+
+std::vector<std::int64_t> layers_per_chunk(const Config& config) {
+  const std::int64_t chunks = config.parallel.pp * config.parallel.virtual_stages;
+  const std::int64_t layers = config.model.n_layer;
+  if (chunks < 1 || layers < chunks) return {};
+  std::vector<std::int64_t> out;
+  if (!config.parallel.pp_layers.empty()) {
+    if (!parse_counts(config.parallel.pp_layers, out)) return {};
+    const bool ok = static_cast<std::int64_t>(out.size()) == chunks &&
+                    std::all_of(out.begin(), out.end(), [](std::int64_t n) { return n >= 1; }) &&
+                    std::accumulate(out.begin(), out.end(), std::int64_t{0}) == layers;
+    return ok ? out : std::vector<std::int64_t>{};
+  }
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    out.push_back(layers / chunks + (c < layers % chunks ? 1 : 0));
+  }
+  return out;
+}
+
+void check_pipeline(const Config& config, std::vector<ConfigIssue>& issues) {
+  const ParallelConfig& p = config.parallel;
+  for (ConfigIssue& issue :
+       check_schedule(p.pp_schedule, p.pp, p.virtual_stages, config.training.accumulation)) {
+    // training.accumulation < 1 is reported by the batch rules already.
+    if (issue.setting != "training.accumulation" || config.training.accumulation >= 1) {
+      issues.push_back(std::move(issue));
+    }
+  }
+  if (p.pp < 1 || p.virtual_stages < 1 || config.model.n_layer < 1) return;
+  const std::int64_t chunks = p.pp * p.virtual_stages;
+  if (!p.pp_layers.empty()) {
+    std::vector<std::int64_t> counts;
+    const bool parsed = parse_counts(p.pp_layers, counts);
+    const std::int64_t sum = std::accumulate(counts.begin(), counts.end(), std::int64_t{0});
+    const bool positive =
+        std::all_of(counts.begin(), counts.end(), [](std::int64_t n) { return n >= 1; });
+    if (!parsed || static_cast<std::int64_t>(counts.size()) != chunks || !positive ||
+        sum != config.model.n_layer) {
+      issues.push_back(
+          {"parallel.pp_layers", fmt::format("\"{}\"", p.pp_layers),
+           fmt::format("must list the layers of each of the pp × virtual_stages = {} model chunks "
+                       "as {} positive integers separated by commas, summing to model.n_layer = "
+                       "{}{}",
+                       chunks, chunks, config.model.n_layer,
+                       parsed ? fmt::format(" (got {} entries summing to {})", counts.size(), sum)
+                              : " (it is not a list of integers)"),
+           "set e.g. parallel.pp_layers = \"\" for an even split"});
+    }
+    return;
+  }
+  if (config.model.n_layer < chunks) {
+    issues.push_back(
+        {"model.n_layer", fmt::format("{}", config.model.n_layer),
+         fmt::format("must be ≥ pp × virtual_stages = {}: every model chunk needs a layer", chunks),
+         fmt::format("use fewer pipeline stages or virtual stages, or ≥ {} layers", chunks)});
+  }
+}
+
+}  // namespace meshtrain
