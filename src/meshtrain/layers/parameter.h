@@ -63,6 +63,10 @@ struct Parameter {
   float init_std = 0.0f;      // for InitKind::normal
   bool weight_decay = false;  // nanoGPT's rule: 2-D weights decay, biases and norms do not
   ShardSlice shard;           // this rank's slice of the logical tensor
+  // A second copy of a tied parameter on another pipeline stage (gpt2's LM head on the last
+  // stage, tied to the token embedding on the first): same name and values; its gradient is
+  // summed with the original's each step, and it is left out of the grad norm and checkpoints.
+  bool tied_copy = false;
 
   /// The whole logical tensor of `shape`; value set by initialize(), grad zeroed.
   Parameter(std::string name, Shape shape, InitKind init, float init_std = 0.0f);

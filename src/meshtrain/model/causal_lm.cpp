@@ -63,86 +63,128 @@ std::unique_ptr<TransformerBlock> block(const ModelConfig& c, std::int64_t i,
 
 }  // namespace
 
-CausalLm::CausalLm(const ModelConfig& config, std::uint64_t seed, const TensorParallel& tp)
-    : config_(config),
-      tp_(tp),
-      embed_(embedding_name(config), config.vocab_size, config.n_embd,
-             static_cast<float>(config.init_std), tp) {
+CausalLm::CausalLm(const ModelConfig& config, std::uint64_t seed, const TensorParallel& tp,
+                   const ChunkLayout& layout)
+    : config_(config), tp_(tp), layout_(layout) {
   MT_CHECK(config.vocab_size > 0, "vocab_size must be known before building the model");
+  if (layout_.num_layers < 0) layout_.num_layers = config.n_layer - layout_.first_layer;
+  MT_CHECK(layout_.first_layer >= 0 && layout_.num_layers >= 0 &&
+               layout_.first_layer + layout_.num_layers <= config.n_layer,
+           "chunk of layers [{}, +{}) outside the model's {}", layout_.first_layer,
+           layout_.num_layers, config.n_layer);
   const bool llama = is_llama(config);
-  params_ = {&embed_.weight()};
-  if (!llama) {
-    wpe_.emplace("transformer.wpe.weight", Shape{config.block_size, config.n_embd},
-                 InitKind::normal, static_cast<float>(config.init_std));
-    params_.push_back(&*wpe_);
+  const auto init_std = static_cast<float>(config.init_std);
+  if (layout_.has_embedding) {
+    embed_ = std::make_unique<VocabParallelEmbedding>(embedding_name(config), config.vocab_size,
+                                                      config.n_embd, init_std, tp);
+    params_.push_back(&embed_->weight());
+    if (!llama) {
+      wpe_.emplace("transformer.wpe.weight", Shape{config.block_size, config.n_embd},
+                   InitKind::normal, init_std);
+      params_.push_back(&*wpe_);
+    }
   }
-  for (std::int64_t i = 0; i < config.n_layer; ++i) {
+  for (std::int64_t i = layout_.first_layer; i < layout_.first_layer + layout_.num_layers; ++i) {
     blocks_.push_back(block(config, i, tp));
     for (Parameter* p : blocks_.back()->parameters()) params_.push_back(p);
   }
-  final_norm_ = norm(config, llama ? "model.norm" : "transformer.ln_f");
-  for (Parameter* p : final_norm_->parameters()) params_.push_back(p);
-  if (llama) {
-    lm_head_.emplace(vocab_shard_parameter("lm_head.weight", config.vocab_size, config.n_embd,
-                                           static_cast<float>(config.init_std), tp.group));
-    params_.push_back(&*lm_head_);
+  if (layout_.has_head) {
+    final_norm_ = norm(config, llama ? "model.norm" : "transformer.ln_f");
+    for (Parameter* p : final_norm_->parameters()) params_.push_back(p);
+    if (llama || !layout_.has_embedding) {
+      // llama's own head, or gpt2's tied embedding on a later pipeline stage: a copy with the
+      // embedding's name and initial values, its gradient summed with the embedding's.
+      lm_head_.emplace(vocab_shard_parameter(llama ? "lm_head.weight" : embedding_name(config),
+                                             config.vocab_size, config.n_embd, init_std,
+                                             tp.group));
+      lm_head_->tied_copy = !llama;
+      params_.push_back(&*lm_head_);
+    }
+    head_ = std::make_unique<VocabParallelLmHead>(lm_head_ ? *lm_head_ : embed_->weight(), tp);
   }
-  head_ = std::make_unique<VocabParallelLmHead>(llama ? *lm_head_ : embed_.weight(), tp);
   for (Parameter* p : params_) initialize(*p, seed);
 }
 
-Tensor CausalLm::hidden(const std::int32_t* tokens, std::int64_t batch, std::int64_t seq_len) {
+Tensor CausalLm::forward_blocks(const std::int32_t* tokens, const Tensor& x_in, std::int64_t batch,
+                                std::int64_t seq_len) {
   MT_CHECK(seq_len >= 1 && seq_len <= config_.block_size, "sequence length {} outside [1, {}]",
            seq_len, config_.block_size);
-  batch_ = SequenceBatch{batch, seq_len};
-  const std::int64_t rows = batch_.tokens();
-  for (std::int64_t i = 0; i < rows; ++i) {
-    MT_CHECK(tokens[i] >= 0 && tokens[i] < config_.vocab_size, "token {} at {} outside vocab {}",
-             tokens[i], i, config_.vocab_size);
-  }
-  Tensor x = embed_.forward(tokens, rows);  // [rows, C], or this rank's rows under SP
-  if (wpe_) {
-    // Under sequence parallelism this rank holds rows [r·rows/tp, (r+1)·rows/tp).
-    const std::int64_t local = x.dim(0);
-    const std::int64_t first = tp_.sequence_parallel ? tp_.group.rank() * local : 0;
-    positions_.resize(static_cast<std::size_t>(local));
-    for (std::int64_t i = 0; i < local; ++i) {
-      positions_[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((first + i) % seq_len);
+  State& state = *saved_;
+  state.batch = SequenceBatch{batch, seq_len};
+  Tensor x = x_in;
+  if (layout_.has_embedding) {
+    const std::int64_t rows = state.batch.tokens();
+    for (std::int64_t i = 0; i < rows; ++i) {
+      MT_CHECK(tokens[i] >= 0 && tokens[i] < config_.vocab_size,
+               "token {} at {} outside vocab {}", tokens[i], i, config_.vocab_size);
     }
-    Tensor pos = Tensor::empty(x.shape(), MemCategory::activations);
-    kernels::embedding_shard_forward(positions_.data(), wpe_->value.f32(), 0, config_.block_size,
-                                     pos.f32(), local, config_.n_embd);
-    kernels::add_inplace(x.f32(), pos.f32(), x.numel());
+    x = embed_->forward(tokens, rows);  // [rows, C], or this rank's rows under SP
+    if (wpe_) {
+      // Under sequence parallelism this rank holds rows [r·rows/tp, (r+1)·rows/tp).
+      const std::int64_t local = x.dim(0);
+      const std::int64_t first = tp_.sequence_parallel ? tp_.group.rank() * local : 0;
+      state.positions.resize(static_cast<std::size_t>(local));
+      for (std::int64_t i = 0; i < local; ++i) {
+        state.positions[static_cast<std::size_t>(i)] =
+            static_cast<std::int32_t>((first + i) % seq_len);
+      }
+      Tensor pos = Tensor::empty(x.shape(), MemCategory::activations);
+      kernels::embedding_shard_forward(state.positions.data(), wpe_->value.f32(), 0,
+                                       config_.block_size, pos.f32(), local, config_.n_embd);
+      kernels::add_inplace(x.f32(), pos.f32(), x.numel());
+    }
   }
-  for (auto& b : blocks_) x = b->forward(x, batch_);
-  return final_norm_->forward(x, batch_);
+  for (auto& b : blocks_) x = b->forward(x, state.batch);
+  return x;
+}
+
+float CausalLm::forward_head(const Tensor& h, const std::int32_t* targets) {
+  MT_CHECK(layout_.has_head, "forward_head on a chunk without the head");
+  State& state = *saved_;
+  state.forwarded = true;
+  return head_->forward(final_norm_->forward(h, state.batch), targets);
+}
+
+Tensor CausalLm::backward_head(float loss_scale) {
+  MT_CHECK(layout_.has_head && saved_->forwarded, "backward without a forward");
+  saved_->forwarded = false;
+  return final_norm_->backward(head_->backward(loss_scale));
+}
+
+Tensor CausalLm::backward_blocks(const Tensor& dh) {
+  Tensor dx = dh;
+  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) dx = (*it)->backward(dx);
+  if (!layout_.has_embedding) {
+    saved_.release();
+    return dx;
+  }
+  embed_->backward(dx);
+  if (wpe_) {
+    const State& state = *saved_;
+    kernels::embedding_shard_backward(state.positions.data(), dx.f32(), 0, config_.block_size,
+                                      wpe_->grad.f32(), dx.dim(0), config_.n_embd);
+  }
+  saved_.release();
+  return Tensor();
 }
 
 float CausalLm::forward(const std::int32_t* tokens, const std::int32_t* targets, std::int64_t batch,
                         std::int64_t seq_len) {
-  const Tensor h = hidden(tokens, batch, seq_len);
-  forwarded_ = true;
-  return head_->forward(h, targets);
+  MT_CHECK(layout_.has_embedding && layout_.has_head, "forward of a whole model on a chunk");
+  return forward_head(forward_blocks(tokens, Tensor(), batch, seq_len), targets);
 }
 
-void CausalLm::backward(float loss_scale) {
-  MT_CHECK(forwarded_, "backward without a forward");
-  forwarded_ = false;
-  Tensor dx = final_norm_->backward(head_->backward(loss_scale));
-  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) dx = (*it)->backward(dx);
-  embed_.backward(dx);
-  if (wpe_) {
-    kernels::embedding_shard_backward(positions_.data(), dx.f32(), 0, config_.block_size,
-                                      wpe_->grad.f32(), dx.dim(0), config_.n_embd);
-  }
-}
+void CausalLm::backward(float loss_scale) { backward_blocks(backward_head(loss_scale)); }
 
 Tensor CausalLm::logits(const std::int32_t* tokens, std::int64_t batch, std::int64_t seq_len) {
+  MT_CHECK(layout_.has_embedding && layout_.has_head, "logits of a whole model on a chunk");
   MT_CHECK(!tp_.sequence_parallel || (batch * seq_len) % tp_.group.size() == 0,
            "{} tokens cannot be split over {} sequence-parallel ranks", batch * seq_len,
            tp_.group.size());
-  forwarded_ = false;
-  return head_->logits(hidden(tokens, batch, seq_len));
+  const Tensor h = forward_blocks(tokens, Tensor(), batch, seq_len);
+  const Tensor logits = head_->logits(final_norm_->forward(h, saved_->batch));
+  saved_->forwarded = false;
+  return logits;
 }
 
 void CausalLm::zero_grad() {
@@ -150,12 +192,21 @@ void CausalLm::zero_grad() {
 }
 
 double CausalLm::flops_per_token(std::int64_t seq_len) const {
-  double n = 0.0;
-  for (const Parameter* p : params_) {
-    const bool lookup_only = (wpe_ && p == &*wpe_) || (lm_head_ && p == &embed_.weight());
-    if (!lookup_only) n += static_cast<double>(p->logical_numel());
-  }
-  return 6.0 * n + 12.0 * static_cast<double>(config_.n_layer * config_.n_embd * seq_len);
+  // Counted over the whole model whatever this chunk holds: MFU is a property of the model.
+  const bool llama = is_llama(config_);
+  const double C = static_cast<double>(config_.n_embd);
+  const double V = static_cast<double>(config_.vocab_size);
+  const double F = static_cast<double>(ffn_hidden_of(config_));
+  const double head_dim = C / static_cast<double>(config_.n_head);
+  const double kv = static_cast<double>(kv_heads_of(config_)) * head_dim;
+  const double bias = config_.bias ? 1.0 : 0.0;
+  const double attn = C * C + 2.0 * C * kv + C * C + bias * (C + 2.0 * kv + C);
+  const double mlp = (llama ? 3.0 : 2.0) * C * F + bias * (F + C);
+  const double norm = C + bias * C;  // weight (and gpt2's bias)
+  // N: the blocks, the final norm and the LM head (the tied or untied [V, C] matrix); the
+  // position table and an untied input embedding are lookups, not products.
+  const double n = static_cast<double>(config_.n_layer) * (attn + mlp + 2.0 * norm) + norm + V * C;
+  return 6.0 * n + 12.0 * static_cast<double>(config_.n_layer) * C * static_cast<double>(seq_len);
 }
 
 }  // namespace meshtrain

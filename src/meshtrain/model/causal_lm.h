@@ -11,6 +11,12 @@
 // Weights are in nn.Linear layout [out, in] (HF GPT-2's Conv1D stores [in, out]: an exporter
 // transposes, the model never does). The loss is the mean softmax cross-entropy over all
 // tokens, computed vocabulary-parallel.
+//
+// Under pipeline parallelism one object holds one model chunk (ChunkLayout): a run of blocks,
+// plus the embeddings when it is the first chunk of the model and the final norm, LM head and
+// loss when it is the last. For gpt2 split over stages the last chunk holds its own copy of
+// the tied token embedding (same name, same initial values, Parameter::tied_copy); the trainer
+// sums the two copies' gradients each step so they stay identical.
 #pragma once
 
 #include <cstdint>
@@ -19,19 +25,31 @@
 #include <vector>
 
 #include "meshtrain/config/config.h"
+#include "meshtrain/layers/activation_slots.h"
 #include "meshtrain/layers/module.h"
 #include "meshtrain/layers/transformer_block.h"
 #include "meshtrain/layers/vocab_parallel.h"
 
 namespace meshtrain {
 
+/// Which part of the model a CausalLm holds: blocks [first_layer, first_layer + num_layers),
+/// the embeddings when has_embedding (the first chunk), the final norm and LM head when
+/// has_head (the last chunk). num_layers = -1: every layer (a whole model).
+struct ChunkLayout {
+  std::int64_t first_layer = 0;
+  std::int64_t num_layers = -1;
+  bool has_embedding = true;
+  bool has_head = true;
+};
+
 class CausalLm {
  public:
-  /// Builds and allocates this rank's parameters (config validated and vocab_size > 0
-  /// beforehand) and initialises them from (seed, name, global index): N(0, init_std²) for
-  /// weights and embeddings; for gpt2 N(0, (init_std/√(2·n_layer))²) for the residual
-  /// projections c_proj (GPT-2 §2.3); zeros for biases, ones for norm weights.
-  CausalLm(const ModelConfig& config, std::uint64_t seed, const TensorParallel& tp);
+  /// Builds and allocates this rank's parameters of `layout` (config validated and
+  /// vocab_size > 0 beforehand) and initialises them from (seed, name, global index):
+  /// N(0, init_std²) for weights and embeddings; for gpt2 N(0, (init_std/√(2·n_layer))²) for
+  /// the residual projections c_proj (GPT-2 §2.3); zeros for biases, ones for norm weights.
+  CausalLm(const ModelConfig& config, std::uint64_t seed, const TensorParallel& tp,
+           const ChunkLayout& layout = {});
 
   /// tokens, targets [batch, T] i32 (T ≤ block_size; the same on every tp rank) → mean
   /// cross-entropy over batch·T tokens, the same on every tp rank. Keeps what backward needs.
@@ -43,7 +61,24 @@ class CausalLm {
   /// rank's tokens; the trainer sums them over tp once per step.
   void backward(float loss_scale);
   /// tokens [batch, T] → logits [batch·T, vocab] (gathered over tp; nothing kept for backward).
+  /// Whole models only.
   Tensor logits(const std::int32_t* tokens, std::int64_t batch, std::int64_t seq_len);
+
+  // One chunk of a pipeline, one micro-batch (the layers keep its activations in the current
+  // activation slot). `x` and the returned activations are [batch·T, C], or [batch·T/tp, C]
+  // under sequence parallelism: the residual stream between chunks.
+  /// tokens [batch·T] when has_embedding (x ignored), else x = the previous chunk's output →
+  /// the residual stream after this chunk's blocks.
+  Tensor forward_blocks(const std::int32_t* tokens, const Tensor& x, std::int64_t batch,
+                        std::int64_t seq_len);
+  /// has_head: residual stream h, targets [batch·T] → mean loss (final norm, head, loss).
+  float forward_head(const Tensor& h, const std::int32_t* targets);
+  /// has_head: backward of loss_scale × the loss → dh.
+  Tensor backward_head(float loss_scale);
+  /// dh (this chunk's output gradient) → the input gradient to send to the previous chunk, or
+  /// an empty tensor when has_embedding (the embeddings' gradients are accumulated instead).
+  Tensor backward_blocks(const Tensor& dh);
+  const ChunkLayout& layout() const noexcept { return layout_; }
 
   /// This rank's parameters, each once (gpt2's tied head is transformer.wte.weight), in
   /// construction order: embeddings, blocks 0 …, final norm, (llama) lm_head.
@@ -60,18 +95,22 @@ class CausalLm {
 
   ModelConfig config_;
   TensorParallel tp_;
-  VocabParallelEmbedding embed_;
+  ChunkLayout layout_;
+  std::unique_ptr<VocabParallelEmbedding> embed_;
   std::optional<Parameter> wpe_;  // gpt2: [block_size, C], replicated over tp
   std::vector<std::unique_ptr<TransformerBlock>> blocks_;
   std::unique_ptr<Module> final_norm_;
-  std::optional<Parameter> lm_head_;  // llama: [V, C] vocabulary shard
+  std::optional<Parameter> lm_head_;  // llama: [V, C]; gpt2 on a later stage: the tied copy
   std::unique_ptr<VocabParallelLmHead> head_;
   ParameterList params_;
 
-  // Kept between forward and backward.
-  std::vector<std::int32_t> positions_;  // this rank's rows (gpt2)
-  SequenceBatch batch_{0, 0};
-  bool forwarded_ = false;
+  // Kept between forward and backward, per activation slot (micro-batch).
+  struct State {
+    std::vector<std::int32_t> positions;  // this rank's rows (gpt2)
+    SequenceBatch batch{0, 0};
+    bool forwarded = false;
+  };
+  Saved<State> saved_;
 };
 
 }  // namespace meshtrain

@@ -31,14 +31,15 @@ void AdamW::step(double lr) {
   }
 }
 
-double global_grad_norm(const ParameterList& params, ProcessGroup& tp) {
+double global_grad_norm(const ParameterList& params, ProcessGroup& tp, ProcessGroup& pp) {
   double sum = 0.0;
   for (const Parameter* p : params) {
-    if (p->is_sharded() || tp.rank() == 0) {
+    if (!p->tied_copy && (p->is_sharded() || tp.rank() == 0)) {
       sum += kernels::sum_squares(p->grad.f32(), p->grad.numel());
     }
   }
   tp.all_reduce_sum(std::span<double>(&sum, 1));
+  pp.all_reduce_sum(std::span<double>(&sum, 1));
   return std::sqrt(sum);
 }
 

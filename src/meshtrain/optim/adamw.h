@@ -35,10 +35,12 @@ class AdamW {
 
 /// √(Σ over every logical parameter of Σ grad²), accumulated in double, counting each logical
 /// element once (Megatron-LM's rule, Shoeybi et al. 2019): a parameter sharded over `tp`
-/// contributes its shard on every tp rank, a parameter replicated over tp only on tp rank 0,
-/// and one all-reduce over tp adds them up, so every rank gets the same number. Padding is
-/// zero and adds nothing. Gradients must already be reduced over dp (identical there).
-double global_grad_norm(const ParameterList& params, ProcessGroup& tp);
+/// contributes its shard on every tp rank, a parameter replicated over tp only on tp rank 0, a
+/// tied copy (Parameter::tied_copy) nowhere; one all-reduce over tp and one over `pp` (every
+/// pipeline stage holds different layers) add them up, so every rank gets the same number.
+/// Padding is zero and adds nothing. Gradients must already be reduced over dp (identical
+/// there).
+double global_grad_norm(const ParameterList& params, ProcessGroup& tp, ProcessGroup& pp);
 
 /// Scales every gradient by max_norm / norm when norm > max_norm (torch.nn.utils.
 /// clip_grad_norm_, which adds 1e-6 to the norm); max_norm ≤ 0 disables clipping.

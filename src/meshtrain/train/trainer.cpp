@@ -13,6 +13,8 @@
 #include "meshtrain/core/error.h"
 #include "meshtrain/core/system.h"
 #include "meshtrain/kernels/kernels.h"
+#include "meshtrain/core/staged_file.h"
+#include "meshtrain/parallel/pp/simulator.h"
 #include "meshtrain/parallel/tp/gather.h"
 
 namespace meshtrain {
@@ -105,8 +107,8 @@ std::string mib(std::int64_t bytes) {
 
 }  // namespace
 
-Trainer::Trainer(Config config, const ProcessGroup& world, TrainerOptions options)
-    : config_(std::move(config)), options_(std::move(options)) {
+Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
+    : config_(std::move(config)), options_(std::move(options)), world_(world) {
   validate_or_throw(config_, world.size());
   const fs::path dir = config_.data.dir;
   metadata_ = load_data_metadata(dir);
@@ -140,17 +142,40 @@ Trainer::Trainer(Config config, const ProcessGroup& world, TrainerOptions option
   kernels::set_num_threads(threads_);
 
   ProcessGroup& tp = mesh_->group(Axis::tp);
-  model_ = std::make_unique<CausalLm>(config_.model, seed,
-                                      TensorParallel{tp, config_.parallel.sequence_parallel});
-  replicated_grads_ = std::make_unique<ReplicatedGradSum>(model_->parameters(), tp,
-                                                          config_.parallel.sequence_parallel);
-  buckets_ =
-      std::make_unique<GradBuckets>(model_->parameters(), dp, config_.parallel.bucket_mib << 20);
-  optimizer_ = std::make_unique<AdamW>(model_->parameters(),
-                                       AdamWConfig{.beta1 = config_.training.beta1,
-                                                   .beta2 = config_.training.beta2,
-                                                   .eps = config_.training.eps,
-                                                   .weight_decay = config_.training.weight_decay});
+  ProcessGroup& pp = mesh_->group(Axis::pp);
+  const TrainingConfig& t = config_.training;
+  const ParallelConfig& par = config_.parallel;
+  stage_ = std::make_unique<PipelineStage>(config_, seed, TensorParallel{tp, par.sequence_parallel},
+                                           pp.rank());
+  const pp::ScheduleSpec schedule{.name = par.pp_schedule,
+                                  .pp = static_cast<int>(par.pp),
+                                  .v = static_cast<int>(par.virtual_stages),
+                                  .m = static_cast<int>(t.accumulation)};
+  executor_ = std::make_unique<pp::PipelineExecutor>(schedule, pp);
+  predicted_bubble_ = pp::simulate(schedule).bubble_fraction;
+  runner_ = std::make_unique<StageRunner>(
+      *stage_, *train_sampler_,
+      MicroBatching{.micro_batch = t.micro_batch,
+                    .seq_len = config_.model.block_size,
+                    .microbatches = t.accumulation,
+                    .dp_rank = dp.rank(),
+                    .dp_size = dp.size(),
+                    .tp_size = tp.size(),
+                    .sequence_parallel = par.sequence_parallel},
+      *executor_);
+  if (pp.size() > 1 && !stage_->tied_embeddings().empty()) {
+    const bool ends = pp.rank() == 0 || pp.rank() == pp.size() - 1;
+    tied_group_ = pp.split(ends ? 0 : 1, pp.rank(), "embedding");
+  } else if (pp.size() > 1 && config_.model.family == "gpt2") {
+    tied_group_ = pp.split(1, pp.rank(), "embedding");  // split is collective over pp
+  }
+  const ParameterList& params = stage_->parameters();
+  replicated_grads_ = std::make_unique<ReplicatedGradSum>(params, tp, par.sequence_parallel);
+  buckets_ = std::make_unique<GradBuckets>(params, dp, par.bucket_mib << 20);
+  optimizer_ = std::make_unique<AdamW>(params, AdamWConfig{.beta1 = t.beta1,
+                                                           .beta2 = t.beta2,
+                                                           .eps = t.eps,
+                                                           .weight_decay = t.weight_decay});
   const std::size_t micro_tokens =
       static_cast<std::size_t>(config_.training.micro_batch * config_.model.block_size);
   inputs_.resize(micro_tokens);
@@ -165,51 +190,90 @@ Trainer::Trainer(Config config, const ProcessGroup& world, TrainerOptions option
 Trainer::Gradients Trainer::compute_gradients(std::int64_t step) {
   const TrainingConfig& t = config_.training;
   ProcessGroup& dp = mesh_->group(Axis::dp);
-  double loss_sum = 0.0;
-  for (std::int64_t a = 0; a < t.accumulation; ++a) {
-    const std::int64_t first = data::first_sequence_of(a, dp.rank(), dp.size(), t.micro_batch);
-    train_sampler_->fill(step, first, t.micro_batch, inputs_.data(), targets_.data());
-    const float loss =
-        model_->forward(inputs_.data(), targets_.data(), t.micro_batch, config_.model.block_size);
-    if (!std::isfinite(loss)) {
-      throw Error(fmt::format("{}: non-finite loss {} at step {}, micro-batch {}",
-                              mesh_->describe(), loss, step + 1, a));
+  ProcessGroup& pp = mesh_->group(Axis::pp);
+  runner_->begin_step(step);
+  const std::vector<pp::ExecutedAction> actions = executor_->run_step(*runner_);
+  double busy = 0.0;
+  for (const pp::ExecutedAction& a : actions) {
+    const pp::ActionKind k = a.action.kind;
+    if (k == pp::ActionKind::forward || k == pp::ActionKind::backward ||
+        k == pp::ActionKind::backward_input || k == pp::ActionKind::backward_weight) {
+      busy += a.end_s - a.start_s;
     }
-    loss_sum += loss;
-    // Each micro-batch's loss is a mean over its tokens; the global-batch loss is their mean.
-    model_->backward(1.0f / static_cast<float>(t.accumulation));
   }
+  last_bubble_ = actions.empty() ? 0.0 : 1.0 - busy / std::max(actions.back().end_s, 1e-12);
+  pp.all_reduce_sum(std::span<double>(&last_bubble_, 1));
+  last_bubble_ /= pp.size();
+  record_trace(step, actions);
+
+  sum_tied_embeddings();            // gpt2 over stages: both copies get the summed gradient
   replicated_grads_->all_reduce();  // sequence parallel: partial sums over tp, once per step
   buckets_->all_reduce_mean();      // one reduction per optimizer step
-  // Every tp rank of a dp group computed the same loss; average over dp only.
-  double loss = loss_sum / static_cast<double>(t.accumulation);
+  // The last stage computed the loss (every tp rank of it the same); average over dp.
+  double loss = runner_->loss_sum() / static_cast<double>(t.accumulation);
+  pp.all_reduce_sum(std::span<double>(&loss, 1));
   dp.all_reduce_sum(std::span<double>(&loss, 1));
   loss /= dp.size();
-  return {loss, global_grad_norm(model_->parameters(), mesh_->group(Axis::tp))};
+  return {loss, global_grad_norm(stage_->parameters(), mesh_->group(Axis::tp), pp)};
+}
+
+void Trainer::sum_tied_embeddings() {
+  const ParameterList& tied = stage_->tied_embeddings();
+  if (tied.empty()) return;
+  Tensor& grad = tied.front()->grad;
+  if (tied.size() == 2) kernels::add_inplace(grad.f32(), tied[1]->grad.f32(), grad.numel());
+  if (tied_group_) tied_group_->all_reduce_sum(grad.span_f32());
+  if (tied.size() == 2) tied[1]->grad.copy_from(grad);
 }
 
 double Trainer::apply_update(std::int64_t step, double grad_norm) {
   const TrainingConfig& t = config_.training;
-  clip_grads(model_->parameters(), grad_norm, t.grad_clip);
+  clip_grads(stage_->parameters(), grad_norm, t.grad_clip);
   const std::int64_t decay_steps = t.lr_decay_steps > 0 ? t.lr_decay_steps : t.max_steps;
   const double lr = lr_at(step, scaled_peak_lr(config_), t.min_lr, t.warmup_steps, decay_steps);
   optimizer_->step(lr);
-  model_->zero_grad();
+  stage_->zero_grad();
   return lr;
 }
 
 double Trainer::evaluate() {
+  // Forward only, one micro-batch at a time through the chunks in model order: the owner of
+  // chunk g receives from the owner of g − 1 and sends to the owner of g + 1 (blocking; every
+  // rank walks the chunks in the same order, so each send meets its receive).
   const TrainingConfig& t = config_.training;
   ProcessGroup& dp = mesh_->group(Axis::dp);
+  ProcessGroup& pp = mesh_->group(Axis::pp);
+  const int chunks = stage_->num_global_chunks();
+  const std::int64_t tokens = t.micro_batch * config_.model.block_size;
+  const Shape boundary{config_.parallel.sequence_parallel
+                           ? tokens / mesh_->group(Axis::tp).size()
+                           : tokens,
+                       config_.model.n_embd};
   double sum = 0.0;
   for (std::int64_t b = 0; b < t.eval_batches; ++b) {
     for (std::int64_t a = 0; a < t.accumulation; ++a) {
       const std::int64_t first = data::first_sequence_of(a, dp.rank(), dp.size(), t.micro_batch);
       val_sampler_->fill(b, first, t.micro_batch, inputs_.data(), targets_.data());
-      sum +=
-          model_->forward(inputs_.data(), targets_.data(), t.micro_batch, config_.model.block_size);
+      Tensor x;
+      for (int g = 0; g < chunks; ++g) {
+        const int owner = g % pp.size();
+        if (owner != pp.rank()) continue;
+        const int prev = (g + pp.size() - 1) % pp.size(), next = (g + 1) % pp.size();
+        if (g > 0 && prev != pp.rank()) {
+          x = Tensor::empty(boundary, MemCategory::activations);
+          pp.recv(x.span_f32(), prev, g);
+        }
+        CausalLm& chunk = stage_->chunk(g / pp.size());
+        x = chunk.forward_blocks(inputs_.data(), x, t.micro_batch, config_.model.block_size);
+        if (g == chunks - 1) {
+          sum += chunk.forward_head(x, targets_.data());
+        } else if (next != pp.rank()) {
+          pp.send(x.span_f32(), next, g + 1);
+        }
+      }
     }
   }
+  pp.all_reduce_sum(std::span<double>(&sum, 1));
   dp.all_reduce_sum(std::span<double>(&sum, 1));
   return sum / static_cast<double>(t.eval_batches * t.accumulation * dp.size());
 }
@@ -221,6 +285,8 @@ std::vector<StepMetrics> Trainer::run() {
   const double peak_flops =
       t.peak_flops_per_core * threads_ * static_cast<double>(mesh_->shape().world_size());
   std::vector<StepMetrics> history;
+  world_.barrier();  // a common time origin for the trace (one clock per machine)
+  t0_ = std::chrono::steady_clock::now();
   for (std::int64_t step = 0; step < t.max_steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
     const CommCounter tp0 = comm_total(mesh_->group(Axis::tp));
@@ -233,7 +299,8 @@ std::vector<StepMetrics> Trainer::run() {
     m.lr = apply_update(step, g.grad_norm);
     m.step_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     m.tokens_per_s = tokens_per_step / m.step_time_s;
-    m.mfu = m.tokens_per_s * model_->flops_per_token(config_.model.block_size) / peak_flops;
+    m.mfu = m.tokens_per_s * stage_->flops_per_token(config_.model.block_size) / peak_flops;
+    m.bubble = last_bubble_;
     m.peak_bytes = TrackedAllocator::instance().total().peak_bytes;
     const CommCounter tp1 = comm_total(mesh_->group(Axis::tp));
     const CommCounter dp1 = comm_total(mesh_->group(Axis::dp));
@@ -248,12 +315,9 @@ std::vector<StepMetrics> Trainer::run() {
     log_step(m);
     history.push_back(m);
   }
+  write_trace();
   if (config_.checkpoint.save_final) {
-    // Every tp group gathers (a collective); dp replicas are identical, so rank 0 writes.
-    std::vector<NamedTensor> tensors;
-    for (const Parameter* p : model_->parameters()) {
-      tensors.push_back({p->name, gather_logical(*p, p->value, mesh_->group(Axis::tp))});
-    }
+    const std::vector<NamedTensor> tensors = logical_tensors();
     if (mesh_->rank() == 0) {
       save_model_checkpoint(config_.checkpoint.dir, tensors, config_,
                             fs::path(config_.data.dir) / data::kMetaJsonName);
@@ -263,15 +327,108 @@ std::vector<StepMetrics> Trainer::run() {
   return history;
 }
 
+std::vector<NamedTensor> Trainer::logical_tensors() {
+  // Each tp group gathers its shards (a collective); then every pipeline stage in turn
+  // broadcasts its tensors over the pp group — name, shape, values — so the first stage holds
+  // the whole model. dp replicas are identical. (A sharded checkpoint, written by every rank,
+  // replaces this in the checkpoint issue.)
+  ProcessGroup& tp = mesh_->group(Axis::tp);
+  ProcessGroup& pp = mesh_->group(Axis::pp);
+  std::vector<NamedTensor> mine;
+  for (const Parameter* p : stage_->parameters()) {
+    if (!p->tied_copy) mine.push_back({p->name, gather_logical(*p, p->value, tp)});
+  }
+  if (pp.size() == 1) return mine;
+  std::vector<NamedTensor> all;
+  for (int root = 0; root < pp.size(); ++root) {
+    std::int64_t count = static_cast<std::int64_t>(mine.size());
+    pp.broadcast(std::as_writable_bytes(std::span<std::int64_t>(&count, 1)), root);
+    for (std::int64_t i = 0; i < count; ++i) {
+      const bool own = root == pp.rank();
+      std::string name = own ? mine[static_cast<std::size_t>(i)].name : std::string();
+      Shape shape = own ? mine[static_cast<std::size_t>(i)].tensor.shape() : Shape{};
+      std::int64_t header[2] = {static_cast<std::int64_t>(name.size()),
+                                static_cast<std::int64_t>(shape.size())};
+      pp.broadcast(std::as_writable_bytes(std::span<std::int64_t>(header)), root);
+      name.resize(static_cast<std::size_t>(header[0]));
+      shape.resize(static_cast<std::size_t>(header[1]));
+      pp.broadcast(std::as_writable_bytes(std::span<char>(name)), root);
+      pp.broadcast(std::as_writable_bytes(std::span<std::int64_t>(shape)), root);
+      Tensor value = own ? mine[static_cast<std::size_t>(i)].tensor
+                         : Tensor::empty(shape, MemCategory::other);
+      pp.broadcast(std::as_writable_bytes(value.span_f32()), root);
+      all.push_back({std::move(name), std::move(value)});
+    }
+  }
+  return all;
+}
+
+void Trainer::record_trace(std::int64_t step, const std::vector<pp::ExecutedAction>& actions) {
+  if (options_.trace_path.empty() || step >= options_.trace_steps) return;
+  // Times relative to t0_ (after the barrier in run()); compute_gradients outside run() (tests)
+  // has no origin and records nothing.
+  if (t0_ == std::chrono::steady_clock::time_point{}) return;
+  const double offset =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count() -
+      (actions.empty() ? 0.0 : actions.back().end_s);
+  for (const pp::ExecutedAction& a : actions) {
+    trace_.insert(trace_.end(), {static_cast<double>(step), static_cast<double>(a.action.kind),
+                                 static_cast<double>(a.action.microbatch),
+                                 static_cast<double>(a.action.chunk),
+                                 static_cast<double>(a.action.peer), offset + a.start_s,
+                                 offset + a.end_s});
+  }
+}
+
+void Trainer::write_trace() {
+  if (options_.trace_path.empty()) return;
+  // Every rank's records reach rank 0 (one broadcast per rank over the world).
+  constexpr std::size_t kFields = 7;
+  nlohmann::json events = nlohmann::json::array();
+  for (int root = 0; root < world_.size(); ++root) {
+    std::int64_t n = static_cast<std::int64_t>(trace_.size());
+    world_.broadcast(std::as_writable_bytes(std::span<std::int64_t>(&n, 1)), root);
+    std::vector<double> records = root == world_.rank() ? trace_ : std::vector<double>();
+    records.resize(static_cast<std::size_t>(n));
+    world_.broadcast(std::as_writable_bytes(std::span<double>(records)), root);
+    if (world_.rank() != 0) continue;
+    events.push_back({{"name", "process_name"},
+                      {"ph", "M"},
+                      {"pid", root},
+                      {"args", {{"name", fmt::format("rank {}", root)}}}});
+    for (std::size_t i = 0; i + kFields <= records.size(); i += kFields) {
+      const pp::Action action{.kind = static_cast<pp::ActionKind>(records[i + 1]),
+                              .microbatch = static_cast<int>(records[i + 2]),
+                              .chunk = static_cast<int>(records[i + 3]),
+                              .peer = static_cast<int>(records[i + 4])};
+      events.push_back({{"name", pp::to_string(action)},
+                        {"cat", fmt::format("step {}", static_cast<int>(records[i]) + 1)},
+                        {"ph", "X"},
+                        {"pid", root},
+                        {"tid", 0},
+                        {"ts", records[i + 5] * 1e6},
+                        {"dur", (records[i + 6] - records[i + 5]) * 1e6}});
+    }
+  }
+  if (world_.rank() != 0) return;
+  const nlohmann::json trace = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
+  const std::string text = trace.dump();
+  StagedFile(options_.trace_path, std::as_bytes(std::span<const char>(text))).commit();
+  if (options_.log) fmt::print("wrote pipeline trace to {}\n", options_.trace_path);
+}
+
 void Trainer::log_step(const StepMetrics& m) {
   if (mesh_->rank() != 0) return;
   const TrainingConfig& t = config_.training;
   if (options_.log && (m.step % t.log_interval == 0 || m.step == 1 || m.val_loss)) {
     fmt::print(
         "step {:>5}/{} | loss {:.4f} | lr {:.3e} | grad_norm {:.4f} | {:7.1f} ms | "
-        "{:>8.0f} tokens/s | MFU {:5.1f}% | peak {}{}\n",
+        "{:>8.0f} tokens/s | MFU {:5.1f}% | peak {}{}{}\n",
         m.step, t.max_steps, m.loss, m.lr, m.grad_norm, m.step_time_s * 1e3, m.tokens_per_s,
         m.mfu * 100.0, mib(m.peak_bytes),
+        config_.parallel.pp > 1 ? fmt::format(" | bubble {:.1f}% (schedule {:.1f}%)",
+                                              m.bubble * 100.0, predicted_bubble_ * 100.0)
+                                : "",
         m.val_loss ? fmt::format(" | val_loss {:.4f}", *m.val_loss) : "");
     std::fflush(stdout);
   }
@@ -287,7 +444,9 @@ void Trainer::log_step(const StepMetrics& m) {
                            {"tp_comm_bytes", m.tp_comm_bytes},
                            {"dp_comm_bytes", m.dp_comm_bytes},
                            {"tp_comm_s", m.tp_comm_s},
-                           {"dp_comm_s", m.dp_comm_s}};
+                           {"dp_comm_s", m.dp_comm_s},
+                           {"bubble", m.bubble},
+                           {"predicted_bubble", predicted_bubble_}};
     for (std::size_t c = 0; c < kNumMemCategories; ++c) {
       const auto category = static_cast<MemCategory>(c);
       line[fmt::format("peak_bytes_{}", to_string(category))] =

@@ -9,20 +9,24 @@
 #pragma once
 
 #include <cstdint>
+#include <chrono>
 #include <fstream>
 #include <memory>
 #include <optional>
 #include <vector>
 
+#include "meshtrain/checkpoint/safetensors.h"
 #include "meshtrain/comm/device_mesh.h"
 #include "meshtrain/config/config.h"
 #include "meshtrain/data/metadata.h"
 #include "meshtrain/data/sampler.h"
 #include "meshtrain/data/token_file.h"
-#include "meshtrain/model/causal_lm.h"
+#include "meshtrain/model/pipeline_stage.h"
 #include "meshtrain/optim/adamw.h"
 #include "meshtrain/parallel/dp/grad_buckets.h"
+#include "meshtrain/parallel/pp/executor.h"
 #include "meshtrain/parallel/tp/replicated_grads.h"
+#include "meshtrain/train/stage_runner.h"
 
 namespace meshtrain {
 
@@ -42,11 +46,16 @@ struct StepMetrics {
   // Seconds this rank spent inside those collectives (waiting for peers included).
   double tp_comm_s = 0.0;
   double dp_comm_s = 0.0;
+  // Pipeline (pp > 1): idle fraction of this step's schedule on this rank's stage, measured as
+  // 1 − (time in compute actions) / (time of the step's actions), averaged over the pp ranks.
+  double bubble = 0.0;
   std::optional<double> val_loss;
 };
 
 struct TrainerOptions {
   std::string metrics_path;  // JSON lines on rank 0; empty = none
+  std::string trace_path;    // Chrome-trace JSON of the pipeline actions (rank 0); empty = none
+  int trace_steps = 10;      // steps recorded in the trace (the first ones)
   bool log = true;           // one line per log_interval steps on rank 0
   int local_ranks = 1;       // ranks of this job on this node (they share its cores)
 };
@@ -54,9 +63,9 @@ struct TrainerOptions {
 class Trainer {
  public:
   /// Checks the config against `world` (ConfigError, before any allocation), opens the data
-  /// (DataError for a missing or corrupt file), then builds the mesh, the model and the
-  /// optimizer. Collective over `world`.
-  Trainer(Config config, const ProcessGroup& world, TrainerOptions options = {});
+  /// (DataError for a missing or corrupt file), then builds the mesh, this rank's pipeline
+  /// stage of the model and the optimizer. Collective over `world`.
+  Trainer(Config config, ProcessGroup& world, TrainerOptions options = {});
 
   /// Trains training.max_steps steps; returns every step's metrics (same on every rank except
   /// peak_bytes). Saves the final checkpoint (logical tensors, gathered over tp) on rank 0
@@ -67,22 +76,31 @@ class Trainer {
     double loss = 0.0;       // mean over the global batch
     double grad_norm = 0.0;  // before clipping
   };
-  /// Step `step` (0-based) up to the averaged gradients: forward/backward of every micro-batch
-  /// of this rank, the tp sum of replicated gradients (sequence parallel) and the dp
-  /// all-reduce. Parameter grads hold this rank's shard of the global-batch gradient after.
+  /// Step `step` (0-based) up to the averaged gradients: the pipeline schedule's forward and
+  /// backward of every micro-batch (pp = 1: one after the other), the sum of the tied
+  /// embedding's two copies (gpt2 over stages), the tp sum of replicated gradients (sequence
+  /// parallel) and the dp all-reduce. Parameter grads hold this rank's shard of the
+  /// global-batch gradient after.
   Gradients compute_gradients(std::int64_t step);
   /// Clips with `grad_norm`, applies AdamW at the step's LR, zeroes the gradients; returns lr.
   double apply_update(std::int64_t step, double grad_norm);
   /// Mean val loss over training.eval_batches global batches (same on every rank).
   double evaluate();
 
-  CausalLm& model() { return *model_; }
+  /// This rank's parameters (its pipeline stage's chunks, its tp shards).
+  const ParameterList& parameters() const { return stage_->parameters(); }
+  PipelineStage& stage() { return *stage_; }
+  const pp::PipelineExecutor& executor() const { return *executor_; }
   const DeviceMesh& mesh() const { return *mesh_; }
   const Config& config() const { return config_; }
   const data::Metadata& metadata() const { return metadata_; }
 
  private:
   void log_step(const StepMetrics& m);
+  void sum_tied_embeddings();
+  void record_trace(std::int64_t step, const std::vector<pp::ExecutedAction>& actions);
+  void write_trace();
+  std::vector<NamedTensor> logical_tensors();
 
   Config config_;
   TrainerOptions options_;
@@ -90,7 +108,15 @@ class Trainer {
   data::TokenFile train_file_, val_file_;
   std::unique_ptr<data::GlobalBatchSampler> train_sampler_, val_sampler_;
   std::unique_ptr<DeviceMesh> mesh_;
-  std::unique_ptr<CausalLm> model_;
+  ProcessGroup& world_;
+  std::unique_ptr<PipelineStage> stage_;
+  std::unique_ptr<pp::PipelineExecutor> executor_;
+  std::unique_ptr<StageRunner> runner_;
+  std::unique_ptr<ProcessGroup> tied_group_;  // pp ranks 0 and pp − 1 (gpt2, pp > 1)
+  double predicted_bubble_ = 0.0;
+  double last_bubble_ = 0.0;
+  std::vector<double> trace_;  // per action: step, kind, microbatch, chunk, start, end
+  std::chrono::steady_clock::time_point t0_;
   std::unique_ptr<ReplicatedGradSum> replicated_grads_;
   std::unique_ptr<GradBuckets> buckets_;
   std::unique_ptr<AdamW> optimizer_;

@@ -1,0 +1,43 @@
+#include "meshtrain/model/pipeline_stage.h"
+
+#include "meshtrain/config/pipeline_rules.h"
+#include "meshtrain/core/error.h"
+
+namespace meshtrain {
+
+PipelineStage::PipelineStage(const Config& config, std::uint64_t seed, const TensorParallel& tp,
+                             int pp_rank)
+    : pp_(static_cast<int>(config.parallel.pp)), pp_rank_(pp_rank) {
+  const std::vector<std::int64_t> counts = layers_per_chunk(config);
+  MT_CHECK(!counts.empty(), "invalid pipeline split (the config was not validated)");
+  const int v = static_cast<int>(config.parallel.virtual_stages);
+  const int last = pp_ * v - 1;
+  for (int k = 0; k < v; ++k) {
+    const int g = k * pp_ + pp_rank_;
+    std::int64_t first_layer = 0;
+    for (int c = 0; c < g; ++c) first_layer += counts[static_cast<std::size_t>(c)];
+    const ChunkLayout layout{.first_layer = first_layer,
+                             .num_layers = counts[static_cast<std::size_t>(g)],
+                             .has_embedding = g == 0,
+                             .has_head = g == last};
+    chunks_.push_back(std::make_unique<CausalLm>(config.model, seed, tp, layout));
+    for (Parameter* p : chunks_.back()->parameters()) params_.push_back(p);
+  }
+  if (config.model.family == "gpt2" && last > 0) {
+    // The embedding sits in global chunk 0 and its tied copy in the last; on different ranks
+    // when pp > 1, in different chunks of one rank when only v > 1 (pp = 1).
+    for (Parameter* p : params_) {
+      if (p->name == "transformer.wte.weight") tied_.push_back(p);
+    }
+  }
+}
+
+void PipelineStage::zero_grad() {
+  for (Parameter* p : params_) p->grad.zero();
+}
+
+double PipelineStage::flops_per_token(std::int64_t seq_len) const {
+  return chunks_.front()->flops_per_token(seq_len);
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,79 @@
+#include "meshtrain/train/stage_runner.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "meshtrain/core/error.h"
+
+namespace meshtrain {
+
+StageRunner::StageRunner(PipelineStage& stage, const data::GlobalBatchSampler& sampler,
+                         const MicroBatching& batching, const pp::PipelineExecutor& executor)
+    : stage_(stage), sampler_(sampler), batching_(batching), executor_(executor) {}
+
+void StageRunner::begin_step(std::int64_t step) {
+  step_ = step;
+  loss_sum_ = 0.0;
+  data_.clear();
+}
+
+void StageRunner::fill(int microbatch) {
+  auto& [tokens, targets] = data_[microbatch];
+  if (!tokens.empty()) return;
+  const std::size_t n = static_cast<std::size_t>(batching_.micro_batch * batching_.seq_len);
+  tokens.resize(n);
+  targets.resize(n);
+  const std::int64_t first = data::first_sequence_of(microbatch, batching_.dp_rank,
+                                                     batching_.dp_size, batching_.micro_batch);
+  sampler_.fill(step_, first, batching_.micro_batch, tokens.data(), targets.data());
+}
+
+const std::vector<std::int32_t>& StageRunner::tokens(int microbatch) {
+  fill(microbatch);
+  return data_[microbatch].first;
+}
+
+const std::vector<std::int32_t>& StageRunner::targets(int microbatch) {
+  fill(microbatch);
+  return data_[microbatch].second;
+}
+
+Tensor StageRunner::forward(int microbatch, int chunk, const Tensor& input) {
+  CausalLm& model = stage_.chunk(chunk);
+  const bool first = model.layout().has_embedding;
+  const Tensor h = model.forward_blocks(first ? tokens(microbatch).data() : nullptr, input,
+                                        batching_.micro_batch, batching_.seq_len);
+  if (!model.layout().has_head) return h;
+  const float loss = model.forward_head(h, targets(microbatch).data());
+  if (!std::isfinite(loss)) {
+    throw Error(fmt::format("non-finite loss {} at step {}, micro-batch {}", loss, step_ + 1,
+                            microbatch));
+  }
+  loss_sum_ += loss;
+  return Tensor();
+}
+
+Tensor StageRunner::backward(int microbatch, int chunk, const Tensor& grad_output,
+                             bool weight_grads) {
+  CausalLm& model = stage_.chunk(chunk);
+  std::optional<DeferWeightGrads> defer;
+  if (!weight_grads) defer.emplace(weight_grads_);
+  // Each micro-batch's loss is a mean over its tokens; the step's loss is their mean.
+  const Tensor dh = model.layout().has_head
+                        ? model.backward_head(1.0f / static_cast<float>(batching_.microbatches))
+                        : grad_output;
+  return model.backward_blocks(dh);
+}
+
+void StageRunner::backward_weight(int microbatch, int chunk) {
+  weight_grads_.run(executor_.slot_of(microbatch, chunk));
+}
+
+Shape StageRunner::boundary_shape() const {
+  const std::int64_t tokens = batching_.micro_batch * batching_.seq_len;
+  return {batching_.sequence_parallel ? tokens / batching_.tp_size : tokens,
+          stage_.chunk(0).config().n_embd};
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,59 @@
+// src/meshtrain/train/stage_runner.h — the trainer's side of the pipeline executor: runs the
+// forward and backward of one (micro-batch, chunk) of this rank's PipelineStage, reading the
+// micro-batch's tokens and targets from the global-batch sampler (first and last chunk only),
+// summing the micro-batch losses on the last stage, and deferring weight gradients to W for
+// zero-bubble schedules (layers/weight_grad_queue.h).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "meshtrain/data/sampler.h"
+#include "meshtrain/layers/weight_grad_queue.h"
+#include "meshtrain/model/pipeline_stage.h"
+#include "meshtrain/parallel/pp/executor.h"
+
+namespace meshtrain {
+
+struct MicroBatching {
+  std::int64_t micro_batch;  // sequences per micro-batch
+  std::int64_t seq_len;      // tokens per sequence
+  std::int64_t microbatches; // per step (training.accumulation)
+  int dp_rank, dp_size;
+  int tp_size;
+  bool sequence_parallel;
+};
+
+class StageRunner final : public pp::StageRunner {
+ public:
+  StageRunner(PipelineStage& stage, const data::GlobalBatchSampler& sampler,
+              const MicroBatching& batching, const pp::PipelineExecutor& executor);
+
+  /// Reads global batch `step` from now on and clears the loss sum.
+  void begin_step(std::int64_t step);
+  /// Σ of the micro-batch losses computed here (non-zero on the last stage only).
+  double loss_sum() const { return loss_sum_; }
+
+  Tensor forward(int microbatch, int chunk, const Tensor& input) override;
+  Tensor backward(int microbatch, int chunk, const Tensor& grad_output,
+                  bool weight_grads) override;
+  void backward_weight(int microbatch, int chunk) override;
+  Shape boundary_shape() const override;
+
+ private:
+  const std::vector<std::int32_t>& tokens(int microbatch);
+  const std::vector<std::int32_t>& targets(int microbatch);
+  void fill(int microbatch);
+
+  PipelineStage& stage_;
+  const data::GlobalBatchSampler& sampler_;
+  MicroBatching batching_;
+  const pp::PipelineExecutor& executor_;
+  WeightGradQueue weight_grads_;
+  std::int64_t step_ = 0;
+  double loss_sum_ = 0.0;
+  std::map<int, std::pair<std::vector<std::int32_t>, std::vector<std::int32_t>>> data_;
+};
+
+}  // namespace meshtrain
