@@ -47,17 +47,20 @@ struct ScheduleSpec {
   int m = 1;         // micro-batches per optimizer step
 };
 
-/// Every reason `spec` cannot run (unknown name, pp/v/m out of range, v ≠ 1 for a
-/// non-interleaved schedule, the interleaved schedule's m % pp == 0), each naming the setting
-/// (parallel.pp_schedule, parallel.pp, parallel.virtual_stages, parallel.microbatches), its
-/// value, the rule and a fix. Empty when valid.
+/// Every reason `spec` cannot run (unknown name, pp/v/m < 1, v ≠ 1 for a non-interleaved
+/// schedule; interleaved_1f1b needs v ≥ 2, pp ≥ 2 and m % pp == 0, hence m ≥ pp), each naming
+/// the setting (parallel.pp_schedule, parallel.pp, parallel.virtual_stages,
+/// parallel.microbatches), its value, the rule and a fix. Empty when valid.
 std::vector<ConfigIssue> check_schedule(const ScheduleSpec& spec);
 
 /// The ordered actions of pipeline rank `stage` ∈ [0, pp). Throws ConfigError when
 /// check_schedule(spec) is not empty.
 std::vector<Action> schedule_for(const ScheduleSpec& spec, int stage);
 
-/// "F3.1" style text of one action (kind, micro-batch, chunk, peer), for errors and traces.
+/// "F3.1" style text of one action (kind, micro-batch, chunk, peer), for errors and traces:
+/// F forward, BW fused backward, B backward_input, W backward_weight, then micro-batch.chunk
+/// (local chunk); sends and recvs add the peer: SA3.1>2 / RA3.1<0 (activation), SG / RG
+/// (gradient).
 std::string to_string(const Action& action);
 
 }  // namespace meshtrain::pp

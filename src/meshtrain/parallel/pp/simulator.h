@@ -49,7 +49,11 @@ struct SimulationResult {
 SimulationResult simulate(const ScheduleSpec& spec, const std::vector<std::vector<Action>>& lists,
                           const ActionCosts& costs = {});
 
-/// schedule_for every stage, then simulate.
+/// schedule_for every stage, then simulate. Throws ConfigError as schedule_for does.
 SimulationResult simulate(const ScheduleSpec& spec, const ActionCosts& costs = {});
+
+/// A text chart of `result.timeline` for debugging: one line per rank, one character per
+/// `unit` of time: F forward, B backward (fused or input), W weight gradient, '.' idle.
+std::string render_timeline(const SimulationResult& result, double unit = 1.0);
 
 }  // namespace meshtrain::pp
