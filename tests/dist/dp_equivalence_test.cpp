@@ -55,8 +55,8 @@ TEST(DataParallel, MatchesSingleProcessAtSameGlobalBatch) {
   Trainer parallel(test::small_config(dp, kGlobalBatch / dp, 1), *world, quiet());
 
   // Invariant 1: the same initial weights, bit for bit, as the dp = 1 run and as rank 0.
-  const ParameterList& mine = parallel.model().parameters();
-  const ParameterList& ref = reference.model().parameters();
+  const ParameterList& mine = parallel.parameters();
+  const ParameterList& ref = reference.parameters();
   for (std::size_t i = 0; i < mine.size(); ++i) {
     ASSERT_EQ(std::memcmp(mine[i]->value.f32(), ref[i]->value.f32(),
                           static_cast<std::size_t>(ref[i]->value.bytes())),
@@ -84,7 +84,7 @@ TEST(DataParallel, AccumulationEqualsOneLargerMicroBatch) {
   Trainer accumulated(test::small_config(dp, 2, 4), *world, quiet());
   const TrainedRun a = test::train_steps(large, 20);
   const TrainedRun b = test::train_steps(accumulated, 20);
-  expect_equivalent(a, b, accumulated.model().parameters());
+  expect_equivalent(a, b, accumulated.parameters());
 }
 
 TEST(DataParallel, OneGradientAllReducePerStepOfExactlyTheGradientBytes) {
@@ -93,7 +93,7 @@ TEST(DataParallel, OneGradientAllReducePerStepOfExactlyTheGradientBytes) {
   const auto world = rt.world_group();
   Trainer trainer(test::small_config(dp, 2, 4), *world, quiet());
   std::int64_t grad_bytes = 0;
-  for (const Parameter* p : trainer.model().parameters()) grad_bytes += p->grad.bytes();
+  for (const Parameter* p : trainer.parameters()) grad_bytes += p->grad.bytes();
   ProcessGroup& dp_group = trainer.mesh().group(Axis::dp);
   dp_group.reset_counters();
   trainer.compute_gradients(0);

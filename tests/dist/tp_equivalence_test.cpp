@@ -78,8 +78,8 @@ TEST_P(TpLayout, MatchesSingleProcessAtSameGlobalBatch) {
   Trainer parallel(test::small_tp_config(family, dp_, tp, sp, kGlobalBatch / dp_, 1), *world,
                    quiet());
   ProcessGroup& tp_group = parallel.mesh().group(Axis::tp);
-  const ParameterList& mine = parallel.model().parameters();
-  const ParameterList& ref = reference.model().parameters();
+  const ParameterList& mine = parallel.parameters();
+  const ParameterList& ref = reference.parameters();
   ASSERT_EQ(mine.size(), ref.size());
 
   // Invariant 1: every shard is the matching slice of the tp = 1 weight, bit for bit.
@@ -144,7 +144,7 @@ TEST_P(TpLayout, BytesPerStepEqualTheFormula) {
   Trainer trainer(config, *world, quiet());
   ProcessGroup& tp_group = trainer.mesh().group(Axis::tp);
   std::int64_t replicated_bytes = 0;
-  for (const Parameter* p : trainer.model().parameters()) {
+  for (const Parameter* p : trainer.parameters()) {
     if (!p->is_sharded()) replicated_bytes += p->grad.bytes();
   }
   tp_group.reset_counters();

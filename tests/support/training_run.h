@@ -32,7 +32,7 @@ inline TrainedRun train_steps(Trainer& trainer, int steps) {
     const Trainer::Gradients g = trainer.compute_gradients(s);
     if (s == 0) {
       run.grad_norm_step1 = g.grad_norm;
-      for (const Parameter* p : trainer.model().parameters()) {
+      for (const Parameter* p : trainer.parameters()) {
         run.grads_step1.push_back(gather_logical(*p, p->grad, tp));
       }
     }

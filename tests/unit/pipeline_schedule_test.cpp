@@ -410,7 +410,7 @@ TEST(PipelineSchedule, CheckScheduleNamesSettingValueRuleAndFix) {
        "unknown pipeline schedule",
        "\"1f1b\""},
       {{"1f1b", 0, 1, 4}, "parallel.pp", "0", "must be ≥ 1", "use 1"},
-      {{"gpipe", 2, 1, 0}, "parallel.microbatches", "0", "must be ≥ 1", "at least"},
+      {{"gpipe", 2, 1, 0}, "training.accumulation", "0", "must be ≥ 1", "at least"},
       {{"zb_h1", 2, 0, 4}, "parallel.virtual_stages", "0", "must be ≥ 1", "use 1"},
       {{"1f1b", 2, 2, 4},
        "parallel.virtual_stages",
@@ -425,12 +425,12 @@ TEST(PipelineSchedule, CheckScheduleNamesSettingValueRuleAndFix) {
        "parallel.virtual_stages = 2"},
       {{"interleaved_1f1b", 1, 2, 4}, "parallel.pp", "1", "needs ≥ 2 stages", "parallel.pp ≥ 2"},
       {{"interleaved_1f1b", 4, 2, 6},
-       "parallel.microbatches",
+       "training.accumulation",
        "6",
        "must be a multiple of 4",
        "use 4 or 8 micro-batches"},
       {{"interleaved_1f1b", 4, 2, 2},
-       "parallel.microbatches",
+       "training.accumulation",
        "2",
        "groups of parallel.pp = 4",
        "use 4 micro-batches"},
@@ -458,7 +458,7 @@ TEST(PipelineSchedule, CheckScheduleNamesSettingValueRuleAndFix) {
   EXPECT_EQ(all[0].setting, "parallel.pp_schedule");
   EXPECT_EQ(all[1].setting, "parallel.pp");
   EXPECT_EQ(all[2].setting, "parallel.virtual_stages");
-  EXPECT_EQ(all[3].setting, "parallel.microbatches");
+  EXPECT_EQ(all[3].setting, "training.accumulation");
   // The valid corners.
   EXPECT_TRUE(check_schedule({"gpipe", 1, 1, 1}).empty());
   EXPECT_TRUE(check_schedule({"1f1b", 8, 1, 1}).empty());

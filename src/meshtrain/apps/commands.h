@@ -18,6 +18,7 @@ int run_prepare(const PrepareArgs& args);
 struct TrainArgs {
   std::string config;
   std::string metrics;
+  std::string trace;
   std::vector<std::string> overrides;  // --section.key value ...
 };
 int run_train(const TrainArgs& args, const MpiRuntime& runtime);

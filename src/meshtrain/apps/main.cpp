@@ -31,6 +31,9 @@ int main(int argc, char** argv) {
       "train", "train from a TOML config; any key overridable as --section.key value");
   train_cmd->add_option("config", train.config, "TOML config file")->required();
   train_cmd->add_option("--metrics", train.metrics, "write JSON lines of per-step metrics");
+  train_cmd->add_option("--trace", train.trace,
+                        "write the first 10 steps' pipeline actions of every rank as Chrome-trace "
+                        "JSON (open it in Perfetto)");
   train_cmd->allow_extras();
   train_cmd->footer(
       "Every setting of the config can be overridden after it as --section.key value (or\n"

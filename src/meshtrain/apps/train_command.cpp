@@ -15,19 +15,21 @@ int run_train(const TrainArgs& args, const MpiRuntime& runtime) {
     const auto world = runtime.world_group();
     Trainer trainer(
         std::move(config), *world,
-        {.metrics_path = args.metrics, .log = true, .local_ranks = runtime.local_size()});
+        {.metrics_path = args.metrics,
+         .trace_path = args.trace,
+         .log = true,
+         .local_ranks = runtime.local_size()});
     if (rank0) {
       const Config& c = trainer.config();
       fmt::print(
-          "meshtrain: {} ({}) on {} rank(s) (dp={} tp={}{}), {} parameters, global batch {} × {} "
-          "tokens\n",
+          "meshtrain: {} ({}) on {} rank(s) (dp={} tp={}{} pp={}{}), {} parameters, global batch "
+          "{} × {} tokens\n",
           args.config, c.model.family, runtime.world_size(), c.parallel.dp, c.parallel.tp,
-          c.parallel.sequence_parallel && c.parallel.tp > 1 ? " +sp" : "",
-          [&] {
-            std::int64_t n = 0;
-            for (const Parameter* p : trainer.model().parameters()) n += p->logical_numel();
-            return n;
-          }(),
+          c.parallel.sequence_parallel && c.parallel.tp > 1 ? " +sp" : "", c.parallel.pp,
+          c.parallel.pp > 1 ? fmt::format(" {} v={} m={}", c.parallel.pp_schedule,
+                                          c.parallel.virtual_stages, c.training.accumulation)
+                            : "",
+          trainer.logical_parameters(),
           c.training.micro_batch * c.training.accumulation * c.parallel.dp, c.model.block_size);
     }
     trainer.run();

@@ -10,7 +10,12 @@
 namespace meshtrain {
 namespace {
 
-// "3, 3,2" → {3, 3, 2}; nullopt-like empty vector plus false on a malformed entry.
+bool known(std::string_view name) {
+  const auto& names = pipeline_schedule_names();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+// "3, 3,2" → {3, 3, 2}; false when an entry is not an integer.
 bool parse_counts(const std::string& text, std::vector<std::int64_t>& out) {
   out.clear();
   std::size_t begin = 0;
@@ -36,44 +41,56 @@ const std::vector<std::string>& pipeline_schedule_names() {
 
 std::vector<ConfigIssue> check_schedule(const std::string& name, std::int64_t pp, std::int64_t v,
                                         std::int64_t m) {
+  const struct {
+    const std::string& name;
+    std::int64_t pp, v, m;
+  } spec{name, pp, v, m};
   std::vector<ConfigIssue> issues;
-  const auto& names = pipeline_schedule_names();
-  if (std::find(names.begin(), names.end(), name) == names.end()) {
-    issues.push_back({"parallel.pp_schedule", fmt::format("\"{}\"", name),
-                      fmt::format("the schedules are: {}", fmt::join(names, ", ")),
-                      "set parallel.pp_schedule = \"1f1b\""});
-  }
-  if (pp < 1) issues.push_back({"parallel.pp", fmt::format("{}", pp), "must be ≥ 1", "use 1"});
-  if (v < 1) {
-    issues.push_back({"parallel.virtual_stages", fmt::format("{}", v), "must be ≥ 1", "use 1"});
-  }
-  if (m < 1) {
-    issues.push_back({"training.accumulation", fmt::format("{}", m),
-                      "must be ≥ 1 (it is the number of micro-batches per step)", "use e.g. 8"});
-  }
-  if (!issues.empty()) return issues;
-  const bool interleaved = name == "interleaved_1f1b";
-  if (!interleaved && v != 1) {
-    issues.push_back({"parallel.virtual_stages", fmt::format("{}", v),
-                      fmt::format("only interleaved_1f1b runs several model chunks per rank; "
-                                  "parallel.pp_schedule = \"{}\" needs 1",
-                                  name),
-                      "set parallel.virtual_stages = 1, or parallel.pp_schedule = "
-                      "\"interleaved_1f1b\""});
-  }
-  if (interleaved && v < 2) {
-    issues.push_back({"parallel.virtual_stages", fmt::format("{}", v),
-                      "interleaved_1f1b needs ≥ 2 model chunks per rank",
-                      "set parallel.virtual_stages = 2, or parallel.pp_schedule = \"1f1b\""});
-  }
-  if (interleaved && m % pp != 0) {
+  auto add = [&](std::string setting, auto value, std::string rule, std::string fix) {
     issues.push_back(
-        {"training.accumulation", fmt::format("{}", m),
-         fmt::format("interleaved_1f1b sends micro-batches round the {} pipeline ranks in groups "
-                     "of {}: the micro-batches per step must be a multiple of parallel.pp",
-                     pp, pp),
-         fmt::format("set training.accumulation to a multiple of {} (e.g. {})", pp,
-                     (m / pp + 1) * pp)});
+        {std::move(setting), fmt::format("{}", value), std::move(rule), std::move(fix)});
+  };
+  const bool interleaved = spec.name == "interleaved_1f1b";
+  if (!known(spec.name)) {
+    add("parallel.pp_schedule", spec.name,
+        "unknown pipeline schedule; the schedules are: gpipe, 1f1b, interleaved_1f1b, zb_h1",
+        "set parallel.pp_schedule = \"1f1b\" (or gpipe, interleaved_1f1b, zb_h1)");
+  }
+  if (spec.pp < 1) {
+    add("parallel.pp", spec.pp, "must be ≥ 1 (pipeline stages)",
+        "use 1 for no pipeline parallelism");
+  } else if (interleaved && spec.pp < 2) {
+    add("parallel.pp", spec.pp,
+        "interleaved_1f1b needs ≥ 2 stages: with one stage every chunk is on the same rank "
+        "(each transfer would be to itself) and there is no bubble to shrink",
+        "set parallel.pp ≥ 2, or parallel.pp_schedule = \"1f1b\" with "
+        "parallel.virtual_stages = 1");
+  }
+  if (spec.v < 1) {
+    add("parallel.virtual_stages", spec.v, "must be ≥ 1 (model chunks per pipeline rank)",
+        interleaved ? "use 2 (or more) with interleaved_1f1b" : "use 1");
+  } else if (interleaved && spec.v < 2) {
+    add("parallel.virtual_stages", spec.v,
+        "interleaved_1f1b needs ≥ 2 model chunks per rank (with 1 it is 1f1b)",
+        "set parallel.virtual_stages = 2 (or more), or parallel.pp_schedule = \"1f1b\"");
+  } else if (!interleaved && known(spec.name) && spec.v > 1) {
+    add("parallel.virtual_stages", spec.v,
+        fmt::format("only interleaved_1f1b runs more than one model chunk per rank; {} needs 1",
+                    spec.name),
+        "set parallel.virtual_stages = 1, or parallel.pp_schedule = \"interleaved_1f1b\"");
+  }
+  if (spec.m < 1) {
+    add("training.accumulation", spec.m, "must be ≥ 1 (the micro-batches per optimizer step, which the pipeline runs)",
+        fmt::format("use at least {} (parallel.pp; more micro-batches shrink the bubble)",
+                    std::max<std::int64_t>(spec.pp, 1)));
+  } else if (interleaved && spec.pp >= 2 && spec.m % spec.pp != 0) {
+    const std::int64_t lower = spec.m / spec.pp * spec.pp, upper = lower + spec.pp;
+    add("training.accumulation", spec.m,
+        fmt::format("interleaved_1f1b runs the micro-batches in groups of parallel.pp = {} "
+                    "(Megatron-LM's rule): must be a multiple of {}",
+                    spec.pp, spec.pp),
+        lower >= spec.pp ? fmt::format("set training.accumulation to {} or {}", lower, upper)
+                         : fmt::format("set training.accumulation to {} (or a multiple)", upper));
   }
   return issues;
 }

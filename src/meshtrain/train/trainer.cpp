@@ -170,6 +170,12 @@ Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
     tied_group_ = pp.split(1, pp.rank(), "embedding");  // split is collective over pp
   }
   const ParameterList& params = stage_->parameters();
+  double count = 0.0;
+  for (const Parameter* p : params) {
+    if (!p->tied_copy) count += static_cast<double>(p->logical_numel());
+  }
+  pp.all_reduce_sum(std::span<double>(&count, 1));
+  logical_parameters_ = static_cast<std::int64_t>(count);
   replicated_grads_ = std::make_unique<ReplicatedGradSum>(params, tp, par.sequence_parallel);
   buckets_ = std::make_unique<GradBuckets>(params, dp, par.bucket_mib << 20);
   optimizer_ = std::make_unique<AdamW>(params, AdamWConfig{.beta1 = t.beta1,
@@ -180,6 +186,11 @@ Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
       static_cast<std::size_t>(config_.training.micro_batch * config_.model.block_size);
   inputs_.resize(micro_tokens);
   targets_.resize(micro_tokens);
+  if (mesh_->rank() == 0 && !options_.trace_path.empty()) {
+    // Fails now, not after training, when the trace cannot be written.
+    std::ofstream probe(options_.trace_path, std::ios::app);
+    if (!probe) throw DataError(fmt::format("cannot write the trace to {}", options_.trace_path));
+  }
   if (mesh_->rank() == 0 && !options_.metrics_path.empty()) {
     metrics_.open(options_.metrics_path, std::ios::trunc);
     if (!metrics_)

@@ -90,6 +90,8 @@ class Trainer {
   /// This rank's parameters (its pipeline stage's chunks, its tp shards).
   const ParameterList& parameters() const { return stage_->parameters(); }
   PipelineStage& stage() { return *stage_; }
+  /// Parameters of the whole logical model (every stage, no padding, tied weights once).
+  std::int64_t logical_parameters() const { return logical_parameters_; }
   const pp::PipelineExecutor& executor() const { return *executor_; }
   const DeviceMesh& mesh() const { return *mesh_; }
   const Config& config() const { return config_; }
@@ -114,6 +116,7 @@ class Trainer {
   std::unique_ptr<StageRunner> runner_;
   std::unique_ptr<ProcessGroup> tied_group_;  // pp ranks 0 and pp − 1 (gpt2, pp > 1)
   double predicted_bubble_ = 0.0;
+  std::int64_t logical_parameters_ = 0;
   double last_bubble_ = 0.0;
   std::vector<double> trace_;  // per action: step, kind, microbatch, chunk, start, end
   std::chrono::steady_clock::time_point t0_;

@@ -50,7 +50,7 @@ struct ScheduleSpec {
 /// Every reason `spec` cannot run (unknown name, pp/v/m < 1, v ≠ 1 for a non-interleaved
 /// schedule; interleaved_1f1b needs v ≥ 2, pp ≥ 2 and m % pp == 0, hence m ≥ pp), each naming
 /// the setting (parallel.pp_schedule, parallel.pp, parallel.virtual_stages,
-/// parallel.microbatches), its value, the rule and a fix. Empty when valid.
+/// training.accumulation, which is m), its value, the rule and a fix. Empty when valid.
 std::vector<ConfigIssue> check_schedule(const ScheduleSpec& spec);
 
 /// The ordered actions of pipeline rank `stage` ∈ [0, pp). Throws ConfigError when
