@@ -46,52 +46,56 @@ CausalSelfAttention::CausalSelfAttention(const std::string& prefix, const Attent
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x, const SequenceBatch& batch) {
-  batch_ = batch;
-  qkv_out_ = qkv_.forward(x);
-  const std::int64_t tokens = qkv_out_[0].dim(0);
+  State& s = *saved_;
+  s.batch = batch;
+  s.qkv_out = qkv_.forward(x);
+  const std::int64_t tokens = s.qkv_out[0].dim(0);
   MT_CHECK(tokens == batch.tokens(), "attention input has {} rows, expected {} × {}", tokens,
            batch.sequences, batch.seq_len);
   const std::int64_t q_width = heads_ * head_dim_, kv_width = kv_heads_ * head_dim_;
-  const auto in = rows_of<float*, kernels::QkvGradRows>(qkv_out_, q_width, kv_width);
+  const auto in = rows_of<float*, kernels::QkvGradRows>(s.qkv_out, q_width, kv_width);
   if (shape_.rope_theta > 0.0f) {
-    positions_.resize(static_cast<std::size_t>(tokens));
+    s.positions.resize(static_cast<std::size_t>(tokens));
     for (std::int64_t t = 0; t < tokens; ++t) {
-      positions_[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(t % batch.seq_len);
+      s.positions[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(t % batch.seq_len);
     }
-    kernels::rope_apply(in.dq, in.q_stride, positions_.data(), tokens, heads_, head_dim_,
+    kernels::rope_apply(in.dq, in.q_stride, s.positions.data(), tokens, heads_, head_dim_,
                         shape_.rope_theta, false);
-    kernels::rope_apply(in.dk, in.kv_stride, positions_.data(), tokens, kv_heads_, head_dim_,
+    kernels::rope_apply(in.dk, in.kv_stride, s.positions.data(), tokens, kv_heads_, head_dim_,
                         shape_.rope_theta, false);
   }
-  att_out_ = Tensor::empty({tokens, q_width}, MemCategory::activations);
-  lse_ = Tensor::empty({batch.sequences, heads_, batch.seq_len}, MemCategory::activations);
+  s.att_out = Tensor::empty({tokens, q_width}, MemCategory::activations);
+  s.lse = Tensor::empty({batch.sequences, heads_, batch.seq_len}, MemCategory::activations);
   const kernels::GqaDims dims{batch.sequences, batch.seq_len, heads_, kv_heads_, head_dim_};
   kernels::gqa_attention_forward(
-      rows_of<const float*, kernels::QkvRows>(qkv_out_, q_width, kv_width), att_out_.f32(),
-      lse_.f32(), dims);
-  return out_.forward(att_out_);
+      rows_of<const float*, kernels::QkvRows>(s.qkv_out, q_width, kv_width), s.att_out.f32(),
+      s.lse.f32(), dims);
+  return out_.forward(s.att_out);
 }
 
 Tensor CausalSelfAttention::backward(const Tensor& dy) {
+  MT_CHECK(saved_.has(), "{}: backward without a forward in activation slot {}",
+           parameters().front()->name, current_activation_slot());
   const Tensor d_att = out_.backward(dy);
   std::vector<Tensor> grads;
-  for (const Tensor& t : qkv_out_)
-    grads.push_back(Tensor::empty(t.shape(), MemCategory::activations));
-  const std::int64_t q_width = heads_ * head_dim_, kv_width = kv_heads_ * head_dim_;
-  const auto d = rows_of<float*, kernels::QkvGradRows>(grads, q_width, kv_width);
-  const kernels::GqaDims dims{batch_.sequences, batch_.seq_len, heads_, kv_heads_, head_dim_};
-  kernels::gqa_attention_backward(
-      rows_of<const float*, kernels::QkvRows>(qkv_out_, q_width, kv_width), att_out_.f32(),
-      lse_.f32(), d_att.f32(), d, dims);
-  if (shape_.rope_theta > 0.0f) {  // the rotation is orthogonal: its backward rotates back
-    const std::int64_t tokens = qkv_out_[0].dim(0);
-    kernels::rope_apply(d.dq, d.q_stride, positions_.data(), tokens, heads_, head_dim_,
-                        shape_.rope_theta, true);
-    kernels::rope_apply(d.dk, d.kv_stride, positions_.data(), tokens, kv_heads_, head_dim_,
-                        shape_.rope_theta, true);
+  {
+    const State s = saved_.take();  // freed before the projections' backward, as before
+    for (const Tensor& t : s.qkv_out)
+      grads.push_back(Tensor::empty(t.shape(), MemCategory::activations));
+    const std::int64_t q_width = heads_ * head_dim_, kv_width = kv_heads_ * head_dim_;
+    const auto d = rows_of<float*, kernels::QkvGradRows>(grads, q_width, kv_width);
+    const kernels::GqaDims dims{s.batch.sequences, s.batch.seq_len, heads_, kv_heads_, head_dim_};
+    kernels::gqa_attention_backward(
+        rows_of<const float*, kernels::QkvRows>(s.qkv_out, q_width, kv_width), s.att_out.f32(),
+        s.lse.f32(), d_att.f32(), d, dims);
+    if (shape_.rope_theta > 0.0f) {  // the rotation is orthogonal: its backward rotates back
+      const std::int64_t tokens = s.qkv_out[0].dim(0);
+      kernels::rope_apply(d.dq, d.q_stride, s.positions.data(), tokens, heads_, head_dim_,
+                          shape_.rope_theta, true);
+      kernels::rope_apply(d.dk, d.kv_stride, s.positions.data(), tokens, kv_heads_, head_dim_,
+                          shape_.rope_theta, true);
+    }
   }
-  qkv_out_.clear();
-  att_out_ = lse_ = Tensor();
   return qkv_.backward(grads);
 }
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "meshtrain/layers/activation_slots.h"
 #include "meshtrain/layers/module.h"
 #include "meshtrain/layers/parallel_linear.h"
 
@@ -35,9 +36,12 @@ class CausalSelfAttention final : public Module {
   CausalSelfAttention(const std::string& prefix, const AttentionShape& shape,
                       const TensorParallel& tp);
 
-  /// x [tokens, C] (or [tokens/tp, C] under sequence parallelism) → same layout. Keeps q, k,
-  /// v (after rotation), the attention output and its log-sum-exp, [batch, H/tp, T].
+  /// x [tokens, C] (or [tokens/tp, C] under sequence parallelism) → same layout. Keeps, in
+  /// the current activation slot, q, k, v (after rotation; [tokens, H/tp·d], [tokens,
+  /// Hkv/tp·d] each, or the fused [tokens, 3C/tp]), the positions, the attention output
+  /// [tokens, H/tp·d] and its log-sum-exp [batch, H/tp, T] (plus what its linears keep).
   Tensor forward(const Tensor& x, const SequenceBatch& batch) override;
+  /// Frees the slot's state (what deferred weight gradients need stays with their queue).
   Tensor backward(const Tensor& dy) override;
   ParameterList parameters() override;
 
@@ -46,10 +50,13 @@ class CausalSelfAttention final : public Module {
   std::int64_t heads_, kv_heads_, head_dim_;  // heads on this rank
   ColumnParallelLinear qkv_;
   RowParallelLinear out_;
-  SequenceBatch batch_{0, 0};
-  std::vector<Tensor> qkv_out_;
-  std::vector<std::int32_t> positions_;
-  Tensor att_out_, lse_;
+  struct State {
+    SequenceBatch batch{0, 0};
+    std::vector<Tensor> qkv_out;
+    std::vector<std::int32_t> positions;
+    Tensor att_out, lse;
+  };
+  Saved<State> saved_;
 };
 
 }  // namespace meshtrain

@@ -1,5 +1,6 @@
 #include "meshtrain/layers/mlp.h"
 
+#include "meshtrain/core/error.h"
 #include "meshtrain/kernels/kernels.h"
 
 namespace meshtrain {
@@ -9,17 +10,22 @@ GeluMlp::GeluMlp(const std::string& prefix, const MlpShape& s, const TensorParal
       proj_(prefix + ".c_proj", s.hidden, s.n_embd, s.bias, s.proj_init_std, tp) {}
 
 Tensor GeluMlp::forward(const Tensor& x, const SequenceBatch& /*batch*/) {
-  pre_act_ = fc_.forward(x);
-  Tensor act = Tensor::empty(pre_act_[0].shape(), MemCategory::activations);
-  kernels::gelu_forward(pre_act_[0].f32(), act.f32(), act.numel());
+  Tensor& pre_act = saved_->pre_act;
+  pre_act = std::move(fc_.forward(x)[0]);
+  Tensor act = Tensor::empty(pre_act.shape(), MemCategory::activations);
+  kernels::gelu_forward(pre_act.f32(), act.f32(), act.numel());
   return proj_.forward(act);
 }
 
 Tensor GeluMlp::backward(const Tensor& dy) {
+  MT_CHECK(saved_.has(), "{}: backward without a forward in activation slot {}",
+           parameters().front()->name, current_activation_slot());
   Tensor d_act = proj_.backward(dy);
-  // In place: dgelu reads the pre-activation and the incoming gradient element by element.
-  kernels::gelu_backward(pre_act_[0].f32(), d_act.f32(), d_act.f32(), d_act.numel());
-  pre_act_.clear();
+  {
+    const State s = saved_.take();  // freed before the expansion's backward, as before
+    // In place: dgelu reads the pre-activation and the incoming gradient element by element.
+    kernels::gelu_backward(s.pre_act.f32(), d_act.f32(), d_act.f32(), d_act.numel());
+  }
   return fc_.backward(std::span<const Tensor>(&d_act, 1));
 }
 
@@ -36,21 +42,23 @@ SwiGluMlp::SwiGluMlp(const std::string& prefix, const MlpShape& s, const TensorP
       down_(prefix + ".down_proj", s.hidden, s.n_embd, s.bias, s.proj_init_std, tp) {}
 
 Tensor SwiGluMlp::forward(const Tensor& x, const SequenceBatch& /*batch*/) {
-  gate_up_out_ = gate_up_.forward(x);
-  const Tensor& gate = gate_up_out_[0];
+  std::vector<Tensor>& gate_up = saved_->gate_up;
+  gate_up = gate_up_.forward(x);
+  const Tensor& gate = gate_up[0];
   Tensor act = Tensor::empty(gate.shape(), MemCategory::activations);
-  kernels::swiglu_forward(gate.f32(), gate_up_out_[1].f32(), act.f32(), act.numel());
+  kernels::swiglu_forward(gate.f32(), gate_up[1].f32(), act.f32(), act.numel());
   return down_.forward(act);
 }
 
 Tensor SwiGluMlp::backward(const Tensor& dy) {
+  MT_CHECK(saved_.has(), "{}: backward without a forward in activation slot {}",
+           parameters().front()->name, current_activation_slot());
   const Tensor d_act = down_.backward(dy);
   // In place: the gate and up activations are not needed after their gradients.
-  Tensor& gate = gate_up_out_[0];
-  Tensor& up = gate_up_out_[1];
+  std::vector<Tensor> grads = saved_.take().gate_up;
+  Tensor& gate = grads[0];
+  Tensor& up = grads[1];
   kernels::swiglu_backward(gate.f32(), up.f32(), d_act.f32(), gate.f32(), up.f32(), gate.numel());
-  const std::vector<Tensor> grads = std::move(gate_up_out_);
-  gate_up_out_.clear();
   return gate_up_.backward(grads);
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "meshtrain/layers/activation_slots.h"
 #include "meshtrain/layers/module.h"
 #include "meshtrain/layers/parallel_linear.h"
 
@@ -26,29 +27,40 @@ struct MlpShape {
 class GeluMlp final : public Module {
  public:
   GeluMlp(const std::string& prefix, const MlpShape& shape, const TensorParallel& tp);
-  /// x [tokens(/tp), C] → same layout; keeps the pre-activation [tokens, F/tp].
+  /// x [tokens(/tp), C] → same layout; keeps the pre-activation [tokens, F/tp] in the current
+  /// activation slot (plus what its linears keep).
   Tensor forward(const Tensor& x, const SequenceBatch& batch) override;
+  /// Frees the slot's state.
   Tensor backward(const Tensor& dy) override;
   ParameterList parameters() override;
 
  private:
   ColumnParallelLinear fc_;
   RowParallelLinear proj_;
-  std::vector<Tensor> pre_act_;
+  struct State {
+    Tensor pre_act;
+  };
+  Saved<State> saved_;
 };
 
 class SwiGluMlp final : public Module {
  public:
   SwiGluMlp(const std::string& prefix, const MlpShape& shape, const TensorParallel& tp);
-  /// x [tokens(/tp), C] → same layout; keeps gate and up, [tokens, F/tp] each.
+  /// x [tokens(/tp), C] → same layout; keeps gate and up, [tokens, F/tp] each, in the current
+  /// activation slot (plus what its linears keep).
   Tensor forward(const Tensor& x, const SequenceBatch& batch) override;
+  /// Frees the slot's state; gate and up are overwritten by their gradients (which deferred
+  /// weight gradients of gate_proj and up_proj keep until W).
   Tensor backward(const Tensor& dy) override;
   ParameterList parameters() override;
 
  private:
   ColumnParallelLinear gate_up_;
   RowParallelLinear down_;
-  std::vector<Tensor> gate_up_out_;
+  struct State {
+    std::vector<Tensor> gate_up;  // forward outputs of gate_proj and up_proj
+  };
+  Saved<State> saved_;
 };
 
 }  // namespace meshtrain

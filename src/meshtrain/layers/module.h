@@ -1,6 +1,7 @@
 // src/meshtrain/layers/module.h — what a transformer block is built from (norms, attention,
-// MLPs): explicit forward and backward with the activations each keeps in between, and the
-// registered parameters. One interface, so GPT-2 and Llama blocks share one TransformerBlock.
+// MLPs): explicit forward and backward with the activations each keeps in between (one set per
+// activation slot, activation_slots.h), and the registered parameters. One interface, so GPT-2
+// and Llama blocks share one TransformerBlock.
 #pragma once
 
 #include <cstdint>
@@ -22,9 +23,12 @@ class Module {
  public:
   virtual ~Module() = default;
   /// x [tokens, C] (or [tokens/tp, C] under sequence parallelism) → same layout. Keeps what
-  /// backward needs.
+  /// backward needs in the current activation slot (replacing what an earlier forward in that
+  /// slot kept).
   virtual Tensor forward(const Tensor& x, const SequenceBatch& batch) = 0;
-  /// dy in forward's output layout → dx in its input layout; ACCUMULATES parameter gradients.
+  /// dy in forward's output layout → dx in its input layout, for the forward of the current
+  /// activation slot, whose state it frees; ACCUMULATES parameter gradients (inside a
+  /// DeferWeightGrads scope the matmul weights' are queued instead, weight_grad_queue.h).
   virtual Tensor backward(const Tensor& dy) = 0;
   virtual ParameterList parameters() = 0;
 };

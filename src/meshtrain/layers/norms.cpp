@@ -19,23 +19,26 @@ LayerNorm::LayerNorm(const std::string& prefix, std::int64_t features, bool bias
 Tensor LayerNorm::forward(const Tensor& x, const SequenceBatch& /*batch*/) {
   check_input(x, features_, weight_.name);
   const std::int64_t rows = x.dim(0);
-  x_ = x;
-  mean_ = Tensor::empty({rows}, MemCategory::activations);
-  rstd_ = Tensor::empty({rows}, MemCategory::activations);
+  State& s = *saved_;
+  s.x = x;
+  s.mean = Tensor::empty({rows}, MemCategory::activations);
+  s.rstd = Tensor::empty({rows}, MemCategory::activations);
   Tensor y = Tensor::empty({rows, features_}, MemCategory::activations);
   kernels::layernorm_forward(x.f32(), weight_.value.f32(), bias_ ? bias_->value.f32() : nullptr,
-                             y.f32(), mean_.f32(), rstd_.f32(), rows, features_, eps_);
+                             y.f32(), s.mean.f32(), s.rstd.f32(), rows, features_, eps_);
   return y;
 }
 
 Tensor LayerNorm::backward(const Tensor& dy) {
-  MT_CHECK(dy.shape() == x_.shape(), "{}: grad {} expected {}", weight_.name, to_string(dy.shape()),
-           to_string(x_.shape()));
-  Tensor dx = Tensor::empty(x_.shape(), MemCategory::activations);
-  kernels::layernorm_backward(x_.f32(), weight_.value.f32(), mean_.f32(), rstd_.f32(), dy.f32(),
+  MT_CHECK(saved_.has(), "{}: backward without a forward in activation slot {}", weight_.name,
+           current_activation_slot());
+  const State s = saved_.take();  // freed on return
+  MT_CHECK(dy.shape() == s.x.shape(), "{}: grad {} expected {}", weight_.name,
+           to_string(dy.shape()), to_string(s.x.shape()));
+  Tensor dx = Tensor::empty(s.x.shape(), MemCategory::activations);
+  kernels::layernorm_backward(s.x.f32(), weight_.value.f32(), s.mean.f32(), s.rstd.f32(), dy.f32(),
                               dx.f32(), weight_.grad.f32(), bias_ ? bias_->grad.f32() : nullptr,
-                              x_.dim(0), features_);
-  x_ = mean_ = rstd_ = Tensor();
+                              s.x.dim(0), features_);
   return dx;
 }
 
@@ -52,21 +55,24 @@ RmsNorm::RmsNorm(const std::string& prefix, std::int64_t features, float eps)
 
 Tensor RmsNorm::forward(const Tensor& x, const SequenceBatch& /*batch*/) {
   check_input(x, features_, weight_.name);
-  x_ = x;
-  rstd_ = Tensor::empty({x.dim(0)}, MemCategory::activations);
+  State& s = *saved_;
+  s.x = x;
+  s.rstd = Tensor::empty({x.dim(0)}, MemCategory::activations);
   Tensor y = Tensor::empty(x.shape(), MemCategory::activations);
-  kernels::rmsnorm_forward(x.f32(), weight_.value.f32(), y.f32(), rstd_.f32(), x.dim(0), features_,
+  kernels::rmsnorm_forward(x.f32(), weight_.value.f32(), y.f32(), s.rstd.f32(), x.dim(0), features_,
                            eps_);
   return y;
 }
 
 Tensor RmsNorm::backward(const Tensor& dy) {
-  MT_CHECK(dy.shape() == x_.shape(), "{}: grad {} expected {}", weight_.name, to_string(dy.shape()),
-           to_string(x_.shape()));
-  Tensor dx = Tensor::empty(x_.shape(), MemCategory::activations);
-  kernels::rmsnorm_backward(x_.f32(), weight_.value.f32(), rstd_.f32(), dy.f32(), dx.f32(),
-                            weight_.grad.f32(), x_.dim(0), features_);
-  x_ = rstd_ = Tensor();
+  MT_CHECK(saved_.has(), "{}: backward without a forward in activation slot {}", weight_.name,
+           current_activation_slot());
+  const State s = saved_.take();  // freed on return
+  MT_CHECK(dy.shape() == s.x.shape(), "{}: grad {} expected {}", weight_.name,
+           to_string(dy.shape()), to_string(s.x.shape()));
+  Tensor dx = Tensor::empty(s.x.shape(), MemCategory::activations);
+  kernels::rmsnorm_backward(s.x.f32(), weight_.value.f32(), s.rstd.f32(), dy.f32(), dx.f32(),
+                            weight_.grad.f32(), s.x.dim(0), features_);
   return dx;
 }
 

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "meshtrain/layers/activation_slots.h"
 #include "meshtrain/layers/module.h"
 
 namespace meshtrain {
@@ -17,7 +18,7 @@ class LayerNorm final : public Module {
   /// `<prefix>.weight` [C] = 1 and, with bias, `<prefix>.bias` [C] = 0.
   LayerNorm(const std::string& prefix, std::int64_t features, bool bias, float eps);
 
-  /// x [rows, C] → [rows, C]; keeps x, mean and rstd.
+  /// x [rows, C] → [rows, C]; keeps x, mean and rstd [rows] in the current activation slot.
   Tensor forward(const Tensor& x, const SequenceBatch& batch) override;
   Tensor backward(const Tensor& dy) override;
   ParameterList parameters() override;
@@ -27,7 +28,10 @@ class LayerNorm final : public Module {
   float eps_;
   Parameter weight_;
   std::optional<Parameter> bias_;
-  Tensor x_, mean_, rstd_;
+  struct State {
+    Tensor x, mean, rstd;
+  };
+  Saved<State> saved_;
 };
 
 class RmsNorm final : public Module {
@@ -35,7 +39,7 @@ class RmsNorm final : public Module {
   /// `<prefix>.weight` [C] = 1 (Hugging Face LlamaRMSNorm).
   RmsNorm(const std::string& prefix, std::int64_t features, float eps);
 
-  /// x [rows, C] → [rows, C]; keeps x and rstd.
+  /// x [rows, C] → [rows, C]; keeps x and rstd [rows] in the current activation slot.
   Tensor forward(const Tensor& x, const SequenceBatch& batch) override;
   Tensor backward(const Tensor& dy) override;
   ParameterList parameters() override;
@@ -44,7 +48,10 @@ class RmsNorm final : public Module {
   std::int64_t features_;
   float eps_;
   Parameter weight_;
-  Tensor x_, rstd_;
+  struct State {
+    Tensor x, rstd;
+  };
+  Saved<State> saved_;
 };
 
 }  // namespace meshtrain

@@ -2,6 +2,7 @@
 
 #include "meshtrain/core/error.h"
 #include "meshtrain/kernels/kernels.h"
+#include "meshtrain/layers/weight_grad_queue.h"
 
 namespace meshtrain {
 
@@ -28,14 +29,15 @@ ColumnParallelLinear::ColumnParallelLinear(std::vector<ColumnWeight> weights,
 }
 
 std::vector<Tensor> ColumnParallelLinear::forward(const Tensor& x) {
-  x_full_ = EnterTpRegion::forward(x, tp_);
-  MT_CHECK(x_full_.ndim() == 2 && x_full_.dim(1) == in_, "{}: input {} expected [tokens, {}]",
-           shards_.front().weight.name, to_string(x_full_.shape()), in_);
-  const std::int64_t tokens = x_full_.dim(0);
+  Tensor& x_full = saved_->x_full;
+  x_full = EnterTpRegion::forward(x, tp_);
+  MT_CHECK(x_full.ndim() == 2 && x_full.dim(1) == in_, "{}: input {} expected [tokens, {}]",
+           shards_.front().weight.name, to_string(x_full.shape()), in_);
+  const std::int64_t tokens = x_full.dim(0);
   std::vector<Tensor> ys;
   for (Shard& s : shards_) {
     Tensor y = Tensor::empty({tokens, s.out_local}, MemCategory::activations);
-    kernels::linear_forward(x_full_.f32(), s.weight.value.f32(),
+    kernels::linear_forward(x_full.f32(), s.weight.value.f32(),
                             s.bias ? s.bias->value.f32() : nullptr, y.f32(),
                             {tokens, in_, s.out_local});
     ys.push_back(std::move(y));
@@ -46,8 +48,11 @@ std::vector<Tensor> ColumnParallelLinear::forward(const Tensor& x) {
 Tensor ColumnParallelLinear::backward(std::span<const Tensor> dys) {
   MT_CHECK(dys.size() == shards_.size(), "{}: {} gradients for {} weights",
            shards_.front().weight.name, dys.size(), shards_.size());
-  const std::int64_t tokens = x_full_.dim(0);
-  Tensor dx = Tensor::empty(x_full_.shape(), MemCategory::activations);
+  MT_CHECK(saved_.has(), "{}: backward without a forward in activation slot {}",
+           shards_.front().weight.name, current_activation_slot());
+  Tensor x_full = saved_.take().x_full;
+  const std::int64_t tokens = x_full.dim(0);
+  Tensor dx = Tensor::empty(x_full.shape(), MemCategory::activations);
   Tensor dx_part;
   for (std::size_t i = 0; i < shards_.size(); ++i) {
     Shard& s = shards_[i];
@@ -55,14 +60,13 @@ Tensor ColumnParallelLinear::backward(std::span<const Tensor> dys) {
              "{}: grad {} expected [{}, {}]", s.weight.name, to_string(dys[i].shape()), tokens,
              s.out_local);
     // linear_backward overwrites dx: the first weight writes it, the others add theirs.
-    if (i == 1) dx_part = Tensor::empty(x_full_.shape(), MemCategory::activations);
+    if (i == 1) dx_part = Tensor::empty(x_full.shape(), MemCategory::activations);
     float* out = i == 0 ? dx.f32() : dx_part.f32();
-    kernels::linear_backward(x_full_.f32(), s.weight.value.f32(), dys[i].f32(), out,
-                             s.weight.grad.f32(), s.bias ? s.bias->grad.f32() : nullptr,
+    linear_backward_or_defer(x_full, s.weight, dys[i], out, s.bias ? s.bias->grad.f32() : nullptr,
                              {tokens, in_, s.out_local});
     if (i > 0) kernels::add_inplace(dx.f32(), dx_part.f32(), dx.numel());
   }
-  x_full_ = Tensor();
+  x_full = dx_part = Tensor();  // freed before the region's backward, unless a W task keeps it
   return EnterTpRegion::backward(dx, tp_);
 }
 
@@ -93,7 +97,7 @@ RowParallelLinear::RowParallelLinear(const std::string& prefix, std::int64_t in_
 Tensor RowParallelLinear::forward(const Tensor& x) {
   MT_CHECK(x.ndim() == 2 && x.dim(1) == in_local_, "{}: input {} expected [tokens, {}]",
            weight_.name, to_string(x.shape()), in_local_);
-  x_ = x;
+  saved_->x = x;
   Tensor partial = Tensor::empty({x.dim(0), out_}, MemCategory::activations);
   kernels::linear_forward(x.f32(), weight_.value.f32(), nullptr, partial.f32(),
                           {x.dim(0), in_local_, out_});
@@ -107,18 +111,19 @@ Tensor RowParallelLinear::forward(const Tensor& x) {
 }
 
 Tensor RowParallelLinear::backward(const Tensor& dy) {
+  MT_CHECK(saved_.has(), "{}: backward without a forward in activation slot {}", weight_.name,
+           current_activation_slot());
+  const Tensor x = saved_.take().x;  // freed on return, unless a W task keeps it
   if (bias_) {  // from dY as this rank holds it (all tokens, or its own under SP)
     for (std::int64_t t = 0; t < dy.dim(0); ++t) {
       kernels::add_inplace(bias_->grad.f32(), dy.f32() + t * out_, out_);
     }
   }
   const Tensor dy_full = ExitTpRegion::backward(dy, tp_);
-  MT_CHECK(dy_full.dim(0) == x_.dim(0) && dy_full.dim(1) == out_, "{}: grad {} expected [{}, {}]",
-           weight_.name, to_string(dy_full.shape()), x_.dim(0), out_);
-  Tensor dx = Tensor::empty(x_.shape(), MemCategory::activations);
-  kernels::linear_backward(x_.f32(), weight_.value.f32(), dy_full.f32(), dx.f32(),
-                           weight_.grad.f32(), nullptr, {x_.dim(0), in_local_, out_});
-  x_ = Tensor();
+  MT_CHECK(dy_full.dim(0) == x.dim(0) && dy_full.dim(1) == out_, "{}: grad {} expected [{}, {}]",
+           weight_.name, to_string(dy_full.shape()), x.dim(0), out_);
+  Tensor dx = Tensor::empty(x.shape(), MemCategory::activations);
+  linear_backward_or_defer(x, weight_, dy_full, dx.f32(), nullptr, {x.dim(0), in_local_, out_});
   return dx;
 }
 

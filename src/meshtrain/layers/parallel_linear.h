@@ -9,6 +9,10 @@
 // 2022, §4.2.2), row-parallel leaves through ExitTpRegion. Shards are even_shard slices of the
 // logical [out, in] tensor, initialised from the same (seed, name, index) as the unsharded
 // weight. With a tp group of one rank they compute exactly what a plain nn.Linear computes.
+//
+// What backward needs is kept per activation slot (activation_slots.h). Inside a
+// DeferWeightGrads scope (weight_grad_queue.h) backward computes the input and bias gradients
+// only and queues the weight gradients under the current slot.
 #pragma once
 
 #include <optional>
@@ -16,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "meshtrain/layers/activation_slots.h"
 #include "meshtrain/layers/parameter.h"
 #include "meshtrain/layers/tp_regions.h"
 
@@ -42,10 +47,11 @@ class ColumnParallelLinear {
 
   /// x [tokens, in] replicated over tp, or [tokens/tp, in] under sequence parallelism → one
   /// output per weight, [tokens, out_i/tp] (this rank's features of each part, part by part).
-  /// Keeps the entered (full) input for backward.
+  /// Keeps the entered (full) input [tokens, in] for backward, in the current activation slot.
   std::vector<Tensor> forward(const Tensor& x);
-  /// dys (one per weight, as forward's outputs) → dx in forward's input layout. Accumulates
-  /// every shard's weight and bias gradients.
+  /// dys (one per weight, as forward's outputs) → dx in forward's input layout; frees the
+  /// slot's state. Accumulates every shard's weight and bias gradients (the weights' deferred
+  /// inside DeferWeightGrads: the queue then keeps the full input and the dys until W).
   Tensor backward(std::span<const Tensor> dys);
   ParameterList parameters();
 
@@ -58,7 +64,10 @@ class ColumnParallelLinear {
   std::int64_t in_;
   TensorParallel tp_;
   std::vector<Shard> shards_;
-  Tensor x_full_;
+  struct State {
+    Tensor x_full;
+  };
+  Saved<State> saved_;
 };
 
 class RowParallelLinear {
@@ -69,11 +78,14 @@ class RowParallelLinear {
                     bool bias, float init_std, const TensorParallel& tp);
 
   /// x [tokens, in/tp] (this rank's input features) → [tokens, out] replicated over tp, or
-  /// [tokens/tp, out] (this rank's rows) under sequence parallelism.
+  /// [tokens/tp, out] (this rank's rows) under sequence parallelism. Keeps x for backward, in
+  /// the current activation slot.
   Tensor forward(const Tensor& x);
-  /// dy in forward's output layout → dx [tokens, in/tp]. The bias gradient comes from dY as
-  /// held here: identical on every rank without sequence parallelism, a partial sum over this
-  /// rank's tokens with it (summed over tp once per step by the trainer).
+  /// dy in forward's output layout → dx [tokens, in/tp]; frees the slot's state. The bias
+  /// gradient comes from dY as held here: identical on every rank without sequence
+  /// parallelism, a partial sum over this rank's tokens with it (summed over tp once per step
+  /// by the trainer). The weight gradient is deferred inside DeferWeightGrads (the queue then
+  /// keeps x and the full dY until W).
   Tensor backward(const Tensor& dy);
   ParameterList parameters();
 
@@ -82,7 +94,10 @@ class RowParallelLinear {
   TensorParallel tp_;
   Parameter weight_;
   std::optional<Parameter> bias_;
-  Tensor x_;
+  struct State {
+    Tensor x;
+  };
+  Saved<State> saved_;
 };
 
 }  // namespace meshtrain

@@ -5,6 +5,7 @@
 
 #include "meshtrain/core/error.h"
 #include "meshtrain/kernels/kernels.h"
+#include "meshtrain/layers/weight_grad_queue.h"
 
 namespace meshtrain {
 
@@ -21,7 +22,7 @@ VocabParallelEmbedding::VocabParallelEmbedding(const std::string& name, std::int
 
 Tensor VocabParallelEmbedding::forward(const std::int32_t* ids, std::int64_t tokens) {
   const std::int64_t C = weight_.value.dim(1);
-  ids_.assign(ids, ids + tokens);
+  saved_->ids.assign(ids, ids + tokens);
   Tensor partial = Tensor::empty({tokens, C}, MemCategory::activations);
   kernels::embedding_shard_forward(ids, weight_.value.f32(), weight_.shard.offset,
                                    weight_.shard.length, partial.f32(), tokens, C);
@@ -29,11 +30,14 @@ Tensor VocabParallelEmbedding::forward(const std::int32_t* ids, std::int64_t tok
 }
 
 void VocabParallelEmbedding::backward(const Tensor& dy) {
+  MT_CHECK(saved_.has(), "{}: backward without a forward in activation slot {}", weight_.name,
+           current_activation_slot());
+  const std::vector<std::int32_t> ids = saved_.take().ids;
   const Tensor dy_full = ExitTpRegion::backward(dy, tp_);
-  const std::int64_t tokens = static_cast<std::int64_t>(ids_.size());
+  const std::int64_t tokens = static_cast<std::int64_t>(ids.size());
   MT_CHECK(dy_full.dim(0) == tokens, "{}: grad {} for {} tokens", weight_.name,
            to_string(dy_full.shape()), tokens);
-  kernels::embedding_shard_backward(ids_.data(), dy_full.f32(), weight_.shard.offset,
+  kernels::embedding_shard_backward(ids.data(), dy_full.f32(), weight_.shard.offset,
                                     weight_.shard.length, weight_.grad.f32(), tokens,
                                     dy_full.dim(1));
 }
@@ -53,48 +57,51 @@ Tensor VocabParallelLmHead::local_logits(const Tensor& h_full) const {
 }
 
 float VocabParallelLmHead::forward(const Tensor& h, const std::int32_t* targets) {
-  h_full_ = EnterTpRegion::forward(h, tp_);
-  logits_ = local_logits(h_full_);
-  const std::int64_t tokens = logits_.dim(0), v_local = logits_.dim(1);
+  State& s = *saved_;
+  s.h_full = EnterTpRegion::forward(h, tp_);
+  s.logits = local_logits(s.h_full);
+  const std::int64_t tokens = s.logits.dim(0), v_local = s.logits.dim(1);
   const std::int64_t vocab = weight_.shard.logical_shape[0];
   for (std::int64_t i = 0; i < tokens; ++i) {
     MT_CHECK(targets[i] >= 0 && targets[i] < vocab, "target {} at {} outside vocab {}", targets[i],
              i, vocab);
   }
-  targets_.assign(targets, targets + tokens);
+  s.targets.assign(targets, targets + tokens);
   const std::int64_t first = weight_.shard.offset, valid = weight_.shard.length;
   // lse = max + log Σ exp(z − max) over the whole vocabulary: the max first (all-reduce max),
   // then Σ exp and the target's logit (zero on every rank but its owner) in one all-reduce sum.
-  lse_ = Tensor::empty({tokens}, MemCategory::activations);
-  kernels::vocab_shard_max(logits_.f32(), tokens, v_local, valid, lse_.f32());
-  tp_.group.all_reduce_max(lse_.span_f32());
+  s.lse = Tensor::empty({tokens}, MemCategory::activations);
+  kernels::vocab_shard_max(s.logits.f32(), tokens, v_local, valid, s.lse.f32());
+  tp_.group.all_reduce_max(s.lse.span_f32());
   Tensor sums = Tensor::empty({2, tokens}, MemCategory::activations);
   float* sum_exp = sums.f32();
   float* target_logit = sums.f32() + tokens;
-  kernels::vocab_shard_sum_exp(logits_.f32(), lse_.f32(), targets, first, tokens, v_local, valid,
+  kernels::vocab_shard_sum_exp(s.logits.f32(), s.lse.f32(), targets, first, tokens, v_local, valid,
                                sum_exp, target_logit);
   tp_.group.all_reduce_sum(sums.span_f32());
   double loss_sum = 0.0;
+  float* lse = s.lse.f32();
   for (std::int64_t i = 0; i < tokens; ++i) {
-    lse_.f32()[i] += std::log(sum_exp[i]);
-    loss_sum += static_cast<double>(lse_.f32()[i] - target_logit[i]);
+    lse[i] += std::log(sum_exp[i]);
+    loss_sum += static_cast<double>(lse[i] - target_logit[i]);
   }
   return static_cast<float>(loss_sum / static_cast<double>(tokens));
 }
 
 Tensor VocabParallelLmHead::backward(float scale) {
-  MT_CHECK(logits_.defined(), "{}: backward without a forward", weight_.name);
-  const std::int64_t tokens = logits_.dim(0), v_local = logits_.dim(1);
-  const std::int64_t C = h_full_.dim(1);
+  MT_CHECK(saved_.has(), "{}: backward without a forward in activation slot {}", weight_.name,
+           current_activation_slot());
+  State s = saved_.take();
+  const std::int64_t tokens = s.logits.dim(0), v_local = s.logits.dim(1);
+  const std::int64_t C = s.h_full.dim(1);
   // dlogits overwrites the logits: nothing reads them after this. Padding columns get 0, so
   // the padding rows of the weight get no gradient.
   kernels::vocab_shard_cross_entropy_backward(
-      logits_.f32(), lse_.f32(), targets_.data(), weight_.shard.offset,
-      scale / static_cast<float>(tokens), logits_.f32(), tokens, v_local, weight_.shard.length);
-  Tensor dh = Tensor::empty(h_full_.shape(), MemCategory::activations);
-  kernels::linear_backward(h_full_.f32(), weight_.value.f32(), logits_.f32(), dh.f32(),
-                           weight_.grad.f32(), nullptr, {tokens, C, v_local});
-  logits_ = lse_ = h_full_ = Tensor();
+      s.logits.f32(), s.lse.f32(), s.targets.data(), weight_.shard.offset,
+      scale / static_cast<float>(tokens), s.logits.f32(), tokens, v_local, weight_.shard.length);
+  Tensor dh = Tensor::empty(s.h_full.shape(), MemCategory::activations);
+  linear_backward_or_defer(s.h_full, weight_, s.logits, dh.f32(), nullptr, {tokens, C, v_local});
+  s = State();  // freed before the region's backward, unless a W task keeps h and dlogits
   return EnterTpRegion::backward(dh, tp_);
 }
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "meshtrain/layers/activation_slots.h"
 #include "meshtrain/layers/parameter.h"
 #include "meshtrain/layers/tp_regions.h"
 
@@ -30,9 +31,11 @@ class VocabParallelEmbedding {
 
   /// ids [tokens] i32 in [0, V), the same on every tp rank → [tokens, C], or this rank's rows
   /// [tokens/tp, C] under sequence parallelism: each rank looks up the ids of its shard (zero
-  /// rows for the others) and the partial sums leave through ExitTpRegion.
+  /// rows for the others) and the partial sums leave through ExitTpRegion. Keeps a copy of
+  /// the ids in the current activation slot.
   Tensor forward(const std::int32_t* ids, std::int64_t tokens);
-  /// dy in forward's output layout; accumulates the shard's gradient.
+  /// dy in forward's output layout; accumulates the shard's gradient at once (also inside
+  /// DeferWeightGrads: a lookup's backward is a cheap scatter-add) and frees the slot's ids.
   void backward(const Tensor& dy);
   Parameter& weight() { return weight_; }
   const Parameter& weight() const { return weight_; }
@@ -40,7 +43,10 @@ class VocabParallelEmbedding {
  private:
   TensorParallel tp_;
   Parameter weight_;
-  std::vector<std::int32_t> ids_;
+  struct State {
+    std::vector<std::int32_t> ids;
+  };
+  Saved<State> saved_;
 };
 
 /// The LM head over a vocabulary-sharded weight (its own, or the tied token embedding) and the
@@ -50,11 +56,14 @@ class VocabParallelLmHead {
   VocabParallelLmHead(Parameter& weight, const TensorParallel& tp);
 
   /// h [tokens, C] (or [tokens/tp, C] under sequence parallelism), targets [tokens] in [0, V)
-  /// → mean cross-entropy over the tokens, the same number on every tp rank. Keeps the local
-  /// logits [tokens, Vp/tp] and their log-sum-exp.
+  /// → mean cross-entropy over the tokens, the same number on every tp rank. Keeps, in the
+  /// current activation slot, the entered h [tokens, C], the local logits [tokens, Vp/tp],
+  /// their log-sum-exp [tokens] and the targets.
   float forward(const Tensor& h, const std::int32_t* targets);
-  /// Backward of `scale` × the last forward's loss → dh in h's layout; accumulates the
-  /// weight's gradient (real rows only).
+  /// Backward of `scale` × the slot's forward loss → dh in h's layout; accumulates the
+  /// weight's gradient (real rows only), or inside DeferWeightGrads queues it (the queue then
+  /// keeps h and the logits' gradient, which overwrote the logits, until W). Frees the slot's
+  /// state.
   Tensor backward(float scale);
   /// h as in forward → full logits [tokens, V] on every rank (gathered over tp, padding
   /// dropped). For sampling and tests; nothing kept for backward.
@@ -65,8 +74,11 @@ class VocabParallelLmHead {
 
   Parameter& weight_;
   TensorParallel tp_;
-  Tensor h_full_, logits_, lse_;
-  std::vector<std::int32_t> targets_;
+  struct State {
+    Tensor h_full, logits, lse;
+    std::vector<std::int32_t> targets;
+  };
+  Saved<State> saved_;
 };
 
 }  // namespace meshtrain

@@ -1,0 +1,67 @@
+#include "meshtrain/layers/weight_grad_queue.h"
+
+#include <utility>
+
+#include "meshtrain/core/error.h"
+#include "meshtrain/layers/activation_slots.h"
+
+namespace meshtrain {
+namespace {
+thread_local WeightGradQueue* t_defer_queue = nullptr;
+}  // namespace
+
+void WeightGradQueue::push(int slot, WeightGradTask task) {
+  MT_CHECK(task.weight != nullptr && task.x.defined() && task.dy.defined(),
+           "weight-gradient task without weight, input or gradient");
+  by_slot_[slot].push_back(std::move(task));
+}
+
+void WeightGradQueue::run(int slot) {
+  auto it = by_slot_.find(slot);
+  if (it == by_slot_.end()) return;
+  // Taken out first: the tasks (and the tensors they keep) are freed even if one throws.
+  const std::vector<WeightGradTask> tasks = std::move(it->second);
+  by_slot_.erase(it);
+  for (const WeightGradTask& t : tasks) {
+    Parameter& w = *t.weight;
+    MT_CHECK(w.grad.numel() == t.dims.out_features * t.dims.in_features,
+             "{}: grad {} for a deferred [{}, {}] weight gradient", w.name,
+             to_string(w.grad.shape()), t.dims.out_features, t.dims.in_features);
+    kernels::linear_backward(t.x.f32(), w.value.f32(), t.dy.f32(), nullptr, w.grad.f32(), nullptr,
+                             t.dims);
+  }
+}
+
+std::size_t WeightGradQueue::pending(int slot) const {
+  const auto it = by_slot_.find(slot);
+  return it == by_slot_.end() ? 0 : it->second.size();
+}
+
+std::size_t WeightGradQueue::pending() const {
+  std::size_t n = 0;
+  for (const auto& [slot, tasks] : by_slot_) n += tasks.size();
+  return n;
+}
+
+void WeightGradQueue::clear() { by_slot_.clear(); }
+
+DeferWeightGrads::DeferWeightGrads(WeightGradQueue& queue) : previous_(t_defer_queue) {
+  t_defer_queue = &queue;
+}
+
+DeferWeightGrads::~DeferWeightGrads() { t_defer_queue = previous_; }
+
+WeightGradQueue* DeferWeightGrads::active() noexcept { return t_defer_queue; }
+
+void linear_backward_or_defer(const Tensor& x, Parameter& weight, const Tensor& dy, float* dx,
+                              float* db, const kernels::LinearDims& dims) {
+  WeightGradQueue* queue = DeferWeightGrads::active();
+  kernels::linear_backward(x.f32(), weight.value.f32(), dy.f32(), dx,
+                           queue != nullptr ? nullptr : weight.grad.f32(), db, dims);
+  if (queue != nullptr) {
+    queue->push(current_activation_slot(),
+                WeightGradTask{.x = x, .dy = dy, .weight = &weight, .dims = dims});
+  }
+}
+
+}  // namespace meshtrain
