@@ -58,8 +58,20 @@ expect "sequence parallel with a block size tp does not divide" 2 "model.block_s
   --parallel.sequence_parallel true --model.block_size 63
 expect "tensor parallel on the wrong number of ranks" 2 "pass --parallel.dp 2" -- \
   mpirun --oversubscribe -np 4 "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.tp 2
-expect "pipeline parallel not yet supported" 2 "parallel.pp = 2" -- \
-  mpirun --oversubscribe -np 2 "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.pp 2
+expect "context parallel not yet supported" 2 "parallel.cp = 2" -- \
+  mpirun --oversubscribe -np 2 "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.cp 2
+expect "more pipeline chunks than layers" 2 "model.n_layer = 1" -- \
+  mpirun --oversubscribe -np 2 "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.pp 2 \
+  --model.n_layer 1
+expect "unknown pipeline schedule" 2 "parallel.pp_schedule = pipedream" -- \
+  mpirun --oversubscribe -np 2 "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.pp 2 \
+  --parallel.pp_schedule pipedream
+expect "interleaved schedule with micro-batches not a multiple of pp" 2 "training.accumulation = 3" -- \
+  mpirun --oversubscribe -np 2 "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.pp 2 \
+  --parallel.pp_schedule interleaved_1f1b --parallel.virtual_stages 2 --training.accumulation 3
+expect "explicit layer split that drops a layer" 2 "parallel.pp_layers = 3,0" -- \
+  mpirun --oversubscribe -np 2 "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.pp 2 \
+  --parallel.pp_layers 3,0
 expect "unknown model family" 2 "model.family = bert" -- \
   "$BIN" train "$CONFIG" "${COMMON[@]}" --model.family bert
 expect "llama with biases" 2 "llama has no biases" -- \

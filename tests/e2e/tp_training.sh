@@ -72,7 +72,7 @@ mpirun --oversubscribe --bind-to none -np 4 "$BIN" train "$CONFIGS/shakespeare_c
   --parallel.tp 2 --parallel.dp 2 --training.micro_batch 6 "${COMMON[@]}" \
   --checkpoint.dir "$WORK/gpt2" --metrics "$WORK/gpt2.jsonl" >"$WORK/gpt2.log" 2>&1 ||
   { cat "$WORK/gpt2.log"; exit 1; }
-check_run "gpt2 tp 2 × dp 2" "$WORK/gpt2.jsonl" "$WORK/gpt2.log" "(gpt2) on 4 rank(s) (dp=2 tp=2)"
+check_run "gpt2 tp 2 × dp 2" "$WORK/gpt2.jsonl" "$WORK/gpt2.log" "(gpt2) on 4 rank(s) (dp=2 tp=2 pp=1)"
 check_checkpoint "gpt2 tp 2 × dp 2" "$WORK/gpt2" transformer.wte.weight=65,128 \
   transformer.wpe.weight=64,128 transformer.h.0.attn.c_attn.weight=384,128 \
   transformer.h.0.attn.c_proj.weight=128,128 transformer.h.0.mlp.c_fc.weight=512,128 \
@@ -83,7 +83,7 @@ mpirun --oversubscribe --bind-to none -np 2 "$BIN" train "$CONFIGS/llama_shakesp
   --parallel.tp 2 --parallel.sequence_parallel true "${COMMON[@]}" \
   --checkpoint.dir "$WORK/llama" --metrics "$WORK/llama.jsonl" >"$WORK/llama.log" 2>&1 ||
   { cat "$WORK/llama.log"; exit 1; }
-check_run "llama tp 2 + sp" "$WORK/llama.jsonl" "$WORK/llama.log" "(llama) on 2 rank(s) (dp=1 tp=2 +sp)"
+check_run "llama tp 2 + sp" "$WORK/llama.jsonl" "$WORK/llama.log" "(llama) on 2 rank(s) (dp=1 tp=2 +sp pp=1)"
 check_checkpoint "llama tp 2 + sp" "$WORK/llama" model.embed_tokens.weight=65,128 \
   lm_head.weight=65,128 model.layers.0.self_attn.q_proj.weight=128,128 \
   model.layers.0.self_attn.k_proj.weight=64,128 model.layers.0.self_attn.v_proj.weight=64,128 \

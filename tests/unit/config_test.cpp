@@ -116,14 +116,14 @@ TEST(ConfigValidate, WorldSizeMustEqualProductOfParallelSizes) {
 
 TEST(ConfigValidate, OtherParallelSizesAreNotYetSupportedAndBadValuesAreCollected) {
   Config c;
-  c.parallel.pp = 2;  // pipeline parallel is not yet supported (tp is)
+  c.parallel.cp = 2;  // context parallel is not yet supported (tp and pp are)
   c.model.dropout = 0.1;
   c.training.lr_scaling = "cubic";
   c.training.min_lr = 1.0;
   const auto issues = check_config(c, 2);
   std::vector<std::string> settings;
   for (const auto& i : issues) settings.push_back(i.setting);
-  EXPECT_NE(std::find(settings.begin(), settings.end(), "parallel.pp"), settings.end());
+  EXPECT_NE(std::find(settings.begin(), settings.end(), "parallel.cp"), settings.end());
   EXPECT_NE(std::find(settings.begin(), settings.end(), "model.dropout"), settings.end());
   EXPECT_NE(std::find(settings.begin(), settings.end(), "training.lr_scaling"), settings.end());
   EXPECT_NE(std::find(settings.begin(), settings.end(), "training.min_lr"), settings.end());

@@ -428,12 +428,12 @@ TEST(PipelineSchedule, CheckScheduleNamesSettingValueRuleAndFix) {
        "training.accumulation",
        "6",
        "must be a multiple of 4",
-       "use 4 or 8 micro-batches"},
+       "set training.accumulation to 4 or 8"},
       {{"interleaved_1f1b", 4, 2, 2},
        "training.accumulation",
        "2",
        "groups of parallel.pp = 4",
-       "use 4 micro-batches"},
+       "set training.accumulation to 4"},
   };
   for (const BadSpec& c : cases) {
     SCOPED_TRACE(label(c.spec));

@@ -13,12 +13,11 @@ int run_train(const TrainArgs& args, const MpiRuntime& runtime) {
   try {
     Config config = load_config_file(args.config, parse_overrides(args.overrides));
     const auto world = runtime.world_group();
-    Trainer trainer(
-        std::move(config), *world,
-        {.metrics_path = args.metrics,
-         .trace_path = args.trace,
-         .log = true,
-         .local_ranks = runtime.local_size()});
+    Trainer trainer(std::move(config), *world,
+                    {.metrics_path = args.metrics,
+                     .trace_path = args.trace,
+                     .log = true,
+                     .local_ranks = runtime.local_size()});
     if (rank0) {
       const Config& c = trainer.config();
       fmt::print(

@@ -80,7 +80,8 @@ std::vector<ConfigIssue> check_schedule(const std::string& name, std::int64_t pp
         "set parallel.virtual_stages = 1, or parallel.pp_schedule = \"interleaved_1f1b\"");
   }
   if (spec.m < 1) {
-    add("training.accumulation", spec.m, "must be ≥ 1 (the micro-batches per optimizer step, which the pipeline runs)",
+    add("training.accumulation", spec.m,
+        "must be ≥ 1 (the micro-batches per optimizer step, which the pipeline runs)",
         fmt::format("use at least {} (parallel.pp; more micro-batches shrink the bubble)",
                     std::max<std::int64_t>(spec.pp, 1)));
   } else if (interleaved && spec.pp >= 2 && spec.m % spec.pp != 0) {
@@ -133,7 +134,7 @@ void check_pipeline(const Config& config, std::vector<ConfigIssue>& issues) {
     if (!parsed || static_cast<std::int64_t>(counts.size()) != chunks || !positive ||
         sum != config.model.n_layer) {
       issues.push_back(
-          {"parallel.pp_layers", fmt::format("\"{}\"", p.pp_layers),
+          {"parallel.pp_layers", p.pp_layers,
            fmt::format("must list the layers of each of the pp × virtual_stages = {} model chunks "
                        "as {} positive integers separated by commas, summing to model.n_layer = "
                        "{}{}",

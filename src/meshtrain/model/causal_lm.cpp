@@ -95,8 +95,7 @@ CausalLm::CausalLm(const ModelConfig& config, std::uint64_t seed, const TensorPa
       // llama's own head, or gpt2's tied embedding on a later pipeline stage: a copy with the
       // embedding's name and initial values, its gradient summed with the embedding's.
       lm_head_.emplace(vocab_shard_parameter(llama ? "lm_head.weight" : embedding_name(config),
-                                             config.vocab_size, config.n_embd, init_std,
-                                             tp.group));
+                                             config.vocab_size, config.n_embd, init_std, tp.group));
       lm_head_->tied_copy = !llama;
       params_.push_back(&*lm_head_);
     }
@@ -115,8 +114,8 @@ Tensor CausalLm::forward_blocks(const std::int32_t* tokens, const Tensor& x_in, 
   if (layout_.has_embedding) {
     const std::int64_t rows = state.batch.tokens();
     for (std::int64_t i = 0; i < rows; ++i) {
-      MT_CHECK(tokens[i] >= 0 && tokens[i] < config_.vocab_size,
-               "token {} at {} outside vocab {}", tokens[i], i, config_.vocab_size);
+      MT_CHECK(tokens[i] >= 0 && tokens[i] < config_.vocab_size, "token {} at {} outside vocab {}",
+               tokens[i], i, config_.vocab_size);
     }
     x = embed_->forward(tokens, rows);  // [rows, C], or this rank's rows under SP
     if (wpe_) {

@@ -47,14 +47,14 @@ Tensor StageRunner::forward(int microbatch, int chunk, const Tensor& input) {
   if (!model.layout().has_head) return h;
   const float loss = model.forward_head(h, targets(microbatch).data());
   if (!std::isfinite(loss)) {
-    throw Error(fmt::format("non-finite loss {} at step {}, micro-batch {}", loss, step_ + 1,
-                            microbatch));
+    throw Error(
+        fmt::format("non-finite loss {} at step {}, micro-batch {}", loss, step_ + 1, microbatch));
   }
   loss_sum_ += loss;
   return Tensor();
 }
 
-Tensor StageRunner::backward(int microbatch, int chunk, const Tensor& grad_output,
+Tensor StageRunner::backward(int /*microbatch*/, int chunk, const Tensor& grad_output,
                              bool weight_grads) {
   CausalLm& model = stage_.chunk(chunk);
   std::optional<DeferWeightGrads> defer;

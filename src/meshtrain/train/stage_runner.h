@@ -17,9 +17,9 @@
 namespace meshtrain {
 
 struct MicroBatching {
-  std::int64_t micro_batch;  // sequences per micro-batch
-  std::int64_t seq_len;      // tokens per sequence
-  std::int64_t microbatches; // per step (training.accumulation)
+  std::int64_t micro_batch;   // sequences per micro-batch
+  std::int64_t seq_len;       // tokens per sequence
+  std::int64_t microbatches;  // per step (training.accumulation)
   int dp_rank, dp_size;
   int tp_size;
   bool sequence_parallel;
@@ -36,8 +36,7 @@ class StageRunner final : public pp::StageRunner {
   double loss_sum() const { return loss_sum_; }
 
   Tensor forward(int microbatch, int chunk, const Tensor& input) override;
-  Tensor backward(int microbatch, int chunk, const Tensor& grad_output,
-                  bool weight_grads) override;
+  Tensor backward(int microbatch, int chunk, const Tensor& grad_output, bool weight_grads) override;
   void backward_weight(int microbatch, int chunk) override;
   Shape boundary_shape() const override;
 

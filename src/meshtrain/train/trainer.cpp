@@ -11,9 +11,9 @@
 #include "meshtrain/config/validate.h"
 #include "meshtrain/core/allocator.h"
 #include "meshtrain/core/error.h"
+#include "meshtrain/core/staged_file.h"
 #include "meshtrain/core/system.h"
 #include "meshtrain/kernels/kernels.h"
-#include "meshtrain/core/staged_file.h"
 #include "meshtrain/parallel/pp/simulator.h"
 #include "meshtrain/parallel/tp/gather.h"
 
@@ -153,16 +153,15 @@ Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
                                   .m = static_cast<int>(t.accumulation)};
   executor_ = std::make_unique<pp::PipelineExecutor>(schedule, pp);
   predicted_bubble_ = pp::simulate(schedule).bubble_fraction;
-  runner_ = std::make_unique<StageRunner>(
-      *stage_, *train_sampler_,
-      MicroBatching{.micro_batch = t.micro_batch,
-                    .seq_len = config_.model.block_size,
-                    .microbatches = t.accumulation,
-                    .dp_rank = dp.rank(),
-                    .dp_size = dp.size(),
-                    .tp_size = tp.size(),
-                    .sequence_parallel = par.sequence_parallel},
-      *executor_);
+  runner_ = std::make_unique<StageRunner>(*stage_, *train_sampler_,
+                                          MicroBatching{.micro_batch = t.micro_batch,
+                                                        .seq_len = config_.model.block_size,
+                                                        .microbatches = t.accumulation,
+                                                        .dp_rank = dp.rank(),
+                                                        .dp_size = dp.size(),
+                                                        .tp_size = tp.size(),
+                                                        .sequence_parallel = par.sequence_parallel},
+                                          *executor_);
   if (pp.size() > 1 && !stage_->tied_embeddings().empty()) {
     const bool ends = pp.rank() == 0 || pp.rank() == pp.size() - 1;
     tied_group_ = pp.split(ends ? 0 : 1, pp.rank(), "embedding");
@@ -178,10 +177,10 @@ Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
   logical_parameters_ = static_cast<std::int64_t>(count);
   replicated_grads_ = std::make_unique<ReplicatedGradSum>(params, tp, par.sequence_parallel);
   buckets_ = std::make_unique<GradBuckets>(params, dp, par.bucket_mib << 20);
-  optimizer_ = std::make_unique<AdamW>(params, AdamWConfig{.beta1 = t.beta1,
-                                                           .beta2 = t.beta2,
-                                                           .eps = t.eps,
-                                                           .weight_decay = t.weight_decay});
+  optimizer_ = std::make_unique<AdamW>(
+      params,
+      AdamWConfig{
+          .beta1 = t.beta1, .beta2 = t.beta2, .eps = t.eps, .weight_decay = t.weight_decay});
   const std::size_t micro_tokens =
       static_cast<std::size_t>(config_.training.micro_batch * config_.model.block_size);
   inputs_.resize(micro_tokens);
@@ -256,10 +255,9 @@ double Trainer::evaluate() {
   ProcessGroup& pp = mesh_->group(Axis::pp);
   const int chunks = stage_->num_global_chunks();
   const std::int64_t tokens = t.micro_batch * config_.model.block_size;
-  const Shape boundary{config_.parallel.sequence_parallel
-                           ? tokens / mesh_->group(Axis::tp).size()
-                           : tokens,
-                       config_.model.n_embd};
+  const Shape boundary{
+      config_.parallel.sequence_parallel ? tokens / mesh_->group(Axis::tp).size() : tokens,
+      config_.model.n_embd};
   double sum = 0.0;
   for (std::int64_t b = 0; b < t.eval_batches; ++b) {
     for (std::int64_t a = 0; a < t.accumulation; ++a) {
@@ -365,8 +363,8 @@ std::vector<NamedTensor> Trainer::logical_tensors() {
       shape.resize(static_cast<std::size_t>(header[1]));
       pp.broadcast(std::as_writable_bytes(std::span<char>(name)), root);
       pp.broadcast(std::as_writable_bytes(std::span<std::int64_t>(shape)), root);
-      Tensor value = own ? mine[static_cast<std::size_t>(i)].tensor
-                         : Tensor::empty(shape, MemCategory::other);
+      Tensor value =
+          own ? mine[static_cast<std::size_t>(i)].tensor : Tensor::empty(shape, MemCategory::other);
       pp.broadcast(std::as_writable_bytes(value.span_f32()), root);
       all.push_back({std::move(name), std::move(value)});
     }
@@ -383,11 +381,10 @@ void Trainer::record_trace(std::int64_t step, const std::vector<pp::ExecutedActi
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count() -
       (actions.empty() ? 0.0 : actions.back().end_s);
   for (const pp::ExecutedAction& a : actions) {
-    trace_.insert(trace_.end(), {static_cast<double>(step), static_cast<double>(a.action.kind),
-                                 static_cast<double>(a.action.microbatch),
-                                 static_cast<double>(a.action.chunk),
-                                 static_cast<double>(a.action.peer), offset + a.start_s,
-                                 offset + a.end_s});
+    trace_.insert(trace_.end(),
+                  {static_cast<double>(step), static_cast<double>(a.action.kind),
+                   static_cast<double>(a.action.microbatch), static_cast<double>(a.action.chunk),
+                   static_cast<double>(a.action.peer), offset + a.start_s, offset + a.end_s});
   }
 }
 

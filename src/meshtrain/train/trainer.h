@@ -8,8 +8,8 @@
 // Uses: every runtime module below it. Knows nothing of argv (apps/ parses the command line).
 #pragma once
 
-#include <cstdint>
 #include <chrono>
+#include <cstdint>
 #include <fstream>
 #include <memory>
 #include <optional>

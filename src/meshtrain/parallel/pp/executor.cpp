@@ -8,8 +8,8 @@ namespace meshtrain::pp {
 namespace {
 
 bool is_compute(ActionKind k) {
-  return k == ActionKind::forward || k == ActionKind::backward ||
-         k == ActionKind::backward_input || k == ActionKind::backward_weight;
+  return k == ActionKind::forward || k == ActionKind::backward || k == ActionKind::backward_input ||
+         k == ActionKind::backward_weight;
 }
 bool is_recv(ActionKind k) {
   return k == ActionKind::recv_activation || k == ActionKind::recv_grad;
@@ -22,8 +22,7 @@ using Key = std::tuple<bool, int, int>;
 
 PipelineExecutor::PipelineExecutor(const ScheduleSpec& spec, ProcessGroup& pp)
     : spec_(spec), pp_(pp), actions_(schedule_for(spec, pp.rank())) {
-  MT_CHECK(spec.pp == pp.size(), "schedule for {} stages on a pp group of {}", spec.pp,
-           pp.size());
+  MT_CHECK(spec.pp == pp.size(), "schedule for {} stages on a pp group of {}", spec.pp, pp.size());
 }
 
 // Messages are matched by (peer, tag); the tag names the receiving chunk, the micro-batch and
@@ -97,8 +96,8 @@ std::vector<ExecutedAction> PipelineExecutor::run_step(StageRunner& runner) {
         const Key in{true, a.microbatch, a.chunk};
         const Tensor grad = inputs.count(in) ? inputs[in] : Tensor();
         inputs.erase(in);
-        outputs[{true, a.microbatch, a.chunk}] = runner.backward(
-            a.microbatch, a.chunk, grad, a.kind == ActionKind::backward);
+        outputs[{true, a.microbatch, a.chunk}] =
+            runner.backward(a.microbatch, a.chunk, grad, a.kind == ActionKind::backward);
         break;
       }
       case ActionKind::backward_weight:
