@@ -144,6 +144,21 @@ open(path, "wb").write(data)
 PY
 expect "sample from weights holding a NaN" 3 "non-finite value" -- \
   "$BIN" sample "$WORK/nan" --prompt "ROMEO:"
+expect "sample with an empty prompt" 2 "--prompt = \"\"" -- \
+  "$BIN" sample "$WORK/good" --prompt ""
+expect "sample with a prompt outside the vocabulary" 2 "--prompt = ROMEO:€" -- \
+  "$BIN" sample "$WORK/good" --prompt "ROMEO:€"
+
+# A run that fails after the checks leaves no checkpoint directory behind, and a non-finite
+# gradient is reported before any update with the step and a parameter.
+out=$("$BIN" train "$CONFIG" --data.dir "$DATA" --training.max_steps 5 --training.lr 1e6 \
+  --training.warmup_steps 0 --training.grad_clip 0 --model.n_layer 1 \
+  --checkpoint.dir "$WORK/diverged/ckpt" 2>&1)
+if [[ $? -eq 1 && $out == *"non-finite"* && ! -e $WORK/diverged ]]; then
+  echo "ok   diverging run: exit 1, reported, no checkpoint directory left"; passed=$((passed + 1))
+else
+  echo "FAIL diverging run"; echo "$out" | sed 's/^/    /'; failures=$((failures + 1))
+fi
 
 echo "$passed passed, $failures failed"
 ((failures == 0))

@@ -84,8 +84,18 @@ int run_sample(const SampleArgs& args) {
     const auto tp = single_rank_group("tp");  // the whole model in this process
     CausalLm model(config.model, 0, TensorParallel{*tp});
     load_model_parameters(dir, model.parameters());
-    std::vector<std::int32_t> ids = meta.vocab.encode(args.prompt);
-    if (ids.empty()) throw DataError("the prompt is empty; pass --prompt \"ROMEO:\"");
+    // A prompt the vocabulary cannot encode is a bad argument (exit 2), not a bad file.
+    std::vector<std::int32_t> ids;
+    try {
+      ids = meta.vocab.encode(args.prompt);
+    } catch (const DataError& e) {
+      throw ConfigError("the command line", {{"--prompt", args.prompt, e.what(),
+                                              "use only characters of the training text"}});
+    }
+    if (ids.empty()) {
+      throw ConfigError("the command line", {{"--prompt", "\"\"", "must not be empty",
+                                              "pass e.g. --prompt \"ROMEO:\""}});
+    }
     const std::uint64_t stream = stream_of("sample");
     const auto seed = static_cast<std::uint64_t>(args.seed);
     // Printed as generated, so a long sample shows progress.

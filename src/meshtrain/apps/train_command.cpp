@@ -31,6 +31,9 @@ int run_train(const TrainArgs& args, const MpiRuntime& runtime) {
           trainer.logical_parameters(),
           c.training.micro_batch * c.training.accumulation * c.parallel.dp, c.model.block_size);
     }
+    if (rank0 && trainer.config().parallel.sequence_parallel && trainer.config().parallel.tp == 1) {
+      fmt::print("note: parallel.sequence_parallel has no effect with parallel.tp = 1\n");
+    }
     trainer.run();
     return 0;
   } catch (const ConfigError& e) {

@@ -142,6 +142,7 @@ class TimedRequest final : public CommRequest {
     counter_.seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
+  bool test() override { return done_ = done_ || inner_->test(); }
 
  private:
   std::unique_ptr<CommRequest> inner_;

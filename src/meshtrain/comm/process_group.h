@@ -49,6 +49,8 @@ class CommRequest {
  public:
   virtual ~CommRequest() = default;
   virtual void wait() = 0;
+  /// True when the operation has completed (then wait() returns at once); never blocks.
+  virtual bool test() = 0;
 };
 
 class ProcessGroup {

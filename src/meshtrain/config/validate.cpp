@@ -11,9 +11,11 @@
 namespace meshtrain {
 namespace {
 
+// The divisors of n up to 1024, for suggestions in messages: O(1024) whatever n is (a huge
+// setting must get its error at once, not after a loop over n).
 std::vector<std::int64_t> divisors(std::int64_t n) {
   std::vector<std::int64_t> out;
-  for (std::int64_t d = 1; d <= n; ++d) {
+  for (std::int64_t d = 1; d <= std::min<std::int64_t>(n, 1024); ++d) {
     if (n % d == 0) out.push_back(d);
   }
   return out;
@@ -122,8 +124,10 @@ void check_parallel(const Config& c, int world_size, std::vector<ConfigIssue>& i
     if (p.sequence_parallel) {
       require(issues, m.block_size < 1 || m.block_size % p.tp == 0, "model.block_size",
               m.block_size,
-              fmt::format("with parallel.sequence_parallel every tp rank holds block_size/tp "
-                          "tokens of each sequence: must be divisible by parallel.tp = {}",
+              fmt::format("with parallel.sequence_parallel the tokens of a micro-batch are split "
+                          "over the tp ranks, so the sequence length must be divisible by "
+                          "parallel.tp = {} (Megatron-LM's rule: then every micro-batch size "
+                          "splits evenly)",
                           p.tp),
               fmt::format("set model.block_size to a multiple of {}, or "
                           "parallel.sequence_parallel = false",
@@ -263,11 +267,13 @@ std::int64_t kv_heads_of(const ModelConfig& m) { return m.n_kv_head > 0 ? m.n_kv
 
 std::int64_t ffn_hidden_of(const ModelConfig& m) {
   if (m.ffn_hidden > 0) return m.ffn_hidden;
-  if (m.family != "llama") return 4 * m.n_embd;
+  if (m.family != "llama") return 4 * std::min<std::int64_t>(m.n_embd, std::int64_t{1} << 40);
   // Llama's reference code: 2/3 of 4·C (SwiGLU has three matrices instead of two, so the same
   // parameter count), rounded up to a multiple of 256.
   constexpr std::int64_t kMultipleOf = 256;
-  const std::int64_t f = 2 * (4 * m.n_embd) / 3;
+  // Clamped so that an absurd n_embd (rejected by the memory check) cannot overflow.
+  const std::int64_t c = std::min<std::int64_t>(m.n_embd, std::int64_t{1} << 40);
+  const std::int64_t f = 2 * (4 * c) / 3;
   return (f + kMultipleOf - 1) / kMultipleOf * kMultipleOf;
 }
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -69,18 +70,26 @@ void check_writable_dir(const fs::path& dir, const std::string& source) {
     throw ConfigError(source, {{"checkpoint.dir", "\"\"", "must name a directory",
                                 "set checkpoint.dir, or checkpoint.save_final = false"}});
   }
+  // Probe by creating what is missing and a file in it, then remove what the probe created:
+  // a run that fails later must not leave an empty checkpoint directory behind.
+  fs::path first_created;
+  for (fs::path p = fs::absolute(dir, ec); !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
+    first_created = p;
+    if (p == p.parent_path()) break;
+  }
   fs::create_directories(dir, ec);
   const fs::path probe = dir / ".meshtrain_write_probe";
   std::ofstream out(probe);
-  if (ec || !out) {
-    throw ConfigError(source,
-                      {{"checkpoint.dir", dir.string(),
-                        fmt::format("must be a directory meshtrain can create and write ({})",
-                                    ec ? ec.message() : std::string("cannot create a file in it")),
-                        "choose another checkpoint.dir, or checkpoint.save_final = false"}});
-  }
+  const bool ok = !ec && out.good();
   out.close();
   fs::remove(probe, ec);
+  if (!first_created.empty()) fs::remove_all(first_created, ec);
+  if (!ok) {
+    throw ConfigError(
+        source,
+        {{"checkpoint.dir", dir.string(), "must be a directory meshtrain can create and write",
+          "choose another checkpoint.dir, or checkpoint.save_final = false"}});
+  }
 }
 
 int threads_per_rank(const Config& config, int local_ranks) {
@@ -224,7 +233,24 @@ Trainer::Gradients Trainer::compute_gradients(std::int64_t step) {
   pp.all_reduce_sum(std::span<double>(&loss, 1));
   dp.all_reduce_sum(std::span<double>(&loss, 1));
   loss /= dp.size();
-  return {loss, global_grad_norm(stage_->parameters(), mesh_->group(Axis::tp), pp)};
+  const double norm = global_grad_norm(stage_->parameters(), mesh_->group(Axis::tp), pp);
+  if (!std::isfinite(norm)) {
+    // Every rank sees the same norm; name the first local parameter with a bad gradient.
+    std::string culprit = "another pipeline stage's parameters";
+    for (const Parameter* p : stage_->parameters()) {
+      const auto g = p->grad.span_f32();
+      if (std::any_of(g.begin(), g.end(), [](float x) { return !std::isfinite(x); })) {
+        culprit = p->name;
+        break;
+      }
+    }
+    throw Error(
+        fmt::format("{}: non-finite gradient norm {} at step {} (first non-finite "
+                    "gradient here: {}); nothing was updated — lower training.lr or "
+                    "check the data",
+                    mesh_->describe(), norm, step + 1, culprit));
+  }
+  return {loss, norm};
 }
 
 void Trainer::sum_tied_embeddings() {

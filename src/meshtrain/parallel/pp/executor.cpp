@@ -119,6 +119,9 @@ std::vector<ExecutedAction> PipelineExecutor::run_step(StageRunner& runner) {
     }
     done.end_s = now();
     timeline.push_back(done);
+    // Free the buffers of sends that have completed, so a long step does not hold one
+    // activation per micro-batch it has sent (1F1B's memory bound counts on it).
+    std::erase_if(sends_, [](auto& send) { return send.second->test(); });
   }
   for (auto& [payload, request] : sends_) request->wait();
   sends_.clear();

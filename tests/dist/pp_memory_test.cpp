@@ -1,0 +1,66 @@
+// Peak live activations per pipeline stage follow the schedule (issue 4): measured with the
+// tracked allocator's activation peak over one optimizer step, GPipe's grows by one
+// micro-batch's activations per micro-batch, while 1F1B's stops growing once stage s holds
+// pp − s micro-batches (Narayanan et al. 2021, §2.2: at most pp − s in flight).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "../support/test_config.h"
+#include "../support/training_run.h"
+#include "dist_env.h"
+#include "meshtrain/core/allocator.h"
+
+namespace meshtrain {
+namespace {
+
+// Activation bytes above the level before the step, at the step's peak, on this rank.
+std::int64_t peak_step_activations(const std::string& schedule, std::int64_t m) {
+  const auto world = test::runtime().world_group();
+  Config c = test::small_tp_config("gpt2", 1, 1, false, 2, m);
+  c.parallel.pp = world->size();
+  c.model.n_layer = 2 * world->size();
+  c.parallel.pp_schedule = schedule;
+  Trainer trainer(c, *world, test::quiet());
+  trainer.compute_gradients(0);  // fills the allocator's cache; step 2 is the steady state
+  trainer.apply_update(0, 1.0);
+  TrackedAllocator& alloc = TrackedAllocator::instance();
+  alloc.reset_peaks();
+  const std::int64_t before = alloc.stats(MemCategory::activations).current_bytes;
+  trainer.compute_gradients(1);
+  return alloc.stats(MemCategory::activations).peak_bytes - before;
+}
+
+// The receive buffer a rank posts for its next input while it computes: one activation of a
+// micro-batch, [micro_batch·T, C] f32 = 2·32·32·4 bytes here.
+constexpr std::int64_t kBoundaryBytes = 2 * 32 * 32 * 4;
+
+TEST(PipelineMemory, OneFOneBKeepsAtMostPpMinusStageMicroBatchesAliveGPipeAll) {
+  const auto world = test::runtime().world_group();
+  const int pp = world->size(), stage = world->rank();
+  if (pp == 1) return;                                 // no pipeline
+  const int in_flight = pp - stage;                    // 1F1B's bound on this stage
+  std::vector<std::int64_t> gpipe{0}, one_f_one_b{0};  // index m = micro-batches
+  for (std::int64_t m = 1; m <= pp + 2; ++m) {
+    gpipe.push_back(peak_step_activations("gpipe", m));
+    one_f_one_b.push_back(peak_step_activations("1f1b", m));
+  }
+  // GPipe keeps every micro-batch: the peak grows by the same amount per micro-batch.
+  const std::int64_t per_microbatch = gpipe[3] - gpipe[2];
+  EXPECT_GT(per_microbatch, 10 * kBoundaryBytes);
+  for (int m = 3; m <= pp + 2; ++m) EXPECT_EQ(gpipe[m] - gpipe[m - 1], per_microbatch) << m;
+  // 1F1B: no more than GPipe with pp − stage micro-batches (plus the posted receive), and flat
+  // from there on whatever m.
+  for (int m = 1; m <= pp + 2; ++m) {
+    EXPECT_LE(one_f_one_b[m], gpipe[std::min(m, in_flight)] + kBoundaryBytes) << "m = " << m;
+  }
+  for (int m = in_flight + 2; m <= pp + 2; ++m) {
+    EXPECT_EQ(one_f_one_b[m], one_f_one_b[in_flight + 1]) << "m = " << m;
+  }
+  EXPECT_LT(one_f_one_b[pp + 2], gpipe[pp + 2]);
+}
+
+}  // namespace
+}  // namespace meshtrain
