@@ -4,6 +4,7 @@
 // pp − s micro-batches (Narayanan et al. 2021, §2.2: at most pp − s in flight).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -33,9 +34,12 @@ std::int64_t peak_step_activations(const std::string& schedule, std::int64_t m) 
   return alloc.stats(MemCategory::activations).peak_bytes - before;
 }
 
-// The receive buffer a rank posts for its next input while it computes: one activation of a
-// micro-batch, [micro_batch·T, C] f32 = 2·32·32·4 bytes here.
+// One activation between stages, [micro_batch·T, C] f32 = 2·32·32·4 bytes here. A receive
+// posted ahead or a send not yet completed holds one such buffer for a while; whether it is
+// alive at the peak depends on timing, so the comparisons below allow two of them (a
+// micro-batch's activations are > 10 of them, which is what the schedule changes).
 constexpr std::int64_t kBoundaryBytes = 2 * 32 * 32 * 4;
+constexpr std::int64_t kSlack = 2 * kBoundaryBytes;
 
 TEST(PipelineMemory, OneFOneBKeepsAtMostPpMinusStageMicroBatchesAliveGPipeAll) {
   const auto world = test::runtime().world_group();
@@ -50,16 +54,18 @@ TEST(PipelineMemory, OneFOneBKeepsAtMostPpMinusStageMicroBatchesAliveGPipeAll) {
   // GPipe keeps every micro-batch: the peak grows by the same amount per micro-batch.
   const std::int64_t per_microbatch = gpipe[3] - gpipe[2];
   EXPECT_GT(per_microbatch, 10 * kBoundaryBytes);
-  for (int m = 3; m <= pp + 2; ++m) EXPECT_EQ(gpipe[m] - gpipe[m - 1], per_microbatch) << m;
+  for (int m = 3; m <= pp + 2; ++m) {
+    EXPECT_LE(std::abs(gpipe[m] - gpipe[m - 1] - per_microbatch), kSlack) << "m = " << m;
+  }
   // 1F1B: no more than GPipe with pp − stage micro-batches (plus the posted receive), and flat
   // from there on whatever m.
   for (int m = 1; m <= pp + 2; ++m) {
-    EXPECT_LE(one_f_one_b[m], gpipe[std::min(m, in_flight)] + kBoundaryBytes) << "m = " << m;
+    EXPECT_LE(one_f_one_b[m], gpipe[std::min(m, in_flight)] + kSlack) << "m = " << m;
   }
   for (int m = in_flight + 2; m <= pp + 2; ++m) {
-    EXPECT_EQ(one_f_one_b[m], one_f_one_b[in_flight + 1]) << "m = " << m;
+    EXPECT_LE(std::abs(one_f_one_b[m] - one_f_one_b[in_flight + 1]), kSlack) << "m = " << m;
   }
-  EXPECT_LT(one_f_one_b[pp + 2], gpipe[pp + 2]);
+  EXPECT_LT(one_f_one_b[pp + 2] + per_microbatch, gpipe[pp + 2]);
 }
 
 }  // namespace

@@ -282,7 +282,7 @@ TEST(ConfigValidate, SequenceParallelNeedsBlockSizeDivisibleByTpAndOnlyThen) {
   c.parallel.sequence_parallel = true;
   const std::string text = issues_text(c, 2);
   EXPECT_TRUE(has(text, "model.block_size = 63")) << text;
-  EXPECT_TRUE(has(text, "block_size/tp tokens")) << text;
+  EXPECT_TRUE(has(text, "the tokens of a micro-batch are split over the tp ranks")) << text;
   EXPECT_TRUE(has(text, "divisible by parallel.tp = 2")) << text;
   EXPECT_TRUE(has(text, "fix:  set model.block_size to a multiple of 2, or "
                         "parallel.sequence_parallel = false"))
