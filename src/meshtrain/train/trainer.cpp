@@ -92,6 +92,29 @@ void check_writable_dir(const fs::path& dir, const std::string& source) {
   }
 }
 
+// Runs `check` on world rank 0 only and broadcasts its verdict: every rank throws (rank 0 its
+// own error, the others one of the same type saying so) or none does.
+template <typename Check>
+void on_rank0_for_all(ProcessGroup& world, Check&& check) {
+  std::int32_t verdict = 0;  // 0 ok, 2 ConfigError, 3 DataError
+  std::exception_ptr error;
+  if (world.rank() == 0) {
+    try {
+      check();
+    } catch (const ConfigError&) {
+      verdict = 2;
+      error = std::current_exception();
+    } catch (const DataError&) {
+      verdict = 3;
+      error = std::current_exception();
+    }
+  }
+  world.broadcast(std::as_writable_bytes(std::span<std::int32_t>(&verdict, 1)), 0);
+  if (error) std::rethrow_exception(error);
+  if (verdict == 2) throw ConfigError("rank 0", {});
+  if (verdict == 3) throw DataError("rank 0 could not write its output files (see its message)");
+}
+
 int threads_per_rank(const Config& config, int local_ranks) {
   if (config.training.threads > 0) return static_cast<int>(config.training.threads);
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -130,7 +153,23 @@ Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
   train_file_ = data::TokenFile(dir / data::kTrainBinName, metadata_.vocab.size());
   val_file_ = data::TokenFile(dir / data::kValBinName, metadata_.vocab.size());
   check_token_counts(metadata_, train_file_, val_file_);
-  if (config_.checkpoint.save_final) check_writable_dir(config_.checkpoint.dir, config_.source);
+  // The files only rank 0 writes are checked on rank 0, and every rank learns the verdict: a
+  // rank that stopped alone would leave the others waiting in the first collective.
+  on_rank0_for_all(world, [&] {
+    if (config_.checkpoint.save_final) check_writable_dir(config_.checkpoint.dir, config_.source);
+    if (!options_.trace_path.empty()) {  // fails now, not after training
+      std::ofstream probe(options_.trace_path, std::ios::app);
+      if (!probe) {
+        throw DataError(fmt::format("cannot write the trace to {}", options_.trace_path));
+      }
+    }
+    if (!options_.metrics_path.empty()) {
+      metrics_.open(options_.metrics_path, std::ios::trunc);
+      if (!metrics_) {
+        throw DataError(fmt::format("cannot write metrics to {}", options_.metrics_path));
+      }
+    }
+  });
   const std::int64_t global_batch = global_batch_of(config_);
   const auto seed = static_cast<std::uint64_t>(config_.training.seed);
   train_sampler_ = std::make_unique<data::GlobalBatchSampler>(train_file_, config_.model.block_size,
@@ -194,16 +233,6 @@ Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
       static_cast<std::size_t>(config_.training.micro_batch * config_.model.block_size);
   inputs_.resize(micro_tokens);
   targets_.resize(micro_tokens);
-  if (mesh_->rank() == 0 && !options_.trace_path.empty()) {
-    // Fails now, not after training, when the trace cannot be written.
-    std::ofstream probe(options_.trace_path, std::ios::app);
-    if (!probe) throw DataError(fmt::format("cannot write the trace to {}", options_.trace_path));
-  }
-  if (mesh_->rank() == 0 && !options_.metrics_path.empty()) {
-    metrics_.open(options_.metrics_path, std::ios::trunc);
-    if (!metrics_)
-      throw DataError(fmt::format("cannot write metrics to {}", options_.metrics_path));
-  }
 }
 
 Trainer::Gradients Trainer::compute_gradients(std::int64_t step) {
