@@ -1,11 +1,5 @@
 #include "meshtrain/train/stage_runner.h"
 
-#include <fmt/format.h>
-
-#include <cmath>
-
-#include "meshtrain/core/error.h"
-
 namespace meshtrain {
 
 StageRunner::StageRunner(PipelineStage& stage, const data::GlobalBatchSampler& sampler,

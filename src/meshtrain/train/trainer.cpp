@@ -262,6 +262,11 @@ Trainer::Gradients Trainer::compute_gradients(std::int64_t step) {
   pp.all_reduce_sum(std::span<double>(&loss, 1));
   dp.all_reduce_sum(std::span<double>(&loss, 1));
   loss /= dp.size();
+  if (!std::isfinite(loss)) {
+    throw Error(fmt::format("{}: non-finite loss {} at step {}; nothing was updated — lower "
+                            "training.lr or check the data",
+                            mesh_->describe(), loss, step + 1));
+  }
   const double norm = global_grad_norm(stage_->parameters(), mesh_->group(Axis::tp), pp);
   if (!std::isfinite(norm)) {
     // Every rank sees the same norm; name the first local parameter with a bad gradient.
