@@ -39,12 +39,9 @@ Tensor StageRunner::forward(int microbatch, int chunk, const Tensor& input) {
   const Tensor h = model.forward_blocks(first ? tokens(microbatch).data() : nullptr, input,
                                         batching_.micro_batch, batching_.seq_len);
   if (!model.layout().has_head) return h;
-  const float loss = model.forward_head(h, targets(microbatch).data());
-  if (!std::isfinite(loss)) {
-    throw Error(
-        fmt::format("non-finite loss {} at step {}, micro-batch {}", loss, step_ + 1, microbatch));
-  }
-  loss_sum_ += loss;
+  // A non-finite loss is reported by the trainer after the step, on every rank at once: thrown
+  // here, on the last stage only, it would leave the other stages waiting for its gradients.
+  loss_sum_ += model.forward_head(h, targets(microbatch).data());
   return Tensor();
 }
 
