@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/reference/run_reference.sh <reference_dump> <python> <gpt_reference.py>
 #
-# The CTest driver of reference.gpt_matches_pytorch: dumps the C++ model's numbers for a GPT-2
+# The CTest driver of reference.models_match_pytorch: dumps the C++ model's numbers for a GPT-2
 # with biases, one without, and a Llama (GQA, RoPE, SwiGLU, RMSNorm, untied head) into a
 # temporary directory, then has PyTorch check all three. Fails (non-zero) when either program
 # fails or any comparison is outside its tolerance.
