@@ -173,29 +173,21 @@ TEST(PipelineSchedule, EveryValidSpecSimulatesWithOneForwardAndBackwardPerChunk)
 }
 
 // GPipe and 1F1B with F = 1, fused B+W = 2: makespan 3(m+p−1), bubble (p−1)/(m+p−1), for
-// every pp 1–8 and m 1–32 (m < pp included).
-TEST(PipelineSchedule, GPipeBubbleIsTextbookFormula) {
+// every pp 1–8 and m 1–32 (m < pp included). Both orders reach the textbook value; they differ
+// in memory (PipelineSchedule.PeakInFlight), not in time.
+TEST(PipelineSchedule, GPipeAndOneFOneBBubbleIsTextbookFormula) {
+  int checked = 0;
   for (const ScheduleSpec& spec : table()) {
-    if (spec.name != "gpipe") continue;
+    if (spec.name != "gpipe" && spec.name != "1f1b") continue;
     SCOPED_TRACE(label(spec));
     const SimulationResult r = simulate(spec);
     ASSERT_TRUE(r.ok) << r.error;
     const double p = spec.pp, m = spec.m;
     EXPECT_DOUBLE_EQ(r.makespan, 3 * (m + p - 1));
     EXPECT_NEAR(r.bubble_fraction, (p - 1) / (m + p - 1), 1e-12);
+    ++checked;
   }
-}
-
-TEST(PipelineSchedule, OneFOneBBubbleIsTextbookFormula) {
-  for (const ScheduleSpec& spec : table()) {
-    if (spec.name != "1f1b") continue;
-    SCOPED_TRACE(label(spec));
-    const SimulationResult r = simulate(spec);
-    ASSERT_TRUE(r.ok) << r.error;
-    const double p = spec.pp, m = spec.m;
-    EXPECT_DOUBLE_EQ(r.makespan, 3 * (m + p - 1));
-    EXPECT_NEAR(r.bubble_fraction, (p - 1) / (m + p - 1), 1e-12);
-  }
+  EXPECT_EQ(checked, 2 * 8 * 32);
 }
 
 // Interleaved, per-chunk costs F = 1/v, fused backward = 2/v: makespan 3m + 3(p−1)/v and
