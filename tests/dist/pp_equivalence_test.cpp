@@ -84,6 +84,8 @@ Config pp_config(const PpLayout& l) {
   return c;
 }
 
+void PrintTo(const PpLayout& l, std::ostream* os) { *os << name_of(l); }
+
 class PipelineLayout : public ::testing::TestWithParam<PpLayout> {};
 
 TEST_P(PipelineLayout, MatchesSingleProcessAtSameGlobalBatch) {
@@ -140,6 +142,22 @@ TEST_P(PipelineLayout, MatchesSingleProcessAtSameGlobalBatch) {
           << "tied embedding copies drifted apart";
     }
   }
+}
+
+// Gradient accumulation over the m micro-batches of a pipeline step still makes exactly one
+// data-parallel reduction of this stage's gradients (plus the 8-byte loss) per step.
+TEST_P(PipelineLayout, OneDataParallelReductionPerStep) {
+  const PpLayout& l = GetParam();
+  const auto world = test::runtime().world_group();
+  Trainer trainer(pp_config(l), *world, quiet());
+  std::int64_t grad_bytes = 0;
+  for (const Parameter* p : trainer.parameters()) grad_bytes += p->grad.bytes();
+  ProcessGroup& dp = trainer.mesh().group(Axis::dp);
+  dp.reset_counters();
+  trainer.compute_gradients(0);
+  const CommCounter& ar = dp.counter(CommOp::all_reduce);
+  EXPECT_EQ(ar.calls, l.dp > 1 ? 2 : 0);
+  EXPECT_EQ(ar.bytes, l.dp > 1 ? grad_bytes + 8 : 0);
 }
 
 std::string layout_name(const ::testing::TestParamInfo<PpLayout>& info) {
