@@ -58,6 +58,8 @@ expect "sequence parallel with a block size tp does not divide" 2 "model.block_s
   --parallel.sequence_parallel true --model.block_size 63
 expect "tensor parallel on the wrong number of ranks" 2 "pass --parallel.dp 2" -- \
   mpirun --oversubscribe -np 4 "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.tp 2
+expect "unwritable trace file" 2 "--trace = /proc/meshtrain_trace.json" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" --trace /proc/meshtrain_trace.json
 expect "context parallel not yet supported" 2 "parallel.cp = 2" -- \
   mpirun --oversubscribe -np 2 "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.cp 2
 expect "more pipeline chunks than layers" 2 "model.n_layer = 1" -- \

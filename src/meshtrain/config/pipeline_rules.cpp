@@ -131,17 +131,32 @@ void check_pipeline(const Config& config, std::vector<ConfigIssue>& issues) {
     const std::int64_t sum = std::accumulate(counts.begin(), counts.end(), std::int64_t{0});
     const bool positive =
         std::all_of(counts.begin(), counts.end(), [](std::int64_t n) { return n >= 1; });
-    if (!parsed || static_cast<std::int64_t>(counts.size()) != chunks || !positive ||
-        sum != config.model.n_layer) {
+    // Say exactly what is wrong: not integers, the count, a non-positive entry, or the sum.
+    std::string problem;
+    if (!parsed) {
+      problem = "it is not a list of integers";
+    } else if (static_cast<std::int64_t>(counts.size()) != chunks) {
+      problem =
+          fmt::format("it has {} {}", counts.size(), counts.size() == 1 ? "entry" : "entries");
+    } else if (!positive) {
+      const auto bad =
+          std::find_if(counts.begin(), counts.end(), [](std::int64_t n) { return n < 1; });
+      problem =
+          fmt::format("entry {} is {}: every chunk needs a layer", bad - counts.begin() + 1, *bad);
+    } else if (sum != config.model.n_layer) {
+      problem = fmt::format("its entries sum to {}", sum);
+    }
+    if (!problem.empty()) {
       issues.push_back(
           {"parallel.pp_layers", p.pp_layers,
-           fmt::format("must list the layers of each of the pp × virtual_stages = {} model chunks "
-                       "as {} positive integers separated by commas, summing to model.n_layer = "
-                       "{}{}",
-                       chunks, chunks, config.model.n_layer,
-                       parsed ? fmt::format(" (got {} entries summing to {})", counts.size(), sum)
-                              : " (it is not a list of integers)"),
-           "set e.g. parallel.pp_layers = \"\" for an even split"});
+           fmt::format("must give the layers of each of the pp × virtual_stages = {} model chunks, "
+                       "comma-separated, each ≥ 1, summing to model.n_layer = {}; {}",
+                       chunks, config.model.n_layer, problem),
+           fmt::format("set parallel.pp_layers = \"{}\", or \"\" for an even split",
+                       fmt::join(std::vector<std::int64_t>(
+                                     static_cast<std::size_t>(chunks),
+                                     std::max<std::int64_t>(config.model.n_layer / chunks, 1)),
+                                 ","))});
     }
     return;
   }

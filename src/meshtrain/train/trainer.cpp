@@ -92,6 +92,25 @@ void check_writable_dir(const fs::path& dir, const std::string& source) {
   }
 }
 
+// An output file (--trace, --metrics) must be creatable before training starts; its folder is
+// created if missing, and the probe leaves nothing behind.
+void check_output_file(const std::string& path, const std::string& option) {
+  if (path.empty()) return;
+  std::error_code ec;
+  const fs::path file(path);
+  if (file.has_parent_path()) fs::create_directories(file.parent_path(), ec);
+  const bool existed = fs::exists(file, ec);
+  const bool ok = !fs::is_directory(file, ec) && std::ofstream(file, std::ios::app).good();
+  if (!existed) fs::remove(file, ec);
+  if (!ok) {
+    throw ConfigError("the command line",
+                      {{option, path,
+                        "must be a file meshtrain can create and write (its folder is created "
+                        "if missing)",
+                        fmt::format("choose another path for {}", option)}});
+  }
+}
+
 // Runs `check` on world rank 0 only and broadcasts its verdict: every rank throws (rank 0 its
 // own error, the others one of the same type saying so) or none does.
 template <typename Check>
@@ -157,18 +176,9 @@ Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
   // rank that stopped alone would leave the others waiting in the first collective.
   on_rank0_for_all(world, [&] {
     if (config_.checkpoint.save_final) check_writable_dir(config_.checkpoint.dir, config_.source);
-    if (!options_.trace_path.empty()) {  // fails now, not after training
-      std::ofstream probe(options_.trace_path, std::ios::app);
-      if (!probe) {
-        throw DataError(fmt::format("cannot write the trace to {}", options_.trace_path));
-      }
-    }
-    if (!options_.metrics_path.empty()) {
-      metrics_.open(options_.metrics_path, std::ios::trunc);
-      if (!metrics_) {
-        throw DataError(fmt::format("cannot write metrics to {}", options_.metrics_path));
-      }
-    }
+    check_output_file(options_.trace_path, "--trace");
+    check_output_file(options_.metrics_path, "--metrics");
+    if (!options_.metrics_path.empty()) metrics_.open(options_.metrics_path, std::ios::trunc);
   });
   const std::int64_t global_batch = global_batch_of(config_);
   const auto seed = static_cast<std::uint64_t>(config_.training.seed);
@@ -240,6 +250,8 @@ Trainer::Gradients Trainer::compute_gradients(std::int64_t step) {
   ProcessGroup& dp = mesh_->group(Axis::dp);
   ProcessGroup& pp = mesh_->group(Axis::pp);
   runner_->begin_step(step);
+  const double step_start_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
   const std::vector<pp::ExecutedAction> actions = executor_->run_step(*runner_);
   double busy = 0.0;
   for (const pp::ExecutedAction& a : actions) {
@@ -249,10 +261,14 @@ Trainer::Gradients Trainer::compute_gradients(std::int64_t step) {
       busy += a.end_s - a.start_s;
     }
   }
-  last_bubble_ = actions.empty() ? 0.0 : 1.0 - busy / std::max(actions.back().end_s, 1e-12);
+  // Idle = the step's pipeline time (the longest stage's action list: a stage that finished
+  // early waits for it) minus this stage's compute; averaged over the stages.
+  float span = actions.empty() ? 0.0f : static_cast<float>(actions.back().end_s);
+  pp.all_reduce_max(std::span<float>(&span, 1));
+  last_bubble_ = span > 0.0f ? 1.0 - busy / static_cast<double>(span) : 0.0;
   pp.all_reduce_sum(std::span<double>(&last_bubble_, 1));
   last_bubble_ /= pp.size();
-  record_trace(step, actions);
+  record_trace(step, step_start_s, actions);
 
   sum_tied_embeddings();            // gpt2 over stages: both copies get the summed gradient
   replicated_grads_->all_reduce();  // sequence parallel: partial sums over tp, once per step
@@ -263,9 +279,10 @@ Trainer::Gradients Trainer::compute_gradients(std::int64_t step) {
   dp.all_reduce_sum(std::span<double>(&loss, 1));
   loss /= dp.size();
   if (!std::isfinite(loss)) {
-    throw Error(fmt::format("{}: non-finite loss {} at step {}; nothing was updated — lower "
-                            "training.lr or check the data",
-                            mesh_->describe(), loss, step + 1));
+    throw Error(
+        fmt::format("{}: non-finite loss {} at step {}; nothing was updated — lower "
+                    "training.lr or check the data",
+                    mesh_->describe(), loss, step + 1));
   }
   const double norm = global_grad_norm(stage_->parameters(), mesh_->group(Axis::tp), pp);
   if (!std::isfinite(norm)) {
@@ -432,14 +449,12 @@ std::vector<NamedTensor> Trainer::logical_tensors() {
   return all;
 }
 
-void Trainer::record_trace(std::int64_t step, const std::vector<pp::ExecutedAction>& actions) {
+void Trainer::record_trace(std::int64_t step, double offset,
+                           const std::vector<pp::ExecutedAction>& actions) {
+  // Times relative to t0_ (after the barrier in run(), one clock per machine); outside run()
+  // (tests call compute_gradients directly) there is no origin and nothing is recorded.
   if (options_.trace_path.empty() || step >= options_.trace_steps) return;
-  // Times relative to t0_ (after the barrier in run()); compute_gradients outside run() (tests)
-  // has no origin and records nothing.
   if (t0_ == std::chrono::steady_clock::time_point{}) return;
-  const double offset =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count() -
-      (actions.empty() ? 0.0 : actions.back().end_s);
   for (const pp::ExecutedAction& a : actions) {
     trace_.insert(trace_.end(),
                   {static_cast<double>(step), static_cast<double>(a.action.kind),
@@ -460,10 +475,14 @@ void Trainer::write_trace() {
     records.resize(static_cast<std::size_t>(n));
     world_.broadcast(std::as_writable_bytes(std::span<double>(records)), root);
     if (world_.rank() != 0) continue;
-    events.push_back({{"name", "process_name"},
-                      {"ph", "M"},
-                      {"pid", root},
-                      {"args", {{"name", fmt::format("rank {}", root)}}}});
+    const MeshCoords c = mesh_->shape().coords_of(root);
+    events.push_back(
+        {{"name", "process_name"},
+         {"ph", "M"},
+         {"pid", root},
+         {"args",
+          {{"name", fmt::format("rank {} (pp {}, dp {}, tp {}; peers in actions are pp ranks)",
+                                root, c.pp, c.dp, c.tp)}}}});
     for (std::size_t i = 0; i + kFields <= records.size(); i += kFields) {
       const pp::Action action{.kind = static_cast<pp::ActionKind>(records[i + 1]),
                               .microbatch = static_cast<int>(records[i + 2]),

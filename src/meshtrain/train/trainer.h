@@ -46,8 +46,9 @@ struct StepMetrics {
   // Seconds this rank spent inside those collectives (waiting for peers included).
   double tp_comm_s = 0.0;
   double dp_comm_s = 0.0;
-  // Pipeline (pp > 1): idle fraction of this step's schedule on this rank's stage, measured as
-  // 1 − (time in compute actions) / (time of the step's actions), averaged over the pp ranks.
+  // Pipeline (pp > 1): idle fraction of this step's schedule, measured per stage as
+  // 1 − (time in compute actions) / (the longest stage's action-list time), averaged over the
+  // pp ranks.
   double bubble = 0.0;
   std::optional<double> val_loss;
 };
@@ -100,7 +101,8 @@ class Trainer {
  private:
   void log_step(const StepMetrics& m);
   void sum_tied_embeddings();
-  void record_trace(std::int64_t step, const std::vector<pp::ExecutedAction>& actions);
+  void record_trace(std::int64_t step, double offset,
+                    const std::vector<pp::ExecutedAction>& actions);
   void write_trace();
   std::vector<NamedTensor> logical_tensors();
 
