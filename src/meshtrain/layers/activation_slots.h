@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <map>
+#include <string_view>
 #include <utility>
 
 #include "meshtrain/core/error.h"
@@ -59,10 +60,11 @@ class Saved {
   /// Moves the current slot's State out and drops the slot: the tensors are freed when the
   /// returned State is destroyed (at the end of the backward that took it). MT_CHECKs that
   /// the slot holds one ("backward without a forward").
-  State take() {
+  State take(std::string_view who = "layer") {
     const int slot = current_activation_slot();
     auto it = by_slot_.find(slot);
-    MT_CHECK(it != by_slot_.end(), "backward without a forward in activation slot {}", slot);
+    MT_CHECK(it != by_slot_.end(), "{}: backward without a forward in activation slot {}", who,
+             slot);
     State state = std::move(it->second);
     by_slot_.erase(it);
     return state;

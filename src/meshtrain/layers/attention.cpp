@@ -74,12 +74,11 @@ Tensor CausalSelfAttention::forward(const Tensor& x, const SequenceBatch& batch)
 }
 
 Tensor CausalSelfAttention::backward(const Tensor& dy) {
-  MT_CHECK(saved_.has(), "{}: backward without a forward in activation slot {}",
-           parameters().front()->name, current_activation_slot());
   const Tensor d_att = out_.backward(dy);
   std::vector<Tensor> grads;
   {
-    const State s = saved_.take();  // freed before the projections' backward, as before
+    const State s = saved_.take(
+        parameters().front()->name);  // freed before the projections' backward, as before
     for (const Tensor& t : s.qkv_out)
       grads.push_back(Tensor::empty(t.shape(), MemCategory::activations));
     const std::int64_t q_width = heads_ * head_dim_, kv_width = kv_heads_ * head_dim_;

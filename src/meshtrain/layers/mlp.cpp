@@ -18,11 +18,10 @@ Tensor GeluMlp::forward(const Tensor& x, const SequenceBatch& /*batch*/) {
 }
 
 Tensor GeluMlp::backward(const Tensor& dy) {
-  MT_CHECK(saved_.has(), "{}: backward without a forward in activation slot {}",
-           parameters().front()->name, current_activation_slot());
   Tensor d_act = proj_.backward(dy);
   {
-    const State s = saved_.take();  // freed before the expansion's backward, as before
+    const State s = saved_.take(
+        parameters().front()->name);  // freed before the expansion's backward, as before
     // In place: dgelu reads the pre-activation and the incoming gradient element by element.
     kernels::gelu_backward(s.pre_act.f32(), d_act.f32(), d_act.f32(), d_act.numel());
   }
@@ -51,11 +50,9 @@ Tensor SwiGluMlp::forward(const Tensor& x, const SequenceBatch& /*batch*/) {
 }
 
 Tensor SwiGluMlp::backward(const Tensor& dy) {
-  MT_CHECK(saved_.has(), "{}: backward without a forward in activation slot {}",
-           parameters().front()->name, current_activation_slot());
   const Tensor d_act = down_.backward(dy);
   // In place: the gate and up activations are not needed after their gradients.
-  std::vector<Tensor> grads = saved_.take().gate_up;
+  std::vector<Tensor> grads = saved_.take(parameters().front()->name).gate_up;
   Tensor& gate = grads[0];
   Tensor& up = grads[1];
   kernels::swiglu_backward(gate.f32(), up.f32(), d_act.f32(), gate.f32(), up.f32(), gate.numel());

@@ -30,9 +30,7 @@ Tensor LayerNorm::forward(const Tensor& x, const SequenceBatch& /*batch*/) {
 }
 
 Tensor LayerNorm::backward(const Tensor& dy) {
-  MT_CHECK(saved_.has(), "{}: backward without a forward in activation slot {}", weight_.name,
-           current_activation_slot());
-  const State s = saved_.take();  // freed on return
+  const State s = saved_.take(weight_.name);  // freed on return
   MT_CHECK(dy.shape() == s.x.shape(), "{}: grad {} expected {}", weight_.name,
            to_string(dy.shape()), to_string(s.x.shape()));
   Tensor dx = Tensor::empty(s.x.shape(), MemCategory::activations);
@@ -65,9 +63,7 @@ Tensor RmsNorm::forward(const Tensor& x, const SequenceBatch& /*batch*/) {
 }
 
 Tensor RmsNorm::backward(const Tensor& dy) {
-  MT_CHECK(saved_.has(), "{}: backward without a forward in activation slot {}", weight_.name,
-           current_activation_slot());
-  const State s = saved_.take();  // freed on return
+  const State s = saved_.take(weight_.name);  // freed on return
   MT_CHECK(dy.shape() == s.x.shape(), "{}: grad {} expected {}", weight_.name,
            to_string(dy.shape()), to_string(s.x.shape()));
   Tensor dx = Tensor::empty(s.x.shape(), MemCategory::activations);

@@ -48,9 +48,7 @@ std::vector<Tensor> ColumnParallelLinear::forward(const Tensor& x) {
 Tensor ColumnParallelLinear::backward(std::span<const Tensor> dys) {
   MT_CHECK(dys.size() == shards_.size(), "{}: {} gradients for {} weights",
            shards_.front().weight.name, dys.size(), shards_.size());
-  MT_CHECK(saved_.has(), "{}: backward without a forward in activation slot {}",
-           shards_.front().weight.name, current_activation_slot());
-  Tensor x_full = saved_.take().x_full;
+  Tensor x_full = saved_.take(shards_.front().weight.name).x_full;
   const std::int64_t tokens = x_full.dim(0);
   Tensor dx = Tensor::empty(x_full.shape(), MemCategory::activations);
   Tensor dx_part;
@@ -111,9 +109,7 @@ Tensor RowParallelLinear::forward(const Tensor& x) {
 }
 
 Tensor RowParallelLinear::backward(const Tensor& dy) {
-  MT_CHECK(saved_.has(), "{}: backward without a forward in activation slot {}", weight_.name,
-           current_activation_slot());
-  const Tensor x = saved_.take().x;  // freed on return, unless a W task keeps it
+  const Tensor x = saved_.take(weight_.name).x;  // freed on return, unless a W task keeps it
   if (bias_) {  // from dY as this rank holds it (all tokens, or its own under SP)
     for (std::int64_t t = 0; t < dy.dim(0); ++t) {
       kernels::add_inplace(bias_->grad.f32(), dy.f32() + t * out_, out_);

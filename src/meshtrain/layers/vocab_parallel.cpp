@@ -30,9 +30,7 @@ Tensor VocabParallelEmbedding::forward(const std::int32_t* ids, std::int64_t tok
 }
 
 void VocabParallelEmbedding::backward(const Tensor& dy) {
-  MT_CHECK(saved_.has(), "{}: backward without a forward in activation slot {}", weight_.name,
-           current_activation_slot());
-  const std::vector<std::int32_t> ids = saved_.take().ids;
+  const std::vector<std::int32_t> ids = saved_.take(weight_.name).ids;
   const Tensor dy_full = ExitTpRegion::backward(dy, tp_);
   const std::int64_t tokens = static_cast<std::int64_t>(ids.size());
   MT_CHECK(dy_full.dim(0) == tokens, "{}: grad {} for {} tokens", weight_.name,
@@ -89,9 +87,7 @@ float VocabParallelLmHead::forward(const Tensor& h, const std::int32_t* targets)
 }
 
 Tensor VocabParallelLmHead::backward(float scale) {
-  MT_CHECK(saved_.has(), "{}: backward without a forward in activation slot {}", weight_.name,
-           current_activation_slot());
-  State s = saved_.take();
+  State s = saved_.take(weight_.name);
   const std::int64_t tokens = s.logits.dim(0), v_local = s.logits.dim(1);
   const std::int64_t C = s.h_full.dim(1);
   // dlogits overwrites the logits: nothing reads them after this. Padding columns get 0, so
