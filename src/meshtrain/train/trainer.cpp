@@ -220,11 +220,11 @@ Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
                                                         .tp_size = tp.size(),
                                                         .sequence_parallel = par.sequence_parallel},
                                           *executor_);
-  if (pp.size() > 1 && !stage_->tied_embeddings().empty()) {
+  if (pp.size() > 1 && config_.model.family == "gpt2") {
+    // The first and last stage hold the tied embedding's two copies; split is collective over
+    // pp, so the middle stages take part (and get a group of their own they never use).
     const bool ends = pp.rank() == 0 || pp.rank() == pp.size() - 1;
     tied_group_ = pp.split(ends ? 0 : 1, pp.rank(), "embedding");
-  } else if (pp.size() > 1 && config_.model.family == "gpt2") {
-    tied_group_ = pp.split(1, pp.rank(), "embedding");  // split is collective over pp
   }
   const ParameterList& params = stage_->parameters();
   double count = 0.0;
