@@ -13,7 +13,12 @@ namespace meshtrain::test {
 /// (env MESHTRAIN_TEST_DATA) — never ../shared.
 inline std::string test_data_dir() {
   const char* dir = std::getenv("MESHTRAIN_TEST_DATA");
-  return dir != nullptr ? dir : "build/test_data/shakespeare_char";
+  if (dir != nullptr) return dir;
+#ifdef MESHTRAIN_TEST_DATA_DIR
+  return MESHTRAIN_TEST_DATA_DIR;  // unit_tests: set by tests/CMakeLists.txt
+#else
+  return "build/test_data/shakespeare_char";
+#endif
 }
 
 /// 2 layers, 2 heads, 32 features, 32 tokens per sequence, biases on (so every kind of

@@ -284,8 +284,9 @@ TEST(ConfigValidate, SequenceParallelNeedsBlockSizeDivisibleByTpAndOnlyThen) {
   EXPECT_TRUE(has(text, "model.block_size = 63")) << text;
   EXPECT_TRUE(has(text, "the tokens of a micro-batch are split over the tp ranks")) << text;
   EXPECT_TRUE(has(text, "divisible by parallel.tp = 2")) << text;
-  EXPECT_TRUE(has(text, "fix:  set model.block_size to a multiple of 2, or "
-                        "parallel.sequence_parallel = false"))
+  EXPECT_TRUE(has(text,
+                  "fix:  set model.block_size to a multiple of 2, or "
+                  "parallel.sequence_parallel = false"))
       << text;
   c.model.block_size = 64;
   EXPECT_TRUE(check_config(c, 2).empty()) << issues_text(c, 2);
@@ -418,7 +419,7 @@ TEST(ConfigValidate, TensorAndSequenceParallelWithAVocabularyNotDivisibleByTpIsV
 }
 
 TEST(ConfigValidate, FfnHiddenAndKvHeadsFollowTheFamilyRulesUnlessSet) {
-  ModelConfig m;  // gpt2, n_embd 128, n_head 4
+  ModelConfig m;                     // gpt2, n_embd 128, n_head 4
   EXPECT_EQ(ffn_hidden_of(m), 512);  // 4·C
   m.n_embd = 768;
   EXPECT_EQ(ffn_hidden_of(m), 3072);
@@ -464,10 +465,9 @@ TEST(ConfigLoad, NewModelAndParallelKeysLoadFromAFileAndFromOverrides) {
 
   const Config o = load_config_text(
       "", "overrides",
-      parse_overrides({"--model.family", "llama", "--model.bias", "false", "--model.n_kv_head",
-                       "2", "--model.ffn_hidden=256", "--model.norm_eps", "1e-6",
-                       "--model.rope_theta", "5e5", "--parallel.tp", "2",
-                       "--parallel.sequence_parallel", "true"}));
+      parse_overrides({"--model.family", "llama", "--model.bias", "false", "--model.n_kv_head", "2",
+                       "--model.ffn_hidden=256", "--model.norm_eps", "1e-6", "--model.rope_theta",
+                       "5e5", "--parallel.tp", "2", "--parallel.sequence_parallel", "true"}));
   EXPECT_EQ(o.model.n_kv_head, 2);
   EXPECT_EQ(o.model.ffn_hidden, 256);
   EXPECT_DOUBLE_EQ(o.model.norm_eps, 1e-6);
@@ -511,6 +511,26 @@ TEST(ConfigLoad, LlamaShakespeareConfigLoadsAndValidatesOnOneRankAndWithTp2) {
   EXPECT_TRUE(check_config(tp2, 2).empty()) << issues_text(tp2, 2);
   const Config tp4 = load_config_file(path, parse_overrides({"--parallel.tp", "4"}));
   EXPECT_TRUE(has(issues_text(tp4, 4), "model.n_kv_head = 2")) << "2 kv heads do not split in 4";
+}
+
+}  // namespace
+}  // namespace meshtrain
+
+namespace meshtrain {
+namespace {
+
+TEST(ConfigValidate, RecomputeIsNoneOrFullAndSelectiveSaysWhyNot) {
+  Config c;
+  c.training.recompute = "full";
+  EXPECT_TRUE(check_config(c, 1).empty());
+  c.training.recompute = "selective";
+  std::string text = format_config_issues(c.source, check_config(c, 1));
+  EXPECT_NE(text.find("training.recompute = selective"), std::string::npos) << text;
+  EXPECT_NE(text.find("not yet supported"), std::string::npos) << text;
+  c.training.recompute = "everything";
+  text = format_config_issues(c.source, check_config(c, 1));
+  EXPECT_NE(text.find("must be \"none\" or \"full\""), std::string::npos) << text;
+  EXPECT_NE(text.find("fix:  set training.recompute = \"full\""), std::string::npos) << text;
 }
 
 }  // namespace

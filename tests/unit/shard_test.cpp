@@ -24,7 +24,8 @@ struct SplitCase {
 std::vector<bool> real_mask(const ShardSlice& slice, std::int64_t local_numel) {
   std::vector<bool> real(static_cast<std::size_t>(local_numel), false);
   for (const ShardRun& run : runs_of(slice)) {
-    for (std::int64_t i = 0; i < run.count; ++i) real[static_cast<std::size_t>(run.local + i)] = true;
+    for (std::int64_t i = 0; i < run.count; ++i)
+      real[static_cast<std::size_t>(run.local + i)] = true;
   }
   return real;
 }
@@ -36,15 +37,15 @@ std::int64_t numel_of(const Shape& shape) {
 }
 
 const SplitCase kCases[] = {
-    {8, 1, 1},  {8, 2, 1},   {8, 4, 1},   {8, 8, 1},   {65, 2, 1},  {65, 4, 1},
-    {65, 8, 1}, {64, 3, 1},  {3, 4, 1},   {5, 8, 1},   {384, 2, 3}, {384, 4, 3},
-    {15, 2, 3}, {12, 4, 3},  {352, 8, 1}, {1, 1, 1},   {7, 7, 1},   {9, 2, 3},
+    {8, 1, 1},  {8, 2, 1},  {8, 4, 1},   {8, 8, 1}, {65, 2, 1},  {65, 4, 1},
+    {65, 8, 1}, {64, 3, 1}, {3, 4, 1},   {5, 8, 1}, {384, 2, 3}, {384, 4, 3},
+    {15, 2, 3}, {12, 4, 3}, {352, 8, 1}, {1, 1, 1}, {7, 7, 1},   {9, 2, 3},
 };
 
 TEST(EvenShard, PiecesOfAllRanksAreDisjointCoverEveryIndexAndShareOneStride) {
   for (const SplitCase& k : kCases) {
-    SCOPED_TRACE(::testing::Message() << "n " << k.n << ", ranks " << k.ranks << ", parts "
-                                      << k.parts);
+    SCOPED_TRACE(::testing::Message()
+                 << "n " << k.n << ", ranks " << k.ranks << ", parts " << k.parts);
     const std::int64_t block = k.n / k.parts;
     const std::int64_t piece = (block + k.ranks - 1) / k.ranks;
     std::vector<int> owners(static_cast<std::size_t>(block), 0);
@@ -192,19 +193,18 @@ struct InitCase {
 TEST(ParameterShard, InitializeGivesTheBitwiseSliceOfTheWholeParameterAndZeroPadding) {
   constexpr std::uint64_t kSeed = 1337;
   const InitCase cases[] = {
-      {{65, 16}, 0, 4, 1},  // padded vocabulary rows
-      {{65, 16}, 0, 2, 1},
-      {{16, 24}, 1, 2, 1},  // row-parallel: columns
-      {{16, 10}, 1, 4, 1},  // padded columns
-      {{48, 8}, 0, 2, 3},   // fused qkv
-      {{45, 8}, 0, 2, 3},   // fused qkv, padded in every part
-      {{32}, 0, 2, 1},      // a 1-D bias
+      {{65, 16}, 0, 4, 1},                       // padded vocabulary rows
+      {{65, 16}, 0, 2, 1}, {{16, 24}, 1, 2, 1},  // row-parallel: columns
+      {{16, 10}, 1, 4, 1},                       // padded columns
+      {{48, 8}, 0, 2, 3},                        // fused qkv
+      {{45, 8}, 0, 2, 3},                        // fused qkv, padded in every part
+      {{32}, 0, 2, 1},                           // a 1-D bias
   };
   for (const InitCase& k : cases) {
     for (InitKind kind : {InitKind::normal, InitKind::ones, InitKind::zeros}) {
-      SCOPED_TRACE(::testing::Message() << to_string(k.logical) << " dim " << k.dim << ", ranks "
-                                        << k.ranks << ", parts " << k.parts << ", init "
-                                        << static_cast<int>(kind));
+      SCOPED_TRACE(::testing::Message()
+                   << to_string(k.logical) << " dim " << k.dim << ", ranks " << k.ranks
+                   << ", parts " << k.parts << ", init " << static_cast<int>(kind));
       Parameter whole_p("transformer.h.0.attn.c_attn.weight", k.logical, kind, 0.02f);
       initialize(whole_p, kSeed);
       const std::span<const float> all = std::as_const(whole_p.value).span_f32();

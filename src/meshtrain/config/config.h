@@ -51,7 +51,10 @@ struct TrainingConfig {
   std::int64_t eval_batches = 20;    // global batches averaged for val loss
   std::int64_t log_interval = 1;     // steps between log lines on rank 0
   std::int64_t seed = 1337;
-  std::int64_t threads = 0;              // compute threads per rank; 0 = cores / local ranks
+  std::int64_t threads = 0;  // compute threads per rank; 0 = cores / local ranks
+  // Activation recompute: "none", or "full" (each block keeps only its input and runs its
+  // forward again in backward; Korthikanti et al. 2022, §5).
+  std::string recompute = "none";
   double peak_flops_per_core = 2.19e11;  // fp32 FMA peak used for MFU (DESIGN machine notes)
 };
 

@@ -58,6 +58,7 @@ std::vector<Field> fields_of(Config& c) {
       {"training.log_interval", &c.training.log_interval},
       {"training.seed", &c.training.seed},
       {"training.threads", &c.training.threads},
+      {"training.recompute", &c.training.recompute},
       {"training.peak_flops_per_core", &c.training.peak_flops_per_core},
       {"parallel.dp", &c.parallel.dp},
       {"parallel.tp", &c.parallel.tp},

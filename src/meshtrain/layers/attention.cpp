@@ -98,6 +98,12 @@ Tensor CausalSelfAttention::backward(const Tensor& dy) {
   return qkv_.backward(grads);
 }
 
+void CausalSelfAttention::discard() {
+  saved_.release();
+  qkv_.discard();
+  out_.discard();
+}
+
 ParameterList CausalSelfAttention::parameters() {
   ParameterList out = qkv_.parameters();
   for (Parameter* p : out_.parameters()) out.push_back(p);

@@ -44,6 +44,7 @@ class CausalSelfAttention final : public Module {
   /// Frees the slot's state (what deferred weight gradients need stays with their queue).
   Tensor backward(const Tensor& dy) override;
   ParameterList parameters() override;
+  void discard() override;
 
  private:
   AttentionShape shape_;

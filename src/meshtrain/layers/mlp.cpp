@@ -28,6 +28,12 @@ Tensor GeluMlp::backward(const Tensor& dy) {
   return fc_.backward(std::span<const Tensor>(&d_act, 1));
 }
 
+void GeluMlp::discard() {
+  saved_.release();
+  fc_.discard();
+  proj_.discard();
+}
+
 ParameterList GeluMlp::parameters() {
   ParameterList out = fc_.parameters();
   for (Parameter* p : proj_.parameters()) out.push_back(p);
@@ -57,6 +63,12 @@ Tensor SwiGluMlp::backward(const Tensor& dy) {
   Tensor& up = grads[1];
   kernels::swiglu_backward(gate.f32(), up.f32(), d_act.f32(), gate.f32(), up.f32(), gate.numel());
   return gate_up_.backward(grads);
+}
+
+void SwiGluMlp::discard() {
+  saved_.release();
+  gate_up_.discard();
+  down_.discard();
 }
 
 ParameterList SwiGluMlp::parameters() {

@@ -33,6 +33,7 @@ class GeluMlp final : public Module {
   /// Frees the slot's state.
   Tensor backward(const Tensor& dy) override;
   ParameterList parameters() override;
+  void discard() override;
 
  private:
   ColumnParallelLinear fc_;
@@ -53,6 +54,7 @@ class SwiGluMlp final : public Module {
   /// weight gradients of gate_proj and up_proj keep until W).
   Tensor backward(const Tensor& dy) override;
   ParameterList parameters() override;
+  void discard() override;
 
  private:
   ColumnParallelLinear gate_up_;

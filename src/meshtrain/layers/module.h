@@ -31,6 +31,9 @@ class Module {
   /// DeferWeightGrads scope the matmul weights' are queued instead, weight_grad_queue.h).
   virtual Tensor backward(const Tensor& dy) = 0;
   virtual ParameterList parameters() = 0;
+  /// Drops what the current activation slot's forward kept (activation recompute: the block
+  /// runs forward again before its backward).
+  virtual void discard() = 0;
 };
 
 }  // namespace meshtrain

@@ -22,6 +22,7 @@ class LayerNorm final : public Module {
   Tensor forward(const Tensor& x, const SequenceBatch& batch) override;
   Tensor backward(const Tensor& dy) override;
   ParameterList parameters() override;
+  void discard() override { saved_.release(); }
 
  private:
   std::int64_t features_;
@@ -43,6 +44,7 @@ class RmsNorm final : public Module {
   Tensor forward(const Tensor& x, const SequenceBatch& batch) override;
   Tensor backward(const Tensor& dy) override;
   ParameterList parameters() override;
+  void discard() override { saved_.release(); }
 
  private:
   std::int64_t features_;

@@ -49,6 +49,8 @@ class ColumnParallelLinear {
   /// output per weight, [tokens, out_i/tp] (this rank's features of each part, part by part).
   /// Keeps the entered (full) input [tokens, in] for backward, in the current activation slot.
   std::vector<Tensor> forward(const Tensor& x);
+  /// Drops the current slot's kept input (activation recompute).
+  void discard() { saved_.release(); }
   /// dys (one per weight, as forward's outputs) → dx in forward's input layout; frees the
   /// slot's state. Accumulates every shard's weight and bias gradients (the weights' deferred
   /// inside DeferWeightGrads: the queue then keeps the full input and the dys until W).
@@ -81,6 +83,8 @@ class RowParallelLinear {
   /// [tokens/tp, out] (this rank's rows) under sequence parallelism. Keeps x for backward, in
   /// the current activation slot.
   Tensor forward(const Tensor& x);
+  /// Drops the current slot's kept input (activation recompute).
+  void discard() { saved_.release(); }
   /// dy in forward's output layout → dx [tokens, in/tp]; frees the slot's state. The bias
   /// gradient comes from dY as held here: identical on every rank without sequence
   /// parallelism, a partial sum over this rank's tokens with it (summed over tp once per step

@@ -5,13 +5,24 @@
 namespace meshtrain {
 
 TransformerBlock::TransformerBlock(std::unique_ptr<Module> norm_1, std::unique_ptr<Module> attn,
-                                   std::unique_ptr<Module> norm_2, std::unique_ptr<Module> mlp)
+                                   std::unique_ptr<Module> norm_2, std::unique_ptr<Module> mlp,
+                                   bool full_recompute)
     : norm_1_(std::move(norm_1)),
       attn_(std::move(attn)),
       norm_2_(std::move(norm_2)),
-      mlp_(std::move(mlp)) {}
+      mlp_(std::move(mlp)),
+      full_recompute_(full_recompute) {}
 
 Tensor TransformerBlock::forward(const Tensor& x, const SequenceBatch& batch) {
+  Tensor y = run(x, batch);
+  if (full_recompute_) {
+    for (Module* m : {norm_1_.get(), attn_.get(), norm_2_.get(), mlp_.get()}) m->discard();
+    *saved_ = State{x, batch};
+  }
+  return y;
+}
+
+Tensor TransformerBlock::run(const Tensor& x, const SequenceBatch& batch) {
   Tensor h = attn_->forward(norm_1_->forward(x, batch), batch);
   kernels::add_inplace(h.f32(), x.f32(), h.numel());  // h = x + attn(norm_1(x))
   Tensor y = mlp_->forward(norm_2_->forward(h, batch), batch);
@@ -20,12 +31,21 @@ Tensor TransformerBlock::forward(const Tensor& x, const SequenceBatch& batch) {
 }
 
 Tensor TransformerBlock::backward(const Tensor& dy) {
+  if (full_recompute_) {
+    const State s = saved_.take("transformer block");
+    run(s.x, s.batch);  // the parts keep their activations again; the output is not needed
+  }
   // The residual passes dy through unchanged, so each branch's dx adds onto it.
   Tensor dh = norm_2_->backward(mlp_->backward(dy));
   kernels::add_inplace(dh.f32(), dy.f32(), dh.numel());
   Tensor dx = norm_1_->backward(attn_->backward(dh));
   kernels::add_inplace(dx.f32(), dh.f32(), dx.numel());
   return dx;
+}
+
+void TransformerBlock::discard() {
+  saved_.release();
+  for (Module* m : {norm_1_.get(), attn_.get(), norm_2_.get(), mlp_.get()}) m->discard();
 }
 
 ParameterList TransformerBlock::parameters() {

@@ -6,22 +6,38 @@
 
 #include <memory>
 
+#include "meshtrain/layers/activation_slots.h"
 #include "meshtrain/layers/module.h"
 
 namespace meshtrain {
 
 class TransformerBlock final : public Module {
  public:
+  /// `full_recompute`: activation recompute (Chen et al. 2016; Korthikanti et al. 2022, §5,
+  /// "full"): forward keeps only the block's input and drops everything its parts kept;
+  /// backward runs the forward again from that input, then the backward. The recomputed
+  /// forward does the same arithmetic on the same values, so gradients are bitwise those
+  /// without recompute; it costs one more forward (and, under tp, its collectives) per block.
   TransformerBlock(std::unique_ptr<Module> norm_1, std::unique_ptr<Module> attn,
-                   std::unique_ptr<Module> norm_2, std::unique_ptr<Module> mlp);
+                   std::unique_ptr<Module> norm_2, std::unique_ptr<Module> mlp,
+                   bool full_recompute = false);
 
   Tensor forward(const Tensor& x, const SequenceBatch& batch) override;
   Tensor backward(const Tensor& dy) override;
   /// norm_1, attn, norm_2, mlp parameters, in that order.
   ParameterList parameters() override;
+  void discard() override;
 
  private:
+  Tensor run(const Tensor& x, const SequenceBatch& batch);
+
   std::unique_ptr<Module> norm_1_, attn_, norm_2_, mlp_;
+  bool full_recompute_;
+  struct State {  // full recompute only: the block's input
+    Tensor x;
+    SequenceBatch batch{0, 0};
+  };
+  Saved<State> saved_;
 };
 
 }  // namespace meshtrain

@@ -20,7 +20,8 @@ PipelineStage::PipelineStage(const Config& config, std::uint64_t seed, const Ten
                              .num_layers = counts[static_cast<std::size_t>(g)],
                              .has_embedding = g == 0,
                              .has_head = g == last};
-    chunks_.push_back(std::make_unique<CausalLm>(config.model, seed, tp, layout));
+    chunks_.push_back(std::make_unique<CausalLm>(config.model, seed, tp, layout,
+                                                 config.training.recompute == "full"));
     for (Parameter* p : chunks_.back()->parameters()) params_.push_back(p);
   }
   if (config.model.family == "gpt2" && last > 0) {
