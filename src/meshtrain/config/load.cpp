@@ -123,17 +123,25 @@ const char* type_name(const FieldRef& ref) {
       ref);
 }
 
-// How to write a value of the field's type in TOML.
-std::string fix_for_type(const FieldRef& ref) {
+// How to write a value of the field's type in TOML; a string's example is the setting's own
+// (its default, or a typical value where the default is empty).
+std::string fix_for_type(const Field& field) {
   return std::visit(
-      [](auto* p) -> std::string {
+      [&](auto* p) -> std::string {
         using T = std::remove_pointer_t<decltype(p)>;
         if constexpr (std::is_same_v<T, std::int64_t>) return "write a whole number, e.g. 4";
         if constexpr (std::is_same_v<T, double>) return "write a finite number, e.g. 1e-3";
         if constexpr (std::is_same_v<T, bool>) return "write true or false, without quotes";
-        return "write the value in double quotes, e.g. \"gpt2\"";
+        Config defaults;
+        std::string example = "…";
+        for (const Field& f : fields_of(defaults)) {
+          if (f.key == field.key) example = *std::get<std::string*>(f.ref);
+        }
+        if (field.key == "parallel.pp_layers") example = "3,1";  // its default is empty
+        return fmt::format("write it as one string in double quotes, e.g. {} = \"{}\"", field.key,
+                           example);
       },
-      ref);
+      field.ref);
 }
 
 // Sets a field from a TOML node; false when the node has the wrong type.
@@ -219,7 +227,7 @@ void apply_table(const toml::table& root, std::vector<Field>& fields,
         issues.push_back(unknown_key(key, fields));
       } else if (!assign(field->ref, node)) {
         issues.push_back({key, node_text(node), fmt::format("must be {}", type_name(field->ref)),
-                          fix_for_type(field->ref)});
+                          fix_for_type(*field)});
       }
     }
   }
