@@ -402,6 +402,7 @@ std::vector<StepMetrics> Trainer::run() {
     history.push_back(m);
   }
   write_trace();
+  report_peak_memory();
   if (config_.checkpoint.save_final) {
     const std::vector<NamedTensor> tensors = logical_tensors();
     if (mesh_->rank() == 0) {
@@ -447,6 +448,33 @@ std::vector<NamedTensor> Trainer::logical_tensors() {
     }
   }
   return all;
+}
+
+void Trainer::report_peak_memory() {
+  // Every rank's peak per category reaches rank 0 (one broadcast per rank over the world): the
+  // stages of a pipeline, and tp shards with padding, hold different amounts.
+  std::array<std::int64_t, kNumMemCategories + 1> mine{};
+  for (std::size_t c = 0; c < kNumMemCategories; ++c) {
+    mine[c] = TrackedAllocator::instance().stats(static_cast<MemCategory>(c)).peak_bytes;
+  }
+  mine[kNumMemCategories] = TrackedAllocator::instance().total().peak_bytes;
+  std::string table;
+  for (int root = 0; root < world_.size(); ++root) {
+    auto row = mine;
+    world_.broadcast(std::as_writable_bytes(std::span<std::int64_t>(row)), root);
+    const MeshCoords c = mesh_->shape().coords_of(root);
+    table += fmt::format("  {:>4}  {:>2} {:>2} {:>2}", root, c.pp, c.dp, c.tp);
+    for (std::int64_t bytes : row)
+      table += fmt::format(" {:>11.2f}", static_cast<double>(bytes) / 1048576.0);
+    table += "\n";
+  }
+  if (world_.rank() != 0 || !options_.log) return;
+  std::string header = "  rank  pp dp tp";
+  for (std::size_t c = 0; c < kNumMemCategories; ++c) {
+    header += fmt::format(" {:>11}", to_string(static_cast<MemCategory>(c)));
+  }
+  fmt::print("peak memory per rank (MiB, tracked allocator):\n{} {:>11}\n{}", header, "total",
+             table);
 }
 
 void Trainer::record_trace(std::int64_t step, double offset,

@@ -104,6 +104,8 @@ class Trainer {
   void record_trace(std::int64_t step, double offset,
                     const std::vector<pp::ExecutedAction>& actions);
   void write_trace();
+  /// Rank 0 prints every rank's peak bytes per memory category at the end of run().
+  void report_peak_memory();
   std::vector<NamedTensor> logical_tensors();
 
   Config config_;
