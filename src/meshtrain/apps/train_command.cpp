@@ -43,6 +43,10 @@ int run_train(const TrainArgs& args, const MpiRuntime& runtime) {
   } catch (const DataError& e) {
     if (rank0) fmt::print(stderr, "meshtrain: {}\n", e.what());
     return 3;
+  } catch (const TrainingDiverged& e) {
+    // Every rank saw the same reduced value and stops; one message says it.
+    if (rank0) fmt::print(stderr, "meshtrain: {}\n", e.what());
+    return 1;
   } catch (const Error& e) {
     fmt::print(stderr, "meshtrain: {}\n", e.what());  // runtime errors name their rank
     return 1;

@@ -51,6 +51,14 @@ class CommError : public Error {
   using Error::Error;
 };
 
+/// A run-time failure every rank detected together from the same reduced value (a non-finite
+/// loss): every rank stops, one reports it. (A non-finite gradient norm stays a plain Error:
+/// each rank names its own first bad gradient.)
+class TrainingDiverged : public Error {
+ public:
+  using Error::Error;
+};
+
 /// Renders issues as the user reads them (STYLE example 6).
 std::string format_config_issues(std::string_view source, std::span<const ConfigIssue> issues);
 

@@ -279,7 +279,7 @@ Trainer::Gradients Trainer::compute_gradients(std::int64_t step) {
   dp.all_reduce_sum(std::span<double>(&loss, 1));
   loss /= dp.size();
   if (!std::isfinite(loss)) {
-    throw Error(
+    throw TrainingDiverged(
         fmt::format("{}: non-finite loss {} at step {}; nothing was updated — lower "
                     "training.lr or check the data",
                     mesh_->describe(), loss, step + 1));
