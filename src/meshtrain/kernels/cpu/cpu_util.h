@@ -4,6 +4,7 @@
 // pays for itself, and per-thread scratch that is allocated once and then reused.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -19,6 +20,21 @@ inline constexpr std::int64_t kParallelGrain = std::int64_t{1} << 15;
 /// gradients): 64 floats = 4 cache lines per row, enough to vectorise, small enough that a
 /// 128-wide model still gives 2 threads work.
 inline constexpr std::int64_t kColumnBlock = 64;
+
+/// Runs body(c0, width) for every block [c0, c0 + width) of kColumnBlock columns of [0, C), the
+/// blocks split over threads when rows·C is worth a parallel region. For reductions over rows
+/// into a per-column result (bias, norm-weight and embedding gradients): each column is owned
+/// by one task, so nothing races and every entry sums its rows in order 0, 1, … whatever the
+/// thread count (bitwise reproducible).
+template <typename Body>
+void for_each_column_block(std::int64_t rows, std::int64_t C, Body&& body) {
+  const std::int64_t blocks = (C + kColumnBlock - 1) / kColumnBlock;
+#pragma omp parallel for schedule(static) if (rows * C >= kParallelGrain)
+  for (std::int64_t blk = 0; blk < blocks; ++blk) {
+    const std::int64_t c0 = blk * kColumnBlock;
+    body(c0, std::min(kColumnBlock, C - c0));
+  }
+}
 
 /// Per-thread scratch of at least n floats. The vector only grows, so after the first step
 /// a training loop allocates nothing here (DESIGN machine notes: fresh pages cost ≈12 µs).

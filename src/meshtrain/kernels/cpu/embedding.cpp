@@ -49,11 +49,7 @@ void embedding_shard_backward(const std::int32_t* ids, const float* dout, std::i
   // Repeated ids add into the same table row, so rows cannot be split between threads.
   // Threads own column blocks instead: no races, no atomics, and each table entry receives
   // its rows in order r = 0, 1, … whatever the thread count (bitwise reproducible).
-  const std::int64_t blocks = (C + cpu::kColumnBlock - 1) / cpu::kColumnBlock;
-#pragma omp parallel for schedule(static) if (rows * C >= cpu::kParallelGrain)
-  for (std::int64_t blk = 0; blk < blocks; ++blk) {
-    const std::int64_t c0 = blk * cpu::kColumnBlock;
-    const std::int64_t width = std::min(cpu::kColumnBlock, C - c0);
+  cpu::for_each_column_block(rows, C, [&](std::int64_t c0, std::int64_t width) {
     for (std::int64_t r = 0; r < rows; ++r) {
       MT_CHECK(ids[r] >= 0, "{}: id {} of row {} is negative", what, ids[r], r);
       const std::int64_t local = static_cast<std::int64_t>(ids[r]) - first;
@@ -62,7 +58,7 @@ void embedding_shard_backward(const std::int32_t* ids, const float* dout, std::i
       const float* src = dout + r * C + c0;
       for (std::int64_t c = 0; c < width; ++c) dst[c] += src[c];
     }
-  }
+  });
 }
 
 }  // namespace meshtrain::kernels

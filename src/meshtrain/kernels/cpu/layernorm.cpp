@@ -73,11 +73,7 @@ void layernorm_backward(const float* x, const float* weight, const float* mean, 
 
   // dweight += Σ_r dy ∘ x̂ and dbias += Σ_r dy are sums over rows: threads own column blocks
   // so nothing races and the summation order does not depend on the thread count.
-  const std::int64_t blocks = (C + cpu::kColumnBlock - 1) / cpu::kColumnBlock;
-#pragma omp parallel for schedule(static) if (rows * C >= cpu::kParallelGrain)
-  for (std::int64_t blk = 0; blk < blocks; ++blk) {
-    const std::int64_t c0 = blk * cpu::kColumnBlock;
-    const std::int64_t width = std::min(cpu::kColumnBlock, C - c0);
+  cpu::for_each_column_block(rows, C, [&](std::int64_t c0, std::int64_t width) {
     float dw_acc[cpu::kColumnBlock] = {};
     float db_acc[cpu::kColumnBlock] = {};
     for (std::int64_t r = 0; r < rows; ++r) {
@@ -94,7 +90,7 @@ void layernorm_backward(const float* x, const float* weight, const float* mean, 
     if (dbias != nullptr) {
       for (std::int64_t c = 0; c < width; ++c) dbias[c0 + c] += db_acc[c];
     }
-  }
+  });
 }
 
 }  // namespace meshtrain::kernels

@@ -45,18 +45,14 @@ void linear_backward(const float* x, const float* w, const float* dy, float* dx,
   // write the same db entry and every entry sums its tokens in the same order whatever the
   // thread count (a resumed run reproduces bit for bit, DESIGN invariant 8); within a block
   // the rows are read contiguously.
-  const std::int64_t blocks = (out + cpu::kColumnBlock - 1) / cpu::kColumnBlock;
-#pragma omp parallel for schedule(static) if (tokens * out >= cpu::kParallelGrain)
-  for (std::int64_t blk = 0; blk < blocks; ++blk) {
-    const std::int64_t j0 = blk * cpu::kColumnBlock;
-    const std::int64_t width = std::min(cpu::kColumnBlock, out - j0);
+  cpu::for_each_column_block(tokens, out, [&](std::int64_t j0, std::int64_t width) {
     float acc[cpu::kColumnBlock] = {};
     for (std::int64_t t = 0; t < tokens; ++t) {
       const float* row = dy + t * out + j0;
       for (std::int64_t j = 0; j < width; ++j) acc[j] += row[j];
     }
     for (std::int64_t j = 0; j < width; ++j) db[j0 + j] += acc[j];
-  }
+  });
 }
 
 }  // namespace meshtrain::kernels

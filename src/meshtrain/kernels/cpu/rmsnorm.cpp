@@ -56,11 +56,7 @@ void rmsnorm_backward(const float* x, const float* weight, const float* rstd, co
 
   // dweight += Σ_r dy ∘ x·rstd is a sum over rows: threads own column blocks so nothing races
   // and the summation order does not depend on the thread count (as in layernorm_backward).
-  const std::int64_t blocks = (C + cpu::kColumnBlock - 1) / cpu::kColumnBlock;
-#pragma omp parallel for schedule(static) if (rows * C >= cpu::kParallelGrain)
-  for (std::int64_t blk = 0; blk < blocks; ++blk) {
-    const std::int64_t c0 = blk * cpu::kColumnBlock;
-    const std::int64_t width = std::min(cpu::kColumnBlock, C - c0);
+  cpu::for_each_column_block(rows, C, [&](std::int64_t c0, std::int64_t width) {
     float dw_acc[cpu::kColumnBlock] = {};
     for (std::int64_t r = 0; r < rows; ++r) {
       const float* xr = x + r * C + c0;
@@ -69,7 +65,7 @@ void rmsnorm_backward(const float* x, const float* weight, const float* rstd, co
       for (std::int64_t c = 0; c < width; ++c) dw_acc[c] += dyr[c] * (xr[c] * rs);
     }
     for (std::int64_t c = 0; c < width; ++c) dweight[c0 + c] += dw_acc[c];
-  }
+  });
 }
 
 }  // namespace meshtrain::kernels
