@@ -214,4 +214,13 @@ std::unique_ptr<ProcessGroup> MpiRuntime::self_group() const {
   return std::make_unique<MpiProcessGroup>(MpiComm(comm), "self");
 }
 
+std::unique_ptr<CommRequest> MpiProcessGroup::do_iall_gather(std::span<const float> in,
+                                                             std::span<float> out) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  check_mpi(MPI_Iallgather(in.data(), count_of(in.size()), MPI_FLOAT, out.data(),
+                           count_of(in.size()), MPI_FLOAT, comm_.get(), &request),
+            "MPI_Iallgather");
+  return std::make_unique<MpiRequest>(request);
+}
+
 }  // namespace meshtrain

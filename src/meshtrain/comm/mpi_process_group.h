@@ -51,6 +51,8 @@ class MpiProcessGroup final : public ProcessGroup {
   void do_recv(std::span<float> x, int peer, int tag) override;
   std::unique_ptr<CommRequest> do_isend(std::span<const float> x, int peer, int tag) override;
   std::unique_ptr<CommRequest> do_irecv(std::span<float> x, int peer, int tag) override;
+  std::unique_ptr<CommRequest> do_iall_gather(std::span<const float> in,
+                                              std::span<float> out) override;
 
   MpiComm comm_;
   Tensor ring_scratch_;  // reduce-scatter's receive block, grown once, MemCategory::comm

@@ -163,4 +163,25 @@ std::unique_ptr<CommRequest> ProcessGroup::irecv(std::span<float> x, int peer, i
   return std::make_unique<TimedRequest>(do_irecv(x, peer, tag), timer.counter);
 }
 
+namespace {
+// A one-rank group's non-blocking collective completes when posted.
+class CompletedRequest final : public CommRequest {
+ public:
+  void wait() override {}
+  bool test() override { return true; }
+};
+}  // namespace
+
+std::unique_ptr<CommRequest> ProcessGroup::iall_gather(std::span<const float> in,
+                                                       std::span<float> out) {
+  MT_CHECK(out.size() == in.size() * static_cast<std::size_t>(size()),
+           "iall_gather on {}: input {} elements, output {}", name_, in.size(), out.size());
+  if (size() == 1) {
+    std::copy(in.begin(), in.end(), out.begin());
+    return std::make_unique<CompletedRequest>();
+  }
+  const CallTimer timer = count(CommOp::all_gather, in.size_bytes());
+  return std::make_unique<TimedRequest>(do_iall_gather(in, out), timer.counter);
+}
+
 }  // namespace meshtrain

@@ -90,6 +90,12 @@ class ProcessGroup {
   /// (MPI's rule), so two ranks that both send first never deadlock.
   std::unique_ptr<CommRequest> isend(std::span<const float> x, int peer, int tag);
   std::unique_ptr<CommRequest> irecv(std::span<float> x, int peer, int tag);
+  /// Non-blocking all_gather (MPI_Iallgather): same contract as all_gather; `in` and `out`
+  /// must stay alive and untouched until wait() returns. Every rank posts the group's
+  /// non-blocking collectives in the same order (MPI's rule for matching them). Bytes are
+  /// counted when posted, the time in wait() is added to all_gather's seconds. ZeRO-3 issues
+  /// the next layer's parameter gather with it while the current layer computes.
+  std::unique_ptr<CommRequest> iall_gather(std::span<const float> in, std::span<float> out);
 
   /// A new group of the members that pass the same `color`, ordered by `key`, named
   /// `axis_name`{ranks}. Collective over this group: every member calls it, in the same order.
@@ -116,6 +122,8 @@ class ProcessGroup {
   virtual void do_recv(std::span<float> x, int peer, int tag) = 0;
   virtual std::unique_ptr<CommRequest> do_isend(std::span<const float> x, int peer, int tag) = 0;
   virtual std::unique_ptr<CommRequest> do_irecv(std::span<float> x, int peer, int tag) = 0;
+  virtual std::unique_ptr<CommRequest> do_iall_gather(std::span<const float> in,
+                                                      std::span<float> out) = 0;
 
  private:
   // Counts a call and its bytes at once, and its seconds when the guard goes out of scope.

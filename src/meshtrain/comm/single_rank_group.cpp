@@ -34,6 +34,9 @@ class SingleRankGroup final : public ProcessGroup {
     unreachable();
   }
   std::unique_ptr<CommRequest> do_irecv(std::span<float>, int, int) override { unreachable(); }
+  std::unique_ptr<CommRequest> do_iall_gather(std::span<const float>, std::span<float>) override {
+    unreachable();
+  }
 };
 
 }  // namespace

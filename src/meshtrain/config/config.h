@@ -56,6 +56,20 @@ struct TrainingConfig {
   // forward again in backward; Korthikanti et al. 2022, §5).
   std::string recompute = "none";
   double peak_flops_per_core = 2.19e11;  // fp32 FMA peak used for MFU (DESIGN machine notes)
+  // Mixed precision (Micikevicius et al. 2018; docs/memory.md): "fp32", or "bf16" / "fp16":
+  // parameters and matrix products in 16 bits with fp32 accumulation, fp32 master weights
+  // and fp32 gradients.
+  std::string precision = "fp32";
+  // Dynamic loss scaler, fp16 only (Micikevicius et al. 2018, §3.2; Megatron-LM's
+  // DynamicGradScaler): the loss is multiplied by the scale before backward; a step whose
+  // gradients hold an inf or NaN on any rank is skipped by every rank, and after `hysteresis`
+  // such steps the scale is multiplied by `backoff`; after `growth_interval` clean steps in a
+  // row it is multiplied by `growth`.
+  double loss_scale_init = 65536.0;
+  std::int64_t loss_scale_growth_interval = 1000;
+  double loss_scale_growth = 2.0;
+  double loss_scale_backoff = 0.5;
+  std::int64_t loss_scale_hysteresis = 2;
 };
 
 struct ParallelConfig {
@@ -74,6 +88,9 @@ struct ParallelConfig {
   std::int64_t virtual_stages = 1;
   std::string pp_layers;        // empty = even split
   std::int64_t bucket_mib = 4;  // gradient all-reduce bucket size, MiB
+  // ZeRO stage over dp (Rajbhandari et al. 2020; parallel/dp/zero.h): 0 = plain data parallel,
+  // 1 = optimizer state sharded, 2 = + gradients, 3 = + parameters (FSDP FULL_SHARD).
+  std::int64_t zero_stage = 0;
 };
 
 struct DataConfig {

@@ -219,6 +219,38 @@ void check_optimizer(const TrainingConfig& t, std::vector<ConfigIssue>& issues) 
           t.peak_flops_per_core, "must be > 0 (FLOP/s)", "use 2.19e11");
 }
 
+// ZeRO and mixed precision (parallel/dp/zero.h, docs/memory.md).
+void check_memory_settings(const Config& config, std::vector<ConfigIssue>& issues) {
+  const ParallelConfig& p = config.parallel;
+  const TrainingConfig& t = config.training;
+  require(issues, p.zero_stage >= 0 && p.zero_stage <= 3, "parallel.zero_stage", p.zero_stage,
+          "must be 0, 1, 2 or 3 (ZeRO stages: 1 shards the optimizer state over dp, 2 also the "
+          "gradients, 3 also the parameters)",
+          "use 1 (or 3 for the least memory)");
+  require(issues, p.zero_stage < 2 || p.pp_schedule != "zb_h1", "parallel.zero_stage", p.zero_stage,
+          "ZeRO-2/3 reduce-scatter a layer's gradients when its backward ends, but zb_h1 computes "
+          "the weight gradients later (backward_weight)",
+          "use parallel.pp_schedule = \"1f1b\" with ZeRO-2/3, or parallel.zero_stage = 1");
+  const bool known = t.precision == "fp32" || t.precision == "bf16" || t.precision == "fp16";
+  require(issues, known, "training.precision", t.precision,
+          "must be \"fp32\", \"bf16\" or \"fp16\"", "use \"bf16\" for mixed precision");
+  if (t.precision != "fp16") return;  // the scaler settings only matter for fp16
+  // fp16's largest finite value is 65504; a scale beyond 2^24 overflows the first gradient.
+  require(issues, t.loss_scale_init >= 1.0 && t.loss_scale_init <= 16777216.0,
+          "training.loss_scale_init", t.loss_scale_init, "must lie in [1, 2^24] under fp16",
+          "use 65536");
+  require(issues, t.loss_scale_growth > 1.0, "training.loss_scale_growth", t.loss_scale_growth,
+          "must be > 1 (the scale must be able to grow back after a backoff)", "use 2");
+  require(issues, t.loss_scale_backoff > 0.0 && t.loss_scale_backoff < 1.0,
+          "training.loss_scale_backoff", t.loss_scale_backoff,
+          "must lie in (0, 1) (an overflow must lower the scale)", "use 0.5");
+  require(issues, t.loss_scale_growth_interval >= 1, "training.loss_scale_growth_interval",
+          t.loss_scale_growth_interval, "must be ≥ 1 step", "use 1000");
+  require(issues, t.loss_scale_hysteresis >= 1, "training.loss_scale_hysteresis",
+          t.loss_scale_hysteresis, "must be ≥ 1 (overflowing steps before the scale backs off)",
+          "use 2");
+}
+
 }  // namespace
 
 std::vector<ConfigIssue> check_config(const Config& config, int world_size) {
@@ -227,6 +259,7 @@ std::vector<ConfigIssue> check_config(const Config& config, int world_size) {
   check_parallel(config, world_size, issues);
   check_batch(config.training, config.parallel, issues);
   check_optimizer(config.training, issues);
+  check_memory_settings(config, issues);
   return issues;
 }
 

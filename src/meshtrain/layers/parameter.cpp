@@ -109,4 +109,17 @@ void initialize(Parameter& p, std::uint64_t seed) {
   }
 }
 
+OptimizerShards whole_shards(const ParameterList& params) {
+  OptimizerShards shards;
+  for (Parameter* p : params) {
+    const std::int64_t n = p->value.numel();
+    shards.push_back({.param = p,
+                      .begin = 0,
+                      .end = n,
+                      .master = p->value.reshape({n}),
+                      .grad = p->grad.reshape({n})});
+  }
+  return shards;
+}
+
 }  // namespace meshtrain

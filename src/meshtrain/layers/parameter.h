@@ -86,4 +86,20 @@ void initialize(Parameter& p, std::uint64_t seed);
 
 using ParameterList = std::vector<Parameter*>;
 
+/// The part of one parameter this rank's optimizer updates: elements [begin, end) of the
+/// parameter's flattened local tensor (its tp shard, row-major). Without ZeRO that is all of
+/// it; under ZeRO the data-parallel ranks split it (parallel/dp/zero.h).
+struct OptimizerShard {
+  Parameter* param = nullptr;  // name, weight decay, tp sharding, tied_copy
+  std::int64_t begin = 0;
+  std::int64_t end = 0;  // begin == end: this rank owns none of it
+  Tensor master;         // f32 [end − begin]: the fp32 weights the optimizer steps
+  Tensor grad;           // f32 [end − begin]: the gradient the optimizer reads
+};
+using OptimizerShards = std::vector<OptimizerShard>;
+
+/// Whole-parameter shards of fp32 parameters: master and grad are flat views of p.value and
+/// p.grad (no copy), so stepping them updates the parameters in place.
+OptimizerShards whole_shards(const ParameterList& params);
+
 }  // namespace meshtrain

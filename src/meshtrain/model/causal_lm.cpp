@@ -103,6 +103,37 @@ CausalLm::CausalLm(const ModelConfig& config, std::uint64_t seed, const TensorPa
     head_ = std::make_unique<VocabParallelLmHead>(lm_head_ ? *lm_head_ : embed_->weight(), tp);
   }
   for (Parameter* p : params_) initialize(*p, seed);
+  if (layout_.has_embedding) {
+    units_.push_back({&embed_->weight()});
+    if (wpe_) units_.back().push_back(&*wpe_);
+  }
+  first_block_unit_ = static_cast<int>(units_.size());
+  for (auto& b : blocks_) units_.push_back(b->parameters());
+  if (layout_.has_head) {
+    units_.push_back(final_norm_->parameters());
+    units_.back().push_back(lm_head_ ? &*lm_head_ : &embed_->weight());
+  }
+}
+
+void CausalLm::before_forward(int unit) {
+  if (!hooks_) return;
+  const auto next = static_cast<std::size_t>(unit + 1);
+  hooks_->before_forward(units_[static_cast<std::size_t>(unit)],
+                         next < units_.size() ? &units_[next] : nullptr);
+}
+
+void CausalLm::after_forward(int unit) {
+  if (hooks_) hooks_->after_forward(units_[static_cast<std::size_t>(unit)]);
+}
+
+void CausalLm::before_backward(int unit) {
+  if (!hooks_) return;
+  hooks_->before_backward(units_[static_cast<std::size_t>(unit)],
+                          unit > 0 ? &units_[static_cast<std::size_t>(unit - 1)] : nullptr);
+}
+
+void CausalLm::after_backward(int unit) {
+  if (hooks_) hooks_->after_backward(units_[static_cast<std::size_t>(unit)]);
 }
 
 Tensor CausalLm::forward_blocks(const std::int32_t* tokens, const Tensor& x_in, std::int64_t batch,
@@ -113,6 +144,7 @@ Tensor CausalLm::forward_blocks(const std::int32_t* tokens, const Tensor& x_in, 
   state.batch = SequenceBatch{batch, seq_len};
   Tensor x = x_in;
   if (layout_.has_embedding) {
+    before_forward(0);
     const std::int64_t rows = state.batch.tokens();
     for (std::int64_t i = 0; i < rows; ++i) {
       MT_CHECK(tokens[i] >= 0 && tokens[i] < config_.vocab_size, "token {} at {} outside vocab {}",
@@ -133,8 +165,14 @@ Tensor CausalLm::forward_blocks(const std::int32_t* tokens, const Tensor& x_in, 
                                        config_.block_size, pos.f32(), local, config_.n_embd);
       kernels::add_inplace(x.f32(), pos.f32(), x.numel());
     }
+    after_forward(0);
   }
-  for (auto& b : blocks_) x = b->forward(x, state.batch);
+  for (std::size_t i = 0; i < blocks_.size(); ++i) {
+    const int unit = first_block_unit_ + static_cast<int>(i);
+    before_forward(unit);
+    x = blocks_[i]->forward(x, state.batch);
+    after_forward(unit);
+  }
   return x;
 }
 
@@ -142,28 +180,43 @@ float CausalLm::forward_head(const Tensor& h, const std::int32_t* targets) {
   MT_CHECK(layout_.has_head, "forward_head on a chunk without the head");
   State& state = *saved_;
   state.forwarded = true;
-  return head_->forward(final_norm_->forward(h, state.batch), targets);
+  const int unit = static_cast<int>(units_.size()) - 1;
+  before_forward(unit);
+  const float loss = head_->forward(final_norm_->forward(h, state.batch), targets);
+  after_forward(unit);
+  return loss;
 }
 
 Tensor CausalLm::backward_head(float loss_scale) {
   MT_CHECK(layout_.has_head && saved_->forwarded, "backward without a forward");
   saved_->forwarded = false;
-  return final_norm_->backward(head_->backward(loss_scale));
+  const int unit = static_cast<int>(units_.size()) - 1;
+  before_backward(unit);
+  Tensor dh = final_norm_->backward(head_->backward(loss_scale));
+  after_backward(unit);
+  return dh;
 }
 
 Tensor CausalLm::backward_blocks(const Tensor& dh) {
   Tensor dx = dh;
-  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) dx = (*it)->backward(dx);
+  for (std::size_t i = blocks_.size(); i-- > 0;) {
+    const int unit = first_block_unit_ + static_cast<int>(i);
+    before_backward(unit);
+    dx = blocks_[i]->backward(dx);
+    after_backward(unit);
+  }
   if (!layout_.has_embedding) {
     saved_.release();
     return dx;
   }
+  before_backward(0);
   embed_->backward(dx);
   if (wpe_) {
     const State& state = *saved_;
     kernels::embedding_shard_backward(state.positions.data(), dx.f32(), 0, config_.block_size,
                                       wpe_->grad.f32(), dx.dim(0), config_.n_embd);
   }
+  after_backward(0);
   saved_.release();
   return Tensor();
 }
@@ -182,13 +235,18 @@ Tensor CausalLm::logits(const std::int32_t* tokens, std::int64_t batch, std::int
            "{} tokens cannot be split over {} sequence-parallel ranks", batch * seq_len,
            tp_.group.size());
   const Tensor h = forward_blocks(tokens, Tensor(), batch, seq_len);
+  const int unit = static_cast<int>(units_.size()) - 1;
+  before_forward(unit);
   const Tensor logits = head_->logits(final_norm_->forward(h, saved_->batch));
+  after_forward(unit);
   saved_->forwarded = false;
   return logits;
 }
 
 void CausalLm::zero_grad() {
-  for (Parameter* p : params_) p->grad.zero();
+  for (Parameter* p : params_) {
+    if (p->grad.defined()) p->grad.zero();
+  }
 }
 
 double CausalLm::flops_per_token(std::int64_t seq_len) const {

@@ -27,6 +27,7 @@
 #include "meshtrain/config/config.h"
 #include "meshtrain/layers/activation_slots.h"
 #include "meshtrain/layers/module.h"
+#include "meshtrain/layers/parameter_hooks.h"
 #include "meshtrain/layers/transformer_block.h"
 #include "meshtrain/layers/vocab_parallel.h"
 
@@ -85,7 +86,16 @@ class CausalLm {
   /// This rank's parameters, each once (gpt2's tied head is transformer.wte.weight), in
   /// construction order: embeddings, blocks 0 …, final norm, (llama) lm_head.
   const ParameterList& parameters() const noexcept { return params_; }
+  /// Zeroes every gradient this rank holds (a gradient freed by a sharding scheme's hooks is
+  /// skipped).
   void zero_grad();
+  /// The parameter units in forward order: the embeddings (first chunk), one per block, the
+  /// final norm with the LM head (last chunk). gpt2's tied embedding is in the first and the
+  /// last unit of a whole model. Every parameter is in at least one unit.
+  const std::vector<ParameterList>& units() const noexcept { return units_; }
+  /// Called around every unit from now on (nullptr: none). The hooks must outlive the model's
+  /// use of them.
+  void set_hooks(ParameterHooks* hooks) noexcept { hooks_ = hooks; }
   const ModelConfig& config() const noexcept { return config_; }
   /// 6·N + 12·n_layer·C·T FLOPs per token for forward+backward (Kaplan et al. 2020, §2.1, with
   /// the attention term as PaLM, Chowdhery et al. 2022, App. B); N = logical parameters that
@@ -94,6 +104,10 @@ class CausalLm {
 
  private:
   Tensor hidden(const std::int32_t* tokens, std::int64_t batch, std::int64_t seq_len);
+  void before_forward(int unit);
+  void after_forward(int unit);
+  void before_backward(int unit);
+  void after_backward(int unit);
 
   ModelConfig config_;
   TensorParallel tp_;
@@ -105,6 +119,9 @@ class CausalLm {
   std::optional<Parameter> lm_head_;  // llama: [V, C]; gpt2 on a later stage: the tied copy
   std::unique_ptr<VocabParallelLmHead> head_;
   ParameterList params_;
+  std::vector<ParameterList> units_;
+  int first_block_unit_ = 0;  // units_ index of blocks_[0]
+  ParameterHooks* hooks_ = nullptr;
 
   // Kept between forward and backward, per activation slot (micro-batch).
   struct State {

@@ -34,7 +34,17 @@ PipelineStage::PipelineStage(const Config& config, std::uint64_t seed, const Ten
 }
 
 void PipelineStage::zero_grad() {
-  for (Parameter* p : params_) p->grad.zero();
+  for (const auto& c : chunks_) c->zero_grad();
+}
+
+std::vector<ParameterList> PipelineStage::units() const {
+  std::vector<ParameterList> out;
+  for (const auto& c : chunks_) out.insert(out.end(), c->units().begin(), c->units().end());
+  return out;
+}
+
+void PipelineStage::set_hooks(ParameterHooks* hooks) {
+  for (const auto& c : chunks_) c->set_hooks(hooks);
 }
 
 double PipelineStage::flops_per_token(std::int64_t seq_len) const {

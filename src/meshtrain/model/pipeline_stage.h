@@ -32,6 +32,10 @@ class PipelineStage {
   /// Every parameter of every local chunk, chunk by chunk.
   const ParameterList& parameters() const noexcept { return params_; }
   void zero_grad();
+  /// Every chunk's parameter units (CausalLm::units), chunk by chunk.
+  std::vector<ParameterList> units() const;
+  /// Installs `hooks` in every chunk (CausalLm::set_hooks).
+  void set_hooks(ParameterHooks* hooks);
   /// gpt2 split into chunks: the token embedding (global chunk 0) and/or its copy in the LM
   /// head (last chunk) held by this rank — none, one, or both when pp = 1. The gradients of the
   /// two are summed (between the first and last stage) so the copies stay identical.

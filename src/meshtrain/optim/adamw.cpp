@@ -7,18 +7,23 @@
 
 namespace meshtrain {
 
-AdamW::AdamW(const ParameterList& params, const AdamWConfig& config)
-    : params_(params), config_(config) {
-  for (const Parameter* p : params_) {
-    m_.push_back(Tensor::zeros(p->value.shape(), MemCategory::optimizer));
-    v_.push_back(Tensor::zeros(p->value.shape(), MemCategory::optimizer));
+AdamW::AdamW(OptimizerShards shards, const AdamWConfig& config)
+    : shards_(std::move(shards)), config_(config) {
+  for (const OptimizerShard& s : shards_) {
+    m_.push_back(Tensor::zeros({s.end - s.begin}, MemCategory::optimizer));
+    v_.push_back(Tensor::zeros({s.end - s.begin}, MemCategory::optimizer));
   }
 }
 
+AdamW::AdamW(const ParameterList& params, const AdamWConfig& config)
+    : AdamW(whole_shards(params), config) {}
+
 void AdamW::step(double lr) {
   ++step_;
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    Parameter& p = *params_[i];
+  for (std::size_t i = 0; i < shards_.size(); ++i) {
+    const OptimizerShard& s = shards_[i];
+    if (s.end == s.begin) continue;
+    const Parameter& p = *s.param;
     const kernels::AdamWParams hp{
         .lr = static_cast<float>(lr),
         .beta1 = static_cast<float>(config_.beta1),
@@ -26,29 +31,42 @@ void AdamW::step(double lr) {
         .eps = static_cast<float>(config_.eps),
         .weight_decay = p.weight_decay ? static_cast<float>(config_.weight_decay) : 0.0f,
     };
-    kernels::adamw_step(p.value.span_f32(), m_[i].span_f32(), v_[i].span_f32(), p.grad.span_f32(),
+    Tensor master = s.master;  // a handle: the update writes through to the shard's storage
+    kernels::adamw_step(master.span_f32(), m_[i].span_f32(), v_[i].span_f32(), s.grad.span_f32(),
                         hp, step_);
   }
 }
 
 double global_grad_norm(const ParameterList& params, ProcessGroup& tp, ProcessGroup& pp) {
+  return global_grad_norm(whole_shards(params), tp, pp, nullptr);
+}
+
+double global_grad_norm(const OptimizerShards& shards, ProcessGroup& tp, ProcessGroup& pp,
+                        ProcessGroup* dp) {
   double sum = 0.0;
-  for (const Parameter* p : params) {
+  for (const OptimizerShard& s : shards) {
+    const Parameter* p = s.param;
     if (!p->tied_copy && (p->is_sharded() || tp.rank() == 0)) {
-      sum += kernels::sum_squares(p->grad.f32(), p->grad.numel());
+      sum += kernels::sum_squares(s.grad.f32(), s.grad.numel());
     }
   }
+  if (dp) dp->all_reduce_sum(std::span<double>(&sum, 1));
   tp.all_reduce_sum(std::span<double>(&sum, 1));
   pp.all_reduce_sum(std::span<double>(&sum, 1));
   return std::sqrt(sum);
 }
 
 void clip_grads(const ParameterList& params, double norm, double max_norm) {
+  clip_grads(whole_shards(params), norm, max_norm);
+}
+
+void clip_grads(const OptimizerShards& shards, double norm, double max_norm) {
   if (max_norm <= 0.0) return;
   const double coef = max_norm / (norm + 1e-6);
   if (coef >= 1.0) return;
-  for (Parameter* p : params) {
-    kernels::scale_inplace(p->grad.f32(), static_cast<float>(coef), p->grad.numel());
+  for (const OptimizerShard& s : shards) {
+    Tensor grad = s.grad;
+    kernels::scale_inplace(grad.f32(), static_cast<float>(coef), grad.numel());
   }
 }
 

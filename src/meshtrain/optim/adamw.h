@@ -1,5 +1,6 @@
-// src/meshtrain/optim/adamw.h — AdamW over a parameter list, fp32 moments
-// (MemCategory::optimizer), with the global grad-norm clipping and the LR schedule it uses.
+// src/meshtrain/optim/adamw.h — AdamW over optimizer shards (a whole parameter each, or the
+// slice a ZeRO rank owns), fp32 moments (MemCategory::optimizer), with the global grad-norm
+// clipping and the LR schedule it uses.
 #pragma once
 
 #include <cstdint>
@@ -20,14 +21,17 @@ struct AdamWConfig {
 
 class AdamW {
  public:
-  /// Allocates m and v (zeros) for every parameter.
+  /// Allocates m and v (zeros, f32 [end − begin] each) for every shard; steps master with
+  /// grad. The shards' tensors must outlive the optimizer.
+  AdamW(OptimizerShards shards, const AdamWConfig& config);
+  /// Whole fp32 parameters (whole_shards): steps p.value with p.grad.
   AdamW(const ParameterList& params, const AdamWConfig& config);
-  /// One step at learning rate `lr` on every parameter (kernels::adamw_step).
+  /// One step at learning rate `lr` on every shard (kernels::adamw_step).
   void step(double lr);
   std::int64_t steps_taken() const noexcept { return step_; }
 
  private:
-  ParameterList params_;
+  OptimizerShards shards_;
   AdamWConfig config_;
   std::vector<Tensor> m_, v_;
   std::int64_t step_ = 0;
@@ -41,10 +45,16 @@ class AdamW {
 /// Padding is zero and adds nothing. Gradients must already be reduced over dp (identical
 /// there).
 double global_grad_norm(const ParameterList& params, ProcessGroup& tp, ProcessGroup& pp);
+/// The same over optimizer shards. When the shards split parameters over data-parallel ranks
+/// (ZeRO), pass that group as `dp`: each rank adds its own slices and one more all-reduce
+/// (over dp) completes the sum; nullptr when every dp rank holds the whole gradient.
+double global_grad_norm(const OptimizerShards& shards, ProcessGroup& tp, ProcessGroup& pp,
+                        ProcessGroup* dp);
 
 /// Scales every gradient by max_norm / norm when norm > max_norm (torch.nn.utils.
 /// clip_grad_norm_, which adds 1e-6 to the norm); max_norm ≤ 0 disables clipping.
 void clip_grads(const ParameterList& params, double norm, double max_norm);
+void clip_grads(const OptimizerShards& shards, double norm, double max_norm);
 
 /// Linear warmup then cosine decay to min_lr, as nanoGPT's get_lr (train.py):
 /// step < warmup: peak·(step+1)/(warmup+1); step > decay_steps: min_lr; otherwise

@@ -51,9 +51,10 @@ Tensor StageRunner::backward(int /*microbatch*/, int chunk, const Tensor& grad_o
   std::optional<DeferWeightGrads> defer;
   if (!weight_grads) defer.emplace(weight_grads_);
   // Each micro-batch's loss is a mean over its tokens; the step's loss is their mean.
-  const Tensor dh = model.layout().has_head
-                        ? model.backward_head(1.0f / static_cast<float>(batching_.microbatches))
-                        : grad_output;
+  const Tensor dh =
+      model.layout().has_head
+          ? model.backward_head(loss_scale_ / static_cast<float>(batching_.microbatches))
+          : grad_output;
   return model.backward_blocks(dh);
 }
 

@@ -34,6 +34,8 @@ class StageRunner final : public pp::StageRunner {
   void begin_step(std::int64_t step);
   /// Σ of the micro-batch losses computed here (non-zero on the last stage only).
   double loss_sum() const { return loss_sum_; }
+  /// The factor backward multiplies the loss by (the fp16 loss scale; 1 otherwise).
+  void set_loss_scale(float scale) { loss_scale_ = scale; }
 
   Tensor forward(int microbatch, int chunk, const Tensor& input) override;
   Tensor backward(int microbatch, int chunk, const Tensor& grad_output, bool weight_grads) override;
@@ -52,6 +54,7 @@ class StageRunner final : public pp::StageRunner {
   WeightGradQueue weight_grads_;
   std::int64_t step_ = 0;
   double loss_sum_ = 0.0;
+  float loss_scale_ = 1.0f;
   std::map<int, std::pair<std::vector<std::int32_t>, std::vector<std::int32_t>>> data_;
 };
 

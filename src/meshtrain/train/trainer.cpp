@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -233,10 +234,26 @@ Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
   }
   pp.all_reduce_sum(std::span<double>(&count, 1));
   logical_parameters_ = static_cast<std::int64_t>(count);
-  replicated_grads_ = std::make_unique<ReplicatedGradSum>(params, tp, par.sequence_parallel);
-  buckets_ = std::make_unique<GradBuckets>(params, dp, par.bucket_mib << 20);
+  const DType compute = t.precision == "bf16"   ? DType::bf16
+                        : t.precision == "fp16" ? DType::f16
+                                                : DType::f32;
+  zero_ = std::make_unique<ZeroSharding>(params, stage_->units(), dp,
+                                         ZeroOptions{.stage = static_cast<int>(par.zero_stage),
+                                                     .compute_dtype = compute,
+                                                     .bucket_bytes = par.bucket_mib << 20});
+  stage_->set_hooks(zero_.get());
+  if (t.precision == "fp16") {
+    scaler_ = std::make_unique<DynamicLossScaler>(
+        LossScalerConfig{.initial_scale = t.loss_scale_init,
+                         .growth_interval = t.loss_scale_growth_interval,
+                         .growth = t.loss_scale_growth,
+                         .backoff = t.loss_scale_backoff,
+                         .hysteresis = t.loss_scale_hysteresis});
+  }
+  replicated_grads_ =
+      std::make_unique<ReplicatedGradSum>(zero_->shards(), tp, par.sequence_parallel);
   optimizer_ = std::make_unique<AdamW>(
-      params,
+      zero_->shards(),
       AdamWConfig{
           .beta1 = t.beta1, .beta2 = t.beta2, .eps = t.eps, .weight_decay = t.weight_decay});
   const std::size_t micro_tokens =
@@ -250,6 +267,7 @@ Trainer::Gradients Trainer::compute_gradients(std::int64_t step) {
   ProcessGroup& dp = mesh_->group(Axis::dp);
   ProcessGroup& pp = mesh_->group(Axis::pp);
   runner_->begin_step(step);
+  runner_->set_loss_scale(scaler_ ? static_cast<float>(scaler_->scale()) : 1.0f);
   const double step_start_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
   const std::vector<pp::ExecutedAction> actions = executor_->run_step(*runner_);
@@ -270,9 +288,9 @@ Trainer::Gradients Trainer::compute_gradients(std::int64_t step) {
   last_bubble_ /= pp.size();
   record_trace(step, step_start_s, actions);
 
+  zero_->reduce_gradients();        // over dp (stages 2, 3: done during backward)
   sum_tied_embeddings();            // gpt2 over stages: both copies get the summed gradient
   replicated_grads_->all_reduce();  // sequence parallel: partial sums over tp, once per step
-  buckets_->all_reduce_mean();      // one reduction per optimizer step
   // The last stage computed the loss (every tp rank of it the same); average over dp.
   double loss = runner_->loss_sum() / static_cast<double>(t.accumulation);
   pp.all_reduce_sum(std::span<double>(&loss, 1));
@@ -284,17 +302,40 @@ Trainer::Gradients Trainer::compute_gradients(std::int64_t step) {
                     "training.lr or check the data",
                     mesh_->describe(), loss, step + 1));
   }
-  const double norm = global_grad_norm(stage_->parameters(), mesh_->group(Axis::tp), pp);
-  if (!std::isfinite(norm)) {
-    // Every rank sees the same norm; name the first local parameter with a bad gradient.
-    std::string culprit = "another pipeline stage's parameters";
-    for (const Parameter* p : stage_->parameters()) {
-      const auto g = p->grad.span_f32();
+  OptimizerShards& shards = zero_->shards();
+  if (step == options_.inject_inf_step && world_.rank() == options_.inject_inf_rank) {
+    for (OptimizerShard& s : shards) {
+      if (s.grad.numel() == 0) continue;
+      s.grad.f32()[0] = std::numeric_limits<float>::infinity();
+      break;
+    }
+  }
+  const auto first_non_finite = [&shards]() -> const Parameter* {
+    for (const OptimizerShard& s : shards) {
+      const auto g = s.grad.span_f32();
       if (std::any_of(g.begin(), g.end(), [](float x) { return !std::isfinite(x); })) {
-        culprit = p->name;
-        break;
+        return s.param;
       }
     }
+    return nullptr;
+  };
+  if (scaler_) {
+    // Every rank must skip the same step: the flag is the MAX over the whole world (seed 000,
+    // §3.3), not over one group.
+    float found = first_non_finite() != nullptr ? 1.0f : 0.0f;
+    world_.all_reduce_max(std::span<float>(&found, 1));
+    const float scale = static_cast<float>(scaler_->scale());
+    last_skipped_ = scaler_->update(found > 0.0f);
+    if (last_skipped_) return {loss, std::numeric_limits<double>::quiet_NaN(), true};
+    for (OptimizerShard& s : shards)
+      kernels::scale_inplace(s.grad.f32(), 1.0f / scale, s.grad.numel());
+  }
+  const double norm =
+      global_grad_norm(shards, mesh_->group(Axis::tp), pp, zero_->stage() >= 1 ? &dp : nullptr);
+  if (!std::isfinite(norm)) {
+    // Every rank sees the same norm; name the first local parameter with a bad gradient.
+    const Parameter* bad = first_non_finite();
+    const std::string culprit = bad ? bad->name : "another rank's parameters";
     throw Error(
         fmt::format("{}: non-finite gradient norm {} at step {} (first non-finite "
                     "gradient here: {}); nothing was updated — lower training.lr or "
@@ -305,21 +346,32 @@ Trainer::Gradients Trainer::compute_gradients(std::int64_t step) {
 }
 
 void Trainer::sum_tied_embeddings() {
-  const ParameterList& tied = stage_->tied_embeddings();
-  if (tied.empty()) return;
-  Tensor& grad = tied.front()->grad;
-  if (tied.size() == 2) kernels::add_inplace(grad.f32(), tied[1]->grad.f32(), grad.numel());
+  // On the optimizer shards' gradients: both copies have the same shape, so every dp rank
+  // owns the same slice of each (ZeRO), and the sum of slices is the slice of the sum.
+  std::vector<Tensor> grads;
+  for (const Parameter* p : stage_->tied_embeddings()) {
+    for (const OptimizerShard& s : zero_->shards()) {
+      if (s.param == p) grads.push_back(s.grad);
+    }
+  }
+  if (grads.empty()) return;
+  Tensor& grad = grads.front();
+  if (grads.size() == 2) kernels::add_inplace(grad.f32(), grads[1].f32(), grad.numel());
   if (tied_group_) tied_group_->all_reduce_sum(grad.span_f32());
-  if (tied.size() == 2) tied[1]->grad.copy_from(grad);
+  if (grads.size() == 2) grads[1].copy_from(grad);
 }
 
 double Trainer::apply_update(std::int64_t step, double grad_norm) {
   const TrainingConfig& t = config_.training;
-  clip_grads(stage_->parameters(), grad_norm, t.grad_clip);
   const std::int64_t decay_steps = t.lr_decay_steps > 0 ? t.lr_decay_steps : t.max_steps;
   const double lr = lr_at(step, scaled_peak_lr(config_), t.min_lr, t.warmup_steps, decay_steps);
-  optimizer_->step(lr);
-  stage_->zero_grad();
+  if (!last_skipped_) {
+    clip_grads(zero_->shards(), grad_norm, t.grad_clip);
+    optimizer_->step(lr);
+    zero_->publish_parameters();
+  }
+  last_skipped_ = false;
+  zero_->zero_grad();
   return lr;
 }
 
@@ -377,11 +429,14 @@ std::vector<StepMetrics> Trainer::run() {
     const auto start = std::chrono::steady_clock::now();
     const CommCounter tp0 = comm_total(mesh_->group(Axis::tp));
     const CommCounter dp0 = comm_total(mesh_->group(Axis::dp));
+    const double loss_scale = scaler_ ? scaler_->scale() : 1.0;  // what this step's backward uses
     const Gradients g = compute_gradients(step);
     StepMetrics m;
     m.step = step + 1;
     m.loss = g.loss;
     m.grad_norm = g.grad_norm;
+    m.skipped = g.skipped;
+    m.loss_scale = loss_scale;
     m.lr = apply_update(step, g.grad_norm);
     m.step_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     m.tokens_per_s = tokens_per_step / m.step_time_s;
@@ -423,7 +478,8 @@ std::vector<NamedTensor> Trainer::logical_tensors() {
   ProcessGroup& pp = mesh_->group(Axis::pp);
   std::vector<NamedTensor> mine;
   for (const Parameter* p : stage_->parameters()) {
-    if (!p->tied_copy) mine.push_back({p->name, gather_logical(*p, p->value, tp)});
+    // The fp32 master, gathered over dp (ZeRO) then over tp; every rank takes part.
+    if (!p->tied_copy) mine.push_back({p->name, gather_logical(*p, zero_->gather_master(*p), tp)});
   }
   if (pp.size() == 1) return mine;
   std::vector<NamedTensor> all;
@@ -538,9 +594,10 @@ void Trainer::log_step(const StepMetrics& m) {
   if (options_.log && (m.step % t.log_interval == 0 || m.step == 1 || m.val_loss)) {
     fmt::print(
         "step {:>5}/{} | loss {:.4f} | lr {:.3e} | grad_norm {:.4f} | {:7.1f} ms | "
-        "{:>8.0f} tokens/s | MFU {:5.1f}% | peak {}{}{}\n",
+        "{:>8.0f} tokens/s | MFU {:5.1f}% | peak {}{}{}{}\n",
         m.step, t.max_steps, m.loss, m.lr, m.grad_norm, m.step_time_s * 1e3, m.tokens_per_s,
         m.mfu * 100.0, mib(m.peak_bytes),
+        scaler_ ? fmt::format(" | scale {:g}{}", m.loss_scale, m.skipped ? " (skipped)" : "") : "",
         config_.parallel.pp > 1 ? fmt::format(" | bubble {:.1f}% (schedule {:.1f}%)",
                                               m.bubble * 100.0, predicted_bubble_ * 100.0)
                                 : "",
@@ -561,7 +618,9 @@ void Trainer::log_step(const StepMetrics& m) {
                            {"tp_comm_s", m.tp_comm_s},
                            {"dp_comm_s", m.dp_comm_s},
                            {"bubble", m.bubble},
-                           {"predicted_bubble", predicted_bubble_}};
+                           {"predicted_bubble", predicted_bubble_},
+                           {"loss_scale", m.loss_scale},
+                           {"skipped", m.skipped}};
     for (std::size_t c = 0; c < kNumMemCategories; ++c) {
       const auto category = static_cast<MemCategory>(c);
       line[fmt::format("peak_bytes_{}", to_string(category))] =

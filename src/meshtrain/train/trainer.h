@@ -2,9 +2,10 @@
 //
 // The Trainer: config → checks → data → mesh → model → optimizer → loop. One optimizer step is
 // `accumulation` micro-batches of forward/backward on every dp rank (its tp ranks share each
-// micro-batch), under sequence parallelism one all-reduce over tp of the replicated
-// parameters' partial gradients, one bucketed all-reduce of the gradients over dp, the global
-// grad norm, clipping, the LR of the schedule and AdamW.
+// micro-batch), the gradients' reduction over dp (all-reduce, or reduce-scatter under ZeRO;
+// parallel/dp/zero.h), under sequence parallelism one all-reduce over tp of the replicated
+// parameters' partial gradients, the global grad norm, clipping, the LR of the schedule and
+// AdamW on this rank's fp32 master slices, then (ZeRO-1/2) the all-gather of the parameters.
 // Uses: every runtime module below it. Knows nothing of argv (apps/ parses the command line).
 #pragma once
 
@@ -23,7 +24,8 @@
 #include "meshtrain/data/token_file.h"
 #include "meshtrain/model/pipeline_stage.h"
 #include "meshtrain/optim/adamw.h"
-#include "meshtrain/parallel/dp/grad_buckets.h"
+#include "meshtrain/optim/loss_scaler.h"
+#include "meshtrain/parallel/dp/zero.h"
 #include "meshtrain/parallel/pp/executor.h"
 #include "meshtrain/parallel/tp/replicated_grads.h"
 #include "meshtrain/train/stage_runner.h"
@@ -50,6 +52,10 @@ struct StepMetrics {
   // 1 − (time in compute actions) / (the longest stage's action-list time), averaged over the
   // pp ranks.
   double bubble = 0.0;
+  // fp16: the loss scale this step's backward used, and whether the step was skipped because a
+  // gradient overflowed on some rank (every rank skips it). 1 and false otherwise.
+  double loss_scale = 1.0;
+  bool skipped = false;
   std::optional<double> val_loss;
 };
 
@@ -59,6 +65,10 @@ struct TrainerOptions {
   int trace_steps = 10;      // steps recorded in the trace (the first ones)
   bool log = true;           // one line per log_interval steps on rank 0
   int local_ranks = 1;       // ranks of this job on this node (they share its cores)
+  // Test hook: world rank `inject_inf_rank` writes an inf into its first gradient element at
+  // step `inject_inf_step` (0-based; −1 = never), after the reductions, before the checks.
+  std::int64_t inject_inf_step = -1;
+  int inject_inf_rank = 0;
 };
 
 class Trainer {
@@ -75,15 +85,19 @@ class Trainer {
 
   struct Gradients {
     double loss = 0.0;       // mean over the global batch
-    double grad_norm = 0.0;  // before clipping
+    double grad_norm = 0.0;  // before clipping (NaN for a skipped step)
+    bool skipped = false;    // fp16: a gradient overflowed on some rank; the step is skipped
   };
   /// Step `step` (0-based) up to the averaged gradients: the pipeline schedule's forward and
   /// backward of every micro-batch (pp = 1: one after the other), the sum of the tied
   /// embedding's two copies (gpt2 over stages), the tp sum of replicated gradients (sequence
-  /// parallel) and the dp all-reduce. Parameter grads hold this rank's shard of the
-  /// global-batch gradient after.
+  /// parallel) and the dp reduction (ZeRO stage: all-reduce or reduce-scatter). The
+  /// optimizer shards' grads (zero().shards()) hold the global-batch gradient after,
+  /// unscaled; under fp16 an overflow anywhere marks the step skipped (same on every rank)
+  /// and updates the loss scale.
   Gradients compute_gradients(std::int64_t step);
-  /// Clips with `grad_norm`, applies AdamW at the step's LR, zeroes the gradients; returns lr.
+  /// Clips with `grad_norm`, applies AdamW at the step's LR, publishes the parameters (ZeRO),
+  /// zeroes the gradients; returns lr. After a skipped step only zeroes the gradients.
   double apply_update(std::int64_t step, double grad_norm);
   /// Mean val loss over training.eval_batches global batches (same on every rank).
   double evaluate();
@@ -94,6 +108,10 @@ class Trainer {
   /// Parameters of the whole logical model (every stage, no padding, tied weights once).
   std::int64_t logical_parameters() const { return logical_parameters_; }
   const pp::PipelineExecutor& executor() const { return *executor_; }
+  /// Where parameters, master weights and gradients live (parallel.zero_stage).
+  ZeroSharding& zero() { return *zero_; }
+  /// fp16 only; nullptr otherwise.
+  const DynamicLossScaler* loss_scaler() const { return scaler_.get(); }
   const DeviceMesh& mesh() const { return *mesh_; }
   const Config& config() const { return config_; }
   const data::Metadata& metadata() const { return metadata_; }
@@ -125,7 +143,9 @@ class Trainer {
   std::vector<double> trace_;  // per action: step, kind, microbatch, chunk, start, end
   std::chrono::steady_clock::time_point t0_;
   std::unique_ptr<ReplicatedGradSum> replicated_grads_;
-  std::unique_ptr<GradBuckets> buckets_;
+  std::unique_ptr<ZeroSharding> zero_;
+  std::unique_ptr<DynamicLossScaler> scaler_;
+  bool last_skipped_ = false;
   std::unique_ptr<AdamW> optimizer_;
   std::vector<std::int32_t> inputs_, targets_;
   std::ofstream metrics_;

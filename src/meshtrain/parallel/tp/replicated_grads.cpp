@@ -4,15 +4,15 @@
 
 namespace meshtrain {
 
-ReplicatedGradSum::ReplicatedGradSum(const ParameterList& params, ProcessGroup& tp,
+ReplicatedGradSum::ReplicatedGradSum(const OptimizerShards& shards, ProcessGroup& tp,
                                      bool sequence_parallel)
     : tp_(tp) {
   if (!sequence_parallel || tp.size() == 1) return;
   std::int64_t n = 0;
-  for (Parameter* p : params) {
-    if (!p->is_sharded()) {
-      params_.push_back(p);
-      n += p->grad.numel();
+  for (const OptimizerShard& s : shards) {
+    if (!s.param->is_sharded()) {
+      grads_.push_back(s.grad);
+      n += s.grad.numel();
     }
   }
   if (n > 0) buffer_ = Tensor::empty({n}, MemCategory::comm);
@@ -22,15 +22,15 @@ void ReplicatedGradSum::all_reduce() {
   if (!buffer_.defined()) return;
   // Pack, reduce once, unpack: one message instead of one per (small) parameter.
   float* at = buffer_.f32();
-  for (const Parameter* p : params_) {
-    std::memcpy(at, p->grad.f32(), static_cast<std::size_t>(p->grad.bytes()));
-    at += p->grad.numel();
+  for (const Tensor& g : grads_) {
+    std::memcpy(at, g.f32(), static_cast<std::size_t>(g.bytes()));
+    at += g.numel();
   }
   tp_.all_reduce_sum(buffer_.span_f32());
   at = buffer_.f32();
-  for (Parameter* p : params_) {
-    std::memcpy(p->grad.f32(), at, static_cast<std::size_t>(p->grad.bytes()));
-    at += p->grad.numel();
+  for (Tensor& g : grads_) {
+    std::memcpy(g.f32(), at, static_cast<std::size_t>(g.bytes()));
+    at += g.numel();
   }
 }
 

@@ -19,18 +19,20 @@ namespace meshtrain {
 
 class ReplicatedGradSum {
  public:
-  /// Picks the parameters of `params` that are not sharded (Parameter::is_sharded) and, when
-  /// `sequence_parallel` and tp.size() > 1, allocates the flat buffer once (MemCategory::comm).
-  ReplicatedGradSum(const ParameterList& params, ProcessGroup& tp, bool sequence_parallel);
+  /// Picks the optimizer shards of parameters that are not sharded over tp
+  /// (Parameter::is_sharded) and, when `sequence_parallel` and tp.size() > 1, allocates the
+  /// flat buffer once (MemCategory::comm). Works on the shards' gradients, so under ZeRO each
+  /// rank sums only its dp slice (every tp rank of a dp rank owns the same slice).
+  ReplicatedGradSum(const OptimizerShards& shards, ProcessGroup& tp, bool sequence_parallel);
 
-  /// grad ← Σ over tp ranks of grad for every picked parameter: one all-reduce of bytes().
+  /// grad ← Σ over tp ranks of grad for every picked shard: one all-reduce of bytes().
   void all_reduce();
   /// Bytes of the all-reduce (0 when there is nothing to do).
   std::int64_t bytes() const noexcept { return buffer_.defined() ? buffer_.bytes() : 0; }
 
  private:
   ProcessGroup& tp_;
-  ParameterList params_;
+  std::vector<Tensor> grads_;  // views of the picked shards' gradients
   Tensor buffer_;
 };
 

@@ -1,0 +1,45 @@
+// src/meshtrain/optim/loss_scaler.h
+//
+// Dynamic loss scaling for fp16 training (Micikevicius et al. 2018, "Mixed Precision
+// Training", §3.2): the loss is multiplied by `scale` before backward so that small gradients
+// survive fp16's narrow range, and the gradients are divided by it before the optimizer. When
+// a gradient overflows (inf or NaN on ANY rank — the caller combines the flag with a MAX over
+// the whole world, so every rank takes the same decision) the step is skipped; after
+// `hysteresis` overflowing steps the scale is multiplied by `backoff`; after `growth_interval`
+// clean steps in a row it is multiplied by `growth`. The hysteresis counter follows Megatron-LM's
+// DynamicGradScaler (it is refilled when the scale grows). Pure arithmetic: no communication.
+#pragma once
+
+#include <cstdint>
+
+namespace meshtrain {
+
+struct LossScalerConfig {
+  double initial_scale = 65536.0;
+  std::int64_t growth_interval = 1000;  // clean steps in a row before the scale grows
+  double growth = 2.0;                  // > 1
+  double backoff = 0.5;                 // in (0, 1)
+  std::int64_t hysteresis = 2;          // overflowing steps before the scale backs off, ≥ 1
+};
+
+class DynamicLossScaler {
+ public:
+  explicit DynamicLossScaler(const LossScalerConfig& config);
+
+  /// The factor the loss is multiplied by for this step.
+  double scale() const noexcept { return scale_; }
+  /// Records the step's outcome (`found_inf` must be the same on every rank) and returns true
+  /// when the step must be skipped (found_inf). Updates the scale as described above; the
+  /// scale never drops below 1 (a scale under 1 would only lose precision).
+  bool update(bool found_inf);
+  std::int64_t skipped_steps() const noexcept { return skipped_; }
+
+ private:
+  LossScalerConfig config_;
+  double scale_;
+  std::int64_t clean_steps_ = 0;
+  std::int64_t hysteresis_left_;
+  std::int64_t skipped_ = 0;
+};
+
+}  // namespace meshtrain

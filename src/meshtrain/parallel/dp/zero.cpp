@@ -1,0 +1,324 @@
+#include "meshtrain/parallel/dp/zero.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "meshtrain/core/error.h"
+#include "meshtrain/kernels/kernels.h"
+
+namespace meshtrain {
+namespace {
+
+std::byte* bytes_of(Tensor& t) {
+  MT_CHECK(t.dtype() == DType::f32, "PENDING-MP");
+  return reinterpret_cast<std::byte*>(t.f32());
+}
+
+// Writes n fp32 values as `dtype` (f32: a copy; bf16/f16: rounded to nearest even).
+void store_as(const float* from, std::byte* to, std::int64_t n, DType dtype) {
+  if (dtype == DType::f32) {
+    std::memcpy(to, from, static_cast<std::size_t>(n) * sizeof(float));
+  } else {
+    MT_CHECK(false, "PENDING-MP");
+  }
+}
+
+}  // namespace
+
+ZeroSharding::ZeroSharding(const ParameterList& params, std::vector<ParameterList> units,
+                           ProcessGroup& dp, const ZeroOptions& options)
+    : dp_(dp), options_(options) {
+  MT_CHECK(options.stage >= 0 && options.stage <= 3, "ZeRO stage {} outside 0–3", options.stage);
+  const int stage = options.stage;
+  const DType dtype = options.compute_dtype;
+  const bool low = dtype != DType::f32;
+  const std::int64_t n_ranks = dp.size();
+  if (stage == 0) buckets_ = std::make_unique<GradBuckets>(params, dp, options.bucket_bytes);
+  for (Parameter* p : params) {
+    MT_CHECK(p->value.dtype() == DType::f32, "{}: ZeRO takes over fp32 parameters", p->name);
+    Slot s{.shape = p->value.shape(), .numel = p->value.numel(), .slice = 0, .refs = 0};
+    s.slice = stage == 0 ? s.numel : (s.numel + n_ranks - 1) / n_ranks;
+    if (low && s.slice % 2 != 0) ++s.slice;  // whole 4-byte words per rank on the wire
+    index_.emplace(p, slots_.size());
+    slots_.push_back(s);
+    const std::int64_t begin = owned_begin(s, dp.rank()), end = owned_end(s, dp.rank());
+    const Tensor mine = p->value.reshape({s.numel}).rows(begin, end);
+    OptimizerShard shard{.param = p, .begin = begin, .end = end, .master = {}, .grad = {}};
+    if (!low && stage <= 2) {
+      shard.master = mine;  // fp32 parameters are their own master: no copy
+    } else {
+      shard.master = mine.clone(stage == 3 && !low ? MemCategory::params : MemCategory::optimizer);
+    }
+    shard.grad = stage <= 1 ? p->grad.reshape({s.numel}).rows(begin, end)
+                            : Tensor::zeros({end - begin}, MemCategory::grads);
+    if (stage == 3) {
+      p->value = Tensor();
+    } else if (low) {
+      MT_CHECK(false, "PENDING-MP");
+    }
+    if (stage >= 2) p->grad = Tensor();
+    shards_.push_back(std::move(shard));
+  }
+  // Stages 2 and 3 act only through the hooks: a parameter outside every unit would never
+  // have its gradient reduced or its value gathered.
+  for (const ParameterList& unit : units) {
+    for (const Parameter* p : unit)
+      MT_CHECK(index_.contains(p), "{}: in a unit, not in ZeRO", p->name);
+  }
+  std::size_t covered = 0;
+  for (const Parameter* p : params) {
+    for (const ParameterList& unit : units) {
+      if (std::find(unit.begin(), unit.end(), p) != unit.end()) {
+        ++covered;
+        break;
+      }
+    }
+  }
+  MT_CHECK(options.stage < 2 || covered == params.size(), "{} of {} parameters in no unit",
+           params.size() - covered, params.size());
+}
+
+ZeroSharding::Slot& ZeroSharding::slot(const Parameter& p) {
+  const auto it = index_.find(&p);
+  MT_CHECK(it != index_.end(), "{} is not managed by ZeRO", p.name);
+  return slots_[it->second];
+}
+
+std::int64_t ZeroSharding::owned_begin(const Slot& s, int rank) const {
+  if (options_.stage == 0) return 0;  // every rank owns everything
+  return std::min(static_cast<std::int64_t>(rank) * s.slice, s.numel);
+}
+
+std::int64_t ZeroSharding::owned_end(const Slot& s, int rank) const {
+  if (options_.stage == 0) return s.numel;
+  return std::min(static_cast<std::int64_t>(rank + 1) * s.slice, s.numel);
+}
+
+std::int64_t ZeroSharding::slice_total(const ParameterList& params) const {
+  std::int64_t total = 0;
+  for (const Parameter* p : params) total += slots_[index_.at(p)].slice;
+  return total;
+}
+
+Tensor& ZeroSharding::scratch(Tensor& buffer, std::int64_t elements, DType dtype) {
+  // Kept between calls and only ever grown: the same sizes come back every step.
+  const std::int64_t words = (elements * static_cast<std::int64_t>(dtype_size(dtype)) + 3) / 4;
+  if (!buffer.defined() || buffer.numel() < words) {
+    buffer = Tensor::empty({words}, MemCategory::comm);
+  }
+  return buffer;
+}
+
+void ZeroSharding::reduce_scatter(const ParameterList& params, bool accumulate) {
+  const int n_ranks = dp_.size();
+  const std::int64_t total = slice_total(params);
+  float* in = scratch(comm_in_, n_ranks * total, DType::f32).f32();
+  float* out = scratch(comm_out_, total, DType::f32).f32();
+  // Rank-major: rank q's slices of every parameter, back to back, then rank q + 1's.
+  float* at = in;
+  for (int q = 0; q < n_ranks; ++q) {
+    for (const Parameter* p : params) {
+      const Slot& s = slots_[index_.at(p)];
+      const std::int64_t b = owned_begin(s, q), len = owned_end(s, q) - b;
+      std::memcpy(at, p->grad.f32() + b, static_cast<std::size_t>(len) * sizeof(float));
+      std::fill(at + len, at + s.slice, 0.0f);
+      at += s.slice;
+    }
+  }
+  dp_.reduce_scatter_sum({in, static_cast<std::size_t>(n_ranks * total)},
+                         {out, static_cast<std::size_t>(total)});
+  const float inv = 1.0f / static_cast<float>(n_ranks);
+  for (const Parameter* p : params) {
+    const std::size_t i = index_.at(p);
+    float* g = shards_[i].grad.f32();
+    const std::int64_t len = shards_[i].end - shards_[i].begin;
+    for (std::int64_t k = 0; k < len; ++k) g[k] = (accumulate ? g[k] : 0.0f) + out[k] * inv;
+    out += slots_[i].slice;
+  }
+}
+
+void ZeroSharding::pack_masters(const ParameterList& params, Tensor& send) {
+  const DType dtype = options_.compute_dtype;
+  const std::size_t elem = dtype_size(dtype);
+  std::byte* at = reinterpret_cast<std::byte*>(send.f32());
+  for (const Parameter* p : params) {
+    const std::size_t i = index_.at(p);
+    const std::int64_t len = shards_[i].end - shards_[i].begin;
+    store_as(shards_[i].master.f32(), at, len, dtype);
+    std::memset(at + static_cast<std::size_t>(len) * elem, 0,
+                static_cast<std::size_t>(slots_[i].slice - len) * elem);
+    at += static_cast<std::size_t>(slots_[i].slice) * elem;
+  }
+}
+
+void ZeroSharding::unpack_values(const ParameterList& params, const Tensor& recv) {
+  const std::size_t elem = dtype_size(options_.compute_dtype);
+  const auto* at = reinterpret_cast<const std::byte*>(recv.f32());
+  for (int q = 0; q < dp_.size(); ++q) {
+    for (Parameter* p : params) {
+      const Slot& s = slots_[index_.at(p)];
+      const std::int64_t b = owned_begin(s, q), len = owned_end(s, q) - b;
+      std::memcpy(bytes_of(p->value) + static_cast<std::size_t>(b) * elem, at,
+                  static_cast<std::size_t>(len) * elem);
+      at += static_cast<std::size_t>(s.slice) * elem;
+    }
+  }
+}
+
+void ZeroSharding::reduce_gradients() {
+  if (options_.stage == 0) {
+    buckets_->all_reduce_mean();
+    return;
+  }
+  if (options_.stage >= 2) return;  // reduced unit by unit in after_backward
+  // Stage 1: buckets of consecutive parameters, each one reduce-scatter of ≤ bucket_bytes.
+  ParameterList bucket;
+  std::int64_t bytes = 0;
+  for (const OptimizerShard& shard : shards_) {
+    const std::int64_t b = slots_[index_.at(shard.param)].slice * dp_.size() * 4;
+    if (!bucket.empty() && bytes + b > options_.bucket_bytes) {
+      reduce_scatter(bucket, false);
+      bucket.clear();
+      bytes = 0;
+    }
+    bucket.push_back(shard.param);
+    bytes += b;
+  }
+  if (!bucket.empty()) reduce_scatter(bucket, false);
+}
+
+void ZeroSharding::publish_parameters() {
+  const DType dtype = options_.compute_dtype;
+  if (options_.stage == 0) {
+    if (dtype == DType::f32) return;  // the master is the parameter
+    for (OptimizerShard& shard : shards_) {
+      store_as(shard.master.f32(), bytes_of(shard.param->value), shard.master.numel(), dtype);
+    }
+    return;
+  }
+  if (options_.stage == 3) return;  // gathered before each use
+  ParameterList bucket;
+  std::int64_t bytes = 0;
+  const auto flush = [&] {
+    const std::int64_t total = slice_total(bucket);
+    Tensor& send = scratch(comm_in_, total, dtype);
+    Tensor& recv = scratch(comm_out_, dp_.size() * total, dtype);
+    pack_masters(bucket, send);
+    const std::int64_t words = total * static_cast<std::int64_t>(dtype_size(dtype)) / 4;
+    dp_.all_gather({send.f32(), static_cast<std::size_t>(words)},
+                   {recv.f32(), static_cast<std::size_t>(words * dp_.size())});
+    unpack_values(bucket, recv);
+    bucket.clear();
+    bytes = 0;
+  };
+  for (const OptimizerShard& shard : shards_) {
+    const std::int64_t b = slots_[index_.at(shard.param)].slice * dp_.size() *
+                           static_cast<std::int64_t>(dtype_size(dtype));
+    if (!bucket.empty() && bytes + b > options_.bucket_bytes) flush();
+    bucket.push_back(shard.param);
+    bytes += b;
+  }
+  if (!bucket.empty()) flush();
+}
+
+void ZeroSharding::zero_grad() {
+  for (OptimizerShard& shard : shards_) {
+    if (options_.stage >= 2) {
+      shard.grad.zero();
+    } else {
+      shard.param->grad.zero();
+    }
+  }
+}
+
+namespace {
+// Gathers every rank's [slice] f32 piece of a parameter and keeps the real elements.
+Tensor gather_slices(ProcessGroup& dp, const Tensor& mine, std::int64_t slice, const Shape& shape) {
+  const std::int64_t numel = shape_numel(shape);
+  Tensor send = Tensor::zeros({slice}, MemCategory::comm);
+  std::memcpy(send.f32(), mine.f32(), static_cast<std::size_t>(mine.numel()) * sizeof(float));
+  Tensor recv = Tensor::empty({slice * dp.size()}, MemCategory::comm);
+  dp.all_gather(send.span_f32(), recv.span_f32());
+  Tensor full = Tensor::empty(shape, MemCategory::other);
+  std::memcpy(full.f32(), recv.f32(), static_cast<std::size_t>(numel) * sizeof(float));
+  return full;
+}
+}  // namespace
+
+Tensor ZeroSharding::gather_master(const Parameter& p) {
+  const Slot& s = slot(p);
+  const OptimizerShard& shard = shards_[index_.at(&p)];
+  if (options_.stage == 0) return shard.master.clone(MemCategory::other).reshape(s.shape);
+  return gather_slices(dp_, shard.master, s.slice, s.shape);
+}
+
+Tensor ZeroSharding::gather_grad(const Parameter& p) {
+  const Slot& s = slot(p);
+  const OptimizerShard& shard = shards_[index_.at(&p)];
+  if (options_.stage == 0) return shard.grad.clone(MemCategory::other).reshape(s.shape);
+  return gather_slices(dp_, shard.grad, s.slice, s.shape);
+}
+
+void ZeroSharding::post_gather(const ParameterList& unit, PendingGather& out) {
+  const DType dtype = options_.compute_dtype;
+  const std::int64_t total = slice_total(unit);
+  const std::int64_t words = (total * static_cast<std::int64_t>(dtype_size(dtype)) + 3) / 4;
+  out.unit = &unit;
+  out.send = Tensor::empty({words}, MemCategory::comm);
+  out.recv = Tensor::empty({words * dp_.size()}, MemCategory::comm);
+  pack_masters(unit, out.send);
+  out.request = dp_.iall_gather(out.send.span_f32(), out.recv.span_f32());
+}
+
+void ZeroSharding::gather_unit(const ParameterList& unit) {
+  if (pending_ && pending_->unit != &unit) {
+    pending_->request->wait();  // a prefetch the model did not use (order changed): dropped
+    pending_.reset();
+  }
+  if (!pending_) post_gather(unit, pending_.emplace());
+  pending_->request->wait();
+  for (Parameter* p : unit) {
+    Slot& s = slot(*p);
+    if (s.refs++ == 0) p->value = Tensor::empty(s.shape, MemCategory::comm, options_.compute_dtype);
+  }
+  unpack_values(unit, pending_->recv);  // a value already held is rewritten with equal bytes
+  pending_.reset();
+}
+
+void ZeroSharding::release_unit_values(const ParameterList& unit) {
+  for (Parameter* p : unit) {
+    Slot& s = slot(*p);
+    MT_CHECK(s.refs > 0, "{}: released more often than gathered", p->name);
+    if (--s.refs == 0) p->value = Tensor();
+  }
+}
+
+void ZeroSharding::before_forward(const ParameterList& unit, const ParameterList* next) {
+  if (options_.stage < 3) return;
+  gather_unit(unit);
+  if (next) post_gather(*next, pending_.emplace());
+}
+
+void ZeroSharding::after_forward(const ParameterList& unit) {
+  if (options_.stage == 3) release_unit_values(unit);
+}
+
+void ZeroSharding::before_backward(const ParameterList& unit, const ParameterList* next) {
+  if (options_.stage < 2) return;
+  for (Parameter* p : unit) {
+    // The unit's full gradient exists only during its backward: a communication buffer.
+    if (!p->grad.defined()) p->grad = Tensor::zeros(slot(*p).shape, MemCategory::comm);
+  }
+  if (options_.stage < 3) return;
+  gather_unit(unit);
+  if (next) post_gather(*next, pending_.emplace());
+}
+
+void ZeroSharding::after_backward(const ParameterList& unit) {
+  if (options_.stage < 2) return;
+  reduce_scatter(unit, true);
+  for (Parameter* p : unit) p->grad = Tensor();
+  if (options_.stage == 3) release_unit_values(unit);
+}
+
+}  // namespace meshtrain

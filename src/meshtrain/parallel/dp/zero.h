@@ -1,0 +1,130 @@
+// src/meshtrain/parallel/dp/zero.h
+//
+// ZeRO (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
+// Parameter Models", §5) over the data-parallel group, for dp = N ranks:
+//   stage 0  every rank holds everything; gradients are all-reduced in buckets (GradBuckets).
+//   stage 1  the fp32 master weights and Adam moments are split: rank r owns a slice of each
+//            parameter and only steps that slice. Full gradients are still accumulated over the
+//            micro-batches; once per step they are reduce-scattered (each rank receives the
+//            dp-sum of its slices: half the bytes of an all-reduce, measured in
+//            docs/performance.md) and, after the step, the updated slices are all-gathered back
+//            into every rank's full parameters.
+//   stage 2  as stage 1, but full gradients are not kept: a unit's (a transformer block's)
+//            gradients live in a temporary buffer during its backward and are reduce-scattered
+//            into the owner's fp32 gradient slice as soon as that backward ends, every
+//            micro-batch (one reduction per micro-batch: ZeRO-2's price for not holding 4Ψ).
+//   stage 3  parameters are split too (PyTorch's FSDP FULL_SHARD): a unit's parameters are
+//            all-gathered just before its forward and again before its backward, and freed
+//            after each; the next unit's gather is posted (non-blocking) before the current
+//            unit computes. Gradients as stage 2.
+// Splitting is per parameter (as FSDP2, Zhao et al. 2023): the flattened local tensor of n
+// elements is cut into N slices of s = ceil(n / N) (even when the compute dtype is 16-bit, so a
+// slice is whole 4-byte words on the wire); rank r owns [r·s, min((r+1)·s, n)). The last ranks'
+// slices are shorter or empty: the padding exists only in communication buffers and never
+// reaches the optimizer, the grad norm or a checkpoint. A collective over several parameters
+// lays them out rank-major ([rank][parameter slice]) in one buffer, so one reduce-scatter or
+// all-gather serves a whole unit.
+// Mixed precision: the master slices are fp32; with a 16-bit compute dtype the full parameters
+// every rank computes with are 16-bit copies (stage ≤ 2: kept, stage 3: gathered in 16 bits).
+// Gradients are fp32 throughout and reduced in fp32.
+// Memory per rank for Ψ parameters (docs/memory.md): stage 0 16Ψ, 1 8Ψ + 8Ψ/N, 2 4Ψ + 12Ψ/N,
+// 3 16Ψ/N bytes in fp32 training.
+// Uses: comm/process_group.h, layers/ (Parameter, ParameterHooks), dp/grad_buckets.h.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "meshtrain/comm/process_group.h"
+#include "meshtrain/layers/parameter.h"
+#include "meshtrain/layers/parameter_hooks.h"
+#include "meshtrain/parallel/dp/grad_buckets.h"
+
+namespace meshtrain {
+
+struct ZeroOptions {
+  int stage = 0;                        // 0, 1, 2 or 3 (parallel.zero_stage)
+  DType compute_dtype = DType::f32;     // what the layers compute with (training.precision)
+  std::int64_t bucket_bytes = 4 << 20;  // stage 0 all-reduce buckets, stage 1 reduce-scatters
+};
+
+class ZeroSharding final : public ParameterHooks {
+ public:
+  /// Takes over `params` (fp32, freshly initialised, gradients zero; every parameter in at
+  /// least one of `units`, the model's parameter units in forward order): builds this rank's
+  /// optimizer shards (the fp32 master slices), converts the full parameters to the compute
+  /// dtype (stage ≤ 2) or frees them (stage 3), and for stage ≥ 2 frees the full gradients.
+  /// The same on every dp rank (collective only in later calls). MT_CHECKs the stage.
+  ZeroSharding(const ParameterList& params, std::vector<ParameterList> units, ProcessGroup& dp,
+               const ZeroOptions& options);
+
+  /// This rank's slices: what AdamW steps, the grad norm sums and clipping scales.
+  OptimizerShards& shards() noexcept { return shards_; }
+  int stage() const noexcept { return options_.stage; }
+
+  /// End of the step's backward passes: every shard's grad ← the dp mean of the step's
+  /// gradient for its slice. Stage 0 all-reduces the buckets, stage 1 reduce-scatters the full
+  /// gradients; stages 2 and 3 did it in after_backward (nothing left to do).
+  void reduce_gradients();
+  /// After the optimizer stepped the master slices: stage 0 with a 16-bit compute dtype copies
+  /// the masters into the parameters; stages 1–2 all-gather the slices into every rank's full
+  /// parameters; stage 3 does nothing (the next forward gathers).
+  void publish_parameters();
+  /// Zeroes the gradients for the next step (full gradients and/or gradient slices).
+  void zero_grad();
+
+  /// The full fp32 master of `p` (its whole local tensor, no dp padding), gathered over dp.
+  /// Collective over dp: every rank calls it for the same parameters in the same order.
+  Tensor gather_master(const Parameter& p);
+  /// The full dp-mean gradient of `p` after reduce_gradients(), gathered over dp. Collective.
+  Tensor gather_grad(const Parameter& p);
+
+  // ParameterHooks (stages 2 and 3; no-ops below).
+  void before_forward(const ParameterList& unit, const ParameterList* next) override;
+  void after_forward(const ParameterList& unit) override;
+  void before_backward(const ParameterList& unit, const ParameterList* next) override;
+  void after_backward(const ParameterList& unit) override;
+
+ private:
+  struct Slot {   // one parameter
+    Shape shape;  // local (tp) shape
+    std::int64_t numel = 0;
+    std::int64_t slice = 0;  // s: elements per rank in communication buffers
+    int refs = 0;            // stage 3: units holding the gathered value
+  };
+  struct PendingGather {  // stage 3 prefetch
+    const ParameterList* unit = nullptr;
+    Tensor send, recv;
+    std::unique_ptr<CommRequest> request;
+  };
+
+  Slot& slot(const Parameter& p);
+  std::int64_t owned_begin(const Slot& s, int rank) const;
+  std::int64_t owned_end(const Slot& s, int rank) const;
+  std::int64_t slice_total(const ParameterList& params) const;
+  /// Reduce-scatters the full gradients of `params` (p.grad) over dp and writes (stage 1) or
+  /// adds (stages 2, 3) 1/N of the sums into the shards' grads.
+  void reduce_scatter(const ParameterList& params, bool accumulate);
+  /// Fills `send` (compute dtype, slice_total elements) with this rank's master slices.
+  void pack_masters(const ParameterList& params, Tensor& send);
+  /// Copies a gathered rank-major buffer into the parameters' full values.
+  void unpack_values(const ParameterList& params, const Tensor& recv);
+  void post_gather(const ParameterList& unit, PendingGather& out);
+  void gather_unit(const ParameterList& unit);
+  void release_unit_values(const ParameterList& unit);
+  Tensor& scratch(Tensor& buffer, std::int64_t elements, DType dtype);
+
+  ProcessGroup& dp_;
+  ZeroOptions options_;
+  OptimizerShards shards_;
+  std::unordered_map<const Parameter*, std::size_t> index_;  // → slots_, shards_
+  std::vector<Slot> slots_;
+  std::unique_ptr<GradBuckets> buckets_;  // stage 0
+  std::optional<PendingGather> pending_;  // stage 3
+  Tensor comm_in_, comm_out_;             // reused collective buffers, MemCategory::comm
+};
+
+}  // namespace meshtrain
