@@ -24,7 +24,8 @@ struct TrainedRun {
   std::vector<Tensor> grads_step1;  // logical tensors, after the reductions, before clipping
 };
 
-/// Runs `steps` optimizer steps; keeps step 1's gradients (gathered over tp) and grad norm.
+/// Runs `steps` optimizer steps; keeps step 1's gradients (gathered over dp under ZeRO, then
+/// over tp) and grad norm.
 inline TrainedRun train_steps(Trainer& trainer, int steps) {
   TrainedRun run;
   ProcessGroup& tp = trainer.mesh().group(Axis::tp);
@@ -33,7 +34,7 @@ inline TrainedRun train_steps(Trainer& trainer, int steps) {
     if (s == 0) {
       run.grad_norm_step1 = g.grad_norm;
       for (const Parameter* p : trainer.parameters()) {
-        run.grads_step1.push_back(gather_logical(*p, p->grad, tp));
+        run.grads_step1.push_back(gather_logical(*p, trainer.zero().gather_grad(*p), tp));
       }
     }
     run.losses.push_back(g.loss);
