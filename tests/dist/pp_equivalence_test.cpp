@@ -176,27 +176,35 @@ namespace meshtrain {
 namespace {
 
 // Activation recompute inside a pipeline (ZB-H1: blocks recompute in B, weight gradients wait
-// for W) and with tensor + sequence parallelism: bitwise the run without recompute.
-TEST(PipelineRecompute, FullRecomputeIsBitwiseWithinPipelineAndTensorParallel) {
+// for W) and with tensor + sequence parallelism: selective (the attention core, whose output
+// the row-parallel projection reads again in W) and full are bitwise the run without
+// recompute, for both families (gpt2's fused q/k/v shard and llama's separate ones).
+TEST(PipelineRecompute, SelectiveAndFullAreBitwiseWithinPipelineAndTensorParallel) {
   const auto world = test::runtime().world_group();
   if (world->size() != 2 && world->size() != 4) return;  // layouts for 2 and 4 ranks
-  auto config = [&](const std::string& recompute) {
-    const int tp = world->size() == 4 ? 2 : 1;
-    Config c = test::small_tp_config("llama", 1, tp, tp > 1, 2, kMicrobatches);
-    c.model.n_layer = 4;
-    c.parallel.pp = 2;
-    c.parallel.pp_schedule = "zb_h1";
-    c.training.recompute = recompute;
-    return c;
-  };
-  Trainer none(config("none"), *world, quiet());
-  Trainer full(config("full"), *world, quiet());
-  const TrainedRun a = test::train_steps(none, 5);
-  const TrainedRun b = test::train_steps(full, 5);
-  EXPECT_EQ(a.losses, b.losses);
-  EXPECT_EQ(a.grad_norm_step1, b.grad_norm_step1);
-  for (std::size_t i = 0; i < a.grads_step1.size(); ++i) {
-    EXPECT_EQ(max_abs_diff(a.grads_step1[i], b.grads_step1[i]), 0.0) << none.parameters()[i]->name;
+  for (const std::string family : {"gpt2", "llama"}) {
+    auto config = [&](const std::string& recompute) {
+      const int tp = world->size() == 4 ? 2 : 1;
+      Config c = test::small_tp_config(family, 1, tp, tp > 1, 2, kMicrobatches);
+      c.model.n_layer = 4;
+      c.parallel.pp = 2;
+      c.parallel.pp_schedule = "zb_h1";
+      c.training.recompute = recompute;
+      return c;
+    };
+    Trainer none(config("none"), *world, quiet());
+    const TrainedRun a = test::train_steps(none, 5);
+    for (const std::string mode : {"selective", "full"}) {
+      Trainer other(config(mode), *world, quiet());
+      const TrainedRun b = test::train_steps(other, 5);
+      EXPECT_EQ(a.losses, b.losses) << family << ", " << mode;
+      EXPECT_EQ(a.grad_norm_step1, b.grad_norm_step1) << family << ", " << mode;
+      ASSERT_EQ(a.grads_step1.size(), b.grads_step1.size()) << family << ", " << mode;
+      for (std::size_t i = 0; i < a.grads_step1.size(); ++i) {
+        EXPECT_EQ(max_abs_diff(a.grads_step1[i], b.grads_step1[i]), 0.0)
+            << family << ", " << mode << ": " << none.parameters()[i]->name;
+      }
+    }
   }
 }
 

@@ -52,8 +52,9 @@ struct TrainingConfig {
   std::int64_t log_interval = 1;     // steps between log lines on rank 0
   std::int64_t seed = 1337;
   std::int64_t threads = 0;  // compute threads per rank; 0 = cores / local ranks
-  // Activation recompute: "none", or "full" (each block keeps only its input and runs its
-  // forward again in backward; Korthikanti et al. 2022, §5).
+  // Activation recompute (Korthikanti et al. 2022, §4.2, §5): "none"; "selective" (each
+  // attention drops its core's output and log-sum-exp and recomputes them from q, k, v in
+  // backward); "full" (each block keeps only its input and runs its forward again in backward).
   std::string recompute = "none";
   double peak_flops_per_core = 2.19e11;  // fp32 FMA peak used for MFU (DESIGN machine notes)
   // Mixed precision (Micikevicius et al. 2018; docs/memory.md): "fp32", or "bf16" / "fp16":

@@ -209,12 +209,10 @@ void check_optimizer(const TrainingConfig& t, std::vector<ConfigIssue>& issues) 
   require(issues, t.seed >= 0, "training.seed", t.seed, "must be ≥ 0", "use e.g. 1337");
   require(issues, t.threads >= 0, "training.threads", t.threads,
           "must be ≥ 0 (0 = cores / local ranks)", "leave it at 0");
-  require(issues, t.recompute == "none" || t.recompute == "full", "training.recompute", t.recompute,
-          t.recompute == "selective"
-              ? "selective recompute (attention core only) is not yet supported: meshtrain's "
-                "attention never stores the T×T scores it would save"
-              : "must be \"none\" or \"full\"",
-          "set training.recompute = \"full\" (or \"none\")");
+  require(issues, t.recompute == "none" || t.recompute == "selective" || t.recompute == "full",
+          "training.recompute", t.recompute, "must be \"none\", \"selective\" or \"full\"",
+          "set training.recompute = \"selective\" (the attention core) or \"full\" (whole "
+          "blocks), or \"none\"");
   require(issues, t.peak_flops_per_core > 0.0, "training.peak_flops_per_core",
           t.peak_flops_per_core, "must be > 0 (FLOP/s)", "use 2.19e11");
 }

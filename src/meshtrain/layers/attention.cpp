@@ -30,11 +30,12 @@ Rows rows_of(const std::vector<Tensor>& t, std::int64_t q_width, std::int64_t kv
 }  // namespace
 
 CausalSelfAttention::CausalSelfAttention(const std::string& prefix, const AttentionShape& shape,
-                                         const TensorParallel& tp)
+                                         const TensorParallel& tp, Recompute recompute)
     : shape_(shape),
       heads_(shape.n_head / tp.group.size()),
       kv_heads_(shape.n_kv_head / tp.group.size()),
       head_dim_(shape.n_embd / shape.n_head),
+      recompute_core_(recompute == Recompute::selective),
       qkv_(qkv_weights(prefix, shape), shape.n_embd, shape.bias, tp),
       out_(prefix + (shape.fused_qkv ? ".c_proj" : ".o_proj"), shape.n_head * head_dim_,
            shape.n_embd, shape.bias, shape.proj_init_std, tp) {
@@ -64,21 +65,37 @@ Tensor CausalSelfAttention::forward(const Tensor& x, const SequenceBatch& batch)
     kernels::rope_apply(in.dk, in.kv_stride, s.positions.data(), tokens, kv_heads_, head_dim_,
                         shape_.rope_theta, false);
   }
-  s.att_out = Tensor::empty({tokens, q_width}, MemCategory::activations);
-  s.lse = Tensor::empty({batch.sequences, heads_, batch.seq_len}, MemCategory::activations);
-  const kernels::GqaDims dims{batch.sequences, batch.seq_len, heads_, kv_heads_, head_dim_};
+  attend(s);
+  Tensor y = out_.forward(s.att_out);
+  if (recompute_core_) {
+    // The output and lse are the only per-layer activations the core adds (the kernel never
+    // stores the T×T scores); the output projection holds the output too, so both let go.
+    s.att_out = s.lse = Tensor();
+    out_.discard();
+  }
+  return y;
+}
+
+void CausalSelfAttention::attend(State& s) const {
+  const std::int64_t q_width = heads_ * head_dim_, kv_width = kv_heads_ * head_dim_;
+  s.att_out = Tensor::empty({s.batch.tokens(), q_width}, MemCategory::activations);
+  s.lse = Tensor::empty({s.batch.sequences, heads_, s.batch.seq_len}, MemCategory::activations);
+  const kernels::GqaDims dims{s.batch.sequences, s.batch.seq_len, heads_, kv_heads_, head_dim_};
   kernels::gqa_attention_forward(
       rows_of<const float*, kernels::QkvRows>(s.qkv_out, q_width, kv_width), s.att_out.f32(),
       s.lse.f32(), dims);
-  return out_.forward(s.att_out);
 }
 
 Tensor CausalSelfAttention::backward(const Tensor& dy) {
-  const Tensor d_att = out_.backward(dy);
   std::vector<Tensor> grads;
   {
-    const State s = saved_.take(
-        parameters().front()->name);  // freed before the projections' backward, as before
+    // Freed before the q/k/v projection's backward, with the attention-output gradient.
+    State s = saved_.take(parameters().front()->name);
+    if (recompute_core_) {
+      attend(s);  // the forward's kernel on the forward's q, k, v: the same bits
+      out_.keep_input(s.att_out);
+    }
+    const Tensor d_att = out_.backward(dy);
     for (const Tensor& t : s.qkv_out)
       grads.push_back(Tensor::empty(t.shape(), MemCategory::activations));
     const std::int64_t q_width = heads_ * head_dim_, kv_width = kv_heads_ * head_dim_;

@@ -33,30 +33,41 @@ struct AttentionShape {
 
 class CausalSelfAttention final : public Module {
  public:
+  /// `recompute`: Recompute::selective drops the attention core's output and log-sum-exp
+  /// after forward and recomputes them in backward (Korthikanti et al. 2022, §4.2's
+  /// "selective activation recomputation" of the attention core); none and full keep them
+  /// (under full the block discards the whole layer instead).
   CausalSelfAttention(const std::string& prefix, const AttentionShape& shape,
-                      const TensorParallel& tp);
+                      const TensorParallel& tp, Recompute recompute = Recompute::none);
 
   /// x [tokens, C] (or [tokens/tp, C] under sequence parallelism) → same layout. Keeps, in
   /// the current activation slot, q, k, v (after rotation; [tokens, H/tp·d], [tokens,
-  /// Hkv/tp·d] each, or the fused [tokens, 3C/tp]), the positions, the attention output
-  /// [tokens, H/tp·d] and its log-sum-exp [batch, H/tp, T] (plus what its linears keep).
+  /// Hkv/tp·d] each, or the fused [tokens, 3C/tp]), the positions, and, unless selective,
+  /// the attention output [tokens, H/tp·d] f32 (also the output projection's kept input) and
+  /// its log-sum-exp [batch, H/tp, T] f32 (plus what the q/k/v projection keeps).
   Tensor forward(const Tensor& x, const SequenceBatch& batch) override;
-  /// Frees the slot's state (what deferred weight gradients need stays with their queue).
+  /// Selective: first recomputes the attention output and log-sum-exp from the kept q, k, v
+  /// with the forward's kernel (the same bits). Frees the slot's state (what deferred weight
+  /// gradients need stays with their queue).
   Tensor backward(const Tensor& dy) override;
   ParameterList parameters() override;
   void discard() override;
 
  private:
-  AttentionShape shape_;
-  std::int64_t heads_, kv_heads_, head_dim_;  // heads on this rank
-  ColumnParallelLinear qkv_;
-  RowParallelLinear out_;
   struct State {
     SequenceBatch batch{0, 0};
     std::vector<Tensor> qkv_out;
     std::vector<std::int32_t> positions;
-    Tensor att_out, lse;
+    Tensor att_out, lse;  // empty between forward and backward under selective recompute
   };
+  /// The attention core: s.qkv_out (q, k rotated) → fresh s.att_out and s.lse.
+  void attend(State& s) const;
+
+  AttentionShape shape_;
+  std::int64_t heads_, kv_heads_, head_dim_;  // heads on this rank
+  bool recompute_core_;                       // Recompute::selective
+  ColumnParallelLinear qkv_;
+  RowParallelLinear out_;
   Saved<State> saved_;
 };
 

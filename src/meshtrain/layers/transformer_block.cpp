@@ -6,12 +6,12 @@ namespace meshtrain {
 
 TransformerBlock::TransformerBlock(std::unique_ptr<Module> norm_1, std::unique_ptr<Module> attn,
                                    std::unique_ptr<Module> norm_2, std::unique_ptr<Module> mlp,
-                                   bool full_recompute)
+                                   Recompute recompute)
     : norm_1_(std::move(norm_1)),
       attn_(std::move(attn)),
       norm_2_(std::move(norm_2)),
       mlp_(std::move(mlp)),
-      full_recompute_(full_recompute) {}
+      full_recompute_(recompute == Recompute::full) {}
 
 Tensor TransformerBlock::forward(const Tensor& x, const SequenceBatch& batch) {
   Tensor y = run(x, batch);

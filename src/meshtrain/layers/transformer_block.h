@@ -13,14 +13,16 @@ namespace meshtrain {
 
 class TransformerBlock final : public Module {
  public:
-  /// `full_recompute`: activation recompute (Chen et al. 2016; Korthikanti et al. 2022, §5,
-  /// "full"): forward keeps only the block's input and drops everything its parts kept;
-  /// backward runs the forward again from that input, then the backward. The recomputed
-  /// forward does the same arithmetic on the same values, so gradients are bitwise those
-  /// without recompute; it costs one more forward (and, under tp, its collectives) per block.
+  /// `recompute` = Recompute::full: activation recompute (Chen et al. 2016; Korthikanti et
+  /// al. 2022, §5, "full"): forward keeps only the block's input and drops everything its
+  /// parts kept; backward runs the forward again from that input, then the backward. The
+  /// recomputed forward does the same arithmetic on the same values, so gradients are bitwise
+  /// those without recompute; it costs one more forward (and, under tp, its collectives) per
+  /// block. none and selective change nothing here (selective lives in the attention, built
+  /// with the same mode).
   TransformerBlock(std::unique_ptr<Module> norm_1, std::unique_ptr<Module> attn,
                    std::unique_ptr<Module> norm_2, std::unique_ptr<Module> mlp,
-                   bool full_recompute = false);
+                   Recompute recompute = Recompute::none);
 
   Tensor forward(const Tensor& x, const SequenceBatch& batch) override;
   Tensor backward(const Tensor& dy) override;

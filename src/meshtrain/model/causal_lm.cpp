@@ -27,7 +27,7 @@ std::unique_ptr<Module> norm(const ModelConfig& c, const std::string& prefix) {
 }
 
 std::unique_ptr<TransformerBlock> block(const ModelConfig& c, std::int64_t i,
-                                        const TensorParallel& tp, bool full_recompute) {
+                                        const TensorParallel& tp, Recompute recompute) {
   const bool llama = is_llama(c);
   const auto init_std = static_cast<float>(c.init_std);
   // GPT-2 scales the residual projections by 1/√(2·n_layer) (Radford et al. 2019, §2.3);
@@ -52,20 +52,20 @@ std::unique_ptr<TransformerBlock> block(const ModelConfig& c, std::int64_t i,
     const std::string p = fmt::format("model.layers.{}", i);
     return std::make_unique<TransformerBlock>(
         norm(c, p + ".input_layernorm"),
-        std::make_unique<CausalSelfAttention>(p + ".self_attn", attn, tp),
+        std::make_unique<CausalSelfAttention>(p + ".self_attn", attn, tp, recompute),
         norm(c, p + ".post_attention_layernorm"), std::make_unique<SwiGluMlp>(p + ".mlp", mlp, tp),
-        full_recompute);
+        recompute);
   }
   const std::string p = fmt::format("transformer.h.{}", i);
   return std::make_unique<TransformerBlock>(
-      norm(c, p + ".ln_1"), std::make_unique<CausalSelfAttention>(p + ".attn", attn, tp),
-      norm(c, p + ".ln_2"), std::make_unique<GeluMlp>(p + ".mlp", mlp, tp), full_recompute);
+      norm(c, p + ".ln_1"), std::make_unique<CausalSelfAttention>(p + ".attn", attn, tp, recompute),
+      norm(c, p + ".ln_2"), std::make_unique<GeluMlp>(p + ".mlp", mlp, tp), recompute);
 }
 
 }  // namespace
 
 CausalLm::CausalLm(const ModelConfig& config, std::uint64_t seed, const TensorParallel& tp,
-                   const ChunkLayout& layout, bool full_recompute)
+                   const ChunkLayout& layout, Recompute recompute)
     : config_(config), tp_(tp), layout_(layout) {
   MT_CHECK(config.vocab_size > 0, "vocab_size must be known before building the model");
   if (layout_.num_layers < 0) layout_.num_layers = config.n_layer - layout_.first_layer;
@@ -86,7 +86,7 @@ CausalLm::CausalLm(const ModelConfig& config, std::uint64_t seed, const TensorPa
     }
   }
   for (std::int64_t i = layout_.first_layer; i < layout_.first_layer + layout_.num_layers; ++i) {
-    blocks_.push_back(block(config, i, tp, full_recompute));
+    blocks_.push_back(block(config, i, tp, recompute));
     for (Parameter* p : blocks_.back()->parameters()) params_.push_back(p);
   }
   if (layout_.has_head) {

@@ -49,10 +49,11 @@ class CausalLm {
   /// vocab_size > 0 beforehand) and initialises them from (seed, name, global index):
   /// N(0, init_std²) for weights and embeddings; for gpt2 N(0, (init_std/√(2·n_layer))²) for
   /// the residual projections c_proj (GPT-2 §2.3); zeros for biases, ones for norm weights.
-  /// `full_recompute`: every block keeps only its input and recomputes itself in backward
-  /// (training.recompute = "full"; TransformerBlock).
+  /// `recompute` (training.recompute): selective, every attention recomputes its core in
+  /// backward (CausalSelfAttention); full, every block keeps only its input and recomputes
+  /// itself (TransformerBlock).
   CausalLm(const ModelConfig& config, std::uint64_t seed, const TensorParallel& tp,
-           const ChunkLayout& layout = {}, bool full_recompute = false);
+           const ChunkLayout& layout = {}, Recompute recompute = Recompute::none);
 
   /// tokens, targets [batch, T] i32 (T ≤ block_size; the same on every tp rank) → mean
   /// cross-entropy over batch·T tokens, the same on every tp rank. Keeps what backward needs.

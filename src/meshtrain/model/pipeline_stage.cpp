@@ -4,6 +4,16 @@
 #include "meshtrain/core/error.h"
 
 namespace meshtrain {
+namespace {
+
+// training.recompute, validated to one of these three.
+Recompute recompute_of(const TrainingConfig& t) {
+  if (t.recompute == "full") return Recompute::full;
+  if (t.recompute == "selective") return Recompute::selective;
+  return Recompute::none;
+}
+
+}  // namespace
 
 PipelineStage::PipelineStage(const Config& config, std::uint64_t seed, const TensorParallel& tp,
                              int pp_rank)
@@ -20,8 +30,8 @@ PipelineStage::PipelineStage(const Config& config, std::uint64_t seed, const Ten
                              .num_layers = counts[static_cast<std::size_t>(g)],
                              .has_embedding = g == 0,
                              .has_head = g == last};
-    chunks_.push_back(std::make_unique<CausalLm>(config.model, seed, tp, layout,
-                                                 config.training.recompute == "full"));
+    chunks_.push_back(
+        std::make_unique<CausalLm>(config.model, seed, tp, layout, recompute_of(config.training)));
     for (Parameter* p : chunks_.back()->parameters()) params_.push_back(p);
   }
   if (config.model.family == "gpt2" && last > 0) {
