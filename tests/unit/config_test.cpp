@@ -532,5 +532,56 @@ TEST(ConfigValidate, RecomputeIsNoneSelectiveOrFull) {
   EXPECT_NE(text.find("fix:  set training.recompute = \"selective\""), std::string::npos) << text;
 }
 
+TEST(ConfigValidate, ZeroStageIsZeroToThreeAndTwoOrThreeRejectsZbH1) {
+  Config c;
+  for (int stage = 0; stage <= 3; ++stage) {
+    c.parallel.zero_stage = stage;
+    EXPECT_TRUE(check_config(c, 1).empty()) << stage;
+  }
+  c.parallel.zero_stage = 4;
+  std::string text = format_config_issues(c.source, check_config(c, 1));
+  EXPECT_NE(text.find("parallel.zero_stage = 4"), std::string::npos) << text;
+  EXPECT_NE(text.find("must be 0, 1, 2 or 3"), std::string::npos) << text;
+  c.parallel.zero_stage = 2;
+  c.parallel.pp = 2;
+  c.model.n_layer = 4;
+  c.training.accumulation = 4;
+  c.parallel.pp_schedule = "zb_h1";
+  text = format_config_issues(c.source, check_config(c, 2));
+  EXPECT_NE(text.find("zb_h1 computes the weight gradients later"), std::string::npos) << text;
+  c.parallel.zero_stage = 1;
+  EXPECT_TRUE(check_config(c, 2).empty()) << format_config_issues(c.source, check_config(c, 2));
+}
+
+TEST(ConfigValidate, PrecisionAndFp16LossScalerSettings) {
+  Config c;
+  for (const char* precision : {"fp32", "bf16", "fp16"}) {
+    c.training.precision = precision;
+    EXPECT_TRUE(check_config(c, 1).empty()) << precision;
+  }
+  c.training.precision = "fp8";
+  std::string text = format_config_issues(c.source, check_config(c, 1));
+  EXPECT_NE(text.find("training.precision = fp8"), std::string::npos) << text;
+  // Scaler settings that cannot work are rejected under fp16, each by name.
+  c.training.precision = "fp16";
+  c.training.loss_scale_init = 0.0;
+  c.training.loss_scale_growth = 1.0;
+  c.training.loss_scale_backoff = 1.5;
+  c.training.loss_scale_growth_interval = 0;
+  c.training.loss_scale_hysteresis = 0;
+  const auto issues = check_config(c, 1);
+  EXPECT_EQ(issues.size(), 5U);
+  text = format_config_issues(c.source, issues);
+  for (const char* key : {"training.loss_scale_init = 0", "training.loss_scale_growth = 1",
+                          "training.loss_scale_backoff = 1.5",
+                          "training.loss_scale_growth_interval = 0",
+                          "training.loss_scale_hysteresis = 0"}) {
+    EXPECT_NE(text.find(key), std::string::npos) << key << "\n" << text;
+  }
+  // The same settings do not matter in bf16 (no scaler).
+  c.training.precision = "bf16";
+  EXPECT_TRUE(check_config(c, 1).empty());
+}
+
 }  // namespace
 }  // namespace meshtrain
