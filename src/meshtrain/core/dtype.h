@@ -1,5 +1,5 @@
-// src/meshtrain/core/dtype.h — element types of a Tensor. Only f32 and i32 have kernels today;
-// bf16/f16 are reserved so mixed precision (a later issue) changes no signatures.
+// src/meshtrain/core/dtype.h — element types of a Tensor. bf16 and f16 hold the low-precision
+// parameters and saved activations of mixed precision (core/half.h, docs/mixed_precision.md).
 #pragma once
 
 #include <cstddef>

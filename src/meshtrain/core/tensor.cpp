@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "meshtrain/core/error.h"
+#include "meshtrain/core/half.h"
 
 namespace meshtrain {
 
@@ -78,6 +79,15 @@ const std::int32_t* Tensor::i32() const {
   return static_cast<const std::int32_t*>(raw());
 }
 
+std::uint16_t* Tensor::u16() {
+  MT_CHECK(is_16bit_float(dtype_), "tensor is {}, not bf16 or f16", to_string(dtype_));
+  return static_cast<std::uint16_t*>(raw());
+}
+const std::uint16_t* Tensor::u16() const {
+  MT_CHECK(is_16bit_float(dtype_), "tensor is {}, not bf16 or f16", to_string(dtype_));
+  return static_cast<const std::uint16_t*>(raw());
+}
+
 Tensor Tensor::reshape(Shape shape) const {
   MT_CHECK(shape_numel(shape) == numel_, "cannot reshape {} to {}", to_string(shape_),
            to_string(shape));
@@ -102,6 +112,24 @@ Tensor Tensor::clone() const { return clone(category()); }
 Tensor Tensor::clone(MemCategory category) const {
   Tensor t = empty(shape_, category, dtype_);
   t.copy_from(*this);
+  return t;
+}
+
+Tensor Tensor::to(DType dtype, MemCategory category) const {
+  const auto is_float = [](DType d) { return d == DType::f32 || is_16bit_float(d); };
+  MT_CHECK(is_float(dtype_) && is_float(dtype), "no conversion from {} to {}", to_string(dtype_),
+           to_string(dtype));
+  if (dtype == dtype_) return clone(category);
+  Tensor t = empty(shape_, category, dtype);
+  if (dtype == DType::f32) {
+    cast_16bit_to_f32(u16(), t.f32(), numel_, dtype_);
+  } else if (dtype_ == DType::f32) {
+    cast_f32_to_16bit(f32(), t.u16(), numel_, dtype);
+  } else {
+    // bf16 ↔ f16 through f32, which holds both exactly: one rounding, as a direct conversion.
+    const Tensor wide = to(DType::f32, MemCategory::other);
+    cast_f32_to_16bit(wide.f32(), t.u16(), numel_, dtype);
+  }
   return t;
 }
 

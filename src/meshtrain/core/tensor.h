@@ -42,11 +42,14 @@ class Tensor {
   DType dtype() const noexcept { return dtype_; }
   MemCategory category() const noexcept;
 
-  /// Typed element access; MT_CHECKs the dtype (f32() needs DType::f32, i32() DType::i32).
+  /// Typed element access; MT_CHECKs the dtype (f32() needs DType::f32, i32() DType::i32,
+  /// u16() DType::bf16 or DType::f16: the elements' bit patterns, see core/half.h).
   float* f32();
   const float* f32() const;
   std::int32_t* i32();
   const std::int32_t* i32() const;
+  std::uint16_t* u16();
+  const std::uint16_t* u16() const;
   std::span<float> span_f32() { return {f32(), static_cast<std::size_t>(numel_)}; }
   std::span<const float> span_f32() const { return {f32(), static_cast<std::size_t>(numel_)}; }
 
@@ -57,6 +60,10 @@ class Tensor {
   /// A new tensor (same category unless given) holding a copy of the elements.
   Tensor clone() const;
   Tensor clone(MemCategory category) const;
+  /// A new tensor of the same shape holding the elements converted to `dtype`, counted under
+  /// `category`. Converts among f32, bf16 and f16 (MT_CHECKed) as core/half.h describes:
+  /// to 16 bits rounds to nearest even, to f32 is exact; the same dtype is a copy (clone).
+  Tensor to(DType dtype, MemCategory category) const;
 
   void fill(float value);
   void zero();

@@ -1,6 +1,8 @@
 // src/meshtrain/kernels/kernels.h
 //
-// The math of one rank, forward and backward, on raw f32 arrays. Shapes use the conventions of
+// The math of one rank, forward and backward, on raw f32 arrays (and, for the matmuls and the
+// embedding lookup of mixed precision, 16-bit bf16/f16 operands as their bit patterns,
+// core/half.h; outputs and accumulations stay f32). Shapes use the conventions of
 // shared/DESIGN.md: activations [tokens, features] row-major, weights [out, in] as nn.Linear.
 // "overwritten" outputs need no initial value; "ACCUMULATED (+=)" outputs add to what is there,
 // so gradient accumulation over micro-batches and over the two uses of a tied weight needs no
@@ -12,6 +14,8 @@
 
 #include <cstdint>
 #include <span>
+
+#include "meshtrain/core/dtype.h"
 
 namespace meshtrain::kernels {
 
@@ -29,6 +33,15 @@ int num_threads();
 /// beta must be 0 (C overwritten) or 1 (C accumulated).
 void gemm(const float* a, const float* b, float* c, std::int64_t m, std::int64_t n, std::int64_t k,
           bool trans_a, bool trans_b, float alpha, float beta);
+
+/// gemm with A and B of `dtype` (bf16 or f16, MT_CHECKed) and C f32, shapes and beta as gemm:
+/// the 16-bit products are accumulated in f32 (Micikevicius et al. 2018, §3.3). bf16 runs
+/// oneDNN's bf16 matmul (about twice the f32 rate here). f16 has no oneDNN CPU matmul in the
+/// Debian build (2.6): its operands are widened to f32, exactly, and the f32 GEMM runs — the
+/// same result as f16 inputs with f32 accumulation, at the f32 rate.
+void gemm_16bit(const std::uint16_t* a, const std::uint16_t* b, float* c, std::int64_t m,
+                std::int64_t n, std::int64_t k, bool trans_a, bool trans_b, float alpha, float beta,
+                DType dtype);
 
 // ---------------------------------------------------------------------------------------------
 // Linear: y = x · Wᵀ + b (PyTorch nn.Linear)
@@ -48,6 +61,22 @@ void linear_forward(const float* x, const float* w, const float* b, float* y,
 ///   dw [out, in] ACCUMULATED    db [out] ACCUMULATED (nullptr: no bias)
 void linear_backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
                      float* db, const LinearDims& dims);
+
+/// Mixed precision: x, w of `dtype` (bf16 or f16), y f32 = x·Wᵀ (+ b, f32) with f32
+/// accumulation (gemm_16bit).
+///   x [tokens, in]   w [out, in]   b [out] f32 or nullptr   →   y [tokens, out] overwritten
+void linear_forward_16bit(const std::uint16_t* x, const std::uint16_t* w, const float* b, float* y,
+                          const LinearDims& dims, DType dtype);
+/// Mixed precision, the two GEMMs of linear_backward: x, w, dy of `dtype` (dy rounded from the
+/// f32 gradient by the caller); dx f32 overwritten (nullptr: not computed; w is then not read),
+/// dw f32 ACCUMULATED (nullptr: not computed). The bias gradient comes from the f32 dy:
+/// bias_backward.
+///   x [tokens, in]   w [out, in]   dy [tokens, out]   dx [tokens, in]   dw [out, in]
+void linear_backward_16bit(const std::uint16_t* x, const std::uint16_t* w, const std::uint16_t* dy,
+                           float* dx, float* dw, const LinearDims& dims, DType dtype);
+///   dy [tokens, out] f32   →   db [out] ACCUMULATED += Σ_t dy[t, :] (linear_backward's bias
+///   term, the same summation order)
+void bias_backward(const float* dy, float* db, std::int64_t tokens, std::int64_t out);
 
 // ---------------------------------------------------------------------------------------------
 // LayerNorm over the last dim (Ba et al. 2016; PyTorch nn.LayerNorm, biased variance)
@@ -178,6 +207,10 @@ void embedding_shard_forward(const std::int32_t* ids, const float* table, std::i
                              std::int64_t table_rows, float* out, std::int64_t rows,
                              std::int64_t C);
 ///   dtable [table_rows, C] ACCUMULATED: dtable[ids[r] − first] += dout[r] for ids inside.
+/// embedding_shard_forward from a table of `dtype` (bf16 or f16), each row widened to f32.
+void embedding_shard_forward_16bit(const std::int32_t* ids, const std::uint16_t* table, DType dtype,
+                                   std::int64_t first, std::int64_t table_rows, float* out,
+                                   std::int64_t rows, std::int64_t C);
 void embedding_shard_backward(const std::int32_t* ids, const float* dout, std::int64_t first,
                               std::int64_t table_rows, float* dtable, std::int64_t rows,
                               std::int64_t C);

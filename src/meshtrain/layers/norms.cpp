@@ -2,6 +2,7 @@
 
 #include "meshtrain/core/error.h"
 #include "meshtrain/kernels/kernels.h"
+#include "meshtrain/layers/autocast.h"
 
 namespace meshtrain {
 namespace {
@@ -24,8 +25,10 @@ Tensor LayerNorm::forward(const Tensor& x, const SequenceBatch& /*batch*/) {
   s.mean = Tensor::empty({rows}, MemCategory::activations);
   s.rstd = Tensor::empty({rows}, MemCategory::activations);
   Tensor y = Tensor::empty({rows, features_}, MemCategory::activations);
-  kernels::layernorm_forward(x.f32(), weight_.value.f32(), bias_ ? bias_->value.f32() : nullptr,
-                             y.f32(), s.mean.f32(), s.rstd.f32(), rows, features_, eps_);
+  const Tensor weight = value_f32(weight_);  // widened when 16-bit: the norm runs in f32
+  const Tensor bias = bias_ ? value_f32(*bias_) : Tensor();
+  kernels::layernorm_forward(x.f32(), weight.f32(), bias_ ? bias.f32() : nullptr, y.f32(),
+                             s.mean.f32(), s.rstd.f32(), rows, features_, eps_);
   return y;
 }
 
@@ -34,9 +37,9 @@ Tensor LayerNorm::backward(const Tensor& dy) {
   MT_CHECK(dy.shape() == s.x.shape(), "{}: grad {} expected {}", weight_.name,
            to_string(dy.shape()), to_string(s.x.shape()));
   Tensor dx = Tensor::empty(s.x.shape(), MemCategory::activations);
-  kernels::layernorm_backward(s.x.f32(), weight_.value.f32(), s.mean.f32(), s.rstd.f32(), dy.f32(),
-                              dx.f32(), weight_.grad.f32(), bias_ ? bias_->grad.f32() : nullptr,
-                              s.x.dim(0), features_);
+  kernels::layernorm_backward(s.x.f32(), value_f32(weight_).f32(), s.mean.f32(), s.rstd.f32(),
+                              dy.f32(), dx.f32(), weight_.grad.f32(),
+                              bias_ ? bias_->grad.f32() : nullptr, s.x.dim(0), features_);
   return dx;
 }
 
@@ -57,8 +60,8 @@ Tensor RmsNorm::forward(const Tensor& x, const SequenceBatch& /*batch*/) {
   s.x = x;
   s.rstd = Tensor::empty({x.dim(0)}, MemCategory::activations);
   Tensor y = Tensor::empty(x.shape(), MemCategory::activations);
-  kernels::rmsnorm_forward(x.f32(), weight_.value.f32(), y.f32(), s.rstd.f32(), x.dim(0), features_,
-                           eps_);
+  kernels::rmsnorm_forward(x.f32(), value_f32(weight_).f32(), y.f32(), s.rstd.f32(), x.dim(0),
+                           features_, eps_);
   return y;
 }
 
@@ -67,7 +70,7 @@ Tensor RmsNorm::backward(const Tensor& dy) {
   MT_CHECK(dy.shape() == s.x.shape(), "{}: grad {} expected {}", weight_.name,
            to_string(dy.shape()), to_string(s.x.shape()));
   Tensor dx = Tensor::empty(s.x.shape(), MemCategory::activations);
-  kernels::rmsnorm_backward(s.x.f32(), weight_.value.f32(), s.rstd.f32(), dy.f32(), dx.f32(),
+  kernels::rmsnorm_backward(s.x.f32(), value_f32(weight_).f32(), s.rstd.f32(), dy.f32(), dx.f32(),
                             weight_.grad.f32(), s.x.dim(0), features_);
   return dx;
 }

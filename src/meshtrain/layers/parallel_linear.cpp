@@ -2,6 +2,7 @@
 
 #include "meshtrain/core/error.h"
 #include "meshtrain/kernels/kernels.h"
+#include "meshtrain/layers/autocast.h"
 #include "meshtrain/layers/weight_grad_queue.h"
 
 namespace meshtrain {
@@ -29,17 +30,20 @@ ColumnParallelLinear::ColumnParallelLinear(std::vector<ColumnWeight> weights,
 }
 
 std::vector<Tensor> ColumnParallelLinear::forward(const Tensor& x) {
-  Tensor& x_full = saved_->x_full;
-  x_full = EnterTpRegion::forward(x, tp_);
+  const Tensor x_full = EnterTpRegion::forward(x, tp_);
   MT_CHECK(x_full.ndim() == 2 && x_full.dim(1) == in_, "{}: input {} expected [tokens, {}]",
            shards_.front().weight.name, to_string(x_full.shape()), in_);
+  // One rounded input serves every weight: they share a dtype (the trainer casts them alike).
+  Tensor& kept = saved_->x_full;
+  kept = matmul_input(x_full, shards_.front().weight);
   const std::int64_t tokens = x_full.dim(0);
   std::vector<Tensor> ys;
   for (Shard& s : shards_) {
+    MT_CHECK(s.weight.value.dtype() == kept.dtype(), "{} is {}, {} is {}", s.weight.name,
+             to_string(s.weight.value.dtype()), shards_.front().weight.name,
+             to_string(kept.dtype()));
     Tensor y = Tensor::empty({tokens, s.out_local}, MemCategory::activations);
-    kernels::linear_forward(x_full.f32(), s.weight.value.f32(),
-                            s.bias ? s.bias->value.f32() : nullptr, y.f32(),
-                            {tokens, in_, s.out_local});
+    autocast_linear_forward(kept, s.weight, s.bias ? &*s.bias : nullptr, y);
     ys.push_back(std::move(y));
   }
   return ys;
@@ -95,14 +99,14 @@ RowParallelLinear::RowParallelLinear(const std::string& prefix, std::int64_t in_
 Tensor RowParallelLinear::forward(const Tensor& x) {
   MT_CHECK(x.ndim() == 2 && x.dim(1) == in_local_, "{}: input {} expected [tokens, {}]",
            weight_.name, to_string(x.shape()), in_local_);
-  saved_->x = x;
+  saved_->x = matmul_input(x, weight_);
   Tensor partial = Tensor::empty({x.dim(0), out_}, MemCategory::activations);
-  kernels::linear_forward(x.f32(), weight_.value.f32(), nullptr, partial.f32(),
-                          {x.dim(0), in_local_, out_});
+  autocast_linear_forward(saved_->x, weight_, nullptr, partial);
   Tensor y = ExitTpRegion::forward(partial, tp_);
   if (bias_) {  // once, after the sum: adding it on every rank before would count it tp times
+    const Tensor b = value_f32(*bias_);
     for (std::int64_t t = 0; t < y.dim(0); ++t) {
-      kernels::add_inplace(y.f32() + t * out_, bias_->value.f32(), out_);
+      kernels::add_inplace(y.f32() + t * out_, b.f32(), out_);
     }
   }
   return y;

@@ -47,7 +47,8 @@ class ColumnParallelLinear {
 
   /// x [tokens, in] replicated over tp, or [tokens/tp, in] under sequence parallelism → one
   /// output per weight, [tokens, out_i/tp] (this rank's features of each part, part by part).
-  /// Keeps the entered (full) input [tokens, in] for backward, in the current activation slot.
+  /// Keeps the entered (full) input [tokens, in] for backward, in the current activation slot
+  /// (rounded to the weights' dtype when they are 16-bit: layers/autocast.h).
   std::vector<Tensor> forward(const Tensor& x);
   /// Drops the current slot's kept input (activation recompute).
   void discard() { saved_.release(); }
@@ -67,7 +68,7 @@ class ColumnParallelLinear {
   TensorParallel tp_;
   std::vector<Shard> shards_;
   struct State {
-    Tensor x_full;
+    Tensor x_full;  // matmul_input of the entered input: f32, or the weights' 16-bit dtype
   };
   Saved<State> saved_;
 };
@@ -81,7 +82,7 @@ class RowParallelLinear {
 
   /// x [tokens, in/tp] (this rank's input features) → [tokens, out] replicated over tp, or
   /// [tokens/tp, out] (this rank's rows) under sequence parallelism. Keeps x for backward, in
-  /// the current activation slot.
+  /// the current activation slot (rounded to the weight's dtype when it is 16-bit).
   Tensor forward(const Tensor& x);
   /// Drops the current slot's kept input (activation recompute).
   void discard() { saved_.release(); }
@@ -103,7 +104,7 @@ class RowParallelLinear {
   Parameter weight_;
   std::optional<Parameter> bias_;
   struct State {
-    Tensor x;
+    Tensor x;  // matmul_input(x, weight_)
   };
   Saved<State> saved_;
 };

@@ -57,8 +57,11 @@ std::vector<ShardRun> runs_of(const ShardSlice& slice);
 
 struct Parameter {
   std::string name;  // Hugging Face name, e.g. "transformer.h.0.attn.c_attn.weight"
-  Tensor value;      // f32, MemCategory::params, local shape of `shard`
-  Tensor grad;       // f32, same shape, MemCategory::grads; ACCUMULATED by backward
+  // f32, MemCategory::params, local shape of `shard`. Under mixed precision the trainer may
+  // replace it by a bf16 or f16 tensor of the same shape (keeping the f32 master copy itself);
+  // layers read it by its dtype (layers/autocast.h).
+  Tensor value;
+  Tensor grad;  // f32 always, same shape, MemCategory::grads; ACCUMULATED by backward
   InitKind init = InitKind::zeros;
   float init_std = 0.0f;      // for InitKind::normal
   bool weight_decay = false;  // nanoGPT's rule: 2-D weights decay, biases and norms do not

@@ -5,6 +5,7 @@
 
 #include "meshtrain/core/error.h"
 #include "meshtrain/kernels/kernels.h"
+#include "meshtrain/layers/autocast.h"
 #include "meshtrain/layers/weight_grad_queue.h"
 
 namespace meshtrain {
@@ -24,8 +25,8 @@ Tensor VocabParallelEmbedding::forward(const std::int32_t* ids, std::int64_t tok
   const std::int64_t C = weight_.value.dim(1);
   saved_->ids.assign(ids, ids + tokens);
   Tensor partial = Tensor::empty({tokens, C}, MemCategory::activations);
-  kernels::embedding_shard_forward(ids, weight_.value.f32(), weight_.shard.offset,
-                                   weight_.shard.length, partial.f32(), tokens, C);
+  embedding_lookup(ids, weight_.value, weight_.shard.offset, weight_.shard.length, partial.f32(),
+                   tokens);
   return ExitTpRegion::forward(partial, tp_);
 }
 
@@ -43,20 +44,18 @@ void VocabParallelEmbedding::backward(const Tensor& dy) {
 VocabParallelLmHead::VocabParallelLmHead(Parameter& weight, const TensorParallel& tp)
     : weight_(weight), tp_(tp) {}
 
-Tensor VocabParallelLmHead::local_logits(const Tensor& h_full) const {
-  const std::int64_t tokens = h_full.dim(0), C = h_full.dim(1);
-  const std::int64_t v_local = weight_.value.dim(0);
-  MT_CHECK(C == weight_.value.dim(1), "{}: hidden {} expected [tokens, {}]", weight_.name,
-           to_string(h_full.shape()), weight_.value.dim(1));
-  Tensor logits = Tensor::empty({tokens, v_local}, MemCategory::activations);
-  kernels::linear_forward(h_full.f32(), weight_.value.f32(), nullptr, logits.f32(),
-                          {tokens, C, v_local});
+Tensor VocabParallelLmHead::local_logits(const Tensor& h_in) const {
+  MT_CHECK(h_in.ndim() == 2 && h_in.dim(1) == weight_.value.dim(1),
+           "{}: hidden {} expected [tokens, {}]", weight_.name, to_string(h_in.shape()),
+           weight_.value.dim(1));
+  Tensor logits = Tensor::empty({h_in.dim(0), weight_.value.dim(0)}, MemCategory::activations);
+  autocast_linear_forward(h_in, weight_, nullptr, logits);
   return logits;
 }
 
 float VocabParallelLmHead::forward(const Tensor& h, const std::int32_t* targets) {
   State& s = *saved_;
-  s.h_full = EnterTpRegion::forward(h, tp_);
+  s.h_full = matmul_input(EnterTpRegion::forward(h, tp_), weight_);
   s.logits = local_logits(s.h_full);
   const std::int64_t tokens = s.logits.dim(0), v_local = s.logits.dim(1);
   const std::int64_t vocab = weight_.shard.logical_shape[0];
@@ -102,7 +101,7 @@ Tensor VocabParallelLmHead::backward(float scale) {
 }
 
 Tensor VocabParallelLmHead::logits(const Tensor& h) {
-  const Tensor local = local_logits(EnterTpRegion::forward(h, tp_));
+  const Tensor local = local_logits(matmul_input(EnterTpRegion::forward(h, tp_), weight_));
   const std::int64_t tokens = local.dim(0), v_local = local.dim(1);
   const std::int64_t vocab = weight_.shard.logical_shape[0];
   const int n = tp_.group.size();

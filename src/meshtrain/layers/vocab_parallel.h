@@ -57,8 +57,9 @@ class VocabParallelLmHead {
 
   /// h [tokens, C] (or [tokens/tp, C] under sequence parallelism), targets [tokens] in [0, V)
   /// → mean cross-entropy over the tokens, the same number on every tp rank. Keeps, in the
-  /// current activation slot, the entered h [tokens, C], the local logits [tokens, Vp/tp],
-  /// their log-sum-exp [tokens] and the targets.
+  /// current activation slot, the entered h [tokens, C] (rounded to the weight's dtype when it
+  /// is 16-bit), the local logits [tokens, Vp/tp] f32, their log-sum-exp [tokens] and the
+  /// targets.
   float forward(const Tensor& h, const std::int32_t* targets);
   /// Backward of `scale` × the slot's forward loss → dh in h's layout; accumulates the
   /// weight's gradient (real rows only), or inside DeferWeightGrads queues it (the queue then
@@ -70,12 +71,13 @@ class VocabParallelLmHead {
   Tensor logits(const Tensor& h);
 
  private:
-  Tensor local_logits(const Tensor& h_full) const;
+  /// h_in [tokens, C] = matmul_input(entered h, weight_) → logits [tokens, Vp/tp] f32.
+  Tensor local_logits(const Tensor& h_in) const;
 
   Parameter& weight_;
   TensorParallel tp_;
   struct State {
-    Tensor h_full, logits, lse;
+    Tensor h_full, logits, lse;  // h_full: matmul_input of the entered h
     std::vector<std::int32_t> targets;
   };
   Saved<State> saved_;

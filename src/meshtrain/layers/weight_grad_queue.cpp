@@ -27,8 +27,13 @@ void WeightGradQueue::run(int slot) {
     MT_CHECK(w.grad.numel() == t.dims.out_features * t.dims.in_features,
              "{}: grad {} for a deferred [{}, {}] weight gradient", w.name,
              to_string(w.grad.shape()), t.dims.out_features, t.dims.in_features);
-    kernels::linear_backward(t.x.f32(), w.value.f32(), t.dy.f32(), nullptr, w.grad.f32(), nullptr,
-                             t.dims);
+    if (t.x.dtype() == DType::f32) {
+      kernels::linear_backward(t.x.f32(), w.value.f32(), t.dy.f32(), nullptr, w.grad.f32(), nullptr,
+                               t.dims);
+    } else {  // mixed precision: 16-bit x and dy, kept by the B that pushed the task
+      kernels::linear_backward_16bit(t.x.u16(), nullptr, t.dy.u16(), nullptr, w.grad.f32(), t.dims,
+                                     t.x.dtype());
+    }
   }
 }
 
@@ -56,11 +61,24 @@ WeightGradQueue* DeferWeightGrads::active() noexcept { return t_defer_queue; }
 void linear_backward_or_defer(const Tensor& x, Parameter& weight, const Tensor& dy, float* dx,
                               float* db, const kernels::LinearDims& dims) {
   WeightGradQueue* queue = DeferWeightGrads::active();
-  kernels::linear_backward(x.f32(), weight.value.f32(), dy.f32(), dx,
-                           queue != nullptr ? nullptr : weight.grad.f32(), db, dims);
+  float* dw = queue != nullptr ? nullptr : weight.grad.f32();
+  const DType dtype = weight.value.dtype();
+  if (dtype == DType::f32) {
+    kernels::linear_backward(x.f32(), weight.value.f32(), dy.f32(), dx, dw, db, dims);
+    if (queue != nullptr) {
+      queue->push(current_activation_slot(),
+                  WeightGradTask{.x = x, .dy = dy, .weight = &weight, .dims = dims});
+    }
+    return;
+  }
+  MT_CHECK(x.dtype() == dtype, "{}: kept input is {}, weight {}", weight.name, to_string(x.dtype()),
+           to_string(dtype));
+  if (db != nullptr) kernels::bias_backward(dy.f32(), db, dims.tokens, dims.out_features);
+  const Tensor dy_16 = dy.to(dtype, MemCategory::activations);
+  kernels::linear_backward_16bit(x.u16(), weight.value.u16(), dy_16.u16(), dx, dw, dims, dtype);
   if (queue != nullptr) {
     queue->push(current_activation_slot(),
-                WeightGradTask{.x = x, .dy = dy, .weight = &weight, .dims = dims});
+                WeightGradTask{.x = x, .dy = dy_16, .weight = &weight, .dims = dims});
   }
 }
 

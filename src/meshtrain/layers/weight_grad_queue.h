@@ -39,10 +39,11 @@
 
 namespace meshtrain {
 
-/// One deferred weight-gradient GEMM: weight->grad [out, in] += dyᵀ·x.
+/// One deferred weight-gradient GEMM: weight->grad [out, in] (f32) += dyᵀ·x. x and dy are
+/// both f32, or both of the weight's 16-bit dtype under mixed precision (layers/autocast.h).
 struct WeightGradTask {
   Tensor x;           // [tokens, in], the input forward multiplied by the weight (shared)
-  Tensor dy;          // [tokens, out], the gradient of that product (shared)
+  Tensor dy;          // [tokens, out], the gradient of that product (shared, or its 16-bit copy)
   Parameter* weight;  // whose grad receives the sum; read at run time, not at push
   kernels::LinearDims dims;
 };
@@ -89,6 +90,11 @@ class DeferWeightGrads {
 /// The matmul layers' backward of y = x·Wᵀ (+ b): dx = dy·W (overwritten; nullptr: not
 /// computed) and db += Σ dy (nullptr: no bias) at once; weight.grad += dyᵀ·x at once, or,
 /// inside a DeferWeightGrads scope, queued under the current activation slot.
+/// dy is f32; x is what forward kept, matmul_input(x, weight) (layers/autocast.h). With a
+/// 16-bit weight both GEMMs run in its dtype with f32 accumulation: dy is rounded to it (a new
+/// tensor, which a deferred task keeps instead of dy; under f16 an |dy| above 65504 becomes
+/// inf, for the loss scaler to find in the gradients), dx comes out f32 and dW accumulates
+/// into the f32 grad. db is summed from the f32 dy.
 void linear_backward_or_defer(const Tensor& x, Parameter& weight, const Tensor& dy, float* dx,
                               float* db, const kernels::LinearDims& dims);
 

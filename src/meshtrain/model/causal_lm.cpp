@@ -8,6 +8,7 @@
 #include "meshtrain/core/error.h"
 #include "meshtrain/kernels/kernels.h"
 #include "meshtrain/layers/attention.h"
+#include "meshtrain/layers/autocast.h"
 #include "meshtrain/layers/mlp.h"
 #include "meshtrain/layers/norms.h"
 
@@ -161,8 +162,8 @@ Tensor CausalLm::forward_blocks(const std::int32_t* tokens, const Tensor& x_in, 
             static_cast<std::int32_t>((first + i) % seq_len);
       }
       Tensor pos = Tensor::empty(x.shape(), MemCategory::activations);
-      kernels::embedding_shard_forward(state.positions.data(), wpe_->value.f32(), 0,
-                                       config_.block_size, pos.f32(), local, config_.n_embd);
+      embedding_lookup(state.positions.data(), wpe_->value, 0, config_.block_size, pos.f32(),
+                       local);
       kernels::add_inplace(x.f32(), pos.f32(), x.numel());
     }
     after_forward(0);

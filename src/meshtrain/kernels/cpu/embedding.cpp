@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "meshtrain/core/error.h"
+#include "meshtrain/core/half.h"
 #include "meshtrain/kernels/cpu/cpu_util.h"
 #include "meshtrain/kernels/kernels.h"
 
@@ -35,6 +36,25 @@ void embedding_shard_forward(const std::int32_t* ids, const float* table, std::i
     const std::int64_t local = static_cast<std::int64_t>(ids[r]) - first;
     if (local >= 0 && local < table_rows) {
       std::memcpy(out + r * C, table + local * C, static_cast<std::size_t>(C) * sizeof(float));
+    } else {
+      std::memset(out + r * C, 0, static_cast<std::size_t>(C) * sizeof(float));
+    }
+  }
+}
+
+void embedding_shard_forward_16bit(const std::int32_t* ids, const std::uint16_t* table, DType dtype,
+                                   std::int64_t first, std::int64_t table_rows, float* out,
+                                   std::int64_t rows, std::int64_t C) {
+  constexpr const char* what = "embedding_shard_forward_16bit";
+  check_dims(first, table_rows, rows, C, what);
+  MT_CHECK(dtype == DType::bf16 || dtype == DType::f16, "{}: table is {}", what, to_string(dtype));
+  // Only the looked-up rows are widened: no f32 copy of the whole table per micro-batch.
+#pragma omp parallel for schedule(static) if (rows * C >= cpu::kParallelGrain)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    MT_CHECK(ids[r] >= 0, "{}: id {} of row {} is negative", what, ids[r], r);
+    const std::int64_t local = static_cast<std::int64_t>(ids[r]) - first;
+    if (local >= 0 && local < table_rows) {
+      cast_16bit_to_f32(table + local * C, out + r * C, C, dtype);
     } else {
       std::memset(out + r * C, 0, static_cast<std::size_t>(C) * sizeof(float));
     }
