@@ -57,7 +57,9 @@ TEST_P(ScalerAgreement, EveryRankSkipsTheOverflowingStepAndKeepsTheSameScale) {
     float most = mine;
     world->all_reduce_max(std::span<float>(&most, 1));
     EXPECT_EQ(mine, most) << "ranks disagree on the scale after step " << s;
-    if (s < kInfStep) EXPECT_EQ(scaler.scale(), 1024.0);
+    if (s < kInfStep) {
+      EXPECT_EQ(scaler.scale(), 1024.0);
+    }
     if (s == kInfStep) {
       EXPECT_EQ(scaler.scale(), scale * 0.5) << "backoff 0.5 after one overflow (hysteresis 1)";
       const ParameterList& params = trainer.parameters();
@@ -67,7 +69,9 @@ TEST_P(ScalerAgreement, EveryRankSkipsTheOverflowingStepAndKeepsTheSameScale) {
             << params[i]->name << " moved in a skipped step";
       }
     }
-    if (s == kInfStep + 3) EXPECT_EQ(scaler.scale(), 1024.0) << "grows after 3 clean steps";
+    if (s == kInfStep + 3) {
+      EXPECT_EQ(scaler.scale(), 1024.0) << "grows after 3 clean steps";
+    }
   }
   EXPECT_EQ(scaler.skipped_steps(), 1);
   for (const Parameter* p : trainer.parameters()) {

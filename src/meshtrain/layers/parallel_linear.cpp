@@ -96,6 +96,10 @@ RowParallelLinear::RowParallelLinear(const std::string& prefix, std::int64_t in_
   if (bias) bias_.emplace(prefix + ".bias", Shape{out_features}, InitKind::zeros);
 }
 
+void RowParallelLinear::keep_input(const Tensor& x) {
+  saved_->x = matmul_input(x, weight_);  // as forward keeps it (16-bit under mixed precision)
+}
+
 Tensor RowParallelLinear::forward(const Tensor& x) {
   MT_CHECK(x.ndim() == 2 && x.dim(1) == in_local_, "{}: input {} expected [tokens, {}]",
            weight_.name, to_string(x.shape()), in_local_);

@@ -89,7 +89,7 @@ class RowParallelLinear {
   /// Keeps x [tokens, in/tp] as the current slot's input, as forward(x) does, without
   /// computing anything: selective recompute drops the attention output this layer reads
   /// (discard() after forward) and hands it back, recomputed, before backward.
-  void keep_input(const Tensor& x) { saved_->x = x; }
+  void keep_input(const Tensor& x);
   /// dy in forward's output layout → dx [tokens, in/tp]; frees the slot's state. The bias
   /// gradient comes from dY as held here: identical on every rank without sequence
   /// parallelism, a partial sum over this rank's tokens with it (summed over tp once per step

@@ -4,14 +4,15 @@
 #include <cstring>
 
 #include "meshtrain/core/error.h"
+#include "meshtrain/core/half.h"
 #include "meshtrain/kernels/kernels.h"
 
 namespace meshtrain {
 namespace {
 
 std::byte* bytes_of(Tensor& t) {
-  MT_CHECK(t.dtype() == DType::f32, "PENDING-MP");
-  return reinterpret_cast<std::byte*>(t.f32());
+  return t.dtype() == DType::f32 ? reinterpret_cast<std::byte*>(t.f32())
+                                 : reinterpret_cast<std::byte*>(t.u16());
 }
 
 // Writes n fp32 values as `dtype` (f32: a copy; bf16/f16: rounded to nearest even).
@@ -19,7 +20,7 @@ void store_as(const float* from, std::byte* to, std::int64_t n, DType dtype) {
   if (dtype == DType::f32) {
     std::memcpy(to, from, static_cast<std::size_t>(n) * sizeof(float));
   } else {
-    MT_CHECK(false, "PENDING-MP");
+    cast_f32_to_16bit(from, reinterpret_cast<std::uint16_t*>(to), n, dtype);
   }
 }
 
@@ -54,7 +55,7 @@ ZeroSharding::ZeroSharding(const ParameterList& params, std::vector<ParameterLis
     if (stage == 3) {
       p->value = Tensor();
     } else if (low) {
-      MT_CHECK(false, "PENDING-MP");
+      p->value = p->value.to(dtype, MemCategory::params);
     }
     if (stage >= 2) p->grad = Tensor();
     shards_.push_back(std::move(shard));
