@@ -6,9 +6,9 @@
 //   stage 1  the fp32 master weights and Adam moments are split: rank r owns a slice of each
 //            parameter and only steps that slice. Full gradients are still accumulated over the
 //            micro-batches; once per step they are reduce-scattered (each rank receives the
-//            dp-sum of its slices: half the bytes of an all-reduce, measured in
-//            docs/performance.md) and, after the step, the updated slices are all-gathered back
-//            into every rank's full parameters.
+//            dp-sum of its slices; on a ring that is half the bytes on the wire of an
+//            all-reduce, which is a reduce-scatter followed by an all-gather) and, after the
+//            step, the updated slices are all-gathered back into every rank's full parameters.
 //   stage 2  as stage 1, but full gradients are not kept: a unit's (a transformer block's)
 //            gradients live in a temporary buffer during its backward and are reduce-scattered
 //            into the owner's fp32 gradient slice as soon as that backward ends, every
