@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -77,12 +78,24 @@ TEST_P(ZeroLayout, MatchesSingleProcessWithAccumulation) {
   const auto world = rt.world_group();
   Trainer parallel(odd_config(dp, tp, pp, zero), *world, quiet());
 
-  const TrainedRun want = test::train_steps(reference, kSteps);
-  const TrainedRun got = test::train_steps(parallel, kSteps);
-  EXPECT_NEAR(got.grad_norm_step1, want.grad_norm_step1, kGradRtol * want.grad_norm_step1);
   // The pipeline stage holds some of the parameters: match them by name.
   const ParameterList& ref = reference.parameters();
   const ParameterList& mine = parallel.parameters();
+  // Invariant 1: the master slices, gathered, are the reference's initial weights bit for bit
+  // (ZeRO-3 initialises only its slices, from the same (seed, name, index)).
+  ProcessGroup& tp_group = parallel.mesh().group(Axis::tp);
+  for (const Parameter* p : mine) {
+    const Tensor full = gather_logical(*p, parallel.zero().gather_master(*p), tp_group);
+    for (const Parameter* r : ref) {
+      if (r->name != p->name) continue;
+      ASSERT_EQ(full.shape(), r->value.shape()) << p->name;
+      EXPECT_EQ(std::memcmp(full.f32(), r->value.f32(), static_cast<std::size_t>(full.bytes())), 0)
+          << p->name << ": initial master differs from the single-process weight";
+    }
+  }
+  const TrainedRun want = test::train_steps(reference, kSteps);
+  const TrainedRun got = test::train_steps(parallel, kSteps);
+  EXPECT_NEAR(got.grad_norm_step1, want.grad_norm_step1, kGradRtol * want.grad_norm_step1);
   int compared = 0;
   for (std::size_t i = 0; i < mine.size(); ++i) {
     for (std::size_t j = 0; j < ref.size(); ++j) {
@@ -138,7 +151,15 @@ TEST(ZeroMemory, ModelStateBytesPerRankFollowTheFormulas) {
   const auto world = rt.world_group();
   for (int stage = 0; stage <= 3; ++stage) {
     const std::int64_t before = model_state_bytes();
+    TrackedAllocator& alloc = TrackedAllocator::instance();
+    alloc.reset_peaks();
+    const std::int64_t params_before = alloc.stats(MemCategory::params).current_bytes;
+    const std::int64_t grads_before = alloc.stats(MemCategory::grads).current_bytes;
     Trainer trainer(odd_config(dp, 1, 1, stage), *world, quiet());
+    // ZeRO-3 builds the model without storage and initialises only this rank's slices: no
+    // rank ever holds a whole parameter or gradient, not even while the model is built.
+    const std::int64_t params_peak = alloc.stats(MemCategory::params).peak_bytes - params_before;
+    const std::int64_t grads_peak = alloc.stats(MemCategory::grads).peak_bytes - grads_before;
     const Trainer::Gradients g = trainer.compute_gradients(0);
     trainer.apply_update(0, g.grad_norm);
     double psi = 0.0;  // this rank's local elements (tp = 1: the whole model)
@@ -148,6 +169,10 @@ TEST(ZeroMemory, ModelStateBytesPerRankFollowTheFormulas) {
     EXPECT_NEAR(measured, want, 0.05 * want) << "ZeRO-" << stage << " at dp " << dp;
     if (stage > 0) {
       EXPECT_LT(measured, 16.0 * psi) << "ZeRO-" << stage << " saves nothing";
+    }
+    if (stage == 3) {
+      EXPECT_LE(static_cast<double>(params_peak), 1.05 * 4.0 * psi / dp);
+      EXPECT_LE(static_cast<double>(grads_peak), 1.05 * 4.0 * psi / dp);
     }
   }
 }

@@ -70,14 +70,26 @@ std::vector<ShardRun> runs_of(const ShardSlice& s) {
 Parameter::Parameter(std::string name_, Shape shape, InitKind init_, float init_std_)
     : Parameter(std::move(name_), whole(shape), init_, init_std_) {}
 
+namespace {
+thread_local int deferred_scopes = 0;
+}  // namespace
+
+DeferParameterStorage::DeferParameterStorage() { ++deferred_scopes; }
+DeferParameterStorage::~DeferParameterStorage() { --deferred_scopes; }
+
 Parameter::Parameter(std::string name_, ShardSlice shard_, InitKind init_, float init_std_)
     : name(std::move(name_)),
-      value(Tensor::zeros(checked_local_shape(shard_), MemCategory::params)),
-      grad(Tensor::zeros(value.shape(), MemCategory::grads)),
       init(init_),
       init_std(init_std_),
       weight_decay(shard_.logical_shape.size() >= 2),
-      shard(std::move(shard_)) {}
+      shard(std::move(shard_)) {
+  const Shape shape = checked_local_shape(shard);
+  if (deferred_scopes > 0) return;
+  value = Tensor::zeros(shape, MemCategory::params);
+  grad = Tensor::zeros(shape, MemCategory::grads);
+}
+
+Shape Parameter::local_shape() const { return checked_local_shape(shard); }
 
 bool Parameter::is_sharded() const {
   if (shard.logical_shape.empty()) return false;
@@ -91,7 +103,8 @@ std::int64_t Parameter::logical_numel() const {
 }
 
 void initialize(Parameter& p, std::uint64_t seed) {
-  p.value.fill(0.0f);  // padding stays zero whatever the init
+  if (!p.value.defined()) return;  // storage deferred: initialize_range fills the owner's slice
+  p.value.fill(0.0f);              // padding stays zero whatever the init
   const std::uint64_t stream = stream_of(p.name);
   for (const ShardRun& run : runs_of(p.shard)) {
     std::span<float> dst = p.value.span_f32().subspan(static_cast<std::size_t>(run.local),
@@ -99,6 +112,29 @@ void initialize(Parameter& p, std::uint64_t seed) {
     switch (p.init) {
       case InitKind::normal:
         fill_normal(dst, seed, stream, static_cast<std::uint64_t>(run.logical), 0.0f, p.init_std);
+        break;
+      case InitKind::zeros:
+        break;
+      case InitKind::ones:
+        std::fill(dst.begin(), dst.end(), 1.0f);
+        break;
+    }
+  }
+}
+
+void initialize_range(const Parameter& p, std::uint64_t seed, std::int64_t begin, std::int64_t end,
+                      float* out) {
+  std::fill(out, out + (end - begin), 0.0f);  // padding, and everything no run covers
+  const std::uint64_t stream = stream_of(p.name);
+  for (const ShardRun& run : runs_of(p.shard)) {
+    const std::int64_t from = std::max(begin, run.local);
+    const std::int64_t to = std::min(end, run.local + run.count);
+    if (from >= to) continue;
+    std::span<float> dst(out + (from - begin), static_cast<std::size_t>(to - from));
+    switch (p.init) {
+      case InitKind::normal:
+        fill_normal(dst, seed, stream, static_cast<std::uint64_t>(run.logical + (from - run.local)),
+                    0.0f, p.init_std);
         break;
       case InitKind::zeros:
         break;

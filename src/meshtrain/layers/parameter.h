@@ -81,11 +81,29 @@ struct Parameter {
   bool is_sharded() const;
   /// Elements of the logical tensor (padding excluded).
   std::int64_t logical_numel() const;
+  /// The shape of this rank's tensor (value's shape when allocated).
+  Shape local_shape() const;
+};
+
+/// While one is alive on this thread, new Parameters allocate neither value nor grad and
+/// initialize() leaves them alone: ZeRO-3 then materialises only each rank's slice
+/// (initialize_range), so no rank ever holds the whole model (PyTorch's meta-device
+/// initialisation for FSDP plays the same role).
+class DeferParameterStorage {
+ public:
+  DeferParameterStorage();
+  ~DeferParameterStorage();
+  DeferParameterStorage(const DeferParameterStorage&) = delete;
+  DeferParameterStorage& operator=(const DeferParameterStorage&) = delete;
 };
 
 /// Sets p.value from (seed, p.name, global element index in the logical tensor), so a shard's
 /// values are bit for bit the matching slice of the unsharded parameter; padding is zero.
 void initialize(Parameter& p, std::uint64_t seed);
+/// out [end − begin] f32 ← elements [begin, end) of the flattened local tensor initialize()
+/// would produce (same values, bit for bit, whatever the range).
+void initialize_range(const Parameter& p, std::uint64_t seed, std::int64_t begin, std::int64_t end,
+                      float* out);
 
 using ParameterList = std::vector<Parameter*>;
 

@@ -204,8 +204,14 @@ Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
   ProcessGroup& pp = mesh_->group(Axis::pp);
   const TrainingConfig& t = config_.training;
   const ParallelConfig& par = config_.parallel;
-  stage_ = std::make_unique<PipelineStage>(config_, seed, TensorParallel{tp, par.sequence_parallel},
-                                           pp.rank());
+  {
+    // ZeRO-3 never materialises a whole parameter at construction: each rank initialises only
+    // its slices (ZeroSharding), so the model never has to fit on one rank.
+    std::optional<DeferParameterStorage> defer;
+    if (par.zero_stage == 3) defer.emplace();
+    stage_ = std::make_unique<PipelineStage>(config_, seed,
+                                             TensorParallel{tp, par.sequence_parallel}, pp.rank());
+  }
   const pp::ScheduleSpec schedule{.name = par.pp_schedule,
                                   .pp = static_cast<int>(par.pp),
                                   .v = static_cast<int>(par.virtual_stages),
@@ -240,7 +246,8 @@ Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
   zero_ = std::make_unique<ZeroSharding>(params, stage_->units(), dp,
                                          ZeroOptions{.stage = static_cast<int>(par.zero_stage),
                                                      .compute_dtype = compute,
-                                                     .bucket_bytes = par.bucket_mib << 20});
+                                                     .bucket_bytes = par.bucket_mib << 20,
+                                                     .seed = seed});
   stage_->set_hooks(zero_.get());
   if (t.precision == "fp16") {
     scaler_ = std::make_unique<DynamicLossScaler>(

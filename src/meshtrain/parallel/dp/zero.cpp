@@ -36,19 +36,29 @@ ZeroSharding::ZeroSharding(const ParameterList& params, std::vector<ParameterLis
   const std::int64_t n_ranks = dp.size();
   if (stage == 0) buckets_ = std::make_unique<GradBuckets>(params, dp, options.bucket_bytes);
   for (Parameter* p : params) {
-    MT_CHECK(p->value.dtype() == DType::f32, "{}: ZeRO takes over fp32 parameters", p->name);
-    Slot s{.shape = p->value.shape(), .numel = p->value.numel(), .slice = 0, .refs = 0};
+    const bool deferred = !p->value.defined();  // built under DeferParameterStorage
+    MT_CHECK(!deferred || stage == 3, "{}: deferred storage needs ZeRO-3", p->name);
+    MT_CHECK(deferred || p->value.dtype() == DType::f32, "{}: ZeRO takes over fp32 parameters",
+             p->name);
+    Slot s{.shape = p->local_shape(), .numel = 0, .slice = 0, .refs = 0};
+    s.numel = shape_numel(s.shape);
     s.slice = stage == 0 ? s.numel : (s.numel + n_ranks - 1) / n_ranks;
     if (low && s.slice % 2 != 0) ++s.slice;  // whole 4-byte words per rank on the wire
     index_.emplace(p, slots_.size());
     slots_.push_back(s);
     const std::int64_t begin = owned_begin(s, dp.rank()), end = owned_end(s, dp.rank());
-    const Tensor mine = p->value.reshape({s.numel}).rows(begin, end);
     OptimizerShard shard{.param = p, .begin = begin, .end = end, .master = {}, .grad = {}};
-    if (!low && stage <= 2) {
-      shard.master = mine;  // fp32 parameters are their own master: no copy
+    const MemCategory master_category =
+        stage == 3 && !low ? MemCategory::params : MemCategory::optimizer;
+    if (deferred) {
+      // Only this rank's slice ever exists: the initial values of [begin, end) alone.
+      shard.master = Tensor::empty({end - begin}, master_category);
+      initialize_range(*p, options.seed, begin, end, shard.master.f32());
+    } else if (!low && stage <= 2) {
+      // fp32 parameters are their own master: a view of this rank's slice, no copy.
+      shard.master = p->value.reshape({s.numel}).rows(begin, end);
     } else {
-      shard.master = mine.clone(stage == 3 && !low ? MemCategory::params : MemCategory::optimizer);
+      shard.master = p->value.reshape({s.numel}).rows(begin, end).clone(master_category);
     }
     shard.grad = stage <= 1 ? p->grad.reshape({s.numel}).rows(begin, end)
                             : Tensor::zeros({end - begin}, MemCategory::grads);

@@ -49,6 +49,9 @@ struct ZeroOptions {
   int stage = 0;                        // 0, 1, 2 or 3 (parallel.zero_stage)
   DType compute_dtype = DType::f32;     // what the layers compute with (training.precision)
   std::int64_t bucket_bytes = 4 << 20;  // stage 0 all-reduce buckets, stage 1 reduce-scatters
+  // The model's initialisation seed: stage 3 initialises the slices of parameters built under
+  // DeferParameterStorage itself (initialize_range), as the model would have.
+  std::uint64_t seed = 0;
 };
 
 class ZeroSharding final : public ParameterHooks {
@@ -57,6 +60,8 @@ class ZeroSharding final : public ParameterHooks {
   /// least one of `units`, the model's parameter units in forward order): builds this rank's
   /// optimizer shards (the fp32 master slices), converts the full parameters to the compute
   /// dtype (stage ≤ 2) or frees them (stage 3), and for stage ≥ 2 frees the full gradients.
+  /// Stage 3 also takes parameters built under DeferParameterStorage (no value, no grad) and
+  /// initialises just its slices from options.seed; other stages MT_CHECK they have storage.
   /// The same on every dp rank (collective only in later calls). MT_CHECKs the stage.
   ZeroSharding(const ParameterList& params, std::vector<ParameterList> units, ProcessGroup& dp,
                const ZeroOptions& options);
