@@ -583,5 +583,33 @@ TEST(ConfigValidate, PrecisionAndFp16LossScalerSettings) {
   EXPECT_TRUE(check_config(c, 1).empty());
 }
 
+TEST(ConfigValidate, ModelStateBytesPerParameterFollowTheZeroFormulas) {
+  Config c;
+  c.parallel.dp = 4;
+  const double want_fp32[] = {16.0, 8.0 + 8.0 / 4, 4.0 + 12.0 / 4, 16.0 / 4};
+  const double want_mixed[] = {18.0, 6.0 + 12.0 / 4, 2.0 + 16.0 / 4, 16.0 / 4};
+  for (int stage = 0; stage <= 3; ++stage) {
+    c.parallel.zero_stage = stage;
+    c.training.precision = "fp32";
+    EXPECT_DOUBLE_EQ(model_state_bytes_per_parameter(c), want_fp32[stage]) << stage;
+    c.training.precision = "bf16";
+    EXPECT_DOUBLE_EQ(model_state_bytes_per_parameter(c), want_mixed[stage]) << stage;
+  }
+  // A model the memory check refuses at ZeRO-0 fits once ZeRO-3 shards its state.
+  c.training.precision = "fp32";
+  c.model.n_layer = 24;
+  c.model.n_embd = 2048;
+  c.model.vocab_size = 65;
+  c.training.micro_batch = 1;
+  c.parallel.zero_stage = 0;
+  const double need0 = estimated_training_bytes(c);
+  c.parallel.zero_stage = 3;
+  const double need3 = estimated_training_bytes(c);
+  EXPECT_LT(need3, 0.3 * need0);
+  EXPECT_FALSE(check_memory(c, static_cast<std::int64_t>(0.5 * need0)).size() > 0);
+  c.parallel.zero_stage = 0;
+  EXPECT_EQ(check_memory(c, static_cast<std::int64_t>(0.5 * need0)).size(), 1U);
+}
+
 }  // namespace
 }  // namespace meshtrain

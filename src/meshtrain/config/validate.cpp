@@ -284,7 +284,27 @@ double estimated_training_bytes(const Config& config) {
   const double params = matrices / tp + (llama ? 0.0 : T * C) + L * 13.0 * C + 2.0 * C;
   const double tokens = static_cast<double>(config.training.micro_batch) * T;
   const double activations = 4.0 * tokens * (L * (10.0 * C + 2.0 * F) + 3.0 * C + 2.0 * V / tp);
-  return 16.0 * params + activations;
+  return model_state_bytes_per_parameter(config) * params + activations;
+}
+
+double model_state_bytes_per_parameter(const Config& config) {
+  // docs/memory.md: fp32 params, grads and Adam m, v are 4 + 4 + 8; mixed precision keeps
+  // 16-bit params, fp32 grads and an fp32 master besides m, v: 2 + 4 + 12. ZeRO divides by
+  // N = dp what each stage shards.
+  const double n = static_cast<double>(std::max<std::int64_t>(config.parallel.dp, 1));
+  const bool mixed = config.training.precision == "bf16" || config.training.precision == "fp16";
+  const double param = mixed ? 2.0 : 4.0, grad = 4.0, optim = mixed ? 12.0 : 8.0;
+  switch (config.parallel.zero_stage) {
+    case 1:
+      return param + grad + optim / n;
+    case 2:
+      return param + (grad + optim) / n;
+    case 3:
+      // The persistent parameter under fp32 is the master slice itself.
+      return mixed ? (grad + optim) / n : (4.0 + grad + optim) / n;
+    default:
+      return param + grad + optim;
+  }
 }
 
 std::vector<ConfigIssue> check_memory(const Config& config, std::int64_t available_bytes) {
@@ -294,10 +314,14 @@ std::vector<ConfigIssue> check_memory(const Config& config, std::int64_t availab
   return {{"model and training.micro_batch",
            fmt::format("n_layer {}, n_embd {}, block_size {}, micro_batch {}", config.model.n_layer,
                        config.model.n_embd, config.model.block_size, config.training.micro_batch),
-           fmt::format("need ≈ {:.3g} GiB per rank (16 B per parameter for weights, gradients and "
-                       "Adam state, plus activations), more than the {:.1f} GiB available",
-                       need / kGiB, static_cast<double>(available_bytes) / kGiB),
-           "reduce model.n_layer, model.n_embd, model.block_size or training.micro_batch"}};
+           fmt::format("need ≈ {:.3g} GiB per rank ({:.3g} B per parameter for weights, gradients "
+                       "and Adam state at ZeRO-{} in {}, plus activations), more than the {:.1f} "
+                       "GiB available",
+                       need / kGiB, model_state_bytes_per_parameter(config),
+                       config.parallel.zero_stage, config.training.precision,
+                       static_cast<double>(available_bytes) / kGiB),
+           "reduce model.n_layer, model.n_embd, model.block_size or training.micro_batch, or "
+           "shard the model state with parallel.zero_stage (and parallel.dp)"}};
 }
 
 std::int64_t kv_heads_of(const ModelConfig& m) { return m.n_kv_head > 0 ? m.n_kv_head : m.n_head; }

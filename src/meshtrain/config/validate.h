@@ -17,9 +17,14 @@ std::vector<ConfigIssue> check_config(const Config& config, int world_size);
 /// Throws ConfigError(config.source, issues) when check_config finds any.
 void validate_or_throw(const Config& config, int world_size);
 
-/// Bytes one rank needs to train `config` in fp32, estimated before anything is allocated:
-/// 16 bytes per parameter this rank holds (value, gradient, Adam m and v; matrices and the
-/// vocabulary tables divided by tp, norms and positions whole) plus the activations kept for
+/// Model-state bytes per parameter on one rank (docs/memory.md): value, gradient, Adam m and
+/// v and, under bf16/fp16, the fp32 master, for parallel.zero_stage over parallel.dp ranks —
+/// 16 for fp32 ZeRO-0 down to 16/dp for ZeRO-3.
+double model_state_bytes_per_parameter(const Config& config);
+
+/// Bytes one rank needs to train `config`, estimated before anything is allocated:
+/// model_state_bytes_per_parameter for each parameter this rank holds (matrices and the
+/// vocabulary tables divided by tp, norms and positions whole) plus the fp32 activations kept for
 /// backward (≈ 10·C + 2·F floats per token per layer, plus embeddings and the logits of the
 /// rank's vocabulary shard). An estimate for refusing impossible runs early, not the planner's
 /// accounting.
