@@ -68,5 +68,20 @@ TEST(PipelineMemory, OneFOneBKeepsAtMostPpMinusStageMicroBatchesAliveGPipeAll) {
   EXPECT_LT(one_f_one_b[pp + 2] + per_microbatch, gpipe[pp + 2]);
 }
 
+// Evaluation is forward only: every micro-batch's activations are dropped right after its
+// forward (CausalLm::discard), so evaluate() leaves nothing behind and never holds two
+// micro-batches' activations at once.
+TEST(EvaluationMemory, EvaluateKeepsNoActivations) {
+  const auto world = test::runtime().world_group();
+  Config c = test::small_tp_config("gpt2", 1, 1, false, 2, 3);
+  c.parallel.pp = world->size();
+  c.model.n_layer = 2 * world->size();
+  Trainer trainer(c, *world, test::quiet());
+  TrackedAllocator& alloc = TrackedAllocator::instance();
+  const std::int64_t before = alloc.stats(MemCategory::activations).current_bytes;
+  trainer.evaluate();
+  EXPECT_EQ(alloc.stats(MemCategory::activations).current_bytes, before);
+}
+
 }  // namespace
 }  // namespace meshtrain

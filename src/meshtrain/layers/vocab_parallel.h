@@ -34,6 +34,8 @@ class VocabParallelEmbedding {
   /// rows for the others) and the partial sums leave through ExitTpRegion. Keeps a copy of
   /// the ids in the current activation slot.
   Tensor forward(const std::int32_t* ids, std::int64_t tokens);
+  /// Drops what the current activation slot's forward kept (a forward with no backward).
+  void discard() { saved_.release(); }
   /// dy in forward's output layout; accumulates the shard's gradient at once (also inside
   /// DeferWeightGrads: a lookup's backward is a cheap scatter-add) and frees the slot's ids.
   void backward(const Tensor& dy);
@@ -66,6 +68,8 @@ class VocabParallelLmHead {
   /// keeps h and the logits' gradient, which overwrote the logits, until W). Frees the slot's
   /// state.
   Tensor backward(float scale);
+  /// Drops what the current activation slot's forward kept (a forward with no backward).
+  void discard() { saved_.release(); }
   /// h as in forward → full logits [tokens, V] on every rank (gathered over tp, padding
   /// dropped). For sampling and tests; nothing kept for backward.
   Tensor logits(const Tensor& h);

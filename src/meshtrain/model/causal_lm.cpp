@@ -244,6 +244,14 @@ Tensor CausalLm::logits(const std::int32_t* tokens, std::int64_t batch, std::int
   return logits;
 }
 
+void CausalLm::discard() {
+  if (embed_) embed_->discard();
+  for (auto& b : blocks_) b->discard();
+  if (final_norm_) final_norm_->discard();
+  if (head_) head_->discard();
+  saved_.release();
+}
+
 void CausalLm::zero_grad() {
   for (Parameter* p : params_) {
     if (p->grad.defined()) p->grad.zero();

@@ -83,6 +83,9 @@ class CausalLm {
   /// an empty tensor when has_embedding (the embeddings' gradients are accumulated instead).
   Tensor backward_blocks(const Tensor& dh);
   const ChunkLayout& layout() const noexcept { return layout_; }
+  /// Drops everything the current activation slot's forward kept, in every layer of this
+  /// chunk (evaluation: a forward with no backward must not hold its activations).
+  void discard();
 
   /// This rank's parameters, each once (gpt2's tied head is transformer.wte.weight), in
   /// construction order: embeddings, blocks 0 …, final norm, (llama) lm_head.

@@ -205,10 +205,10 @@ Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
   const TrainingConfig& t = config_.training;
   const ParallelConfig& par = config_.parallel;
   {
-    // ZeRO-3 never materialises a whole parameter at construction: each rank initialises only
-    // its slices (ZeroSharding), so the model never has to fit on one rank.
-    std::optional<DeferParameterStorage> defer;
-    if (par.zero_stage == 3) defer.emplace();
+    // The model is built without storage; ZeroSharding initialises what this rank keeps, so
+    // no memory category ever peaks above its steady state (ZeRO-3: the model never has to fit
+    // on one rank; 16-bit runs never hold fp32 copies of their parameters).
+    const DeferParameterStorage defer;
     stage_ = std::make_unique<PipelineStage>(config_, seed,
                                              TensorParallel{tp, par.sequence_parallel}, pp.rank());
   }
@@ -415,6 +415,7 @@ double Trainer::evaluate() {
         } else if (next != pp.rank()) {
           pp.send(x.span_f32(), next, g + 1);
         }
+        chunk.discard();  // no backward follows: free this micro-batch's activations now
       }
     }
   }

@@ -16,10 +16,12 @@ GradBuckets::GradBuckets(const ParameterList& params, ProcessGroup& dp, std::int
     // MemCategory::grads is one copy of the gradients, not two.
     std::vector<Shape> shapes;
     for (Parameter* p : current) {
-      for (const float v : p->grad.span_f32()) {
-        MT_CHECK(v == 0.0f, "{}: GradBuckets must be built before any backward", p->name);
+      if (p->grad.defined()) {  // undefined: built under DeferParameterStorage
+        for (const float v : p->grad.span_f32()) {
+          MT_CHECK(v == 0.0f, "{}: GradBuckets must be built before any backward", p->name);
+        }
       }
-      shapes.push_back(p->grad.shape());
+      shapes.push_back(p->local_shape());
       p->grad = Tensor();
     }
     Bucket bucket{current, Tensor::zeros({current_elements}, MemCategory::grads)};
@@ -34,7 +36,7 @@ GradBuckets::GradBuckets(const ParameterList& params, ProcessGroup& dp, std::int
     current_elements = 0;
   };
   for (auto it = params.rbegin(); it != params.rend(); ++it) {
-    const std::int64_t elements = (*it)->grad.numel();
+    const std::int64_t elements = shape_numel((*it)->local_shape());
     if (current_elements > 0 && (current_elements + elements) * 4 > bucket_bytes) close();
     current.push_back(*it);
     current_elements += elements;

@@ -34,10 +34,19 @@ ZeroSharding::ZeroSharding(const ParameterList& params, std::vector<ParameterLis
   const DType dtype = options.compute_dtype;
   const bool low = dtype != DType::f32;
   const std::int64_t n_ranks = dp.size();
+  bool any_deferred = false;
+  for (Parameter* p : params) {
+    // Built under DeferParameterStorage: stages 0 and 1 keep full gradients, so they get them
+    // now (zero); GradBuckets (stage 0, dp > 1) allocates its buckets instead.
+    const bool bucketed = stage == 0 && dp.size() > 1;
+    if (!p->grad.defined() && stage <= 1 && !bucketed) {
+      p->grad = Tensor::zeros(p->local_shape(), MemCategory::grads);
+    }
+  }
   if (stage == 0) buckets_ = std::make_unique<GradBuckets>(params, dp, options.bucket_bytes);
   for (Parameter* p : params) {
     const bool deferred = !p->value.defined();  // built under DeferParameterStorage
-    MT_CHECK(!deferred || stage == 3, "{}: deferred storage needs ZeRO-3", p->name);
+    any_deferred = any_deferred || deferred;
     MT_CHECK(deferred || p->value.dtype() == DType::f32, "{}: ZeRO takes over fp32 parameters",
              p->name);
     Slot s{.shape = p->local_shape(), .numel = 0, .slice = 0, .refs = 0};
@@ -50,13 +59,15 @@ ZeroSharding::ZeroSharding(const ParameterList& params, std::vector<ParameterLis
     OptimizerShard shard{.param = p, .begin = begin, .end = end, .master = {}, .grad = {}};
     const MemCategory master_category =
         stage == 3 && !low ? MemCategory::params : MemCategory::optimizer;
-    if (deferred) {
-      // Only this rank's slice ever exists: the initial values of [begin, end) alone.
+    if (!low && stage <= 2) {
+      // fp32 parameters are their own master: a view of this rank's slice, no copy.
+      if (deferred) p->value = Tensor::zeros(s.shape, MemCategory::params);
+      shard.master = p->value.reshape({s.numel}).rows(begin, end);
+      if (deferred) initialize_range(*p, options.seed, begin, end, shard.master.f32());
+    } else if (deferred) {
+      // Only this rank's slice is initialised: the values of [begin, end) alone.
       shard.master = Tensor::empty({end - begin}, master_category);
       initialize_range(*p, options.seed, begin, end, shard.master.f32());
-    } else if (!low && stage <= 2) {
-      // fp32 parameters are their own master: a view of this rank's slice, no copy.
-      shard.master = p->value.reshape({s.numel}).rows(begin, end);
     } else {
       shard.master = p->value.reshape({s.numel}).rows(begin, end).clone(master_category);
     }
@@ -65,11 +76,15 @@ ZeroSharding::ZeroSharding(const ParameterList& params, std::vector<ParameterLis
     if (stage == 3) {
       p->value = Tensor();
     } else if (low) {
-      p->value = p->value.to(dtype, MemCategory::params);
+      p->value = deferred ? Tensor::empty(s.shape, MemCategory::params, dtype)
+                          : p->value.to(dtype, MemCategory::params);
     }
     if (stage >= 2) p->grad = Tensor();
     shards_.push_back(std::move(shard));
   }
+  // Deferred parameters of stages 0–2 hold only this rank's initialised slice (or nothing, in
+  // 16 bits): the masters, published, fill every rank's full parameters. Collective over dp.
+  if (any_deferred && stage <= 2) publish_parameters();
   // Stages 2 and 3 act only through the hooks: a parameter outside every unit would never
   // have its gradient reduced or its value gathered.
   for (const ParameterList& unit : units) {

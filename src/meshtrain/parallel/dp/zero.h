@@ -60,8 +60,10 @@ class ZeroSharding final : public ParameterHooks {
   /// least one of `units`, the model's parameter units in forward order): builds this rank's
   /// optimizer shards (the fp32 master slices), converts the full parameters to the compute
   /// dtype (stage ≤ 2) or frees them (stage 3), and for stage ≥ 2 frees the full gradients.
-  /// Stage 3 also takes parameters built under DeferParameterStorage (no value, no grad) and
-  /// initialises just its slices from options.seed; other stages MT_CHECK they have storage.
+  /// Parameters built under DeferParameterStorage (no value, no grad) are initialised here
+  /// from options.seed: only this rank's master slices, then (stages 0–2) the full parameters
+  /// from them, so no rank ever holds fp32 values it does not keep. Collective over dp when
+  /// any parameter was deferred (the stage 1–2 all-gather of the initial slices).
   /// The same on every dp rank (collective only in later calls). MT_CHECKs the stage.
   ZeroSharding(const ParameterList& params, std::vector<ParameterList> units, ProcessGroup& dp,
                const ZeroOptions& options);
