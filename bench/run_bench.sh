@@ -136,7 +136,7 @@ for round in 1 2 3; do
 done
 echo "== (d) gemm_bench, $threads thread(s)"
 if [[ -x $gemm_bin ]]; then
-  "$gemm_bin" "$threads" --json > "$work/gemm.json" 2> "$work/gemm.log" ||
+  "$gemm_bin" "$threads" --json --dtypes f32 > "$work/gemm.json" 2> "$work/gemm.log" ||
     { echo "   gemm_bench failed:" >&2; tail -5 "$work/gemm.log" >&2; rm -f "$work/gemm.json"; }
 else
   echo "   gemm_bench not found at $gemm_bin (build it: cmake --build <build> --target" \
