@@ -130,8 +130,22 @@ std::int64_t model_state_bytes() {
          a.stats(MemCategory::optimizer).current_bytes;
 }
 
-// docs/memory.md, fp32 with Adam, Ψ parameters on this rank, N = dp.
-double formula_bytes(int stage, double psi, double n) {
+// docs/memory.md with Adam, Ψ parameters on this rank, N = dp. fp32: params 4, grads 4, m and
+// v 8 (the parameters are their own master). Mixed precision: 16-bit params 2, fp32 grads 4,
+// fp32 master + m + v 12.
+double formula_bytes(int stage, double psi, double n, bool mixed) {
+  if (mixed) {
+    switch (stage) {
+      case 0:
+        return 18.0 * psi;
+      case 1:
+        return 6.0 * psi + 12.0 * psi / n;
+      case 2:
+        return 2.0 * psi + 16.0 * psi / n;
+      default:
+        return 16.0 * psi / n;
+    }
+  }
   switch (stage) {
     case 0:
       return 16.0 * psi;
@@ -148,38 +162,44 @@ TEST(ZeroMemory, ModelStateBytesPerRankFollowTheFormulas) {
   MpiRuntime& rt = test::runtime();
   const int dp = rt.world_size();
   const auto world = rt.world_group();
-  for (int stage = 0; stage <= 3; ++stage) {
-    const std::int64_t before = model_state_bytes();
-    TrackedAllocator& alloc = TrackedAllocator::instance();
-    alloc.reset_peaks();
-    const std::int64_t params_before = alloc.stats(MemCategory::params).current_bytes;
-    const std::int64_t grads_before = alloc.stats(MemCategory::grads).current_bytes;
-    Trainer trainer(odd_config(dp, 1, 1, stage), *world, quiet());
-    // The model is built without storage and ZeroSharding initialises only what this rank
-    // keeps: no category peaks above its steady state, not even while the model is built
-    // (ZeRO-3: no rank ever holds a whole parameter or gradient).
-    const std::int64_t params_peak = alloc.stats(MemCategory::params).peak_bytes - params_before;
-    const std::int64_t grads_peak = alloc.stats(MemCategory::grads).peak_bytes - grads_before;
-    const Trainer::Gradients g = trainer.compute_gradients(0);
-    trainer.apply_update(0, g.grad_norm);
-    double psi = 0.0;  // this rank's local elements (tp = 1: the whole model)
-    for (const Parameter* p : trainer.parameters()) psi += static_cast<double>(p->logical_numel());
-    const double measured = static_cast<double>(model_state_bytes() - before);
-    const double want = formula_bytes(stage, psi, dp);
-    EXPECT_NEAR(measured, want, 0.05 * want) << "ZeRO-" << stage << " at dp " << dp;
-    if (stage > 0 && dp > 1) {
-      EXPECT_LT(measured, 16.0 * psi) << "ZeRO-" << stage << " saves nothing";
-    }
-    const auto steady = [&](MemCategory c, std::int64_t at_start) {
-      return static_cast<double>(alloc.stats(c).current_bytes - at_start);
-    };
-    EXPECT_LE(static_cast<double>(params_peak), 1.01 * steady(MemCategory::params, params_before))
-        << "ZeRO-" << stage << ": params peaked above their steady state";
-    EXPECT_LE(static_cast<double>(grads_peak), 1.01 * steady(MemCategory::grads, grads_before))
-        << "ZeRO-" << stage << ": grads peaked above their steady state";
-    if (stage == 3) {
-      EXPECT_LE(static_cast<double>(params_peak), 1.05 * 4.0 * psi / dp);
-      EXPECT_LE(static_cast<double>(grads_peak), 1.05 * 4.0 * psi / dp);
+  for (const char* precision : {"fp32", "bf16"}) {
+    const bool mixed = std::string(precision) != "fp32";
+    for (int stage = 0; stage <= 3; ++stage) {
+      const std::int64_t before = model_state_bytes();
+      TrackedAllocator& alloc = TrackedAllocator::instance();
+      alloc.reset_peaks();
+      const std::int64_t params_before = alloc.stats(MemCategory::params).current_bytes;
+      const std::int64_t grads_before = alloc.stats(MemCategory::grads).current_bytes;
+      Config c = odd_config(dp, 1, 1, stage);
+      c.training.precision = precision;
+      Trainer trainer(c, *world, quiet());
+      // The model is built without storage and ZeroSharding initialises only what this rank
+      // keeps: no category peaks above its steady state, not even while the model is built
+      // (ZeRO-3: no rank ever holds a whole parameter or gradient).
+      const std::int64_t params_peak = alloc.stats(MemCategory::params).peak_bytes - params_before;
+      const std::int64_t grads_peak = alloc.stats(MemCategory::grads).peak_bytes - grads_before;
+      const Trainer::Gradients g = trainer.compute_gradients(0);
+      trainer.apply_update(0, g.grad_norm);
+      double psi = 0.0;  // this rank's local elements (tp = 1: the whole model)
+      for (const Parameter* p : trainer.parameters())
+        psi += static_cast<double>(p->logical_numel());
+      const double measured = static_cast<double>(model_state_bytes() - before);
+      const double want = formula_bytes(stage, psi, dp, mixed);
+      EXPECT_NEAR(measured, want, 0.05 * want) << precision << " ZeRO-" << stage << " at dp " << dp;
+      if (stage > 0 && dp > 1) {
+        EXPECT_LT(measured, 16.0 * psi) << "ZeRO-" << stage << " saves nothing";
+      }
+      const auto steady = [&](MemCategory category, std::int64_t at_start) {
+        return static_cast<double>(alloc.stats(category).current_bytes - at_start);
+      };
+      EXPECT_LE(static_cast<double>(params_peak), 1.01 * steady(MemCategory::params, params_before))
+          << "ZeRO-" << stage << ": params peaked above their steady state";
+      EXPECT_LE(static_cast<double>(grads_peak), 1.01 * steady(MemCategory::grads, grads_before))
+          << "ZeRO-" << stage << ": grads peaked above their steady state";
+      if (stage == 3) {
+        EXPECT_LE(static_cast<double>(params_peak), 1.05 * 4.0 * psi / dp);
+        EXPECT_LE(static_cast<double>(grads_peak), 1.05 * 4.0 * psi / dp);
+      }
     }
   }
 }
@@ -198,7 +218,7 @@ TEST(ZeroCommunication, ReductionsPerStepFollowTheStage) {
     trainer.compute_gradients(0);
     const std::int64_t rs = group.counter(CommOp::reduce_scatter).calls;
     const std::int64_t ag = group.counter(CommOp::all_gather).calls;
-    const std::int64_t units = 2 + 2;  // embeddings, 2 blocks, final norm + head
+    const std::int64_t units = 2 + 2;             // embeddings, 2 blocks, final norm + head
     const std::int64_t counted = dp > 1 ? 1 : 0;  // a one-rank group communicates nothing
     if (stage == 1) {
       EXPECT_EQ(rs, counted) << "one bucket of ≤ 4 MiB holds every gradient";
