@@ -100,6 +100,7 @@ void MpiProcessGroup::do_reduce_scatter_sum(std::span<const float> in, std::span
   const int n = size(), r = rank();
   const std::size_t block = out.size();
   if (ring_scratch_.numel() < static_cast<std::int64_t>(block)) {
+    ring_scratch_ = Tensor();  // the old block first: never both alive at once
     ring_scratch_ = Tensor::empty({static_cast<std::int64_t>(block)}, MemCategory::comm);
   }
   float* recv = ring_scratch_.f32();

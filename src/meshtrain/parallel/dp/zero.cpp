@@ -130,6 +130,7 @@ Tensor& ZeroSharding::scratch(Tensor& buffer, std::int64_t elements, DType dtype
   // Kept between calls and only ever grown: the same sizes come back every step.
   const std::int64_t words = (elements * static_cast<std::int64_t>(dtype_size(dtype)) + 3) / 4;
   if (!buffer.defined() || buffer.numel() < words) {
+    buffer = Tensor();  // the old buffer first: never both alive at once
     buffer = Tensor::empty({words}, MemCategory::comm);
   }
   return buffer;
