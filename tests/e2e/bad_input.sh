@@ -71,6 +71,19 @@ expect "unknown pipeline schedule" 2 "parallel.pp_schedule = pipedream" -- \
 expect "interleaved schedule with micro-batches not a multiple of pp" 2 "training.accumulation = 3" -- \
   mpirun --oversubscribe -np 2 "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.pp 2 \
   --parallel.pp_schedule interleaved_1f1b --parallel.virtual_stages 2 --training.accumulation 3
+expect "ZeRO stage 4" 2 "parallel.zero_stage = 4" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.zero_stage 4
+expect "ZeRO-2 with the zb_h1 schedule" 2 "zb_h1 computes the weight gradients later" -- \
+  mpirun --oversubscribe -np 2 "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.pp 2 \
+  --parallel.pp_schedule zb_h1 --parallel.zero_stage 2 --training.accumulation 2
+expect "unknown precision" 2 "training.precision = fp8" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" --training.precision fp8
+expect "fp16 loss scaler that cannot back off" 2 "training.loss_scale_backoff = 1" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" --training.precision fp16 --training.loss_scale_backoff 1
+expect "fp16 initial loss scale beyond 2^24" 2 "training.loss_scale_init" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" --training.precision fp16 --training.loss_scale_init 1e9
+expect "unknown recompute mode" 2 "training.recompute = attention" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" --training.recompute attention
 expect "explicit layer split that drops a layer" 2 "parallel.pp_layers = 3,0" -- \
   mpirun --oversubscribe -np 2 "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.pp 2 \
   --parallel.pp_layers 3,0
