@@ -565,14 +565,14 @@ TEST(ConfigValidate, PrecisionAndFp16LossScalerSettings) {
   // Scaler settings that cannot work are rejected under fp16, each by name.
   c.training.precision = "fp16";
   c.training.loss_scale_init = 0.0;
-  c.training.loss_scale_growth = 1.0;
+  c.training.loss_scale_growth = 1e300;
   c.training.loss_scale_backoff = 1.5;
   c.training.loss_scale_growth_interval = 0;
   c.training.loss_scale_hysteresis = 0;
   const auto issues = check_config(c, 1);
   EXPECT_EQ(issues.size(), 5U);
   text = format_config_issues(c.source, issues);
-  for (const char* key : {"training.loss_scale_init = 0", "training.loss_scale_growth = 1",
+  for (const char* key : {"training.loss_scale_init = 0", "training.loss_scale_growth = 1e+300",
                           "training.loss_scale_backoff = 1.5",
                           "training.loss_scale_growth_interval = 0",
                           "training.loss_scale_hysteresis = 0"}) {

@@ -1,9 +1,9 @@
 // The dynamic loss scaler's arithmetic (optim/loss_scaler.h): skips, backoff after the
 // hysteresis, growth after growth_interval clean steps, the floor at 1. The all-ranks
 // agreement is tested under mpirun (tests/dist/precision_test.cpp).
-#include <gtest/gtest.h>
-
 #include "meshtrain/optim/loss_scaler.h"
+
+#include <gtest/gtest.h>
 
 namespace meshtrain {
 namespace {
@@ -44,6 +44,25 @@ TEST(LossScaler, AnOverflowRestartsTheGrowthCountAndTheScaleStaysAtLeastOne) {
   EXPECT_EQ(s.scale(), 1.0);
   EXPECT_FALSE(s.update(false));
   EXPECT_EQ(s.scale(), 2.0);
+}
+
+TEST(LossScaler, GrowthStopsAtTheMaximumScale) {
+  DynamicLossScaler s({.initial_scale = 4.0,
+                       .growth_interval = 1,
+                       .growth = 1000.0,
+                       .backoff = 0.5,
+                       .hysteresis = 1,
+                       .max_scale = 16777216.0});
+  EXPECT_FALSE(s.update(false));
+  EXPECT_EQ(s.scale(), 4000.0);
+  EXPECT_FALSE(s.update(false));
+  EXPECT_EQ(s.scale(), 4000000.0);
+  EXPECT_FALSE(s.update(false));
+  EXPECT_EQ(s.scale(), 16777216.0) << "capped at 2^24";
+  EXPECT_FALSE(s.update(false));
+  EXPECT_EQ(s.scale(), 16777216.0);
+  EXPECT_TRUE(s.update(true));
+  EXPECT_EQ(s.scale(), 8388608.0);
 }
 
 }  // namespace

@@ -237,8 +237,11 @@ void check_memory_settings(const Config& config, std::vector<ConfigIssue>& issue
   require(issues, t.loss_scale_init >= 1.0 && t.loss_scale_init <= 16777216.0,
           "training.loss_scale_init", t.loss_scale_init, "must lie in [1, 2^24] under fp16",
           "use 65536");
-  require(issues, t.loss_scale_growth > 1.0, "training.loss_scale_growth", t.loss_scale_growth,
-          "must be > 1 (the scale must be able to grow back after a backoff)", "use 2");
+  require(issues, t.loss_scale_growth > 1.0 && t.loss_scale_growth <= 1024.0,
+          "training.loss_scale_growth", t.loss_scale_growth,
+          "must lie in (1, 1024] (the scale must be able to grow back after a backoff, without "
+          "jumping past the overflow point; it is capped at 2^24 in any case)",
+          "use 2");
   require(issues, t.loss_scale_backoff > 0.0 && t.loss_scale_backoff < 1.0,
           "training.loss_scale_backoff", t.loss_scale_backoff,
           "must lie in (0, 1) (an overflow must lower the scale)", "use 0.5");
@@ -311,17 +314,17 @@ std::vector<ConfigIssue> check_memory(const Config& config, std::int64_t availab
   const double need = estimated_training_bytes(config);
   if (available_bytes <= 0 || need <= static_cast<double>(available_bytes)) return {};
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-  return {{"model and training.micro_batch",
-           fmt::format("n_layer {}, n_embd {}, block_size {}, micro_batch {}", config.model.n_layer,
-                       config.model.n_embd, config.model.block_size, config.training.micro_batch),
-           fmt::format("need ≈ {:.3g} GiB per rank ({:.3g} B per parameter for weights, gradients "
-                       "and Adam state at ZeRO-{} in {}, plus activations), more than the {:.1f} "
-                       "GiB available",
-                       need / kGiB, model_state_bytes_per_parameter(config),
-                       config.parallel.zero_stage, config.training.precision,
-                       static_cast<double>(available_bytes) / kGiB),
-           "reduce model.n_layer, model.n_embd, model.block_size or training.micro_batch, or "
-           "shard the model state with parallel.zero_stage (and parallel.dp)"}};
+  return {
+      {"model and training.micro_batch",
+       fmt::format("n_layer {}, n_embd {}, block_size {}, micro_batch {}", config.model.n_layer,
+                   config.model.n_embd, config.model.block_size, config.training.micro_batch),
+       fmt::format("need ≈ {:.3g} GiB per rank ({:.3g} B per parameter for weights, gradients "
+                   "and Adam state at ZeRO-{} in {}, plus activations), more than the {:.1f} "
+                   "GiB available",
+                   need / kGiB, model_state_bytes_per_parameter(config), config.parallel.zero_stage,
+                   config.training.precision, static_cast<double>(available_bytes) / kGiB),
+       "reduce model.n_layer, model.n_embd, model.block_size or training.micro_batch, or "
+       "shard the model state with parallel.zero_stage (and parallel.dp)"}};
 }
 
 std::int64_t kv_heads_of(const ModelConfig& m) { return m.n_kv_head > 0 ? m.n_kv_head : m.n_head; }

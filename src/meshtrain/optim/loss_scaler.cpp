@@ -19,7 +19,7 @@ bool DynamicLossScaler::update(bool found_inf) {
   if (++clean_steps_ == config_.growth_interval) {
     clean_steps_ = 0;
     hysteresis_left_ = config_.hysteresis;
-    scale_ *= config_.growth;
+    scale_ = std::min(config_.max_scale, scale_ * config_.growth);
   }
   return false;
 }

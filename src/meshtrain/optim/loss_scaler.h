@@ -20,6 +20,10 @@ struct LossScalerConfig {
   double growth = 2.0;                  // > 1
   double backoff = 0.5;                 // in (0, 1)
   std::int64_t hysteresis = 2;          // overflowing steps before the scale backs off, ≥ 1
+  // The scale never grows beyond this: 2^24 · 2^-24 (fp16's smallest subnormal) is 1, so a
+  // larger scale only overflows more often, and a runaway growth would take hundreds of
+  // skipped steps to back off from.
+  double max_scale = 16777216.0;
 };
 
 class DynamicLossScaler {
@@ -30,7 +34,7 @@ class DynamicLossScaler {
   double scale() const noexcept { return scale_; }
   /// Records the step's outcome (`found_inf` must be the same on every rank) and returns true
   /// when the step must be skipped (found_inf). Updates the scale as described above; the
-  /// scale never drops below 1 (a scale under 1 would only lose precision).
+  /// scale stays in [1, max_scale] (a scale under 1 would only lose precision).
   bool update(bool found_inf);
   std::int64_t skipped_steps() const noexcept { return skipped_; }
 
