@@ -572,10 +572,10 @@ TEST(ConfigValidate, PrecisionAndFp16LossScalerSettings) {
   const auto issues = check_config(c, 1);
   EXPECT_EQ(issues.size(), 5U);
   text = format_config_issues(c.source, issues);
-  for (const char* key : {"training.loss_scale_init = 0", "training.loss_scale_growth = 1e+300",
-                          "training.loss_scale_backoff = 1.5",
-                          "training.loss_scale_growth_interval = 0",
-                          "training.loss_scale_hysteresis = 0"}) {
+  for (const char* key :
+       {"training.loss_scale_init = 0", "training.loss_scale_growth = 1e+300",
+        "training.loss_scale_backoff = 1.5", "training.loss_scale_growth_interval = 0",
+        "training.loss_scale_hysteresis = 0"}) {
     EXPECT_NE(text.find(key), std::string::npos) << key << "\n" << text;
   }
   // The same settings do not matter in bf16 (no scaler).
@@ -609,6 +609,17 @@ TEST(ConfigValidate, ModelStateBytesPerParameterFollowTheZeroFormulas) {
   EXPECT_FALSE(check_memory(c, static_cast<std::int64_t>(0.5 * need0)).size() > 0);
   c.parallel.zero_stage = 0;
   EXPECT_EQ(check_memory(c, static_cast<std::int64_t>(0.5 * need0)).size(), 1U);
+}
+
+TEST(ConfigValidate, StragglerSettings) {
+  Config c;
+  c.training.straggler_interval = 0;  // off
+  EXPECT_TRUE(check_config(c, 1).empty());
+  c.training.straggler_interval = -1;
+  c.training.straggler_threshold = 0.0;
+  const std::string text = format_config_issues(c.source, check_config(c, 1));
+  EXPECT_NE(text.find("training.straggler_interval = -1"), std::string::npos) << text;
+  EXPECT_NE(text.find("training.straggler_threshold = 0"), std::string::npos) << text;
 }
 
 }  // namespace

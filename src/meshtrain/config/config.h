@@ -71,6 +71,11 @@ struct TrainingConfig {
   double loss_scale_growth = 2.0;
   double loss_scale_backoff = 0.5;
   std::int64_t loss_scale_hysteresis = 2;
+  // Straggler report (train/straggler.h): every `straggler_interval` steps (0 = never) the
+  // ranks compare their time per phase; a rank whose compute phase exceeds the median rank's
+  // by more than `straggler_threshold` × the median step time is named in the log and metrics.
+  std::int64_t straggler_interval = 100;
+  double straggler_threshold = 0.2;
 };
 
 struct ParallelConfig {

@@ -66,6 +66,8 @@ std::vector<Field> fields_of(Config& c) {
       {"training.loss_scale_growth", &c.training.loss_scale_growth},
       {"training.loss_scale_backoff", &c.training.loss_scale_backoff},
       {"training.loss_scale_hysteresis", &c.training.loss_scale_hysteresis},
+      {"training.straggler_interval", &c.training.straggler_interval},
+      {"training.straggler_threshold", &c.training.straggler_threshold},
       {"parallel.dp", &c.parallel.dp},
       {"parallel.tp", &c.parallel.tp},
       {"parallel.pp", &c.parallel.pp},

@@ -213,6 +213,13 @@ void check_optimizer(const TrainingConfig& t, std::vector<ConfigIssue>& issues) 
           "training.recompute", t.recompute, "must be \"none\", \"selective\" or \"full\"",
           "set training.recompute = \"selective\" (the attention core) or \"full\" (whole "
           "blocks), or \"none\"");
+  require(issues, t.straggler_interval >= 0, "training.straggler_interval", t.straggler_interval,
+          "must be ≥ 0 steps (0 = no straggler report)", "use 100");
+  require(issues, t.straggler_threshold > 0.0, "training.straggler_threshold",
+          t.straggler_threshold,
+          "must be > 0 (a fraction of the median step time a rank's phase may exceed the median "
+          "rank's by)",
+          "use 0.2");
   require(issues, t.peak_flops_per_core > 0.0, "training.peak_flops_per_core",
           t.peak_flops_per_core, "must be > 0 (FLOP/s)", "use 2.19e11");
 }

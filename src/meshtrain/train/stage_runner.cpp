@@ -1,5 +1,8 @@
 #include "meshtrain/train/stage_runner.h"
 
+#include <chrono>
+#include <thread>
+
 namespace meshtrain {
 
 StageRunner::StageRunner(PipelineStage& stage, const data::GlobalBatchSampler& sampler,
@@ -33,20 +36,39 @@ const std::vector<std::int32_t>& StageRunner::targets(int microbatch) {
   return data_[microbatch].second;
 }
 
+void StageRunner::delay(Phase phase) const {
+  const double s = delay_[static_cast<std::size_t>(phase)];
+  if (s > 0.0) std::this_thread::sleep_for(std::chrono::duration<double>(s));
+}
+
 Tensor StageRunner::forward(int microbatch, int chunk, const Tensor& input) {
   CausalLm& model = stage_.chunk(chunk);
   const bool first = model.layout().has_embedding;
-  const Tensor h = model.forward_blocks(first ? tokens(microbatch).data() : nullptr, input,
-                                        batching_.micro_batch, batching_.seq_len);
-  if (!model.layout().has_head) return h;
-  // A non-finite loss is reported by the trainer after the step, on every rank at once: thrown
-  // here, on the last stage only, it would leave the other stages waiting for its gradients.
-  loss_sum_ += model.forward_head(h, targets(microbatch).data());
-  return Tensor();
+  if (first || model.layout().has_head) {
+    clock_.time(Phase::data, phases_, [&] { fill(microbatch); });
+  }
+  return clock_.time(Phase::forward, phases_, [&] {
+    delay(Phase::forward);
+    const Tensor h = model.forward_blocks(first ? tokens(microbatch).data() : nullptr, input,
+                                          batching_.micro_batch, batching_.seq_len);
+    if (!model.layout().has_head) return h;
+    // A non-finite loss is reported by the trainer after the step, on every rank at once:
+    // thrown here, on the last stage only, it would leave the other stages waiting for its
+    // gradients.
+    loss_sum_ += model.forward_head(h, targets(microbatch).data());
+    return Tensor();
+  });
 }
 
 Tensor StageRunner::backward(int /*microbatch*/, int chunk, const Tensor& grad_output,
                              bool weight_grads) {
+  return clock_.time(Phase::backward, phases_, [&] {
+    delay(Phase::backward);
+    return backward_untimed(chunk, grad_output, weight_grads);
+  });
+}
+
+Tensor StageRunner::backward_untimed(int chunk, const Tensor& grad_output, bool weight_grads) {
   CausalLm& model = stage_.chunk(chunk);
   std::optional<DeferWeightGrads> defer;
   if (!weight_grads) defer.emplace(weight_grads_);
@@ -59,7 +81,8 @@ Tensor StageRunner::backward(int /*microbatch*/, int chunk, const Tensor& grad_o
 }
 
 void StageRunner::backward_weight(int microbatch, int chunk) {
-  weight_grads_.run(executor_.slot_of(microbatch, chunk));
+  clock_.time(Phase::backward, phases_,
+              [&] { weight_grads_.run(executor_.slot_of(microbatch, chunk)); });
 }
 
 Shape StageRunner::boundary_shape() const {

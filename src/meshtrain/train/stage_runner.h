@@ -5,6 +5,7 @@
 // zero-bubble schedules (layers/weight_grad_queue.h).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "meshtrain/layers/weight_grad_queue.h"
 #include "meshtrain/model/pipeline_stage.h"
 #include "meshtrain/parallel/pp/executor.h"
+#include "meshtrain/train/straggler.h"
 
 namespace meshtrain {
 
@@ -36,6 +38,11 @@ class StageRunner final : public pp::StageRunner {
   double loss_sum() const { return loss_sum_; }
   /// The factor backward multiplies the loss by (the fp16 loss scale; 1 otherwise).
   void set_loss_scale(float scale) { loss_scale_ = scale; }
+  /// Times data, forward and backward with `clock` into phases() from now on.
+  void set_clock(PhaseClock clock) { clock_ = std::move(clock); }
+  PhaseSeconds& phases() { return phases_; }
+  /// Test hook: sleeps `seconds` at the start of every forward or backward call (phase).
+  void set_delay(Phase phase, double seconds) { delay_[static_cast<std::size_t>(phase)] = seconds; }
 
   Tensor forward(int microbatch, int chunk, const Tensor& input) override;
   Tensor backward(int microbatch, int chunk, const Tensor& grad_output, bool weight_grads) override;
@@ -46,6 +53,7 @@ class StageRunner final : public pp::StageRunner {
   const std::vector<std::int32_t>& tokens(int microbatch);
   const std::vector<std::int32_t>& targets(int microbatch);
   void fill(int microbatch);
+  Tensor backward_untimed(int chunk, const Tensor& grad_output, bool weight_grads);
 
   PipelineStage& stage_;
   const data::GlobalBatchSampler& sampler_;
@@ -55,6 +63,10 @@ class StageRunner final : public pp::StageRunner {
   std::int64_t step_ = 0;
   double loss_sum_ = 0.0;
   float loss_scale_ = 1.0f;
+  PhaseClock clock_;
+  PhaseSeconds phases_;
+  std::array<double, kNumPhases> delay_{};
+  void delay(Phase phase) const;
   std::map<int, std::pair<std::vector<std::int32_t>, std::vector<std::int32_t>>> data_;
 };
 

@@ -227,6 +227,11 @@ Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
                                                         .tp_size = tp.size(),
                                                         .sequence_parallel = par.sequence_parallel},
                                           *executor_);
+  clock_ = PhaseClock([this] { return comm_seconds(); });
+  runner_->set_clock(clock_);
+  if (options_.slow_rank == world.rank()) {
+    runner_->set_delay(options_.slow_phase, options_.slow_seconds);
+  }
   if (pp.size() > 1 && config_.model.family == "gpt2") {
     // The first and last stage hold the tied embedding's two copies; split is collective over
     // pp, so the middle stages take part (and get a group of their own they never use).
@@ -438,6 +443,7 @@ std::vector<StepMetrics> Trainer::run() {
     const CommCounter tp0 = comm_total(mesh_->group(Axis::tp));
     const CommCounter dp0 = comm_total(mesh_->group(Axis::dp));
     const double loss_scale = scaler_ ? scaler_->scale() : 1.0;  // what this step's backward uses
+    const double comm0 = comm_seconds();
     const Gradients g = compute_gradients(step);
     StepMetrics m;
     m.step = step + 1;
@@ -445,7 +451,9 @@ std::vector<StepMetrics> Trainer::run() {
     m.grad_norm = g.grad_norm;
     m.skipped = g.skipped;
     m.loss_scale = loss_scale;
-    m.lr = apply_update(step, g.grad_norm);
+    m.lr = clock_.time(Phase::optimizer, window_, [&] { return apply_update(step, g.grad_norm); });
+    window_[Phase::comm_wait] += comm_seconds() - comm0;
+    ++window_steps_;
     m.step_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     m.tokens_per_s = tokens_per_step / m.step_time_s;
     m.mfu = m.tokens_per_s * stage_->flops_per_token(config_.model.block_size) / peak_flops;
@@ -457,6 +465,10 @@ std::vector<StepMetrics> Trainer::run() {
     m.dp_comm_bytes = dp1.bytes - dp0.bytes;
     m.tp_comm_s = tp1.seconds - tp0.seconds;
     m.dp_comm_s = dp1.seconds - dp0.seconds;
+    if (t.straggler_interval > 0 && (step + 1) % t.straggler_interval == 0) {
+      m.straggler_report = true;
+      m.stragglers = straggler_report(window_steps_);
+    }
     const bool last = step + 1 == t.max_steps;
     if (last || (t.eval_interval > 0 && (step + 1) % t.eval_interval == 0)) {
       m.val_loss = evaluate();
@@ -512,6 +524,32 @@ std::vector<NamedTensor> Trainer::logical_tensors() {
     }
   }
   return all;
+}
+
+double Trainer::comm_seconds() const {
+  double s = 0.0;
+  for (const Axis axis : {Axis::tp, Axis::dp, Axis::pp})
+    s += comm_total(mesh_->group(axis)).seconds;
+  if (tied_group_) s += comm_total(*tied_group_).seconds;
+  return s;
+}
+
+std::vector<Straggler> Trainer::straggler_report(std::int64_t steps) {
+  PhaseSeconds mine = window_;
+  for (const Phase p : {Phase::data, Phase::forward, Phase::backward})
+    mine[p] = runner_->phases()[p];
+  std::vector<float> in(kNumPhases);
+  for (std::size_t i = 0; i < kNumPhases; ++i) in[i] = static_cast<float>(mine.s[i]);
+  std::vector<float> all(kNumPhases * static_cast<std::size_t>(world_.size()));
+  world_.all_gather(in, all);
+  std::vector<PhaseSeconds> per_rank(static_cast<std::size_t>(world_.size()));
+  for (std::size_t r = 0; r < per_rank.size(); ++r) {
+    for (std::size_t i = 0; i < kNumPhases; ++i) per_rank[r].s[i] = all[r * kNumPhases + i];
+  }
+  window_ = {};
+  runner_->phases() = {};
+  window_steps_ = 0;
+  return find_stragglers(per_rank, steps, config_.training.straggler_threshold);
 }
 
 void Trainer::report_peak_memory() {
@@ -612,6 +650,18 @@ void Trainer::log_step(const StepMetrics& m) {
         m.val_loss ? fmt::format(" | val_loss {:.4f}", *m.val_loss) : "");
     std::fflush(stdout);
   }
+  if (options_.log && m.straggler_report) {
+    std::string names;
+    for (const Straggler& s : m.stragglers) {
+      const MeshCoords c = mesh_->shape().coords_of(s.rank);
+      names += fmt::format("{}rank {} (pp {} dp {} tp {}) {} {:.1f} ms/step vs median {:.1f}",
+                           names.empty() ? "" : "; ", s.rank, c.pp, c.dp, c.tp, to_string(s.phase),
+                           s.seconds * 1e3, s.median * 1e3);
+    }
+    fmt::print("straggler report, steps {}–{}: {}\n",
+               m.step - config_.training.straggler_interval + 1, m.step,
+               names.empty() ? "none" : names);
+  }
   if (metrics_.is_open()) {
     nlohmann::json line = {{"step", m.step},
                            {"loss", m.loss},
@@ -635,6 +685,16 @@ void Trainer::log_step(const StepMetrics& m) {
           TrackedAllocator::instance().stats(category).peak_bytes;
     }
     if (m.val_loss) line["val_loss"] = *m.val_loss;
+    if (m.straggler_report) {
+      nlohmann::json list = nlohmann::json::array();
+      for (const Straggler& s : m.stragglers) {
+        list.push_back({{"rank", s.rank},
+                        {"phase", to_string(s.phase)},
+                        {"s_per_step", s.seconds},
+                        {"median_s_per_step", s.median}});
+      }
+      line["stragglers"] = list;
+    }
     metrics_ << line.dump() << '\n';
     metrics_.flush();
   }

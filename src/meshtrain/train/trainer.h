@@ -29,6 +29,7 @@
 #include "meshtrain/parallel/pp/executor.h"
 #include "meshtrain/parallel/tp/replicated_grads.h"
 #include "meshtrain/train/stage_runner.h"
+#include "meshtrain/train/straggler.h"
 
 namespace meshtrain {
 
@@ -56,6 +57,10 @@ struct StepMetrics {
   // gradient overflowed on some rank (every rank skips it). 1 and false otherwise.
   double loss_scale = 1.0;
   bool skipped = false;
+  // Straggler report, on the steps that end a training.straggler_interval window (same on
+  // every rank): the ranks named, with their slow phase.
+  bool straggler_report = false;
+  std::vector<Straggler> stragglers;
   std::optional<double> val_loss;
 };
 
@@ -69,6 +74,11 @@ struct TrainerOptions {
   // step `inject_inf_step` (0-based; −1 = never), after the reductions, before the checks.
   std::int64_t inject_inf_step = -1;
   int inject_inf_rank = 0;
+  // Test hook: world rank `slow_rank` (−1 = none) sleeps `slow_seconds` at the start of every
+  // call of `slow_phase` (forward or backward), to be named by the straggler report.
+  int slow_rank = -1;
+  Phase slow_phase = Phase::backward;
+  double slow_seconds = 0.0;
 };
 
 class Trainer {
@@ -118,6 +128,10 @@ class Trainer {
 
  private:
   void log_step(const StepMetrics& m);
+  /// Seconds this rank has spent inside collectives, over all its groups.
+  double comm_seconds() const;
+  /// End of a straggler window: all-gathers every rank's phase seconds, finds the stragglers.
+  std::vector<Straggler> straggler_report(std::int64_t steps);
   void sum_tied_embeddings();
   void record_trace(std::int64_t step, double offset,
                     const std::vector<pp::ExecutedAction>& actions);
@@ -146,6 +160,9 @@ class Trainer {
   std::unique_ptr<ZeroSharding> zero_;
   std::unique_ptr<DynamicLossScaler> scaler_;
   bool last_skipped_ = false;
+  PhaseClock clock_;
+  PhaseSeconds window_;  // optimizer and comm_wait; data/forward/backward live in runner_
+  std::int64_t window_steps_ = 0;
   std::unique_ptr<AdamW> optimizer_;
   std::vector<std::int32_t> inputs_, targets_;
   std::ofstream metrics_;
