@@ -49,7 +49,12 @@ ZeroSharding::ZeroSharding(const ParameterList& params, std::vector<ParameterLis
     any_deferred = any_deferred || deferred;
     MT_CHECK(deferred || p->value.dtype() == DType::f32, "{}: ZeRO takes over fp32 parameters",
              p->name);
-    Slot s{.shape = p->local_shape(), .numel = 0, .slice = 0, .refs = 0};
+    Slot s{.shape = p->local_shape(),
+           .numel = 0,
+           .slice = 0,
+           .refs = 0,
+           .units = 0,
+           .backward_left = 0};
     s.numel = shape_numel(s.shape);
     s.slice = stage == 0 ? s.numel : (s.numel + n_ranks - 1) / n_ranks;
     if (low && s.slice % 2 != 0) ++s.slice;  // whole 4-byte words per rank on the wire
@@ -92,12 +97,11 @@ ZeroSharding::ZeroSharding(const ParameterList& params, std::vector<ParameterLis
       MT_CHECK(index_.contains(p), "{}: in a unit, not in ZeRO", p->name);
   }
   std::size_t covered = 0;
-  for (const Parameter* p : params) {
-    for (const ParameterList& unit : units) {
-      if (std::find(unit.begin(), unit.end(), p) != unit.end()) {
-        ++covered;
-        break;
-      }
+  for (const ParameterList& unit : units) {
+    for (const Parameter* p : unit) {
+      Slot& s = slots_[index_.at(p)];
+      if (s.units++ == 0) ++covered;
+      s.backward_left = s.units;
     }
   }
   MT_CHECK(options.stage < 2 || covered == params.size(), "{} of {} parameters in no unit",
@@ -343,8 +347,18 @@ void ZeroSharding::before_backward(const ParameterList& unit, const ParameterLis
 
 void ZeroSharding::after_backward(const ParameterList& unit) {
   if (options_.stage < 2) return;
-  reduce_scatter(unit, true);
-  for (Parameter* p : unit) p->grad = Tensor();
+  // A parameter in several units (gpt2's tied token embedding: the embedding and the head)
+  // keeps its full gradient until the last of them has run backward, and is reduce-scattered
+  // once per micro-batch, not once per unit.
+  ParameterList complete;
+  for (Parameter* p : unit) {
+    Slot& s = slot(*p);
+    if (--s.backward_left > 0) continue;
+    s.backward_left = s.units;
+    complete.push_back(p);
+  }
+  if (!complete.empty()) reduce_scatter(complete, true);
+  for (Parameter* p : complete) p->grad = Tensor();
   if (options_.stage == 3) release_unit_values(unit);
 }
 

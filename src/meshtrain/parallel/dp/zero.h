@@ -101,6 +101,8 @@ class ZeroSharding final : public ParameterHooks {
     std::int64_t numel = 0;
     std::int64_t slice = 0;  // s: elements per rank in communication buffers
     int refs = 0;            // stage 3: units holding the gathered value
+    int units = 0;           // units the parameter belongs to (2: gpt2's tied embedding)
+    int backward_left = 0;   // of them, still to run backward in this micro-batch
   };
   struct PendingGather {  // stage 3 prefetch
     const ParameterList* unit = nullptr;
