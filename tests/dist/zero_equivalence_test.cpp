@@ -226,6 +226,13 @@ TEST(ZeroCommunication, ReductionsPerStepFollowTheStage) {
     } else {
       EXPECT_EQ(rs, counted * kAccumulation * units);
       EXPECT_EQ(ag, counted * (stage == 3 ? 2 * kAccumulation * units : 0));
+      // Every parameter's gradient is reduce-scattered once per micro-batch — the tied token
+      // embedding too, although it sits in two units — as N padded fp32 slices.
+      std::int64_t once = 0;
+      for (const Parameter* p : trainer.parameters()) {
+        once += (p->logical_numel() + dp - 1) / dp * dp * 4;
+      }
+      EXPECT_EQ(group.counter(CommOp::reduce_scatter).bytes, counted * kAccumulation * once);
     }
   }
 }
