@@ -5,6 +5,8 @@
 # bubble next to the schedule's, --trace must write Chrome-trace JSON with every rank's
 # forward/backward actions, and the checkpoint (gathered over stages) must sample text. Measured
 # when written: loss 4.20 → 2.80 (gpt2) and 4.25 → 2.83 (llama), val 2.73 / 2.76; bound 3.0.
+# The llama run has parallel.debug_collectives on: every collective of a real tp × pp run is
+# compared across its group, and none may be reported as mismatched.
 # Usage: pp_training.sh <meshtrain binary> <prepared data dir>
 set -euo pipefail
 BIN=$1
@@ -63,5 +65,6 @@ run gpt2 "$ROOT/configs/shakespeare_char.toml" --parallel.pp 2 --parallel.dp 2 \
   --parallel.pp_schedule 1f1b --training.micro_batch 3 --training.accumulation 4
 check gpt2 "(dp=2 tp=1 pp=2 1f1b v=1 m=4)" 1f1b
 run llama "$ROOT/configs/llama_shakespeare.toml" --parallel.pp 2 --parallel.tp 2 \
-  --parallel.pp_schedule zb_h1 --training.micro_batch 3 --training.accumulation 4
+  --parallel.pp_schedule zb_h1 --training.micro_batch 3 --training.accumulation 4 \
+  --parallel.debug_collectives true
 check llama "(dp=1 tp=2 pp=2 zb_h1 v=1 m=4)" zb_h1

@@ -3,6 +3,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <array>
+#include <atomic>
+
 #include "meshtrain/core/error.h"
 
 namespace meshtrain {
@@ -46,20 +50,79 @@ ProcessGroup::CallTimer::~CallTimer() {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+namespace {
+
+std::atomic<bool> debug_checks_on{false};
+
+// The collectives enter() numbers, by the index it is given.
+constexpr std::array<std::string_view, 9> kCallNames = {"all_reduce_sum(f32)",
+                                                        "all_reduce_sum(f64)",
+                                                        "all_reduce_max(f32)",
+                                                        "broadcast(bytes)",
+                                                        "barrier",
+                                                        "reduce_scatter_sum(f32)",
+                                                        "all_gather(f32)",
+                                                        "all_to_all(f32)",
+                                                        "iall_gather(f32)"};
+
+}  // namespace
+
+void ProcessGroup::set_debug_checks(bool on) noexcept { debug_checks_on = on; }
+bool ProcessGroup::debug_checks() noexcept { return debug_checks_on; }
+
+void ProcessGroup::enter(int call, std::size_t elements, int root) {
+  ++collective_seq_;
+  if (!debug_checks_on) return;
+  // Every rank writes its call into its own row and the sum fills the table on every rank:
+  // the same verdict everywhere, so either all ranks go on or all throw (none is left waiting).
+  constexpr std::size_t kFields = 4;
+  const auto n = static_cast<std::size_t>(size());
+  std::vector<double> table(kFields * n, 0.0);
+  double* mine = table.data() + kFields * static_cast<std::size_t>(rank_);
+  mine[0] = call;
+  mine[1] = static_cast<double>(elements);
+  mine[2] = root;
+  mine[3] = static_cast<double>(collective_seq_);
+  do_all_reduce_sum(std::span<double>(table));
+  bool same = true;
+  for (std::size_t r = 1; r < n; ++r) {
+    same = same && std::equal(table.begin(), table.begin() + kFields,
+                              table.begin() + static_cast<std::ptrdiff_t>(kFields * r));
+  }
+  if (same) return;
+  std::string calls;
+  for (std::size_t r = 0; r < n; ++r) {
+    const double* t = table.data() + kFields * r;
+    const auto index = static_cast<std::size_t>(t[0]);
+    calls += fmt::format("\n  group rank {} (world rank {}): collective #{} {} of {} elements{}", r,
+                         world_ranks_[r], static_cast<std::uint64_t>(t[3]),
+                         index < kCallNames.size() ? kCallNames[index] : "unknown",
+                         static_cast<std::uint64_t>(t[1]),
+                         t[2] >= 0 ? fmt::format(", root {}", static_cast<int>(t[2])) : "");
+  }
+  throw Error(fmt::format(
+      "mismatched collective on {} (parallel.debug_collectives): the ranks called{}\nfix the "
+      "code path that makes one rank call a different collective, size or root",
+      name_, calls));
+}
+
 void ProcessGroup::all_reduce_sum(std::span<float> x) {
   if (size() == 1) return;
+  enter(0, x.size(), -1);
   const CallTimer timer = count(CommOp::all_reduce, x.size_bytes());
   do_all_reduce_sum(x);
 }
 
 void ProcessGroup::all_reduce_sum(std::span<double> x) {
   if (size() == 1) return;
+  enter(1, x.size(), -1);
   const CallTimer timer = count(CommOp::all_reduce, x.size_bytes());
   do_all_reduce_sum(x);
 }
 
 void ProcessGroup::all_reduce_max(std::span<float> x) {
   if (size() == 1) return;
+  enter(2, x.size(), -1);
   const CallTimer timer = count(CommOp::all_reduce, x.size_bytes());
   do_all_reduce_max(x);
 }
@@ -67,12 +130,14 @@ void ProcessGroup::all_reduce_max(std::span<float> x) {
 void ProcessGroup::broadcast(std::span<std::byte> x, int root) {
   MT_CHECK(root >= 0 && root < size(), "broadcast root {} outside {}", root, name_);
   if (size() == 1) return;
+  enter(3, x.size(), root);
   const CallTimer timer = count(CommOp::broadcast, x.size_bytes());
   do_broadcast(x, root);
 }
 
 void ProcessGroup::barrier() {
   if (size() == 1) return;
+  enter(4, 0, -1);
   const CallTimer timer = count(CommOp::barrier, 0);
   do_barrier();
 }
@@ -84,6 +149,7 @@ void ProcessGroup::reduce_scatter_sum(std::span<const float> in, std::span<float
     std::copy(in.begin(), in.end(), out.begin());
     return;
   }
+  enter(5, in.size(), -1);
   const CallTimer timer = count(CommOp::reduce_scatter, in.size_bytes());
   do_reduce_scatter_sum(in, out);
 }
@@ -95,6 +161,7 @@ void ProcessGroup::all_gather(std::span<const float> in, std::span<float> out) {
     std::copy(in.begin(), in.end(), out.begin());
     return;
   }
+  enter(6, in.size(), -1);
   const CallTimer timer = count(CommOp::all_gather, in.size_bytes());
   do_all_gather(in, out);
 }
@@ -106,6 +173,7 @@ void ProcessGroup::all_to_all(std::span<const float> in, std::span<float> out) {
     std::copy(in.begin(), in.end(), out.begin());
     return;
   }
+  enter(7, in.size(), -1);
   const CallTimer timer = count(CommOp::all_to_all, in.size_bytes());
   do_all_to_all(in, out);
 }
@@ -180,6 +248,7 @@ std::unique_ptr<CommRequest> ProcessGroup::iall_gather(std::span<const float> in
     std::copy(in.begin(), in.end(), out.begin());
     return std::make_unique<CompletedRequest>();
   }
+  enter(8, in.size(), -1);
   const CallTimer timer = count(CommOp::all_gather, in.size_bytes());
   return std::make_unique<TimedRequest>(do_iall_gather(in, out), timer.counter);
 }

@@ -101,6 +101,17 @@ class ProcessGroup {
   /// `axis_name`{ranks}. Collective over this group: every member calls it, in the same order.
   virtual std::unique_ptr<ProcessGroup> split(int color, int key, std::string axis_name) const = 0;
 
+  /// Collectives this group has run (p2p excluded): the sequence number of the last one.
+  std::uint64_t collectives_called() const noexcept { return collective_seq_; }
+  /// Debug mode, process-wide (parallel.debug_collectives): before every collective of a
+  /// group of more than one rank, the ranks exchange what they are about to call — operation,
+  /// element type and count, root, sequence number — over the same group, and when the calls
+  /// differ every rank throws an Error listing each rank's call, instead of hanging or
+  /// reducing mismatched buffers (PyTorch's TORCH_DISTRIBUTED_DEBUG=DETAIL does the same
+  /// check). Costs one small all-reduce per collective.
+  static void set_debug_checks(bool on) noexcept;
+  static bool debug_checks() noexcept;
+
   const CommCounter& counter(CommOp op) const noexcept {
     return counters_[static_cast<std::size_t>(op)];
   }
@@ -135,6 +146,10 @@ class ProcessGroup {
     ~CallTimer();
   };
   CallTimer count(CommOp op, std::size_t bytes) noexcept;
+  // Numbers the collective and, in debug mode, compares it with the other ranks' (see
+  // set_debug_checks). `call` indexes kCallNames in the .cpp.
+  void enter(int call, std::size_t elements, int root);
+  std::uint64_t collective_seq_ = 0;
 
   int rank_;
   std::vector<int> world_ranks_;

@@ -97,6 +97,11 @@ struct ParallelConfig {
   // ZeRO stage over dp (Rajbhandari et al. 2020; parallel/dp/zero.h): 0 = plain data parallel,
   // 1 = optimizer state sharded, 2 = + gradients, 3 = + parameters (FSDP FULL_SHARD).
   std::int64_t zero_stage = 0;
+  // Debug: before every collective the ranks of its group compare what they call (operation,
+  // element type and count, root, sequence number) and fail with every rank's call printed
+  // when they differ (comm/process_group.h, set_debug_checks). One small all-reduce per
+  // collective.
+  bool debug_collectives = false;
 };
 
 struct DataConfig {

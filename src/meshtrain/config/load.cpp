@@ -79,6 +79,7 @@ std::vector<Field> fields_of(Config& c) {
       {"parallel.pp_layers", &c.parallel.pp_layers},
       {"parallel.bucket_mib", &c.parallel.bucket_mib},
       {"parallel.zero_stage", &c.parallel.zero_stage},
+      {"parallel.debug_collectives", &c.parallel.debug_collectives},
       {"data.dir", &c.data.dir},
       {"checkpoint.dir", &c.checkpoint.dir},
       {"checkpoint.save_final", &c.checkpoint.save_final},

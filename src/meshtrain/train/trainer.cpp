@@ -162,6 +162,7 @@ std::string mib(std::int64_t bytes) {
 Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
     : config_(std::move(config)), options_(std::move(options)), world_(world) {
   validate_or_throw(config_, world.size());
+  ProcessGroup::set_debug_checks(config_.parallel.debug_collectives);
   const fs::path dir = config_.data.dir;
   metadata_ = load_data_metadata(dir);
   resolve_vocab(config_, metadata_);

@@ -1,0 +1,75 @@
+// parallel.debug_collectives (comm/process_group.h, set_debug_checks): ranks that call
+// different collectives — another size, another operation, another root — all stop with an
+// Error listing every rank's call, instead of hanging or reducing mismatched buffers; matching
+// calls run as before and are numbered. (np 1 has no peers: nothing to compare.)
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "dist_env.h"
+#include "meshtrain/comm/process_group.h"
+#include "meshtrain/core/error.h"
+
+namespace meshtrain {
+namespace {
+
+// Runs `call` with the checks on and returns the Error message ("" when none was thrown).
+template <typename Call>
+std::string error_of(Call&& call) {
+  ProcessGroup::set_debug_checks(true);
+  std::string message;
+  try {
+    call();
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  ProcessGroup::set_debug_checks(false);
+  return message;
+}
+
+TEST(CollectiveCheck, MismatchedSizeOperationOrRootStopsEveryRank) {
+  const auto world = test::runtime().world_group();
+  const int n = world->size();
+  const int me = world->rank();
+  // Matching calls pass, with their numbers.
+  const std::uint64_t before = world->collectives_called();
+  std::vector<float> x(8, 1.0f);
+  EXPECT_EQ(error_of([&] { world->all_reduce_sum(x); }), "");
+  EXPECT_EQ(x[0], static_cast<float>(n));
+  EXPECT_EQ(world->collectives_called(), before + (n > 1 ? 1 : 0));
+  if (n == 1) return;
+  // Another size on the last rank.
+  std::vector<float> y(me == n - 1 ? 5 : 4, 1.0f);
+  std::string text = error_of([&] { world->all_reduce_sum(y); });
+  EXPECT_NE(text.find("mismatched collective on world"), std::string::npos) << text;
+  EXPECT_NE(text.find("all_reduce_sum(f32) of 4 elements"), std::string::npos) << text;
+  EXPECT_NE(text.find(fmt::format("group rank {} (world rank {})", n - 1, n - 1) +
+                      std::string(": collective #")),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("all_reduce_sum(f32) of 5 elements"), std::string::npos) << text;
+  // Another operation of the same size.
+  std::vector<float> z(4, 1.0f);
+  text = error_of([&] {
+    if (me == 0) {
+      world->all_reduce_max(z);
+    } else {
+      world->all_reduce_sum(z);
+    }
+  });
+  EXPECT_NE(text.find("all_reduce_max(f32) of 4 elements"), std::string::npos) << text;
+  EXPECT_NE(text.find("all_reduce_sum(f32) of 4 elements"), std::string::npos) << text;
+  // Another root.
+  std::vector<std::byte> b(16);
+  text = error_of([&] { world->broadcast(b, me == 0 ? 0 : 1); });
+  EXPECT_NE(text.find("broadcast(bytes) of 16 elements, root 0"), std::string::npos) << text;
+  EXPECT_NE(text.find("broadcast(bytes) of 16 elements, root 1"), std::string::npos) << text;
+  // The group still works after the rejected calls (none of them ran).
+  std::vector<float> w(3, 2.0f);
+  EXPECT_EQ(error_of([&] { world->all_reduce_sum(w); }), "");
+  EXPECT_EQ(w[2], 2.0f * static_cast<float>(n));
+}
+
+}  // namespace
+}  // namespace meshtrain
