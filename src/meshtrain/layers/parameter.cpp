@@ -104,22 +104,7 @@ std::int64_t Parameter::logical_numel() const {
 
 void initialize(Parameter& p, std::uint64_t seed) {
   if (!p.value.defined()) return;  // storage deferred: initialize_range fills the owner's slice
-  p.value.fill(0.0f);              // padding stays zero whatever the init
-  const std::uint64_t stream = stream_of(p.name);
-  for (const ShardRun& run : runs_of(p.shard)) {
-    std::span<float> dst = p.value.span_f32().subspan(static_cast<std::size_t>(run.local),
-                                                      static_cast<std::size_t>(run.count));
-    switch (p.init) {
-      case InitKind::normal:
-        fill_normal(dst, seed, stream, static_cast<std::uint64_t>(run.logical), 0.0f, p.init_std);
-        break;
-      case InitKind::zeros:
-        break;
-      case InitKind::ones:
-        std::fill(dst.begin(), dst.end(), 1.0f);
-        break;
-    }
-  }
+  initialize_range(p, seed, 0, p.value.numel(), p.value.f32());
 }
 
 void initialize_range(const Parameter& p, std::uint64_t seed, std::int64_t begin, std::int64_t end,
