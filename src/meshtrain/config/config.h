@@ -102,6 +102,12 @@ struct ParallelConfig {
   // when they differ (comm/process_group.h, set_debug_checks). One small all-reduce per
   // collective.
   bool debug_collectives = false;
+  // Watchdog (comm/watchdog.h): a collective, send/recv or wait that has not completed after
+  // `comm_timeout_s` seconds ends the job with a report naming the operation, group, sequence
+  // number and the peers that have not reached it; the last `flight_recorder_size` operations
+  // of the rank are dumped to a file.
+  double comm_timeout_s = 600.0;
+  std::int64_t flight_recorder_size = 256;
 };
 
 struct DataConfig {
@@ -111,6 +117,20 @@ struct DataConfig {
 struct CheckpointConfig {
   std::string dir = "runs/shakespeare_char";  // the final checkpoint is written here
   bool save_final = true;
+  // Sharded, resumable checkpoints (checkpoint/sharded_checkpoint.h): every `interval` steps
+  // (0 = never) each rank writes its shards under dir/checkpoints/step-NNNNNNNN/; the newest
+  // `keep_last` complete ones are kept. `async`: the state is copied to host buffers and a
+  // background thread writes it while training goes on.
+  std::int64_t interval = 0;
+  std::int64_t keep_last = 2;
+  bool async = true;
+  // "" = start at step 0; "auto" = the newest complete checkpoint under dir/checkpoints (none:
+  // start at step 0); otherwise a checkpoint directory, loaded under whatever layout this run
+  // has (resharding).
+  std::string resume;
+  // A consolidated model.safetensors with Hugging Face names (meshtrain export, or a Hugging
+  // Face GPT-2 / Llama file of the same shape) to start training from; "" = initialise.
+  std::string init_from;
 };
 
 struct Config {

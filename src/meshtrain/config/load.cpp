@@ -80,9 +80,16 @@ std::vector<Field> fields_of(Config& c) {
       {"parallel.bucket_mib", &c.parallel.bucket_mib},
       {"parallel.zero_stage", &c.parallel.zero_stage},
       {"parallel.debug_collectives", &c.parallel.debug_collectives},
+      {"parallel.comm_timeout_s", &c.parallel.comm_timeout_s},
+      {"parallel.flight_recorder_size", &c.parallel.flight_recorder_size},
       {"data.dir", &c.data.dir},
       {"checkpoint.dir", &c.checkpoint.dir},
       {"checkpoint.save_final", &c.checkpoint.save_final},
+      {"checkpoint.interval", &c.checkpoint.interval},
+      {"checkpoint.keep_last", &c.checkpoint.keep_last},
+      {"checkpoint.async", &c.checkpoint.async},
+      {"checkpoint.resume", &c.checkpoint.resume},
+      {"checkpoint.init_from", &c.checkpoint.init_from},
   };
 }
 

@@ -259,6 +259,24 @@ void check_memory_settings(const Config& config, std::vector<ConfigIssue>& issue
           "use 2");
 }
 
+// Checkpoints and the watchdog (checkpoint/sharded_checkpoint.h, comm/watchdog.h).
+void check_resilience(const Config& config, std::vector<ConfigIssue>& issues) {
+  const CheckpointConfig& c = config.checkpoint;
+  require(issues, c.interval >= 0, "checkpoint.interval", c.interval,
+          "must be ≥ 0 steps (0 = no sharded checkpoints)", "use e.g. 100");
+  require(issues, c.keep_last >= 1, "checkpoint.keep_last", c.keep_last,
+          "must be ≥ 1 (the newest complete checkpoints kept)", "use 2");
+  const ParallelConfig& p = config.parallel;
+  require(issues, p.comm_timeout_s > 0.0 && p.comm_timeout_s <= 86400.0,
+          "parallel.comm_timeout_s", p.comm_timeout_s,
+          "must lie in (0, 86400] seconds (how long a collective, send/recv or wait may block "
+          "before the watchdog ends the job)",
+          "use 600");
+  require(issues, p.flight_recorder_size >= 1 && p.flight_recorder_size <= 1000000,
+          "parallel.flight_recorder_size", p.flight_recorder_size,
+          "must lie in [1, 1000000] (operations kept for the watchdog's dump)", "use 256");
+}
+
 }  // namespace
 
 std::vector<ConfigIssue> check_config(const Config& config, int world_size) {
@@ -268,6 +286,7 @@ std::vector<ConfigIssue> check_config(const Config& config, int world_size) {
   check_batch(config.training, config.parallel, issues);
   check_optimizer(config.training, issues);
   check_memory_settings(config, issues);
+  check_resilience(config, issues);
   return issues;
 }
 
