@@ -1,8 +1,6 @@
 #include "meshtrain/checkpoint/safetensors.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -10,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "meshtrain/core/error.h"
+#include "meshtrain/core/staged_file.h"
 
 namespace meshtrain {
 namespace {
@@ -28,21 +27,10 @@ std::string dtype_tag(DType dtype) {
   return "?";
 }
 
-void write_all(int fd, const void* data, std::size_t n, const std::filesystem::path& path) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w <= 0)
-      throw DataError(fmt::format("cannot write {}: {}", path.string(), std::strerror(errno)));
-    p += w;
-    n -= static_cast<std::size_t>(w);
-  }
-}
-
 }  // namespace
 
-void write_safetensors(const std::filesystem::path& path, const std::vector<NamedTensor>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+std::vector<std::byte> encode_safetensors(const std::vector<NamedTensor>& tensors,
+                                          const std::map<std::string, std::string>& metadata) {
   nlohmann::json header = nlohmann::json::object();
   std::int64_t offset = 0;
   for (const NamedTensor& t : tensors) {
@@ -55,57 +43,59 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Name
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // data starts 8-byte aligned
   const std::uint64_t length = text.size();
-
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) {
-    throw DataError(fmt::format("cannot create {}: {}", tmp.string(), std::strerror(errno)));
+  std::vector<std::byte> out(8 + text.size() + static_cast<std::size_t>(offset));
+  std::memcpy(out.data(), &length, 8);
+  std::memcpy(out.data() + 8, text.data(), text.size());
+  std::byte* data = out.data() + 8 + text.size();
+  for (const NamedTensor& t : tensors) {
+    if (t.tensor.bytes() == 0) continue;
+    const void* from = t.tensor.dtype() == DType::i32 ? static_cast<const void*>(t.tensor.i32())
+                                                      : static_cast<const void*>(t.tensor.f32());
+    std::memcpy(data, from, static_cast<std::size_t>(t.tensor.bytes()));
+    data += t.tensor.bytes();
   }
-  try {
-    write_all(fd, &length, 8, tmp);
-    write_all(fd, text.data(), text.size(), tmp);
-    for (const NamedTensor& t : tensors) {
-      if (t.tensor.bytes() > 0) {
-        const void* data = t.tensor.dtype() == DType::i32
-                               ? static_cast<const void*>(t.tensor.i32())
-                               : static_cast<const void*>(t.tensor.f32());
-        write_all(fd, data, static_cast<std::size_t>(t.tensor.bytes()), tmp);
-      }
-    }
-    if (::fsync(fd) != 0) throw DataError(fmt::format("fsync {} failed", tmp.string()));
-  } catch (...) {
-    ::close(fd);
-    std::remove(tmp.c_str());
-    throw;
-  }
-  ::close(fd);
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec)
-    throw DataError(
-        fmt::format("cannot rename {} to {}: {}", tmp.string(), path.string(), ec.message()));
+  return out;
 }
 
-SafetensorsFile read_safetensors(const std::filesystem::path& path) {
+void write_safetensors(const std::filesystem::path& path, const std::vector<NamedTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  StagedFile(path, encode_safetensors(tensors, metadata)).commit();
+}
+
+std::vector<std::byte> read_file_bytes(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw DataError(fmt::format("{}: cannot open (missing or unreadable)", path.string()));
   std::error_code ec;
-  const std::uint64_t file_size = std::filesystem::file_size(path, ec);
-  if (ec || file_size < 8)
+  const std::uint64_t size = std::filesystem::file_size(path, ec);
+  if (ec) throw DataError(fmt::format("{}: cannot read its size: {}", path.string(), ec.message()));
+  std::vector<std::byte> bytes(size);
+  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size));
+  if (!in) throw DataError(fmt::format("{}: read failed", path.string()));
+  return bytes;
+}
+
+SafetensorsFile read_safetensors(const std::filesystem::path& path) {
+  return decode_safetensors(read_file_bytes(path), path);
+}
+
+SafetensorsFile decode_safetensors(std::span<const std::byte> bytes,
+                                   const std::filesystem::path& path) {
+  const std::uint64_t file_size = bytes.size();
+  if (file_size < 8)
     throw DataError(fmt::format("{}: not a safetensors file (too short)", path.string()));
   std::uint64_t length = 0;
-  in.read(reinterpret_cast<char*>(&length), 8);
+  std::memcpy(&length, bytes.data(), 8);
   if (length > file_size - 8) {
     throw DataError(fmt::format("{}: header length {} exceeds the file ({} bytes)", path.string(),
                                 length, file_size));
   }
-  std::string text(length, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(length));
+  const std::string text(reinterpret_cast<const char*>(bytes.data()) + 8, length);
   const nlohmann::json header = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object()) {
     throw DataError(fmt::format("{}: malformed JSON header", path.string()));
   }
   const std::uint64_t data_size = file_size - 8 - length;
+  const std::byte* data = bytes.data() + 8 + length;
   SafetensorsFile out;
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") {
@@ -127,19 +117,17 @@ SafetensorsFile read_safetensors(const std::filesystem::path& path) {
         if (d < 0)
           throw DataError(fmt::format("{}: tensor {} has a negative dim", path.string(), name));
       }
-      const std::uint64_t bytes = static_cast<std::uint64_t>(shape_numel(shape)) * 4;
+      const std::uint64_t n = static_cast<std::uint64_t>(shape_numel(shape)) * 4;
       if (offsets.size() != 2 || offsets[1] < offsets[0] || offsets[1] > data_size ||
-          offsets[1] - offsets[0] != bytes) {
+          offsets[1] - offsets[0] != n) {
         throw DataError(
             fmt::format("{}: tensor {} has data offsets outside the file or not "
                         "matching its shape (file truncated?)",
                         path.string(), name));
       }
       Tensor t = Tensor::empty(shape, MemCategory::other, tag == "F32" ? DType::f32 : DType::i32);
-      in.seekg(static_cast<std::streamoff>(8 + length + offsets[0]));
-      in.read(tag == "F32" ? reinterpret_cast<char*>(t.f32()) : reinterpret_cast<char*>(t.i32()),
-              static_cast<std::streamsize>(bytes));
-      if (!in) throw DataError(fmt::format("{}: read of {} failed", path.string(), name));
+      void* to = tag == "F32" ? static_cast<void*>(t.f32()) : static_cast<void*>(t.i32());
+      if (n > 0) std::memcpy(to, data + offsets[0], n);
       out.tensors.emplace(name, std::move(t));
     } catch (const nlohmann::json::exception& e) {
       throw DataError(fmt::format("{}: malformed entry for {}: {}", path.string(), name, e.what()));

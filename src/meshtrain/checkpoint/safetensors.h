@@ -5,8 +5,10 @@
 // {string: string}}, then the raw little-endian data. f32 ("F32") and i32 ("I32") only.
 #pragma once
 
+#include <cstddef>
 #include <filesystem>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -19,8 +21,8 @@ struct NamedTensor {
   Tensor tensor;
 };
 
-/// Writes atomically: `<path>.tmp`, fsync, rename. Throws DataError when the file cannot be
-/// written (the previous file at `path`, if any, is left as it was).
+/// Writes atomically (core/staged_file.h: a temporary name, fsync, rename). Throws DataError when
+/// the file cannot be written (the previous file at `path`, if any, is left as it was).
 void write_safetensors(const std::filesystem::path& path, const std::vector<NamedTensor>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
@@ -32,5 +34,15 @@ struct SafetensorsFile {
 /// Throws DataError (naming the path and what is wrong) for a missing file, a truncated file,
 /// a malformed header, an unsupported dtype, or offsets outside the data; never crashes.
 SafetensorsFile read_safetensors(const std::filesystem::path& path);
+
+/// The bytes of a safetensors file holding `tensors` (f32 or i32), as write_safetensors writes
+/// them: for a caller that hashes or writes them itself (sharded checkpoints).
+std::vector<std::byte> encode_safetensors(const std::vector<NamedTensor>& tensors,
+                                          const std::map<std::string, std::string>& metadata = {});
+/// read_safetensors on bytes already in memory; `path` only names them in errors.
+SafetensorsFile decode_safetensors(std::span<const std::byte> bytes,
+                                   const std::filesystem::path& path);
+/// The whole file. Throws DataError naming the path when it is missing or unreadable.
+std::vector<std::byte> read_file_bytes(const std::filesystem::path& path);
 
 }  // namespace meshtrain

@@ -29,6 +29,11 @@ class AdamW {
   /// One step at learning rate `lr` on every shard (kernels::adamw_step).
   void step(double lr);
   std::int64_t steps_taken() const noexcept { return step_; }
+  /// The moments of shard i (f32 [end − begin]): for checkpoints, which save and restore them
+  /// with steps_taken (the bias correction's t).
+  Tensor& exp_avg(std::size_t i) { return m_.at(i); }
+  Tensor& exp_avg_sq(std::size_t i) { return v_.at(i); }
+  void set_steps_taken(std::int64_t steps) noexcept { step_ = steps; }
 
  private:
   OptimizerShards shards_;

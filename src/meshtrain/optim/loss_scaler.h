@@ -38,6 +38,21 @@ class DynamicLossScaler {
   bool update(bool found_inf);
   std::int64_t skipped_steps() const noexcept { return skipped_; }
 
+  /// Everything update() depends on, for checkpoints (restored bit for bit on resume).
+  struct State {
+    double scale;
+    std::int64_t clean_steps;
+    std::int64_t hysteresis_left;
+    std::int64_t skipped;
+  };
+  State state() const noexcept { return {scale_, clean_steps_, hysteresis_left_, skipped_}; }
+  void restore(const State& s) noexcept {
+    scale_ = s.scale;
+    clean_steps_ = s.clean_steps;
+    hysteresis_left_ = s.hysteresis_left;
+    skipped_ = s.skipped;
+  }
+
  private:
   LossScalerConfig config_;
   double scale_;

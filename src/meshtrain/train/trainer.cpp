@@ -18,6 +18,7 @@
 #include "meshtrain/kernels/kernels.h"
 #include "meshtrain/parallel/pp/simulator.h"
 #include "meshtrain/parallel/tp/gather.h"
+#include "meshtrain/train/collective_verdict.h"
 
 namespace meshtrain {
 namespace {
@@ -112,29 +113,6 @@ void check_output_file(const std::string& path, const std::string& option) {
   }
 }
 
-// Runs `check` on world rank 0 only and broadcasts its verdict: every rank throws (rank 0 its
-// own error, the others one of the same type saying so) or none does.
-template <typename Check>
-void on_rank0_for_all(ProcessGroup& world, Check&& check) {
-  std::int32_t verdict = 0;  // 0 ok, 2 ConfigError, 3 DataError
-  std::exception_ptr error;
-  if (world.rank() == 0) {
-    try {
-      check();
-    } catch (const ConfigError&) {
-      verdict = 2;
-      error = std::current_exception();
-    } catch (const DataError&) {
-      verdict = 3;
-      error = std::current_exception();
-    }
-  }
-  world.broadcast(std::as_writable_bytes(std::span<std::int32_t>(&verdict, 1)), 0);
-  if (error) std::rethrow_exception(error);
-  if (verdict == 2) throw ConfigError("rank 0", {});
-  if (verdict == 3) throw DataError("rank 0 could not write its output files (see its message)");
-}
-
 int threads_per_rank(const Config& config, int local_ranks) {
   if (config.training.threads > 0) return static_cast<int>(config.training.threads);
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -177,10 +155,17 @@ Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
   // The files only rank 0 writes are checked on rank 0, and every rank learns the verdict: a
   // rank that stopped alone would leave the others waiting in the first collective.
   on_rank0_for_all(world, [&] {
-    if (config_.checkpoint.save_final) check_writable_dir(config_.checkpoint.dir, config_.source);
+    if (config_.checkpoint.save_final || config_.checkpoint.interval > 0) {
+      check_writable_dir(config_.checkpoint.dir, config_.source);
+    }
     check_output_file(options_.trace_path, "--trace");
     check_output_file(options_.metrics_path, "--metrics");
-    if (!options_.metrics_path.empty()) metrics_.open(options_.metrics_path, std::ios::trunc);
+    // A resumed run continues its metrics file: the steps it repeats appear twice, the
+    // later line being the resumed run's.
+    if (!options_.metrics_path.empty()) {
+      metrics_.open(options_.metrics_path,
+                    config_.checkpoint.resume.empty() ? std::ios::trunc : std::ios::app);
+    }
   });
   const std::int64_t global_batch = global_batch_of(config_);
   const auto seed = static_cast<std::uint64_t>(config_.training.seed);
@@ -273,6 +258,7 @@ Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
       static_cast<std::size_t>(config_.training.micro_batch * config_.model.block_size);
   inputs_.resize(micro_tokens);
   targets_.resize(micro_tokens);
+  resume();
 }
 
 Trainer::Gradients Trainer::compute_gradients(std::int64_t step) {
@@ -439,7 +425,7 @@ std::vector<StepMetrics> Trainer::run() {
   std::vector<StepMetrics> history;
   world_.barrier();  // a common time origin for the trace (one clock per machine)
   t0_ = std::chrono::steady_clock::now();
-  for (std::int64_t step = 0; step < t.max_steps; ++step) {
+  for (std::int64_t step = start_step_; step < t.max_steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
     const CommCounter tp0 = comm_total(mesh_->group(Axis::tp));
     const CommCounter dp0 = comm_total(mesh_->group(Axis::dp));
@@ -476,7 +462,10 @@ std::vector<StepMetrics> Trainer::run() {
     }
     log_step(m);
     history.push_back(m);
+    const std::int64_t interval = config_.checkpoint.interval;
+    if (interval > 0 && ((step + 1) % interval == 0 || last)) save_checkpoint(step + 1);
   }
+  finish_checkpoint();  // the last save is complete before run() returns
   write_trace();
   report_peak_memory();
   if (config_.checkpoint.save_final) {

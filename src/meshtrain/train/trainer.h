@@ -11,12 +11,14 @@
 
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
 #include <vector>
 
 #include "meshtrain/checkpoint/safetensors.h"
+#include "meshtrain/checkpoint/sharded_checkpoint.h"
 #include "meshtrain/comm/device_mesh.h"
 #include "meshtrain/config/config.h"
 #include "meshtrain/data/metadata.h"
@@ -112,6 +114,25 @@ class Trainer {
   /// Mean val loss over training.eval_batches global batches (same on every rank).
   double evaluate();
 
+  /// Sharded checkpoint of the state after `steps_done` optimizer steps
+  /// (checkpoint/sharded_checkpoint.h) under <checkpoint.dir>/checkpoints: waits for the
+  /// previous save, copies this rank's pieces — fp32 master slices and AdamW moments of the
+  /// parameters it updates; under ZeRO-0 only dp rank 0 writes, parameters replicated over tp
+  /// only tp rank 0 — and writes them (in the background when checkpoint.async). Collective
+  /// over the world. Throws DataError on every rank when a previous save failed on any rank.
+  void save_checkpoint(std::int64_t steps_done);
+  /// Waits until this rank's last save is written (rank 0: COMPLETE); DataError on every rank
+  /// when any rank's failed. Collective over the world.
+  void finish_checkpoint();
+  /// Loads a checkpoint written under any layout into this one (resharding): master weights,
+  /// moments, optimizer step count, loss scaler; then the first step run() takes is its step.
+  /// Every rank reads what it needs and the ranks agree before anything is changed, so a bad
+  /// file leaves the model untouched. Throws DataError on every rank (naming the file) for a
+  /// corrupt, incomplete or foreign checkpoint. Collective over the world.
+  void load_checkpoint(const std::filesystem::path& dir);
+  /// The step run() starts from: 0, or the step of the checkpoint resumed from.
+  std::int64_t start_step() const noexcept { return start_step_; }
+
   /// This rank's parameters (its pipeline stage's chunks, its tp shards).
   const ParameterList& parameters() const { return stage_->parameters(); }
   PipelineStage& stage() { return *stage_; }
@@ -139,6 +160,10 @@ class Trainer {
   /// Rank 0 prints every rank's peak bytes per memory category at the end of run().
   void report_peak_memory();
   std::vector<NamedTensor> logical_tensors();
+  /// checkpoint.resume: "auto" tries the complete checkpoints newest first (a bad one is
+  /// reported and the previous one tried); a directory must load.
+  void resume();
+  std::filesystem::path checkpoint_root() const;
 
   Config config_;
   TrainerOptions options_;
@@ -164,6 +189,8 @@ class Trainer {
   PhaseSeconds window_;  // optimizer and comm_wait; data/forward/backward live in runner_
   std::int64_t window_steps_ = 0;
   std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<CheckpointWriter> checkpoint_writer_;  // checkpoint.interval > 0
+  std::int64_t start_step_ = 0;
   std::vector<std::int32_t> inputs_, targets_;
   std::ofstream metrics_;
   int threads_ = 1;

@@ -1,0 +1,399 @@
+#include "meshtrain/checkpoint/sharded_checkpoint.h"
+
+#include <fmt/format.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "meshtrain/checkpoint/safetensors.h"
+#include "meshtrain/config/load.h"
+#include "meshtrain/config/validate.h"
+#include "meshtrain/core/error.h"
+#include "meshtrain/core/staged_file.h"
+
+namespace meshtrain {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr std::string_view kFormat = "meshtrain sharded checkpoint";
+constexpr int kVersion = 1;
+constexpr std::string_view kCompleteName = "COMPLETE";
+constexpr std::string_view kMetadataName = "metadata.json";
+
+std::string hex64(std::uint64_t h) { return fmt::format("{:016x}", h); }
+
+std::uint64_t xxh64(std::span<const std::byte> bytes) {
+  return XXH64(bytes.data(), bytes.size(), 0);
+}
+
+std::string key_of(const std::string& name, std::string_view field) {
+  return field.empty() ? name : fmt::format("{}/{}", name, field);
+}
+
+json piece_json(const std::string& file, const std::string& name, const ShardPiece& p) {
+  return {{"name", name},
+          {"file", file},
+          {"shape", p.slice.logical_shape},
+          {"slice",
+           {{"dim", p.slice.dim},
+            {"parts", p.slice.parts},
+            {"offset", p.slice.offset},
+            {"length", p.slice.length},
+            {"stride", p.slice.stride}}},
+          {"begin", p.begin},
+          {"end", p.end}};
+}
+
+ShardPiece piece_of(const json& j) {
+  const json& s = j.at("slice");
+  ShardPiece p{.slice = {.dim = s.at("dim").get<int>(),
+                         .parts = s.at("parts").get<std::int64_t>(),
+                         .offset = s.at("offset").get<std::int64_t>(),
+                         .length = s.at("length").get<std::int64_t>(),
+                         .stride = s.at("stride").get<std::int64_t>(),
+                         .logical_shape = j.at("shape").get<Shape>()},
+               .begin = j.at("begin").get<std::int64_t>(),
+               .end = j.at("end").get<std::int64_t>()};
+  // A piece must describe elements of its own local tensor: a hand-edited or foreign metadata
+  // file must not send the copy outside its buffers.
+  const ShardSlice& sl = p.slice;
+  std::int64_t local = 1;
+  for (std::size_t d = 0; d < sl.logical_shape.size(); ++d) {
+    local *= static_cast<int>(d) == sl.dim ? sl.parts * sl.stride : sl.logical_shape[d];
+  }
+  const bool ok =
+      !sl.logical_shape.empty() && sl.dim >= 0 &&
+      sl.dim < static_cast<int>(sl.logical_shape.size()) && sl.parts >= 1 &&
+      sl.logical_shape[static_cast<std::size_t>(sl.dim)] % sl.parts == 0 && sl.offset >= 0 &&
+      sl.length >= 0 && sl.length <= sl.stride &&
+      sl.offset + sl.length <= sl.logical_shape[static_cast<std::size_t>(sl.dim)] / sl.parts &&
+      p.begin >= 0 && p.begin <= p.end && p.end <= local;
+  if (!ok) throw DataError(fmt::format("a piece of {} lies outside its tensor", j.dump()));
+  return p;
+}
+
+json read_json_file(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) throw DataError(fmt::format("{}: missing or unreadable", path.string()));
+  std::stringstream text;
+  text << in.rdbuf();
+  json j = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    throw DataError(fmt::format("{}: not valid JSON (truncated or corrupted)", path.string()));
+  }
+  return j;
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  StagedFile(path, std::as_bytes(std::span<const char>(text))).commit();
+}
+
+std::int64_t step_of_dir(const fs::path& dir) {
+  static const std::regex pattern("step-([0-9]{8})");
+  std::smatch m;
+  const std::string name = dir.filename().string();
+  if (!std::regex_match(name, m, pattern)) return -1;
+  return std::stoll(m[1].str());
+}
+
+// Keeps the newest `keep_last` complete checkpoints; also removes incomplete directories
+// older than the newest complete one (a crashed save that will never be finished).
+void prune(const fs::path& root, std::int64_t keep_last) {
+  const std::vector<fs::path> complete = complete_checkpoints(root);
+  std::error_code ec;
+  for (std::size_t i = static_cast<std::size_t>(keep_last); i < complete.size(); ++i) {
+    fs::remove_all(complete[i], ec);
+  }
+  if (complete.empty()) return;
+  const std::int64_t newest = step_of_dir(complete.front());
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const std::int64_t step = step_of_dir(entry.path());
+    if (step >= 0 && step < newest && !fs::exists(entry.path() / kCompleteName, ec)) {
+      fs::remove_all(entry.path(), ec);
+    }
+  }
+}
+
+}  // namespace
+
+fs::path checkpoint_path(const fs::path& root, std::int64_t step) {
+  return root / fmt::format("step-{:08d}", step);
+}
+
+std::vector<fs::path> complete_checkpoints(const fs::path& root) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return out;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    if (step_of_dir(entry.path()) >= 0 && fs::exists(entry.path() / kCompleteName, ec)) {
+      out.push_back(entry.path());
+    }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const fs::path& a, const fs::path& b) { return step_of_dir(a) > step_of_dir(b); });
+  return out;
+}
+
+void prepare_checkpoint_dir(const fs::path& root, std::int64_t step) {
+  const fs::path dir = checkpoint_path(root, step);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir)) {
+    throw DataError(fmt::format("cannot create the checkpoint directory {}: {}", dir.string(),
+                                ec ? ec.message() : "not a directory"));
+  }
+}
+
+CheckpointWriter::CheckpointWriter(CheckpointWriterOptions options)
+    : options_(std::move(options)) {}
+
+CheckpointWriter::~CheckpointWriter() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void CheckpointWriter::save(RankSnapshot snapshot) {
+  (void)wait();  // the caller read the previous result already (or did not care)
+  error_.clear();
+  if (!options_.async) {
+    try {
+      write(snapshot);
+    } catch (const std::exception& e) {
+      error_ = e.what();
+    }
+    return;
+  }
+  thread_ = std::thread([this, s = std::move(snapshot)] {
+    try {
+      write(s);
+    } catch (const std::exception& e) {
+      error_ = e.what();
+    }
+  });
+}
+
+std::string CheckpointWriter::wait() {
+  if (thread_.joinable()) thread_.join();
+  return error_;
+}
+
+void CheckpointWriter::write(const RankSnapshot& snapshot) {
+  const fs::path dir = checkpoint_path(options_.root, snapshot.step);
+  const std::string file = fmt::format("rank-{:05d}.safetensors", snapshot.rank);
+  std::vector<NamedTensor> tensors;
+  json pieces = json::array();
+  for (const PieceState& p : snapshot.pieces) {
+    tensors.push_back({key_of(p.name, kMasterField), p.master});
+    tensors.push_back({key_of(p.name, kExpAvgField), p.exp_avg});
+    tensors.push_back({key_of(p.name, kExpAvgSqField), p.exp_avg_sq});
+    pieces.push_back(piece_json(file, p.name, p.piece));
+  }
+  const std::vector<std::byte> bytes = encode_safetensors(tensors);
+  StagedFile(dir / file, bytes).commit();
+  const json manifest = {{"rank", snapshot.rank},
+                         {"file", file},
+                         {"bytes", bytes.size()},
+                         {"xxh64", hex64(xxh64(bytes))},
+                         {"pieces", pieces}};
+  write_text(dir / fmt::format("rank-{:05d}.json", snapshot.rank), manifest.dump());
+  if (snapshot.rank != 0) return;
+
+  // Rank 0 completes the checkpoint once every rank's manifest is there.
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(options_.finalize_timeout_s);
+  json tensors_json = json::object(), files = json::object();
+  for (int r = 0; r < snapshot.world; ++r) {
+    const fs::path path = dir / fmt::format("rank-{:05d}.json", r);
+    while (!fs::exists(path)) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        throw DataError(fmt::format(
+            "checkpoint {} left incomplete: rank {} did not write its manifest within {} s",
+            dir.string(), r, options_.finalize_timeout_s));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    const json m = read_json_file(path);
+    files[m.at("file").get<std::string>()] = {{"bytes", m.at("bytes")}, {"xxh64", m.at("xxh64")}};
+    for (const json& p : m.at("pieces")) {
+      json& t = tensors_json[p.at("name").get<std::string>()];
+      if (t.is_null()) t = {{"shape", p.at("shape")}, {"dtype", "F32"}, {"pieces", json::array()}};
+      t["pieces"].push_back(p);
+    }
+  }
+  const json metadata = {{"format", kFormat},       {"version", kVersion},
+                         {"step", snapshot.step},   {"config", snapshot.config_toml},
+                         {"state", snapshot.state}, {"tensors", tensors_json},
+                         {"files", files}};
+  write_text(dir / kMetadataName, metadata.dump(1));
+  sync_directory(dir);
+  write_text(dir / kCompleteName, fmt::format("step {}\n", snapshot.step));
+  sync_directory(dir);
+  sync_directory(options_.root);
+  prune(options_.root, options_.keep_last);
+}
+
+CheckpointReader::CheckpointReader(fs::path dir) : dir_(std::move(dir)) {
+  std::error_code ec;
+  if (!fs::is_directory(dir_, ec)) {
+    throw DataError(fmt::format("checkpoint {}: not a directory", dir_.string()));
+  }
+  if (!fs::exists(dir_ / kCompleteName, ec)) {
+    throw DataError(
+        fmt::format("checkpoint {}: no {} marker, so its save never finished; it is not loaded",
+                    dir_.string(), kCompleteName));
+  }
+  metadata_ = read_json_file(dir_ / kMetadataName);
+  const fs::path path = dir_ / kMetadataName;
+  if (metadata_.value("format", "") != kFormat || !metadata_.contains("tensors") ||
+      !metadata_.contains("files") || !metadata_.contains("state") || !metadata_.contains("step") ||
+      !metadata_.contains("config")) {
+    throw DataError(
+        fmt::format("{}: not the metadata of a meshtrain sharded checkpoint", path.string()));
+  }
+  if (metadata_.value("version", 0) != kVersion) {
+    throw DataError(fmt::format("{}: format version {}, this meshtrain reads version {}",
+                                path.string(), metadata_.value("version", 0), kVersion));
+  }
+}
+
+std::int64_t CheckpointReader::step() const { return metadata_.at("step").get<std::int64_t>(); }
+
+const json& CheckpointReader::state() const { return metadata_.at("state"); }
+
+Config CheckpointReader::config() const {
+  const fs::path path = dir_ / kMetadataName;
+  try {
+    return load_config_text(metadata_.at("config").get<std::string>(), path.string());
+  } catch (const ConfigError& e) {
+    throw DataError(fmt::format("{}: its config does not parse: {}", path.string(), e.what()));
+  }
+}
+
+std::vector<std::string> CheckpointReader::tensor_names() const {
+  std::vector<std::string> names;
+  for (const auto& [name, entry] : metadata_.at("tensors").items()) names.push_back(name);
+  return names;
+}
+
+const json& CheckpointReader::tensor_entry(const std::string& name) const {
+  const json& tensors = metadata_.at("tensors");
+  const auto it = tensors.find(name);
+  if (it == tensors.end()) {
+    throw DataError(fmt::format("checkpoint {}: no tensor {} (a checkpoint of another model?)",
+                                dir_.string(), name));
+  }
+  return *it;
+}
+
+Shape CheckpointReader::logical_shape(const std::string& name) const {
+  return tensor_entry(name).at("shape").get<Shape>();
+}
+
+const Tensor& CheckpointReader::stored(const std::string& file, const std::string& key) {
+  auto it = files_.find(file);
+  if (it == files_.end()) {
+    const fs::path path = dir_ / file;
+    const json& files = metadata_.at("files");
+    if (!files.contains(file)) {
+      throw DataError(fmt::format("{}: not listed in {}", path.string(), kMetadataName));
+    }
+    const std::vector<std::byte> bytes = read_file_bytes(path);
+    const auto expected = files.at(file).at("bytes").get<std::uint64_t>();
+    if (bytes.size() != expected) {
+      throw DataError(fmt::format("{}: {} bytes, but {} says {} (truncated or replaced)",
+                                  path.string(), bytes.size(), kMetadataName, expected));
+    }
+    const std::string hash = hex64(xxh64(bytes));
+    if (hash != files.at(file).at("xxh64").get<std::string>()) {
+      throw DataError(fmt::format("{}: XXH64 {} does not match {}'s {} (the file is corrupted)",
+                                  path.string(), hash, kMetadataName,
+                                  files.at(file).at("xxh64").get<std::string>()));
+    }
+    it = files_.emplace(file, decode_safetensors(bytes, path).tensors).first;
+  }
+  const auto t = it->second.find(key);
+  if (t == it->second.end()) {
+    throw DataError(fmt::format("{}: no tensor {}", (dir_ / file).string(), key));
+  }
+  return t->second;
+}
+
+void CheckpointReader::fill(const std::string& name, std::string_view field, const ShardPiece& dst,
+                            std::span<float> out) {
+  try {
+    const json& entry = tensor_entry(name);
+    const Shape shape = entry.at("shape").get<Shape>();
+    if (shape != dst.slice.logical_shape) {
+      throw DataError(fmt::format(
+          "checkpoint {}: tensor {} has shape {} there, but this model's is {} (a checkpoint of "
+          "another model?)",
+          dir_.string(), name, fmt::join(shape, "×"), fmt::join(dst.slice.logical_shape, "×")));
+    }
+    std::fill(out.begin(), out.end(), 0.0f);
+    const std::vector<ShardRun> want = logical_runs(dst);
+    if (want.empty()) return;
+    const std::int64_t want_lo = want.front().logical;
+    const std::int64_t want_hi = want.back().logical + want.back().count;
+    std::int64_t copied = 0;
+    for (const json& p : entry.at("pieces")) {
+      const ShardPiece src = piece_of(p);
+      const std::vector<ShardRun> have = logical_runs(src);
+      if (have.empty() || have.back().logical + have.back().count <= want_lo ||
+          have.front().logical >= want_hi) {
+        continue;  // no overlap: its file is not even read
+      }
+      const Tensor& t = stored(p.at("file").get<std::string>(), key_of(name, field));
+      if (t.dtype() != DType::f32 || t.numel() != src.end - src.begin) {
+        throw DataError(fmt::format("{}: {} holds {} elements, its piece {}",
+                                    (dir_ / p.at("file").get<std::string>()).string(),
+                                    key_of(name, field), t.numel(), src.end - src.begin));
+      }
+      copied += copy_overlap(src, t.span_f32(), dst, out);
+    }
+    const std::int64_t need = real_elements(dst);
+    if (copied != need) {
+      throw DataError(fmt::format(
+          "checkpoint {}: its pieces of {} hold {} of the {} elements this rank needs (pieces "
+          "missing or overlapping)",
+          dir_.string(), name, copied, need));
+    }
+  } catch (const json::exception& e) {
+    throw DataError(fmt::format("{}: malformed entry for {}: {}", (dir_ / kMetadataName).string(),
+                                name, e.what()));
+  }
+}
+
+Tensor CheckpointReader::read_logical(const std::string& name, std::string_view field) {
+  const Shape shape = logical_shape(name);
+  Tensor out = Tensor::empty(shape, MemCategory::other);
+  const ShardPiece whole_piece{.slice = whole(shape), .begin = 0, .end = out.numel()};
+  fill(name, field, whole_piece, out.span_f32());
+  return out;
+}
+
+std::string model_difference(const ModelConfig& a, const ModelConfig& b) {
+  const auto differ = [](std::string_view key, const auto& x, const auto& y) -> std::string {
+    if (x == y) return "";
+    return fmt::format("model.{}: {} vs {}", key, x, y);
+  };
+  for (const std::string& d :
+       {differ("family", a.family, b.family), differ("n_layer", a.n_layer, b.n_layer),
+        differ("n_head", a.n_head, b.n_head), differ("n_kv_head", kv_heads_of(a), kv_heads_of(b)),
+        differ("n_embd", a.n_embd, b.n_embd),
+        differ("ffn_hidden", ffn_hidden_of(a), ffn_hidden_of(b)),
+        differ("block_size", a.block_size, b.block_size),
+        differ("vocab_size", a.vocab_size, b.vocab_size), differ("bias", a.bias, b.bias),
+        differ("norm_eps", a.norm_eps, b.norm_eps),
+        differ("rope_theta", a.rope_theta, b.rope_theta)}) {
+    if (!d.empty()) return d;
+  }
+  return "";
+}
+
+}  // namespace meshtrain

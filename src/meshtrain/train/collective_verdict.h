@@ -1,0 +1,46 @@
+// src/meshtrain/train/collective_verdict.h
+//
+// Failures that only some ranks see (a file rank 0 writes, a checkpoint shard one rank reads)
+// must stop every rank, or the others wait forever in their next collective. These helpers
+// turn a rank-local outcome into one every rank of the group acts on.
+#pragma once
+
+#include <exception>
+#include <span>
+#include <string>
+
+#include "meshtrain/comm/process_group.h"
+#include "meshtrain/core/error.h"
+
+namespace meshtrain {
+
+/// Runs `check` on rank 0 of `group` only and broadcasts its verdict: every rank throws (rank
+/// 0 its own ConfigError or DataError, the others one of the same type saying so) or none
+/// does. Collective over `group`.
+template <typename Check>
+void on_rank0_for_all(ProcessGroup& group, Check&& check) {
+  std::int32_t verdict = 0;  // 0 ok, 2 ConfigError, 3 DataError
+  std::exception_ptr error;
+  if (group.rank() == 0) {
+    try {
+      check();
+    } catch (const ConfigError&) {
+      verdict = 2;
+      error = std::current_exception();
+    } catch (const DataError&) {
+      verdict = 3;
+      error = std::current_exception();
+    }
+  }
+  group.broadcast(std::as_writable_bytes(std::span<std::int32_t>(&verdict, 1)), 0);
+  if (error) std::rethrow_exception(error);
+  if (verdict == 2) throw ConfigError("rank 0", {});
+  if (verdict == 3) throw DataError("rank 0 could not write its output files (see its message)");
+}
+
+/// `local_error` is this rank's failure ("" = none). Returns "" on every rank when no rank
+/// failed; otherwise every rank gets the message of the lowest failing rank, prefixed with
+/// "rank R: ". Collective over `group` (one all-reduce, plus one broadcast on failure).
+std::string first_error(ProcessGroup& group, const std::string& local_error);
+
+}  // namespace meshtrain

@@ -1,0 +1,217 @@
+// Trainer's sharded checkpoints: what a rank saves, how a checkpoint of any layout is loaded,
+// and checkpoint.resume. The file format is checkpoint/sharded_checkpoint.h's.
+#include <fmt/format.h>
+
+#include "meshtrain/config/load.h"
+#include "meshtrain/config/validate.h"
+#include "meshtrain/core/error.h"
+#include "meshtrain/train/collective_verdict.h"
+#include "meshtrain/train/trainer.h"
+
+namespace meshtrain {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+ShardPiece piece_of(const OptimizerShard& s) {
+  return {.slice = s.param->shard, .begin = s.begin, .end = s.end};
+}
+
+}  // namespace
+
+fs::path Trainer::checkpoint_root() const {
+  return fs::path(config_.checkpoint.dir) / "checkpoints";
+}
+
+void Trainer::finish_checkpoint() {
+  if (!checkpoint_writer_) return;  // the same on every rank: no save was ever started
+  const std::string error = checkpoint_writer_->wait();
+  const std::string first = first_error(world_, error);
+  if (!first.empty()) throw DataError(fmt::format("a checkpoint save failed on {}", first));
+}
+
+void Trainer::save_checkpoint(std::int64_t steps_done) {
+  if (!checkpoint_writer_) {
+    checkpoint_writer_ = std::make_unique<CheckpointWriter>(
+        CheckpointWriterOptions{.root = checkpoint_root(),
+                                .keep_last = config_.checkpoint.keep_last,
+                                .async = config_.checkpoint.async,
+                                .finalize_timeout_s = config_.parallel.comm_timeout_s});
+  }
+  finish_checkpoint();  // a second save waits for the first, everywhere
+  on_rank0_for_all(world_, [&] { prepare_checkpoint_dir(checkpoint_root(), steps_done); });
+  world_.barrier();  // nobody writes into the directory before rank 0 has cleared it
+
+  const ProcessGroup& dp = mesh_->group(Axis::dp);
+  const ProcessGroup& tp = mesh_->group(Axis::tp);
+  RankSnapshot snapshot{.step = steps_done,
+                        .rank = world_.rank(),
+                        .world = world_.size(),
+                        .pieces = {},
+                        .state = json::object(),
+                        .config_toml = {}};
+  const OptimizerShards& shards = zero_->shards();
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    const OptimizerShard& s = shards[i];
+    // One copy of each element: dp replicas (ZeRO-0) and tp replicas hold the same values.
+    const bool replica = (zero_->stage() == 0 && dp.rank() != 0) ||
+                         (!s.param->is_sharded() && tp.rank() != 0) || s.param->tied_copy;
+    if (replica || s.end == s.begin) continue;
+    snapshot.pieces.push_back({.name = s.param->name,
+                               .piece = piece_of(s),
+                               .master = s.master.clone(MemCategory::other),
+                               .exp_avg = optimizer_->exp_avg(i).clone(MemCategory::other),
+                               .exp_avg_sq = optimizer_->exp_avg_sq(i).clone(MemCategory::other)});
+  }
+  if (world_.rank() == 0) {
+    const ParallelConfig& p = config_.parallel;
+    const TrainingConfig& t = config_.training;
+    json rng = json::array();
+    for (int r = 0; r < world_.size(); ++r) {
+      // Counter-based Philox (core/rng.h): a rank's draws are a function of (seed, stream,
+      // index) with the index derived from the step, so (seed, next step) is its whole state.
+      rng.push_back({{"rank", r}, {"seed", t.seed}, {"next_step", steps_done}});
+    }
+    snapshot.state = {
+        {"step", steps_done},
+        {"mesh",
+         {{"world", world_.size()},
+          {"dp", p.dp},
+          {"tp", p.tp},
+          {"pp", p.pp},
+          {"virtual_stages", p.virtual_stages},
+          {"pp_schedule", p.pp_schedule},
+          {"sequence_parallel", p.sequence_parallel},
+          {"zero_stage", p.zero_stage}}},
+        {"optimizer",
+         {{"name", "adamw"},
+          {"steps_taken", optimizer_->steps_taken()},
+          {"beta1", t.beta1},
+          {"beta2", t.beta2},
+          {"eps", t.eps},
+          {"weight_decay", t.weight_decay}}},
+        // The LR is a pure function of the step (lr_at), so the next step is its state.
+        {"lr_scheduler",
+         {{"name", "warmup_cosine"},
+          {"next_step", steps_done},
+          {"peak_lr", scaled_peak_lr(config_)}}},
+        {"loss_scaler", nullptr},
+        // The sampler draws global batch s from (seed, s) alone (data/sampler.h).
+        {"data",
+         {{"sampler", "philox_global_batch"},
+          {"seed", t.seed},
+          {"next_step", steps_done},
+          {"global_batch", global_batch_of(config_)}}},
+        {"rng", {{"generator", "Philox4x32-10 (counter-based)"}, {"ranks", rng}}}};
+    if (scaler_) {
+      const DynamicLossScaler::State s = scaler_->state();
+      snapshot.state["loss_scaler"] = {{"scale", s.scale},
+                                       {"clean_steps", s.clean_steps},
+                                       {"hysteresis_left", s.hysteresis_left},
+                                       {"skipped", s.skipped}};
+    }
+    snapshot.config_toml = to_toml(config_);
+  }
+  checkpoint_writer_->save(std::move(snapshot));
+}
+
+void Trainer::load_checkpoint(const fs::path& dir) {
+  // Phase 1: every rank reads what it needs into buffers of its own; nothing is changed.
+  OptimizerShards& shards = zero_->shards();
+  std::vector<Tensor> masters, ms, vs;
+  std::string error;
+  std::int64_t step = 0, optimizer_steps = 0;
+  std::optional<DynamicLossScaler::State> scaler_state;
+  json mesh;
+  try {
+    CheckpointReader reader(dir);
+    const Config saved = reader.config();
+    if (const std::string d = model_difference(saved.model, config_.model); !d.empty()) {
+      throw DataError(fmt::format(
+          "checkpoint {} holds another model ({}); resume with the config it was trained "
+          "with, or start without checkpoint.resume",
+          dir.string(), d));
+    }
+    const json& state = reader.state();
+    step = state.at("step").get<std::int64_t>();
+    optimizer_steps = state.at("optimizer").at("steps_taken").get<std::int64_t>();
+    mesh = state.at("mesh");
+    if (const json& s = state.at("loss_scaler"); !s.is_null()) {
+      scaler_state =
+          DynamicLossScaler::State{.scale = s.at("scale").get<double>(),
+                                   .clean_steps = s.at("clean_steps").get<std::int64_t>(),
+                                   .hysteresis_left = s.at("hysteresis_left").get<std::int64_t>(),
+                                   .skipped = s.at("skipped").get<std::int64_t>()};
+    }
+    for (const OptimizerShard& s : shards) {
+      const Shape shape{s.end - s.begin};
+      masters.push_back(Tensor::empty(shape, MemCategory::other));
+      ms.push_back(Tensor::empty(shape, MemCategory::other));
+      vs.push_back(Tensor::empty(shape, MemCategory::other));
+      const ShardPiece piece = piece_of(s);
+      reader.fill(s.param->name, kMasterField, piece, masters.back().span_f32());
+      reader.fill(s.param->name, kExpAvgField, piece, ms.back().span_f32());
+      reader.fill(s.param->name, kExpAvgSqField, piece, vs.back().span_f32());
+    }
+  } catch (const DataError& e) {
+    error = e.what();
+  } catch (const nlohmann::json::exception& e) {
+    error = fmt::format("{}/metadata.json: malformed state: {}", dir.string(), e.what());
+  }
+  // Phase 2: all ranks agree, then commit.
+  if (const std::string first = first_error(world_, error); !first.empty()) {
+    throw DataError(first);
+  }
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    shards[i].master.copy_from(masters[i]);
+    optimizer_->exp_avg(i).copy_from(ms[i]);
+    optimizer_->exp_avg_sq(i).copy_from(vs[i]);
+  }
+  optimizer_->set_steps_taken(optimizer_steps);
+  if (scaler_ && scaler_state) scaler_->restore(*scaler_state);
+  zero_->publish_parameters();  // compute copies (16-bit, ZeRO-1/2 full values) from the masters
+  start_step_ = step;
+  if (world_.rank() == 0 && options_.log) {
+    fmt::print("resumed from {} at step {} (saved with dp={} tp={} pp={} v={} zero_stage={})\n",
+               dir.string(), step, mesh.value("dp", 0), mesh.value("tp", 0), mesh.value("pp", 0),
+               mesh.value("virtual_stages", 0), mesh.value("zero_stage", 0));
+  }
+}
+
+void Trainer::resume() {
+  const std::string& resume = config_.checkpoint.resume;
+  if (resume.empty()) return;
+  if (resume != "auto") {
+    load_checkpoint(resume);
+    return;
+  }
+  const std::vector<fs::path> candidates = complete_checkpoints(checkpoint_root());
+  if (candidates.empty()) {
+    if (world_.rank() == 0 && options_.log) {
+      fmt::print("checkpoint.resume = auto: no complete checkpoint under {}; starting at step 0\n",
+                 checkpoint_root().string());
+    }
+    return;
+  }
+  std::string errors;
+  for (const fs::path& dir : candidates) {
+    try {
+      load_checkpoint(dir);
+      return;
+    } catch (const DataError& e) {
+      // Every rank got the same verdict; fall back to the previous complete checkpoint.
+      if (world_.rank() == 0) {
+        fmt::print(stderr, "meshtrain: cannot resume from {}: {}; trying an older checkpoint\n",
+                   dir.string(), e.what());
+      }
+      errors += fmt::format("\n  {}: {}", dir.string(), e.what());
+    }
+  }
+  throw DataError(fmt::format(
+      "checkpoint.resume = auto: none of the {} complete checkpoints under {} loads:{}\n  "
+      "remove or repair them, or start without checkpoint.resume",
+      candidates.size(), checkpoint_root().string(), errors));
+}
+
+}  // namespace meshtrain

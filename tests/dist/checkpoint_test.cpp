@@ -1,0 +1,392 @@
+// Sharded checkpoints (issue 6; checkpoint/sharded_checkpoint.h, DESIGN invariant 8):
+// - resume: a run that saved at step 10 and continued to 20 against a second Trainer resumed
+//   from that checkpoint: the losses of steps 11–20 bit-identical, for dp (ZeRO 0, 1, 3, with
+//   accumulation), tp + sp, pp (1f1b, interleaved), fp16 with its loss scaler, at np 1, 2, 4;
+// - resharding: a checkpoint saved under one layout loaded under others (sub-worlds of the
+//   job's ranks) continues within 1e-5 of the run that did not stop, with the padded
+//   vocabulary of 65;
+// - corruption: a truncated shard, a flipped byte, a missing file and the metadata of another
+//   model are each reported naming the file, nothing is loaded, and resume = "auto" falls back
+//   to the previous complete checkpoint; keep_last and the COMPLETE marker.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "../support/test_config.h"
+#include "../support/training_run.h"
+#include "dist_env.h"
+
+namespace meshtrain {
+namespace {
+
+namespace fs = std::filesystem;
+using test::quiet;
+
+int world_size_env() {
+  const char* env = std::getenv("OMPI_COMM_WORLD_SIZE");
+  return env != nullptr ? std::atoi(env) : 1;
+}
+
+// One fresh directory, the same path on every rank of `group` (rank 0 creates it).
+fs::path shared_temp_dir(ProcessGroup& group) {
+  std::string path;
+  if (group.rank() == 0) {
+    std::string pattern = (fs::temp_directory_path() / "meshtrain_ckpt_XXXXXX").string();
+    path = ::mkdtemp(pattern.data());
+  }
+  std::int64_t n = static_cast<std::int64_t>(path.size());
+  group.broadcast(std::as_writable_bytes(std::span<std::int64_t>(&n, 1)), 0);
+  path.resize(static_cast<std::size_t>(n));
+  group.broadcast(std::as_writable_bytes(std::span<char>(path)), 0);
+  return path;
+}
+
+std::vector<double> losses_of(const std::vector<StepMetrics>& history) {
+  std::vector<double> out;
+  for (const StepMetrics& m : history) out.push_back(m.loss);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------
+// Resume, same layout: bit-identical.
+
+struct ResumeCase {
+  std::string name;
+  std::string family = "gpt2";
+  std::int64_t dp = 1, tp = 1, pp = 1, v = 1, zero = 0, accumulation = 1;
+  bool sp = false;
+  std::string schedule = "1f1b";
+  std::string precision = "fp32";
+  bool async = true;
+};
+
+Config resume_config(const ResumeCase& c) {
+  // Global batch 8 whatever the layout.
+  Config cfg = test::small_tp_config(c.family, c.dp, c.tp, c.sp, 8 / (c.dp * c.accumulation),
+                                     c.accumulation);
+  cfg.model.n_layer = 4;
+  cfg.parallel.pp = c.pp;
+  cfg.parallel.virtual_stages = c.v;
+  cfg.parallel.pp_schedule = c.schedule;
+  cfg.parallel.zero_stage = c.zero;
+  cfg.training.precision = c.precision;
+  cfg.training.eval_interval = 5;  // evaluation between saves must not disturb anything
+  cfg.checkpoint.interval = 10;
+  cfg.checkpoint.async = c.async;
+  return cfg;
+}
+
+std::vector<ResumeCase> resume_cases() {
+  switch (world_size_env()) {
+    case 1:
+      return {{.name = "single"},
+              {.name = "single_fp16_accumulation", .accumulation = 2, .precision = "fp16"},
+              {.name = "single_bf16_sync", .precision = "bf16", .async = false}};
+    case 2:
+      return {{.name = "dp2_zero0_accumulation", .dp = 2, .accumulation = 2},
+              {.name = "dp2_zero1", .dp = 2, .zero = 1},
+              {.name = "dp2_zero3_accumulation", .dp = 2, .zero = 3, .accumulation = 2},
+              {.name = "tp2_sp_llama", .family = "llama", .tp = 2, .sp = true},
+              {.name = "pp2_1f1b", .pp = 2, .accumulation = 4},
+              {.name = "pp2_interleaved",
+               .pp = 2,
+               .v = 2,
+               .accumulation = 4,
+               .schedule = "interleaved_1f1b"}};
+    case 4:
+      return {{.name = "dp2_tp2_sp_zero3", .dp = 2, .tp = 2, .zero = 3, .sp = true},
+              {.name = "pp2_dp2_zero1_interleaved",
+               .dp = 2,
+               .pp = 2,
+               .v = 2,
+               .zero = 1,
+               .accumulation = 2,
+               .schedule = "interleaved_1f1b"},
+              {.name = "pp2_tp2_sp_1f1b_llama",
+               .family = "llama",
+               .tp = 2,
+               .pp = 2,
+               .accumulation = 4,
+               .sp = true}};
+    default:
+      return {};
+  }
+}
+
+void PrintTo(const ResumeCase& c, std::ostream* os) { *os << c.name; }
+
+class ResumeLayout : public ::testing::TestWithParam<ResumeCase> {};
+
+TEST_P(ResumeLayout, StepsAfterTheCheckpointAreBitIdentical) {
+  const ResumeCase& c = GetParam();
+  const auto world = test::runtime().world_group();
+  const fs::path dir = shared_temp_dir(*world);
+  Config first = resume_config(c);
+  first.checkpoint.dir = (dir / "first").string();
+  const std::vector<double> want = losses_of(Trainer(first, *world, quiet()).run());
+  ASSERT_EQ(want.size(), 20u);
+
+  Config second = resume_config(c);
+  second.checkpoint.dir = (dir / "second").string();
+  second.checkpoint.resume = (dir / "first" / "checkpoints" / "step-00000010").string();
+  Trainer resumed(second, *world, quiet());
+  EXPECT_EQ(resumed.start_step(), 10);
+  const std::vector<double> got = losses_of(resumed.run());
+  ASSERT_EQ(got.size(), 10u);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i], want[10 + i]) << "step " << 11 + i << " differs by " << got[i] - want[10 + i];
+  }
+  world->barrier();
+  if (world->rank() == 0) fs::remove_all(dir);
+}
+
+std::string resume_name(const ::testing::TestParamInfo<ResumeCase>& info) {
+  return info.param.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, ResumeLayout, ::testing::ValuesIn(resume_cases()), resume_name);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(ResumeLayout);
+
+// ---------------------------------------------------------------------------------------
+// Resharding: save under one layout, load under others.
+
+struct Shape5 {
+  std::int64_t dp, tp, pp, v, zero;
+};
+
+// gpt2 (4 heads, vocabulary 65 padded under tp), 4 layers, global batch 8, 1f1b or
+// interleaved. accumulation = 8 / (dp · micro_batch) with micro_batch 1 under pp (pp ≤ m).
+Config reshard_config(const Shape5& s) {
+  const std::int64_t micro = s.pp > 1 ? 1 : 8 / s.dp;
+  Config cfg = test::small_tp_config("gpt2", s.dp, s.tp, s.tp > 1, micro, 8 / (s.dp * micro));
+  cfg.model.n_layer = 4;
+  cfg.parallel.pp = s.pp;
+  cfg.parallel.virtual_stages = s.v;
+  cfg.parallel.pp_schedule = s.v > 1 ? "interleaved_1f1b" : "1f1b";
+  cfg.parallel.zero_stage = s.zero;
+  cfg.training.max_steps = 15;
+  return cfg;
+}
+
+struct ReshardCase {
+  std::string name;
+  Shape5 from;
+  std::vector<Shape5> to;
+};
+
+std::vector<ReshardCase> reshard_cases() {
+  switch (world_size_env()) {
+    case 4:
+      return {{"tp2_pp2_zero0",
+               {.dp = 1, .tp = 2, .pp = 2, .v = 1, .zero = 0},
+               {{.dp = 4, .tp = 1, .pp = 1, .v = 1, .zero = 3},
+                {.dp = 1, .tp = 1, .pp = 1, .v = 1, .zero = 0},
+                {.dp = 2, .tp = 1, .pp = 2, .v = 2, .zero = 1},
+                {.dp = 1, .tp = 4, .pp = 1, .v = 1, .zero = 0}}}};
+    case 8:
+      return {{"dp2_tp2_pp2_zero3",
+               {.dp = 2, .tp = 2, .pp = 2, .v = 1, .zero = 3},
+               {{.dp = 4, .tp = 2, .pp = 1, .v = 1, .zero = 0},
+                {.dp = 1, .tp = 1, .pp = 4, .v = 1, .zero = 0},
+                {.dp = 2, .tp = 4, .pp = 1, .v = 1, .zero = 3},
+                {.dp = 1, .tp = 2, .pp = 2, .v = 2, .zero = 0},
+                {.dp = 1, .tp = 1, .pp = 1, .v = 1, .zero = 0}}}};
+    default:
+      return {};
+  }
+}
+
+void PrintTo(const ReshardCase& c, std::ostream* os) { *os << c.name; }
+
+class Reshard : public ::testing::TestWithParam<ReshardCase> {};
+
+// fp32: another layout sums in another order (tp partial sums, dp means, ZeRO slices), ≈1e-7
+// relative per step; five Adam steps stay well inside the issue's 1e-5, while a piece loaded
+// into the wrong place (a transposed or shifted shard, a lost moment) moves the loss by ≥ 1e-3.
+constexpr double kReshardRtol = 1e-5;
+
+TEST_P(Reshard, NextStepsMatchTheRunThatDidNotStop) {
+  const ReshardCase& c = GetParam();
+  const auto world = test::runtime().world_group();
+  const fs::path dir = shared_temp_dir(*world);
+  Config source = reshard_config(c.from);
+  source.checkpoint.dir = (dir / "source").string();
+  source.checkpoint.interval = 10;
+  const std::vector<double> want = losses_of(Trainer(source, *world, quiet()).run());
+  ASSERT_EQ(want.size(), 15u);
+  const std::string checkpoint = (dir / "source" / "checkpoints" / "step-00000010").string();
+
+  for (const Shape5& to : c.to) {
+    const int size = static_cast<int>(to.dp * to.tp * to.pp);
+    const bool member = world->rank() < size;
+    const auto sub = world->split(member ? 0 : 1, world->rank(), "world");
+    if (member) {
+      Config target = reshard_config(to);
+      target.checkpoint.resume = checkpoint;
+      Trainer trainer(target, *sub, quiet());
+      const std::vector<double> got = losses_of(trainer.run());
+      ASSERT_EQ(got.size(), 5u);
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        EXPECT_NEAR(got[i], want[10 + i], kReshardRtol * want[10 + i])
+            << "to dp " << to.dp << " tp " << to.tp << " pp " << to.pp << " v " << to.v << " zero "
+            << to.zero << ", step " << 11 + i;
+      }
+    }
+    world->barrier();
+  }
+  if (world->rank() == 0) fs::remove_all(dir);
+}
+
+std::string reshard_name(const ::testing::TestParamInfo<ReshardCase>& info) {
+  return info.param.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, Reshard, ::testing::ValuesIn(reshard_cases()), reshard_name);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Reshard);
+
+// ---------------------------------------------------------------------------------------
+// Corruption, fallback, retention.
+
+Config corruption_config(int world) {
+  Config cfg = test::small_config(world, 8 / world, 1);
+  cfg.parallel.zero_stage = world > 1 ? 1 : 0;  // each rank reads only its own file
+  cfg.training.max_steps = 10;
+  cfg.checkpoint.interval = 5;
+  return cfg;
+}
+
+// The masters of every optimizer shard, copied.
+std::vector<std::vector<float>> masters_of(Trainer& t) {
+  std::vector<std::vector<float>> out;
+  for (const OptimizerShard& s : t.zero().shards()) {
+    const auto v = s.master.span_f32();
+    out.emplace_back(v.begin(), v.end());
+  }
+  return out;
+}
+
+enum class Damage { truncate, flip_byte, remove_file, foreign_metadata };
+
+class Corruption : public ::testing::TestWithParam<Damage> {};
+
+TEST_P(Corruption, IsNamedNothingIsLoadedAndAutoFallsBack) {
+  const Damage damage = GetParam();
+  const auto world = test::runtime().world_group();
+  const int last = world->size() - 1;
+  const fs::path dir = shared_temp_dir(*world);
+  Config cfg = corruption_config(world->size());
+  cfg.checkpoint.dir = dir.string();
+  Trainer(cfg, *world, quiet()).run();  // complete checkpoints at steps 5 and 10
+  const fs::path newest = dir / "checkpoints" / "step-00000010";
+  // The last rank's shard is damaged: under ZeRO-1 only that rank reads it, so the others
+  // must learn the verdict from it.
+  const fs::path shard = newest / fmt::format("rank-{:05d}.safetensors", last);
+  std::string culprit = shard.string();
+  if (world->rank() == 0) {
+    switch (damage) {
+      case Damage::truncate:
+        fs::resize_file(shard, fs::file_size(shard) - 100);
+        break;
+      case Damage::flip_byte: {
+        std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+        f.seekg(-7, std::ios::end);
+        char b = 0;
+        f.read(&b, 1);
+        b = static_cast<char>(b ^ 0x10);
+        f.seekp(-7, std::ios::end);
+        f.write(&b, 1);
+        break;
+      }
+      case Damage::remove_file:
+        fs::remove(shard);
+        break;
+      case Damage::foreign_metadata: {
+        Config other = corruption_config(world->size());
+        other.model.n_layer = 3;
+        other.checkpoint.dir = (dir / "other").string();
+        other.training.max_steps = 5;
+        const auto self = test::runtime().self_group();
+        other.parallel.dp = 1;
+        other.parallel.zero_stage = 0;
+        other.training.micro_batch = 8;
+        Trainer(other, *self, quiet()).run();
+        fs::copy_file(dir / "other" / "checkpoints" / "step-00000005" / "metadata.json",
+                      newest / "metadata.json", fs::copy_options::overwrite_existing);
+        break;
+      }
+    }
+  }
+  if (damage == Damage::foreign_metadata) culprit = "model.n_layer: 3 vs 2";
+  world->barrier();
+
+  // An explicit directory: a DataError naming the culprit on every rank, the model untouched.
+  Config load = corruption_config(world->size());
+  load.checkpoint.dir = (dir / "load").string();
+  Trainer fresh(load, *world, quiet());
+  const auto before = masters_of(fresh);
+  try {
+    fresh.load_checkpoint(newest);
+    ADD_FAILURE() << "a damaged checkpoint loaded";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find(culprit), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(masters_of(fresh), before) << "a failed load changed the weights";
+  EXPECT_EQ(fresh.start_step(), 0);
+
+  // resume = "auto": the previous complete checkpoint.
+  Config autoload = corruption_config(world->size());
+  autoload.checkpoint.dir = dir.string();
+  autoload.checkpoint.resume = "auto";
+  Trainer resumed(autoload, *world, quiet());
+  EXPECT_EQ(resumed.start_step(), 5);
+  world->barrier();
+  if (world->rank() == 0) fs::remove_all(dir);
+}
+
+std::string damage_name(const ::testing::TestParamInfo<Damage>& info) {
+  constexpr const char* kNames[] = {"truncated_shard", "flipped_byte", "missing_file",
+                                    "foreign_metadata"};
+  return kNames[static_cast<int>(info.param)];
+}
+
+INSTANTIATE_TEST_SUITE_P(Damages, Corruption,
+                         ::testing::Values(Damage::truncate, Damage::flip_byte, Damage::remove_file,
+                                           Damage::foreign_metadata),
+                         damage_name);
+
+TEST(CheckpointRetention, KeepsTheNewestCompleteAndNeverLoadsAnIncompleteOne) {
+  const auto world = test::runtime().world_group();
+  const fs::path dir = shared_temp_dir(*world);
+  Config cfg = corruption_config(world->size());
+  cfg.checkpoint.dir = dir.string();
+  cfg.training.max_steps = 20;
+  cfg.checkpoint.keep_last = 2;
+  Trainer(cfg, *world, quiet()).run();
+  const std::vector<fs::path> complete = complete_checkpoints(dir / "checkpoints");
+  ASSERT_EQ(complete.size(), 2u);
+  EXPECT_EQ(complete[0].filename(), "step-00000020");
+  EXPECT_EQ(complete[1].filename(), "step-00000015");
+  EXPECT_FALSE(fs::exists(dir / "checkpoints" / "step-00000010"));
+  // A newer directory without COMPLETE (a save that died) is skipped by auto.
+  world->barrier();
+  if (world->rank() == 0) {
+    fs::copy(complete[0], dir / "checkpoints" / "step-00000025");
+    fs::remove(dir / "checkpoints" / "step-00000025" / "COMPLETE");
+  }
+  world->barrier();
+  cfg.checkpoint.resume = "auto";
+  Trainer resumed(cfg, *world, quiet());
+  EXPECT_EQ(resumed.start_step(), 20);
+  EXPECT_THROW(resumed.load_checkpoint(dir / "checkpoints" / "step-00000025"), DataError);
+  world->barrier();
+  if (world->rank() == 0) fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace meshtrain
