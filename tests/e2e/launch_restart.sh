@@ -60,10 +60,14 @@ rank_pid() {
 latest_step() {
   { tail -n 1 "$WORK/run.jsonl" 2>/dev/null || true; } | sed -n 's/.*"step":\([0-9]*\).*/\1/p'
 }
+# Kill at step K once the checkpoint before K is complete (async writing may lag a step or
+# two); at the latest at the step before the next checkpoint, so the kill stays between
+# checkpoints even when none appears.
+BEFORE=$(printf '%s/run/checkpoints/step-%08d/COMPLETE' "$WORK" $((K / 10 * 10)))
 killed=""
 while kill -0 "$LAUNCHER" 2>/dev/null; do
   step=$(latest_step)
-  if [[ -n $step ]] && ((step >= K)); then
+  if [[ -n $step ]] && ((step >= K)) && { [[ -e $BEFORE ]] || ((step >= K / 10 * 10 + 9)); }; then
     victim=$(rank_pid "$R")
     other=$(rank_pid $((1 - R)))
     if [[ -n $victim && -n $other ]]; then
