@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The launcher restarts a job after kill -9 of one rank (docs/resilience.md, "Launcher").
+# 0. Its argument errors, and a bad config through it, exit 2 (not restarted).
 # 1. An uninterrupted 40-step run on 2 data-parallel ranks, a checkpoint every 10 steps.
 # 2. The same job under `meshtrain launch -n 2 --max-restarts 2`; once the metrics show a
 #    random step K between checkpoints (11–39, not a multiple of 10), a random rank gets
@@ -34,6 +35,27 @@ fail() {
 JOB=(train "$CONFIG" --parallel.dp 2 --training.micro_batch 6 --training.max_steps 40
   --training.eval_interval 20 --training.eval_batches 4 --training.threads 1 --data.dir "$DATA"
   --checkpoint.interval 10)
+
+# 0. The launcher's own argument errors exit 2 before anything runs, and a job that fails
+#    with exit code 2 (bad configuration) is not restarted.
+expect_error() {
+  local text=$1
+  shift
+  local out rc=0
+  out=$("$@" 2>&1) || rc=$?
+  ((rc == 2)) || { echo "FAIL: exit $rc, expected 2: $*"; echo "$out"; exit 1; }
+  [[ $out == *"$text"* ]] || { echo "FAIL: message lacks '$text': $*"; echo "$out"; exit 1; }
+}
+expect_error "-n must be at least 1, got 0" "$BIN" launch -n 0 -- train "$CONFIG"
+expect_error "missing \`--\`" "$BIN" launch -n 2 train "$CONFIG"
+expect_error "no command after \`--\`" "$BIN" launch -n 2 --
+expect_error "must be \`train\` (got 'sample')" "$BIN" launch -n 2 -- sample "$WORK"
+expect_error "no_such_mpirun not found on PATH" "$BIN" launch -n 2 --mpirun no_such_mpirun -- \
+  train "$CONFIG"
+expect_error "not restarting: exit code 2 means a bad configuration" "$BIN" launch -n 2 \
+  --mpirun-args "--oversubscribe --bind-to none" -- "${JOB[@]}" --parallel.dp 3 \
+  --checkpoint.dir "$WORK/bad"
+echo "argument errors ok: 6 cases exit 2 with their message, a bad config is not restarted"
 
 # 1. Uninterrupted.
 mpirun --oversubscribe --bind-to none -np 2 "$BIN" "${JOB[@]}" --checkpoint.dir "$WORK/ref" \

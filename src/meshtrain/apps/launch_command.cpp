@@ -59,6 +59,10 @@ int run_launch(const LaunchArgs& args) {
   if (!args.separator) {
     return usage_error("missing `--` between the launcher's options and the job's command");
   }
+  if (!args.unexpected.empty()) {
+    return usage_error(fmt::format("unexpected '{}' before `--`: the job's command goes after `--`",
+                                   args.unexpected.front()));
+  }
   if (args.command.empty()) return usage_error("no command after `--`");
   if (args.command.front() != "train") {
     return usage_error(fmt::format(

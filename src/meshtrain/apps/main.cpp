@@ -104,9 +104,7 @@ int main(int argc, char** argv) {
   if (*prepare_cmd) return run_prepare(prepare);
   if (*sample_cmd) return run_sample(sample);
   if (*launch_cmd) {
-    if (!launch_cmd->remaining().empty()) {
-      launch.separator = false;  // words before `--` that are no option: `--` is missing there
-    }
+    launch.unexpected = launch_cmd->remaining();  // words before `--` that are no option
     return run_launch(launch);
   }
   train.overrides = train_cmd->remaining();
