@@ -168,8 +168,14 @@ Attempt run_attempt(const std::vector<std::string>& argv, const SupervisorIo& io
   const auto start = std::chrono::steady_clock::now();
   std::array<int, 2> out_pipe = {-1, -1};
   std::array<int, 2> err_pipe = {-1, -1};
-  if (::pipe2(out_pipe.data(), O_CLOEXEC) != 0 || ::pipe2(err_pipe.data(), O_CLOEXEC) != 0) {
+  if (::pipe2(out_pipe.data(), O_CLOEXEC) != 0) {
     attempt.spawn_errno = errno;
+    return attempt;
+  }
+  if (::pipe2(err_pipe.data(), O_CLOEXEC) != 0) {
+    attempt.spawn_errno = errno;
+    ::close(out_pipe[0]);
+    ::close(out_pipe[1]);
     return attempt;
   }
   const pid_t pid = spawn(argv, out_pipe[1], err_pipe[1], attempt.spawn_errno);
