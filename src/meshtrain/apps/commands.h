@@ -33,4 +33,17 @@ struct SampleArgs {
 };
 int run_sample(const SampleArgs& args);
 
+struct LaunchArgs {
+  int ranks = 0;                        // -n
+  int max_restarts = 3;                 // --max-restarts
+  std::string mpirun = "mpirun";        // --mpirun: a path, or a name looked up on PATH
+  std::string mpirun_args;              // --mpirun-args: extra mpirun arguments, one string
+  bool separator = false;               // `--` was given
+  std::vector<std::string> unexpected;  // words before `--` that are no launcher option
+  std::vector<std::string> command;     // after `--`: train <config> [overrides...]
+};
+// Runs the job under mpirun and restarts it from the newest complete checkpoint when it fails.
+// Does not initialise MPI.
+int run_launch(const LaunchArgs& args);
+
 }  // namespace meshtrain

@@ -1,4 +1,4 @@
-// src/meshtrain/apps/main.cpp — the `meshtrain` command line: prepare, train, sample.
+// src/meshtrain/apps/main.cpp — the `meshtrain` command line: prepare, train, sample, launch.
 // The only place that parses argv and turns errors into messages and exit codes:
 //   0 success, 1 internal or runtime error, 2 bad configuration or arguments, 3 bad data file.
 #include <fmt/format.h>
@@ -53,24 +53,60 @@ int main(int argc, char** argv) {
       ->default_val(200);
   sample_cmd->add_option("--seed", sample.seed, "sampling seed")->default_val(1337);
 
+  LaunchArgs launch;
+  CLI::App* launch_cmd = app.add_subcommand(
+      "launch", "run `train` under mpirun; restart it from the newest checkpoint when a rank dies");
+  launch_cmd->add_option("-n", launch.ranks, "number of ranks (mpirun -np)")->required();
+  launch_cmd->add_option("--max-restarts", launch.max_restarts, "restarts after failures")
+      ->default_val(3);
+  launch_cmd->add_option("--mpirun", launch.mpirun, "mpirun to use: a path or a name on PATH")
+      ->default_val("mpirun");
+  launch_cmd->add_option("--mpirun-args", launch.mpirun_args,
+                         "extra mpirun arguments in one string, e.g. \"--bind-to none\"");
+  launch_cmd->allow_extras();  // a command without `--` is reported by run_launch
+  launch_cmd->footer(
+      "Usage: meshtrain launch -n N [--max-restarts K] -- train <config> [--section.key value "
+      "...]\n"
+      "Runs mpirun -np N <this meshtrain> train ... (adding --oversubscribe --bind-to none when N "
+      "exceeds\nthe cores). When the job fails (a rank dies, a peer times out), every process of "
+      "it is ended\nand it starts again with --checkpoint.resume auto, up to K times. Exit codes "
+      "2 (configuration)\nand 3 (data) are not retried. See docs/resilience.md, \"Launcher\".");
+
   if (argc > 1 && argv[1][0] != '-') {
     const std::string_view command = argv[1];
-    if (command != "prepare" && command != "train" && command != "sample") {
+    if (command != "prepare" && command != "train" && command != "sample" && command != "launch") {
       fmt::print(stderr,
-                 "meshtrain: unknown command '{}'; the commands are prepare, train and sample "
-                 "(meshtrain --help)\n",
+                 "meshtrain: unknown command '{}'; the commands are prepare, train, sample and "
+                 "launch (meshtrain --help)\n",
                  command);
       return 2;
     }
   }
+  // launch: what follows `--` is the job's command, passed on untouched; CLI11 sees only the
+  // launcher's own options.
+  int parsed_argc = argc;
+  if (argc > 1 && std::string_view(argv[1]) == "launch") {
+    for (int i = 2; i < argc; ++i) {
+      if (std::string_view(argv[i]) == "--") {
+        parsed_argc = i;
+        launch.separator = true;
+        launch.command.assign(argv + i + 1, argv + argc);
+        break;
+      }
+    }
+  }
   try {
-    app.parse(argc, argv);
+    app.parse(parsed_argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
 
   if (*prepare_cmd) return run_prepare(prepare);
   if (*sample_cmd) return run_sample(sample);
+  if (*launch_cmd) {
+    launch.unexpected = launch_cmd->remaining();  // words before `--` that are no option
+    return run_launch(launch);
+  }
   train.overrides = train_cmd->remaining();
   MpiRuntime runtime(&argc, &argv);
   return run_train(train, runtime);

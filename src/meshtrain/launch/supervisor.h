@@ -1,0 +1,29 @@
+// src/meshtrain/launch/supervisor.h
+//
+// Runs a job's mpirun as a child process and restarts it after a failure (docs/resilience.md,
+// "Launcher"). POSIX processes only: the launcher never initialises MPI, so it outlives the
+// ranks it supervises. What to run and whether to restart come from launch/launch_plan.h.
+#pragma once
+
+#include <cstdio>
+
+#include "meshtrain/launch/launch_plan.h"
+
+namespace meshtrain {
+
+struct SupervisorIo {
+  int out_fd = 1;           // mpirun's stdout is copied here ...
+  int err_fd = 2;           // ... and its stderr here, as it arrives
+  std::FILE* log = stderr;  // the launcher's own lines, "meshtrain launch: ..."
+};
+
+/// Runs mpirun_argv(plan, restart) until it exits 0, fails in a way a restart cannot fix, or
+/// max_restarts restarts are used. Each attempt runs in its own session with stdin from
+/// /dev/null; SIGINT, SIGTERM and SIGHUP sent to the launcher are passed to mpirun (and end
+/// the restarts). After every attempt, any process of its session that outlived mpirun is
+/// killed (SIGKILL) and reaped, so the next attempt starts alone. Returns the last attempt's
+/// exit code (128 + signal when mpirun itself died of a signal), or 1 when mpirun could not
+/// be started.
+int supervise(const LaunchPlan& plan, int max_restarts, const SupervisorIo& io = {});
+
+}  // namespace meshtrain

@@ -1,0 +1,298 @@
+// meshtrain launch (launch/launch_plan.h, launch/supervisor.h): the mpirun command of each
+// attempt, what mpirun's messages say about the failed rank, the retry policy, and the
+// supervision loop itself driven by a fake mpirun (a shell script) — no MPI needed.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "meshtrain/launch/launch_plan.h"
+#include "meshtrain/launch/supervisor.h"
+
+namespace meshtrain {
+namespace {
+
+using Args = std::vector<std::string>;
+
+TEST(LaunchPlan, RestartAppendsResumeAuto) {
+  EXPECT_EQ(with_resume_auto({"train", "c.toml", "--training.max_steps", "40"}),
+            (Args{"train", "c.toml", "--training.max_steps", "40", "--checkpoint.resume", "auto"}));
+}
+
+TEST(LaunchPlan, RestartReplacesAnExplicitResume) {
+  EXPECT_EQ(
+      with_resume_auto({"train", "c.toml", "--checkpoint.resume", "runs/x/step-10", "--a", "1"}),
+      (Args{"train", "c.toml", "--a", "1", "--checkpoint.resume", "auto"}));
+  EXPECT_EQ(with_resume_auto({"train", "c.toml", "--checkpoint.resume=", "--checkpoint.resume=d"}),
+            (Args{"train", "c.toml", "--checkpoint.resume", "auto"}));
+  // A key that only starts like it is left alone.
+  EXPECT_EQ(with_resume_auto({"train", "c.toml", "--checkpoint.resume_x", "1"}),
+            (Args{"train", "c.toml", "--checkpoint.resume_x", "1", "--checkpoint.resume", "auto"}));
+}
+
+TEST(LaunchPlan, MpirunArgvOversubscribesOnlyBeyondTheCores) {
+  LaunchPlan plan = {.ranks = 2,
+                     .cores = 2,
+                     .mpirun = "/usr/bin/mpirun",
+                     .mpirun_args = {"-x", "FOO"},
+                     .program = "/opt/meshtrain",
+                     .command = {"train", "c.toml", "--checkpoint.resume", "d"}};
+  EXPECT_EQ(mpirun_argv(plan, false),
+            (Args{"/usr/bin/mpirun", "-np", "2", "-x", "FOO", "/opt/meshtrain", "train", "c.toml",
+                  "--checkpoint.resume", "d"}));
+  plan.ranks = 4;
+  EXPECT_EQ(mpirun_argv(plan, true),
+            (Args{"/usr/bin/mpirun", "-np", "4", "--oversubscribe", "--bind-to", "none", "-x",
+                  "FOO", "/opt/meshtrain", "train", "c.toml", "--checkpoint.resume", "auto"}));
+}
+
+TEST(LaunchPlan, SplitArgumentsKeepsQuotedBlanks) {
+  EXPECT_EQ(split_arguments("  --bind-to none  -x 'A=1 2' \"\" "),
+            (Args{"--bind-to", "none", "-x", "A=1 2", ""}));
+  EXPECT_EQ(split_arguments(""), Args{});
+  EXPECT_FALSE(split_arguments("-x 'open"));
+}
+
+// OpenMPI 4.1's messages, as captured on this machine (kill -9 of rank 1; rank 1 exit 3).
+constexpr std::string_view kKilled =
+    "--------------------------------------------------------------------------\n"
+    "Primary job  terminated normally, but 1 process returned\n"
+    "a non-zero exit code. Per user-direction, the job has been aborted.\n"
+    "--------------------------------------------------------------------------\n"
+    "--------------------------------------------------------------------------\n"
+    "mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9 (Killed).\n"
+    "--------------------------------------------------------------------------\n";
+constexpr std::string_view kExitCode =
+    "--------------------------------------------------------------------------\n"
+    "mpirun detected that one or more processes exited with non-zero status, thus causing\n"
+    "the job to be terminated. The first process to do so was:\n"
+    "\n"
+    "  Process name: [[10315,1],1]\n"
+    "  Exit code:    3\n"
+    "--------------------------------------------------------------------------\n";
+
+TEST(MpirunOutputScanner, FindsTheKilledRankAndSignalInAnyChunking) {
+  for (const std::size_t chunk : {std::size_t{1}, std::size_t{7}, kKilled.size()}) {
+    SCOPED_TRACE(fmt::format("chunks of {}", chunk));
+    MpirunOutputScanner scanner;
+    scanner.feed("step    12/40 | loss 2.9 ...\n");
+    for (std::size_t at = 0; at < kKilled.size(); at += chunk)
+      scanner.feed(kKilled.substr(at, chunk));
+    scanner.finish();
+    const FailedRank& f = scanner.failed();
+    ASSERT_TRUE(f.rank && f.signal);
+    EXPECT_EQ(*f.rank, 1);
+    EXPECT_EQ(*f.signal, 9);
+    EXPECT_EQ(f.signal_name, "Killed");
+    EXPECT_FALSE(f.exit_code);
+    EXPECT_EQ(describe_failure({.signaled = false, .code = 137}, f),
+              "rank 1 exited on signal 9 (Killed)");
+  }
+}
+
+TEST(MpirunOutputScanner, FindsTheRankAndExitCode) {
+  MpirunOutputScanner scanner;
+  scanner.feed(kExitCode);
+  const FailedRank& f = scanner.failed();
+  ASSERT_TRUE(f.rank && f.exit_code);
+  EXPECT_EQ(*f.rank, 1);
+  EXPECT_EQ(*f.exit_code, 3);
+  EXPECT_FALSE(f.signal);
+  EXPECT_EQ(describe_failure({.signaled = false, .code = 3}, f), "rank 1 exited with code 3");
+}
+
+TEST(MpirunOutputScanner, FirstRankNamedWinsAndLastLineNeedsNoNewline) {
+  MpirunOutputScanner scanner;
+  scanner.feed(
+      "mpirun noticed that process rank 0 with PID 77 on node a exited on signal 11 "
+      "(Segmentation fault).\n");
+  scanner.feed(
+      "mpirun noticed that process rank 3 with PID 78 on node a exited on signal 9 (Killed).");
+  scanner.finish();
+  EXPECT_EQ(*scanner.failed().rank, 0);
+  EXPECT_EQ(scanner.failed().signal_name, "Segmentation fault");
+
+  MpirunOutputScanner unlaunchable;
+  unlaunchable.feed("mpirun was unable to launch the specified application as it could not access");
+  unlaunchable.finish();
+  EXPECT_TRUE(unlaunchable.failed().launch_failed);
+}
+
+TEST(MpirunOutputScanner, NothingRecognisedLeavesOnlyMpirunsStatus) {
+  MpirunOutputScanner scanner;
+  scanner.feed("Exit code: 4\nProcess name: garbage\nrank 1 said hello\n");
+  EXPECT_FALSE(scanner.failed().rank);
+  EXPECT_EQ(describe_failure({.signaled = false, .code = 1}, scanner.failed()),
+            "mpirun exited with code 1");
+  EXPECT_EQ(describe_failure({.signaled = true, .code = 9}, scanner.failed()),
+            "mpirun was killed by signal 9 (Killed)");
+}
+
+FailedRank rank_signaled(int rank, int signal, std::string name) {
+  FailedRank f;
+  f.rank = rank;
+  f.signal = signal;
+  f.signal_name = std::move(name);
+  return f;
+}
+FailedRank rank_exited(int rank, int code) {
+  FailedRank f;
+  f.rank = rank;
+  f.exit_code = code;
+  return f;
+}
+FailedRank launch_failure() {
+  FailedRank f;
+  f.launch_failed = true;
+  return f;
+}
+
+TEST(RetryPolicy, RestartsUntilTheBudgetIsSpent) {
+  const FailedRank killed = rank_signaled(1, 9, "Killed");
+  const AttemptStatus status = {.signaled = false, .code = 137};
+  EXPECT_TRUE(decide_retry(status, killed, false, 0, 2).restart);
+  EXPECT_TRUE(decide_retry(status, killed, false, 1, 2).restart);
+  const RetryDecision spent = decide_retry(status, killed, false, 2, 2);
+  EXPECT_FALSE(spent.restart);
+  EXPECT_EQ(spent.reason, "all 2 restarts used");
+  EXPECT_FALSE(decide_retry(status, killed, false, 0, 0).restart);
+  // Exit code 1 (a runtime error, e.g. a peer timed out) and mpirun dying of a signal: retried.
+  EXPECT_TRUE(decide_retry({.signaled = false, .code = 1}, {}, false, 0, 1).restart);
+  EXPECT_TRUE(decide_retry({.signaled = true, .code = 9}, {}, false, 0, 1).restart);
+}
+
+TEST(RetryPolicy, ConfigAndDataErrorsSuccessAndInterruptsAreNotRetried) {
+  EXPECT_FALSE(decide_retry({.signaled = false, .code = 0}, {}, false, 0, 3).restart);
+  const RetryDecision config = decide_retry({.signaled = false, .code = 2}, {}, false, 0, 3);
+  EXPECT_FALSE(config.restart);
+  EXPECT_NE(config.reason.find("bad configuration"), std::string::npos) << config.reason;
+  const RetryDecision data =
+      decide_retry({.signaled = false, .code = 3}, rank_exited(1, 3), false, 0, 3);
+  EXPECT_FALSE(data.restart);
+  EXPECT_NE(data.reason.find("bad data"), std::string::npos) << data.reason;
+  // A rank's own code counts, whatever mpirun returns.
+  EXPECT_FALSE(
+      decide_retry({.signaled = false, .code = 1}, rank_exited(0, 2), false, 0, 3).restart);
+  EXPECT_FALSE(decide_retry({.signaled = true, .code = 15}, {}, true, 0, 3).restart);
+  EXPECT_FALSE(decide_retry({.signaled = false, .code = 1}, launch_failure(), false, 0, 3).restart);
+}
+
+// The supervision loop against a fake mpirun: a script that logs its arguments and fails the
+// way mpirun does for its first `fails` calls.
+class FakeMpirun : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           fmt::format("meshtrain_launch_test_{}_{}", ::getpid(),
+                       ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // The fake prints a line to stdout, then for its first `fails` calls `failure` to stderr and
+  // exits with `code`; later calls exit 0.
+  std::string write_fake(int fails, std::string_view failure, int code) {
+    const std::string path = (dir_ / "mpirun").string();
+    std::ofstream(path) << fmt::format(
+        "#!/bin/bash\n"
+        "n=$(cat '{0}/calls' 2>/dev/null || echo 0); n=$((n + 1)); echo $n > '{0}/calls'\n"
+        "echo \"$*\" >> '{0}/argv'\n"
+        "echo \"attempt $n\"\n"
+        "if [ $n -le {1} ]; then printf '%s' '{2}' >&2; exit {3}; fi\n"
+        "exit 0\n",
+        dir_.string(), fails, failure, code);
+    ::chmod(path.c_str(), 0755);
+    return path;
+  }
+
+  struct Run {
+    int code;
+    std::string log;
+    std::vector<std::string> argv;  // one line per mpirun call
+    std::string out;                // what the launcher passed through to its stdout
+  };
+  Run supervise_fake(const std::string& mpirun, int max_restarts) {
+    const LaunchPlan plan = {.ranks = 2,
+                             .cores = 2,
+                             .mpirun = mpirun,
+                             .mpirun_args = {},
+                             .program = "/bin/meshtrain",
+                             .command = {"train", "c.toml", "--checkpoint.resume", "x"}};
+    std::FILE* log = std::tmpfile();
+    std::FILE* out = std::tmpfile();
+    std::FILE* err = std::tmpfile();
+    const int code = supervise(plan, max_restarts,
+                               {.out_fd = ::fileno(out), .err_fd = ::fileno(err), .log = log});
+    Run run{.code = code, .log = read_all(log), .argv = {}, .out = read_all(out)};
+    std::fclose(log);
+    std::fclose(out);
+    std::fclose(err);
+    std::ifstream argv_file(dir_ / "argv");
+    for (std::string line; std::getline(argv_file, line);) run.argv.push_back(line);
+    return run;
+  }
+
+  static std::string read_all(std::FILE* f) {
+    std::fflush(f);
+    std::rewind(f);
+    std::string text;
+    for (int c = std::fgetc(f); c != EOF; c = std::fgetc(f)) text += static_cast<char>(c);
+    return text;
+  }
+
+  std::filesystem::path dir_;
+};
+
+TEST_F(FakeMpirun, KilledRankIsRestartedWithResumeAutoAndTheLogSaysWhy) {
+  const Run run = supervise_fake(write_fake(1, kKilled, 137), 3);
+  EXPECT_EQ(run.code, 0) << run.log;
+  ASSERT_EQ(run.argv.size(), 2U) << run.log;
+  EXPECT_EQ(run.argv[0], "-np 2 /bin/meshtrain train c.toml --checkpoint.resume x");
+  EXPECT_EQ(run.argv[1], "-np 2 /bin/meshtrain train c.toml --checkpoint.resume auto");
+  EXPECT_NE(run.log.find("meshtrain launch: restart 1 of 3: rank 1 exited on signal 9 (Killed) "
+                         "after "),
+            std::string::npos)
+      << run.log;
+  EXPECT_NE(run.log.find("resuming from the newest complete checkpoint"), std::string::npos);
+  EXPECT_NE(run.log.find("the job finished after 1 restart\n"), std::string::npos) << run.log;
+  EXPECT_EQ(run.out, "attempt 1\nattempt 2\n");  // passed through
+}
+
+TEST_F(FakeMpirun, GivesUpAfterMaxRestartsWithTheLastExitCode) {
+  const Run run = supervise_fake(write_fake(5, kKilled, 137), 2);
+  EXPECT_EQ(run.code, 137) << run.log;
+  EXPECT_EQ(run.argv.size(), 3U) << run.log;
+  EXPECT_NE(run.log.find("restart 2 of 2: rank 1"), std::string::npos) << run.log;
+  EXPECT_NE(run.log.find("not restarting: all 2 restarts used (exit code 137)"), std::string::npos)
+      << run.log;
+}
+
+TEST_F(FakeMpirun, BadDataIsNotRetried) {
+  const Run run = supervise_fake(write_fake(1, kExitCode, 3), 3);
+  EXPECT_EQ(run.code, 3) << run.log;
+  EXPECT_EQ(run.argv.size(), 1U) << run.log;
+  EXPECT_NE(run.log.find("rank 1 exited with code 3 after"), std::string::npos) << run.log;
+  EXPECT_NE(run.log.find("not restarting: exit code 3 means a bad data file; a restart cannot fix "
+                         "it (exit code 3)"),
+            std::string::npos)
+      << run.log;
+}
+
+TEST_F(FakeMpirun, AnUnexecutableMpirunIsReported) {
+  const std::string path = (dir_ / "not_executable").string();
+  std::ofstream(path) << "x";
+  const Run run = supervise_fake(path, 3);
+  EXPECT_EQ(run.code, 1);
+  EXPECT_NE(run.log.find("cannot run " + path), std::string::npos) << run.log;
+}
+
+}  // namespace
+}  // namespace meshtrain
