@@ -5,7 +5,11 @@
 // scale grows on every rank. Under ZeRO-1 too (each rank then only sees its own slices).
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <cstring>
+#include <limits>
+#include <string>
 #include <vector>
 
 #include "../support/test_config.h"
@@ -79,6 +83,49 @@ TEST_P(ScalerAgreement, EveryRankSkipsTheOverflowingStepAndKeepsTheSameScale) {
 }
 
 INSTANTIATE_TEST_SUITE_P(ZeroStages, ScalerAgreement, ::testing::Values(0, 1));
+
+// Issue 6, item 8: outside fp16 a NaN in one rank's gradient stops the run before the update,
+// and the message every rank throws names that rank, the step and the parameter.
+TEST(NonFiniteGradient, IsReportedWithRankStepAndParameterOnEveryRank) {
+  MpiRuntime& rt = test::runtime();
+  const int world_size = rt.world_size();
+  Config c = test::small_config(world_size, 2, 1);
+  c.parallel.zero_stage = world_size > 1 ? 1 : 0;
+  TrainerOptions options = test::quiet();
+  options.inject_inf_step = 2;
+  options.inject_inf_rank = world_size - 1;
+  options.inject_value = std::numeric_limits<float>::quiet_NaN();
+  const auto world = rt.world_group();
+  Trainer trainer(c, *world, options);
+  // The hook writes into the rank's first non-empty optimizer shard.
+  std::string culprit;
+  for (const OptimizerShard& s : trainer.zero().shards()) {
+    if (s.grad.numel() > 0) {
+      culprit = s.param->name;
+      break;
+    }
+  }
+  std::int64_t length = static_cast<std::int64_t>(culprit.size());
+  world->broadcast(std::as_writable_bytes(std::span<std::int64_t>(&length, 1)), world_size - 1);
+  culprit.resize(static_cast<std::size_t>(length));
+  world->broadcast(std::as_writable_bytes(std::span<char>(culprit)), world_size - 1);
+  for (int s = 0; s < 2; ++s) {
+    const Trainer::Gradients g = trainer.compute_gradients(s);
+    trainer.apply_update(s, g.grad_norm);
+  }
+  const Tensor before = trainer.zero().shards().front().master.clone(MemCategory::other);
+  try {
+    trainer.compute_gradients(2);
+    ADD_FAILURE() << "a NaN gradient passed";
+  } catch (const TrainingDiverged& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("at step 3"), std::string::npos) << what;
+    EXPECT_NE(what.find(fmt::format("rank {}: {}", world_size - 1, culprit)), std::string::npos)
+        << what;
+  }
+  const Tensor after = trainer.zero().shards().front().master;
+  EXPECT_EQ(std::memcmp(before.f32(), after.f32(), static_cast<std::size_t>(after.bytes())), 0);
+}
 
 }  // namespace
 }  // namespace meshtrain

@@ -46,4 +46,12 @@ struct LaunchArgs {
 // Does not initialise MPI.
 int run_launch(const LaunchArgs& args);
 
+struct ReshardArgs {
+  std::string checkpoint;               // a complete checkpoint directory
+  std::string out_root;                 // where step-N is written
+  std::vector<std::string> overrides;   // --section.key value ... on the checkpoint's config
+};
+// Writes the checkpoint re-cut for the layout the overrides describe. Does not initialise MPI.
+int run_reshard(const ReshardArgs& args);
+
 }  // namespace meshtrain

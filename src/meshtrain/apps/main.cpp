@@ -1,9 +1,12 @@
-// src/meshtrain/apps/main.cpp — the `meshtrain` command line: prepare, train, sample, launch.
+// src/meshtrain/apps/main.cpp — the `meshtrain` command line: prepare, train, sample, launch,
+// reshard.
 // The only place that parses argv and turns errors into messages and exit codes:
 //   0 success, 1 internal or runtime error, 2 bad configuration or arguments, 3 bad data file.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <string_view>
@@ -72,13 +75,30 @@ int main(int argc, char** argv) {
       "it is ended\nand it starts again with --checkpoint.resume auto, up to K times. Exit codes "
       "2 (configuration)\nand 3 (data) are not retried. See docs/resilience.md, \"Launcher\".");
 
+  ReshardArgs reshard;
+  CLI::App* reshard_cmd = app.add_subcommand(
+      "reshard", "rewrite a sharded checkpoint for another layout (offline, no MPI)");
+  reshard_cmd->add_option("checkpoint", reshard.checkpoint, "complete checkpoint directory")
+      ->required();
+  reshard_cmd->add_option("out", reshard.out_root,
+                          "checkpoints folder to write step-N into (e.g. runs/x/checkpoints)")
+      ->required();
+  reshard_cmd->allow_extras();
+  reshard_cmd->footer(
+      "The target layout is the checkpoint's config with the overrides that follow, e.g.\n"
+      "  meshtrain reshard runs/a/checkpoints/step-00000500 runs/b/checkpoints --parallel.tp 2 "
+      "--parallel.dp 1\nA run with --checkpoint.dir runs/b --checkpoint.resume auto then "
+      "continues from it.");
+
   if (argc > 1 && argv[1][0] != '-') {
     const std::string_view command = argv[1];
-    if (command != "prepare" && command != "train" && command != "sample" && command != "launch") {
-      fmt::print(stderr,
-                 "meshtrain: unknown command '{}'; the commands are prepare, train, sample and "
-                 "launch (meshtrain --help)\n",
-                 command);
+    std::vector<std::string> names;
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+      names.push_back(sub->get_name());
+    }
+    if (std::find(names.begin(), names.end(), command) == names.end()) {
+      fmt::print(stderr, "meshtrain: unknown command '{}'; the commands are {} (meshtrain --help)\n",
+                 command, fmt::join(names, ", "));
       return 2;
     }
   }
@@ -102,6 +122,10 @@ int main(int argc, char** argv) {
   }
 
   if (*prepare_cmd) return run_prepare(prepare);
+  if (*reshard_cmd) {
+    reshard.overrides = reshard_cmd->remaining();
+    return run_reshard(reshard);
+  }
   if (*sample_cmd) return run_sample(sample);
   if (*launch_cmd) {
     launch.unexpected = launch_cmd->remaining();  // words before `--` that are no option

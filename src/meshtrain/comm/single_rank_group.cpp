@@ -1,23 +1,34 @@
 #include "meshtrain/comm/single_rank_group.h"
 
+#include <vector>
+
 #include "meshtrain/core/error.h"
 
 namespace meshtrain {
 namespace {
 
-class SingleRankGroup final : public ProcessGroup {
+std::vector<int> iota(int size) {
+  std::vector<int> ranks(static_cast<std::size_t>(size));
+  for (int r = 0; r < size; ++r) ranks[static_cast<std::size_t>(r)] = r;
+  return ranks;
+}
+
+// Rank `rank` of `size` without a backend. ProcessGroup never calls the backend for a group
+// of one rank, and a layout-only group must never communicate: reaching it is a bug.
+class DetachedGroup final : public ProcessGroup {
  public:
-  explicit SingleRankGroup(std::string axis_name) : ProcessGroup(0, {0}, std::move(axis_name)) {}
+  DetachedGroup(int rank, int size, std::string axis_name)
+      : ProcessGroup(rank, iota(size), std::move(axis_name)) {}
 
   std::unique_ptr<ProcessGroup> split(int /*color*/, int /*key*/,
                                       std::string axis_name) const override {
-    return std::make_unique<SingleRankGroup>(std::move(axis_name));
+    MT_CHECK(size() == 1, "a detached group of {} ranks cannot split", size());
+    return std::make_unique<DetachedGroup>(0, 1, std::move(axis_name));
   }
 
  protected:
-  // ProcessGroup never calls the backend for a group of one rank; reaching here is a bug.
   [[noreturn]] static void unreachable() {
-    MT_CHECK(false, "a single-rank group reached its backend");
+    MT_CHECK(false, "a group without a backend (single rank or layout only) tried to communicate");
     throw Error("unreachable");
   }
   void do_all_reduce_sum(std::span<float>) override { unreachable(); }
@@ -42,7 +53,12 @@ class SingleRankGroup final : public ProcessGroup {
 }  // namespace
 
 std::unique_ptr<ProcessGroup> single_rank_group(std::string axis_name) {
-  return std::make_unique<SingleRankGroup>(std::move(axis_name));
+  return std::make_unique<DetachedGroup>(0, 1, std::move(axis_name));
+}
+
+std::unique_ptr<ProcessGroup> detached_group(int rank, int size, std::string axis_name) {
+  MT_CHECK(size >= 1 && rank >= 0 && rank < size, "rank {} of {}", rank, size);
+  return std::make_unique<DetachedGroup>(rank, size, std::move(axis_name));
 }
 
 }  // namespace meshtrain

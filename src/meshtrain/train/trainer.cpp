@@ -305,7 +305,7 @@ Trainer::Gradients Trainer::compute_gradients(std::int64_t step) {
   if (step == options_.inject_inf_step && world_.rank() == options_.inject_inf_rank) {
     for (OptimizerShard& s : shards) {
       if (s.grad.numel() == 0) continue;
-      s.grad.f32()[0] = std::numeric_limits<float>::infinity();
+      s.grad.f32()[0] = options_.inject_value;
       break;
     }
   }
@@ -332,14 +332,14 @@ Trainer::Gradients Trainer::compute_gradients(std::int64_t step) {
   const double norm =
       global_grad_norm(shards, mesh_->group(Axis::tp), pp, zero_->stage() >= 1 ? &dp : nullptr);
   if (!std::isfinite(norm)) {
-    // Every rank sees the same norm; name the first local parameter with a bad gradient.
+    // Every rank sees the same norm; all learn which rank holds the first non-finite gradient
+    // and in which parameter, so the one message (rank 0's) names them.
     const Parameter* bad = first_non_finite();
-    const std::string culprit = bad ? bad->name : "another rank's parameters";
-    throw Error(
-        fmt::format("{}: non-finite gradient norm {} at step {} (first non-finite "
-                    "gradient here: {}); nothing was updated — lower training.lr or "
-                    "check the data",
-                    mesh_->describe(), norm, step + 1, culprit));
+    const std::string where = first_error(world_, bad ? bad->name : "");
+    throw TrainingDiverged(fmt::format(
+        "non-finite gradient norm {} at step {}; first non-finite gradient on {}; nothing was "
+        "updated — lower training.lr or check the data",
+        norm, step + 1, where.empty() ? "no rank (the norm itself overflowed)" : where));
   }
   return {loss, norm};
 }

@@ -56,8 +56,7 @@ ZeroSharding::ZeroSharding(const ParameterList& params, std::vector<ParameterLis
            .units = 0,
            .backward_left = 0};
     s.numel = shape_numel(s.shape);
-    s.slice = stage == 0 ? s.numel : (s.numel + n_ranks - 1) / n_ranks;
-    if (low && s.slice % 2 != 0) ++s.slice;  // whole 4-byte words per rank on the wire
+    s.slice = zero_slice(stage, s.numel, static_cast<int>(n_ranks), low);
     index_.emplace(p, slots_.size());
     slots_.push_back(s);
     const std::int64_t begin = owned_begin(s, dp.rank()), end = owned_end(s, dp.rank());
@@ -106,6 +105,20 @@ ZeroSharding::ZeroSharding(const ParameterList& params, std::vector<ParameterLis
   }
   MT_CHECK(options.stage < 2 || covered == params.size(), "{} of {} parameters in no unit",
            params.size() - covered, params.size());
+}
+
+std::int64_t zero_slice(int stage, std::int64_t numel, int ranks, bool low_precision) {
+  if (stage == 0) return numel;
+  std::int64_t slice = (numel + ranks - 1) / ranks;
+  if (low_precision && slice % 2 != 0) ++slice;  // whole 4-byte words per rank on the wire
+  return slice;
+}
+
+std::pair<std::int64_t, std::int64_t> zero_owned_range(int stage, std::int64_t numel, int rank,
+                                                       int ranks, bool low_precision) {
+  if (stage == 0) return {0, numel};
+  const std::int64_t slice = zero_slice(stage, numel, ranks, low_precision);
+  return {std::min(rank * slice, numel), std::min((rank + 1) * slice, numel)};
 }
 
 ZeroSharding::Slot& ZeroSharding::slot(const Parameter& p) {

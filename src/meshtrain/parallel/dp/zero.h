@@ -38,6 +38,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <utility>
+
 #include "meshtrain/comm/process_group.h"
 #include "meshtrain/layers/parameter.h"
 #include "meshtrain/layers/parameter_hooks.h"
@@ -53,6 +55,16 @@ struct ZeroOptions {
   // DeferParameterStorage itself (initialize_range), as the model would have.
   std::uint64_t seed = 0;
 };
+
+/// Elements per dp rank in ZeRO's communication buffers for a parameter of `numel` elements
+/// (its tp shard, flattened): numel at stage 0; otherwise ⌈numel / ranks⌉, rounded up to even
+/// under 16-bit compute (`low_precision`) so each rank's slice is whole 4-byte words.
+std::int64_t zero_slice(int stage, std::int64_t numel, int ranks, bool low_precision);
+/// The elements [begin, end) of that flattened tensor dp rank `rank` owns (its optimizer
+/// shard): all of them at stage 0, else [min(r·s, numel), min((r+1)·s, numel)) with s =
+/// zero_slice (the last ranks' may be empty).
+std::pair<std::int64_t, std::int64_t> zero_owned_range(int stage, std::int64_t numel, int rank,
+                                                       int ranks, bool low_precision);
 
 class ZeroSharding final : public ParameterHooks {
  public:

@@ -1,0 +1,94 @@
+#include "meshtrain/checkpoint/reshard.h"
+
+#include <fmt/format.h>
+
+#include <limits>
+
+#include "meshtrain/checkpoint/sharded_checkpoint.h"
+#include "meshtrain/comm/device_mesh.h"
+#include "meshtrain/comm/single_rank_group.h"
+#include "meshtrain/config/load.h"
+#include "meshtrain/config/validate.h"
+#include "meshtrain/core/error.h"
+#include "meshtrain/model/pipeline_stage.h"
+#include "meshtrain/parallel/dp/zero.h"
+
+namespace meshtrain {
+
+std::filesystem::path reshard_checkpoint(const std::filesystem::path& src, const Config& target,
+                                         const std::filesystem::path& out_root) {
+  CheckpointReader reader(src);
+  const Config saved = reader.config();
+  if (const std::string d = model_difference(saved.model, target.model); !d.empty()) {
+    throw ConfigError(target.source,
+                      {{"model", d, "reshard changes the layout, never the model",
+                        "leave the model settings as the checkpoint has them"}});
+  }
+  const ParallelConfig& par = target.parallel;
+  const int world = static_cast<int>(par.dp * par.tp * par.pp * par.cp * par.ep);
+  validate_or_throw(target, world);
+
+  const std::int64_t step = reader.step();
+  prepare_checkpoint_dir(out_root, step);
+  // No pruning: out_root may hold the user's other checkpoints.
+  CheckpointWriter writer({.root = out_root,
+                           .keep_last = std::numeric_limits<std::int64_t>::max(),
+                           .async = false,
+                           .finalize_timeout_s = 1.0});
+  const MeshShape shape{.pp = static_cast<int>(par.pp),
+                        .dp = static_cast<int>(par.dp),
+                        .cp = static_cast<int>(par.cp),
+                        .tp = static_cast<int>(par.tp),
+                        .ep = static_cast<int>(par.ep)};
+  const bool low = target.training.precision != "fp32";
+  const int zero = static_cast<int>(par.zero_stage);
+  nlohmann::json state = reader.state();
+  state["mesh"] = {{"world", world},
+                   {"dp", par.dp},
+                   {"tp", par.tp},
+                   {"pp", par.pp},
+                   {"virtual_stages", par.virtual_stages},
+                   {"pp_schedule", par.pp_schedule},
+                   {"sequence_parallel", par.sequence_parallel},
+                   {"zero_stage", par.zero_stage}};
+  // Rank 0 last: it completes the checkpoint once every other rank's manifest is written.
+  for (int rank = world - 1; rank >= 0; --rank) {
+    const MeshCoords c = shape.coords_of(rank);
+    const auto tp = detached_group(c.tp, static_cast<int>(par.tp), "tp");
+    std::unique_ptr<PipelineStage> stage;
+    {
+      const DeferParameterStorage defer;  // shapes and shards only, no values
+      stage = std::make_unique<PipelineStage>(
+          target, static_cast<std::uint64_t>(target.training.seed),
+          TensorParallel{*tp, par.sequence_parallel}, c.pp);
+    }
+    RankSnapshot snapshot{.step = step,
+                          .rank = rank,
+                          .world = world,
+                          .pieces = {},
+                          .state = rank == 0 ? state : nlohmann::json::object(),
+                          .config_toml = rank == 0 ? to_toml(target) : std::string()};
+    for (const Parameter* p : stage->parameters()) {
+      // The same rule as Trainer::save_checkpoint: one copy of every element.
+      if (p->tied_copy || (zero == 0 && c.dp != 0) || (!p->is_sharded() && c.tp != 0)) continue;
+      const auto [begin, end] = zero_owned_range(zero, shape_numel(p->local_shape()), c.dp,
+                                                 static_cast<int>(par.dp), low);
+      if (begin == end) continue;
+      const ShardPiece piece{.slice = p->shard, .begin = begin, .end = end};
+      PieceState s{.name = p->name,
+                   .piece = piece,
+                   .master = Tensor::empty({end - begin}, MemCategory::other),
+                   .exp_avg = Tensor::empty({end - begin}, MemCategory::other),
+                   .exp_avg_sq = Tensor::empty({end - begin}, MemCategory::other)};
+      reader.fill(p->name, kMasterField, piece, s.master.span_f32());
+      reader.fill(p->name, kExpAvgField, piece, s.exp_avg.span_f32());
+      reader.fill(p->name, kExpAvgSqField, piece, s.exp_avg_sq.span_f32());
+      snapshot.pieces.push_back(std::move(s));
+    }
+    writer.save(std::move(snapshot));
+    if (const std::string error = writer.wait(); !error.empty()) throw DataError(error);
+  }
+  return checkpoint_path(out_root, step);
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# tests/e2e/reshard.sh <meshtrain> <prepared data dir>
+#
+# Offline resharding (`meshtrain reshard`, issue 6 item 3): a checkpoint saved at step 10 by
+# dp 2 with ZeRO-1 is rewritten for tp 2 (sequence parallel) with ZeRO-0, the tp 2 run resumes
+# from it, and its steps 11–20 match the dp 2 run that did not stop within 1e-5 relative, and
+# equal bit for bit a tp 2 run that resharded the original checkpoint while loading it. Bad
+# reshard inputs exit 2 or 3 and write no complete checkpoint.
+set -euo pipefail
+BIN=$(realpath "$1")
+DATA=$2
+CONFIG=$(dirname "$0")/../../configs/shakespeare_char.toml
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+MPI=(mpirun --oversubscribe --bind-to none -np 2)
+# Global batch 24 in both layouts: dp 2 × micro-batch 12, or tp 2 × micro-batch 24.
+COMMON=(--data.dir "$DATA" --model.n_layer 2 --model.n_embd 64 --training.max_steps 20
+  --training.eval_interval 0 --training.threads 1 --checkpoint.save_final false)
+
+"${MPI[@]}" "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.dp 2 --parallel.zero_stage 1 \
+  --checkpoint.interval 10 --checkpoint.dir "$WORK/dp2" --metrics "$WORK/dp2.jsonl" \
+  >"$WORK/dp2.log" 2>&1 || { cat "$WORK/dp2.log"; exit 1; }
+SRC="$WORK/dp2/checkpoints/step-00000010"
+
+"$BIN" reshard "$SRC" "$WORK/tp2/checkpoints" --parallel.dp 1 --parallel.tp 2 \
+  --parallel.sequence_parallel true --parallel.zero_stage 0 --training.micro_batch 24 \
+  >"$WORK/reshard.log" 2>&1 || { cat "$WORK/reshard.log"; exit 1; }
+OUT="$WORK/tp2/checkpoints/step-00000010"
+for f in COMPLETE metadata.json rank-00000.safetensors rank-00001.safetensors; do
+  [[ -f $OUT/$f ]] || { echo "FAIL: $OUT/$f missing"; ls -la "$OUT"; exit 1; }
+done
+grep -q '"tp": 2' "$OUT/metadata.json" || { echo "FAIL: metadata does not record tp 2"; exit 1; }
+
+TP2=(--parallel.tp 2 --parallel.sequence_parallel true --training.micro_batch 24)
+"${MPI[@]}" "$BIN" train "$CONFIG" "${COMMON[@]}" "${TP2[@]}" --checkpoint.dir "$WORK/tp2" \
+  --checkpoint.resume auto --metrics "$WORK/offline.jsonl" >"$WORK/offline.log" 2>&1 ||
+  { cat "$WORK/offline.log"; exit 1; }
+grep -q "resumed from $OUT at step 10 (saved with dp=1 tp=2" "$WORK/offline.log" ||
+  { echo "FAIL: the tp 2 run did not resume from the resharded checkpoint"; cat "$WORK/offline.log"; exit 1; }
+"${MPI[@]}" "$BIN" train "$CONFIG" "${COMMON[@]}" "${TP2[@]}" --checkpoint.dir "$WORK/online" \
+  --checkpoint.resume "$SRC" --metrics "$WORK/online.jsonl" >"$WORK/online.log" 2>&1 ||
+  { cat "$WORK/online.log"; exit 1; }
+
+/usr/bin/python3 - "$WORK/dp2.jsonl" "$WORK/offline.jsonl" "$WORK/online.jsonl" <<'PY'
+import json, sys
+ref, offline, online = ({json.loads(l)["step"]: json.loads(l)["loss"] for l in open(p)}
+                        for p in sys.argv[1:])
+assert sorted(offline) == list(range(11, 21)), sorted(offline)
+# fp32 in another layout: tp partial sums in another order, ≈1e-7 per step; 1e-5 is the
+# issue's bound, a misplaced shard moves the loss by ≥ 1e-3.
+worst = max(abs(offline[s] - ref[s]) / ref[s] for s in offline)
+assert worst < 1e-5, f"resharded run differs from the run that did not stop by {worst:.2e}"
+same = all(offline[s] == online[s] for s in offline)
+assert same, "offline and load-time resharding give different losses"
+print(f"reshard ok: steps 11-20 within {worst:.1e} of dp 2, offline = online bit for bit")
+PY
+
+expect() {  # expect <code> <text> -- command...
+  local code=$1 text=$2 rc=0 out
+  shift 3
+  out=$("$@" 2>&1) || rc=$?
+  ((rc == code)) || { echo "FAIL: exit $rc, expected $code: $*"; echo "$out"; exit 1; }
+  [[ $out == *"$text"* ]] || { echo "FAIL: message lacks '$text'"; echo "$out"; exit 1; }
+}
+expect 3 "no COMPLETE marker" -- "$BIN" reshard "$WORK/dp2" "$WORK/bad1"
+expect 2 "reshard changes the layout, never the model" -- \
+  "$BIN" reshard "$SRC" "$WORK/bad2" --model.n_layer 3
+expect 2 "parallel.tp" -- "$BIN" reshard "$SRC" "$WORK/bad3" --parallel.tp 3
+rm -f "$SRC/rank-00001.safetensors"
+expect 3 "rank-00001.safetensors" -- "$BIN" reshard "$SRC" "$WORK/bad4" --parallel.dp 1 \
+  --training.micro_batch 24
+[[ ! -e $WORK/bad4/step-00000010/COMPLETE ]] || { echo "FAIL: a failed reshard completed"; exit 1; }
+echo "bad inputs ok: 4 cases"
