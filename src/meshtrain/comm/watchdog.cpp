@@ -54,6 +54,10 @@ struct State {
   std::mutex mutex;
   std::condition_variable wake;
   bool stop = false;
+  // A process that exits without stop() (exit() from elsewhere) must not std::terminate here.
+  ~State() {
+    if (thread.joinable()) thread.detach();
+  }
 };
 State& state() {
   static State s;
@@ -206,7 +210,7 @@ void expire(State& s, const watchdog::OpInfo& op, double waited_s) {
   const bool ask_dump = !s.options.on_expiry;
   std::vector<int> missing, asked;
   std::string report = fmt::format(
-      "[watchdog] world rank {}: {} has not completed after {:.1f} s (parallel.comm_timeout_s = "
+      "[watchdog] world rank {}: {} has not completed after {:.3g} s (parallel.comm_timeout_s = "
       "{:g})",
       s.world_rank, describe(op, group), waited_s, s.options.timeout_s);
   report += report_peers(s, op, ask_dump, missing, asked);
