@@ -7,6 +7,7 @@
 #include <array>
 #include <atomic>
 
+#include "meshtrain/comm/watchdog.h"
 #include "meshtrain/core/error.h"
 
 namespace meshtrain {
@@ -34,27 +35,93 @@ std::string_view to_string(CommOp op) {
 }
 
 ProcessGroup::ProcessGroup(int rank, std::vector<int> world_ranks, std::string axis_name)
-    : rank_(rank),
+    : sent_(world_ranks.size(), 0),
+      received_(world_ranks.size(), 0),
+      rank_(rank),
       world_ranks_(std::move(world_ranks)),
-      name_(fmt::format("{}{{{}}}", axis_name, fmt::join(world_ranks_, ","))) {}
-
-ProcessGroup::CallTimer ProcessGroup::count(CommOp op, std::size_t bytes) noexcept {
-  CommCounter& c = counters_[static_cast<std::size_t>(op)];
-  c.calls += 1;
-  c.bytes += static_cast<std::int64_t>(bytes);
-  return CallTimer(c);
+      name_(fmt::format("{}{{{}}}", axis_name, fmt::join(world_ranks_, ","))) {
+  const watchdog::GroupHandle h = watchdog::register_group(name_, world_ranks_);
+  watchdog_ = {.slot = h.slot, .name_id = h.name_id, .key = h.key};
 }
 
-ProcessGroup::CallTimer::~CallTimer() {
-  counter.seconds +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+ProcessGroup::~ProcessGroup() {
+  watchdog::unregister_group(
+      {.slot = watchdog_.slot, .name_id = watchdog_.name_id, .key = watchdog_.key});
+}
+
+namespace {
+watchdog::OpInfo watched(CommOp op, int slot, std::uint32_t name_id, std::uint64_t key, int peer,
+                         std::uint64_t seq, std::uint64_t bytes) {
+  return {.op = op,
+          .group = {.slot = slot, .name_id = name_id, .key = key},
+          .peer = peer,
+          .seq = seq,
+          .bytes = bytes};
+}
+}  // namespace
+
+ProcessGroup::OpGuard::OpGuard(ProcessGroup& g, CommOp o, int call, std::size_t elements,
+                               std::size_t n_bytes, int root, bool blocking)
+    : group(g),
+      counter(g.counters_[static_cast<std::size_t>(o)]),
+      op(o),
+      seq(++g.collective_seq_),
+      bytes(n_bytes),
+      blocks(blocking) {
+  const watchdog::OpInfo info =
+      watched(op, g.watchdog_.slot, g.watchdog_.name_id, g.watchdog_.key, -1, seq, bytes);
+  start_ns = watchdog::now_ns();
+  record_id = watchdog::posted(info, start_ns);
+  // The debug check is itself an all-reduce that a missing rank leaves hanging: watched too.
+  watchdog::blocking(info, start_ns);
+  try {
+    g.check_call(call, elements, root);
+  } catch (...) {
+    watchdog::done(record_id, info, watchdog::now_ns());
+    throw;
+  }
+  if (!blocks) watchdog::not_blocking();  // posted: the request's wait() is watched
+  counter.calls += 1;
+  counter.bytes += static_cast<std::int64_t>(bytes);
+  counted = true;
+  // The seconds counter leaves the debug comparison out (it measures the operation itself).
+  if (debug_checks()) start_ns = watchdog::now_ns();
+}
+
+ProcessGroup::OpGuard::OpGuard(ProcessGroup& g, CommOp o, int peer, std::size_t n_bytes,
+                               bool blocking)
+    : group(g),
+      counter(g.counters_[static_cast<std::size_t>(o)]),
+      op(o),
+      peer_world(g.world_ranks_[static_cast<std::size_t>(peer)]),
+      seq(++(o == CommOp::send ? g.sent_ : g.received_)[static_cast<std::size_t>(peer)]),
+      bytes(n_bytes),
+      blocks(blocking) {
+  const watchdog::OpInfo info =
+      watched(op, g.watchdog_.slot, g.watchdog_.name_id, g.watchdog_.key, peer_world, seq, bytes);
+  start_ns = watchdog::now_ns();
+  record_id = watchdog::posted(info, start_ns);
+  if (blocks) watchdog::blocking(info, start_ns);
+  counter.calls += 1;
+  counter.bytes += static_cast<std::int64_t>(bytes);
+  counted = true;
+}
+
+ProcessGroup::OpGuard::~OpGuard() {
+  if (!counted || !blocks) return;
+  const std::int64_t end = watchdog::now_ns();
+  counter.seconds += static_cast<double>(end - start_ns) * 1e-9;
+  watchdog::done(record_id,
+                 watched(op, group.watchdog_.slot, group.watchdog_.name_id, group.watchdog_.key,
+                         peer_world, seq, bytes),
+                 end);
 }
 
 namespace {
 
 std::atomic<bool> debug_checks_on{false};
 
-// The collectives enter() numbers, by the index it is given.
+// The collectives OpGuard numbers, by the index it is given.
 constexpr std::array<std::string_view, 9> kCallNames = {"all_reduce_sum(f32)",
                                                         "all_reduce_sum(f64)",
                                                         "all_reduce_max(f32)",
@@ -70,8 +137,7 @@ constexpr std::array<std::string_view, 9> kCallNames = {"all_reduce_sum(f32)",
 void ProcessGroup::set_debug_checks(bool on) noexcept { debug_checks_on = on; }
 bool ProcessGroup::debug_checks() noexcept { return debug_checks_on; }
 
-void ProcessGroup::enter(int call, std::size_t elements, int root) {
-  ++collective_seq_;
+void ProcessGroup::check_call(int call, std::size_t elements, int root) {
   if (!debug_checks_on) return;
   // Every rank writes its call into its own row and the sum fills the table on every rank:
   // the same verdict everywhere, so either all ranks go on or all throw (none is left waiting).
@@ -108,37 +174,32 @@ void ProcessGroup::enter(int call, std::size_t elements, int root) {
 
 void ProcessGroup::all_reduce_sum(std::span<float> x) {
   if (size() == 1) return;
-  enter(0, x.size(), -1);
-  const CallTimer timer = count(CommOp::all_reduce, x.size_bytes());
+  const OpGuard guard(*this, CommOp::all_reduce, 0, x.size(), x.size_bytes(), -1);
   do_all_reduce_sum(x);
 }
 
 void ProcessGroup::all_reduce_sum(std::span<double> x) {
   if (size() == 1) return;
-  enter(1, x.size(), -1);
-  const CallTimer timer = count(CommOp::all_reduce, x.size_bytes());
+  const OpGuard guard(*this, CommOp::all_reduce, 1, x.size(), x.size_bytes(), -1);
   do_all_reduce_sum(x);
 }
 
 void ProcessGroup::all_reduce_max(std::span<float> x) {
   if (size() == 1) return;
-  enter(2, x.size(), -1);
-  const CallTimer timer = count(CommOp::all_reduce, x.size_bytes());
+  const OpGuard guard(*this, CommOp::all_reduce, 2, x.size(), x.size_bytes(), -1);
   do_all_reduce_max(x);
 }
 
 void ProcessGroup::broadcast(std::span<std::byte> x, int root) {
   MT_CHECK(root >= 0 && root < size(), "broadcast root {} outside {}", root, name_);
   if (size() == 1) return;
-  enter(3, x.size(), root);
-  const CallTimer timer = count(CommOp::broadcast, x.size_bytes());
+  const OpGuard guard(*this, CommOp::broadcast, 3, x.size(), x.size_bytes(), root);
   do_broadcast(x, root);
 }
 
 void ProcessGroup::barrier() {
   if (size() == 1) return;
-  enter(4, 0, -1);
-  const CallTimer timer = count(CommOp::barrier, 0);
+  const OpGuard guard(*this, CommOp::barrier, 4, 0, 0, -1);
   do_barrier();
 }
 
@@ -149,8 +210,7 @@ void ProcessGroup::reduce_scatter_sum(std::span<const float> in, std::span<float
     std::copy(in.begin(), in.end(), out.begin());
     return;
   }
-  enter(5, in.size(), -1);
-  const CallTimer timer = count(CommOp::reduce_scatter, in.size_bytes());
+  const OpGuard guard(*this, CommOp::reduce_scatter, 5, in.size(), in.size_bytes(), -1);
   do_reduce_scatter_sum(in, out);
 }
 
@@ -161,8 +221,7 @@ void ProcessGroup::all_gather(std::span<const float> in, std::span<float> out) {
     std::copy(in.begin(), in.end(), out.begin());
     return;
   }
-  enter(6, in.size(), -1);
-  const CallTimer timer = count(CommOp::all_gather, in.size_bytes());
+  const OpGuard guard(*this, CommOp::all_gather, 6, in.size(), in.size_bytes(), -1);
   do_all_gather(in, out);
 }
 
@@ -173,29 +232,29 @@ void ProcessGroup::all_to_all(std::span<const float> in, std::span<float> out) {
     std::copy(in.begin(), in.end(), out.begin());
     return;
   }
-  enter(7, in.size(), -1);
-  const CallTimer timer = count(CommOp::all_to_all, in.size_bytes());
+  const OpGuard guard(*this, CommOp::all_to_all, 7, in.size(), in.size_bytes(), -1);
   do_all_to_all(in, out);
 }
 
 void ProcessGroup::send(std::span<const float> x, int peer, int tag) {
   MT_CHECK(peer >= 0 && peer < size() && peer != rank_, "send to {} on {}", peer, name_);
-  const CallTimer timer = count(CommOp::send, x.size_bytes());
+  const OpGuard guard(*this, CommOp::send, peer, x.size_bytes());
   do_send(x, peer, tag);
 }
 
 void ProcessGroup::recv(std::span<float> x, int peer, int tag) {
   MT_CHECK(peer >= 0 && peer < size() && peer != rank_, "recv from {} on {}", peer, name_);
-  const CallTimer timer = count(CommOp::recv, x.size_bytes());
+  const OpGuard guard(*this, CommOp::recv, peer, x.size_bytes());
   do_recv(x, peer, tag);
 }
 
 namespace {
-// Adds the time spent waiting to the operation's counter.
+// Adds the time spent waiting to the operation's counter, and watches the wait.
 class TimedRequest final : public CommRequest {
  public:
-  TimedRequest(std::unique_ptr<CommRequest> inner, CommCounter& counter)
-      : inner_(std::move(inner)), counter_(counter) {}
+  TimedRequest(std::unique_ptr<CommRequest> inner, CommCounter& counter, watchdog::OpInfo op,
+               std::uint64_t record_id)
+      : inner_(std::move(inner)), counter_(counter), op_(op), record_id_(record_id) {}
   ~TimedRequest() override {
     try {
       wait();
@@ -204,31 +263,55 @@ class TimedRequest final : public CommRequest {
   }
   void wait() override {
     if (done_) return;
-    const auto start = std::chrono::steady_clock::now();
-    inner_->wait();
+    const std::int64_t start = watchdog::now_ns();
+    watchdog::blocking(op_, start);
+    try {
+      inner_->wait();
+    } catch (...) {
+      watchdog::done(record_id_, op_, watchdog::now_ns());
+      throw;
+    }
     done_ = true;
-    counter_.seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const std::int64_t end = watchdog::now_ns();
+    watchdog::done(record_id_, op_, end);
+    counter_.seconds += static_cast<double>(end - start) * 1e-9;
   }
-  bool test() override { return done_ = done_ || inner_->test(); }
+  bool test() override {
+    if (!done_ && inner_->test()) {
+      done_ = true;
+      // Completed without blocking: closes the record (and clears nothing, none blocks).
+      watchdog::done(record_id_, op_, watchdog::now_ns());
+    }
+    return done_;
+  }
 
  private:
   std::unique_ptr<CommRequest> inner_;
   CommCounter& counter_;
+  watchdog::OpInfo op_;
+  std::uint64_t record_id_;
   bool done_ = false;
 };
 }  // namespace
 
 std::unique_ptr<CommRequest> ProcessGroup::isend(std::span<const float> x, int peer, int tag) {
   MT_CHECK(peer >= 0 && peer < size() && peer != rank_, "isend to {} on {}", peer, name_);
-  const CallTimer timer = count(CommOp::send, x.size_bytes());
-  return std::make_unique<TimedRequest>(do_isend(x, peer, tag), timer.counter);
+  const OpGuard guard(*this, CommOp::send, peer, x.size_bytes(), /*blocks=*/false);
+  return std::make_unique<TimedRequest>(
+      do_isend(x, peer, tag), guard.counter,
+      watched(CommOp::send, watchdog_.slot, watchdog_.name_id, watchdog_.key, guard.peer_world,
+              guard.seq, guard.bytes),
+      guard.record_id);
 }
 
 std::unique_ptr<CommRequest> ProcessGroup::irecv(std::span<float> x, int peer, int tag) {
   MT_CHECK(peer >= 0 && peer < size() && peer != rank_, "irecv from {} on {}", peer, name_);
-  const CallTimer timer = count(CommOp::recv, x.size_bytes());
-  return std::make_unique<TimedRequest>(do_irecv(x, peer, tag), timer.counter);
+  const OpGuard guard(*this, CommOp::recv, peer, x.size_bytes(), /*blocks=*/false);
+  return std::make_unique<TimedRequest>(
+      do_irecv(x, peer, tag), guard.counter,
+      watched(CommOp::recv, watchdog_.slot, watchdog_.name_id, watchdog_.key, guard.peer_world,
+              guard.seq, guard.bytes),
+      guard.record_id);
 }
 
 namespace {
@@ -248,9 +331,13 @@ std::unique_ptr<CommRequest> ProcessGroup::iall_gather(std::span<const float> in
     std::copy(in.begin(), in.end(), out.begin());
     return std::make_unique<CompletedRequest>();
   }
-  enter(8, in.size(), -1);
-  const CallTimer timer = count(CommOp::all_gather, in.size_bytes());
-  return std::make_unique<TimedRequest>(do_iall_gather(in, out), timer.counter);
+  const OpGuard guard(*this, CommOp::all_gather, 8, in.size(), in.size_bytes(), -1,
+                      /*blocks=*/false);
+  return std::make_unique<TimedRequest>(
+      do_iall_gather(in, out), guard.counter,
+      watched(CommOp::all_gather, watchdog_.slot, watchdog_.name_id, watchdog_.key, -1, guard.seq,
+              guard.bytes),
+      guard.record_id);
 }
 
 }  // namespace meshtrain

@@ -10,6 +10,9 @@
 // all-to-all: the bytes of this rank's input), not what the algorithm puts on the wire; the
 // planner turns D into wire bytes with the ring formulas (e.g. all-reduce 2(N−1)/N·D). The
 // seconds counter is the wall time spent inside operations, including waiting for late peers.
+//
+// Every operation is also reported to the watchdog (watchdog.h): its flight recorder, the
+// progress records peers read, and the timeout (parallel.comm_timeout_s) on blocking.
 #pragma once
 
 #include <array>
@@ -55,7 +58,7 @@ class CommRequest {
 
 class ProcessGroup {
  public:
-  virtual ~ProcessGroup() = default;
+  virtual ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
 
@@ -137,24 +140,45 @@ class ProcessGroup {
                                                       std::span<float> out) = 0;
 
  private:
-  // Counts a call and its bytes at once, and its seconds when the guard goes out of scope.
-  struct CallTimer {
+  // For the whole of one blocking operation: numbers it (collectives: and runs the debug
+  // check), counts its call and bytes, tells the watchdog it blocks, and at scope exit adds
+  // its seconds and tells the watchdog it is done. Non-blocking posts keep it only while
+  // posting (blocks = false); their request reports the wait.
+  class OpGuard {
+   public:
+    // A collective; `call` indexes kCallNames in the .cpp.
+    OpGuard(ProcessGroup& group, CommOp op, int call, std::size_t elements, std::size_t bytes,
+            int root, bool blocks = true);
+    // Point to point with group rank `peer`.
+    OpGuard(ProcessGroup& group, CommOp op, int peer, std::size_t bytes, bool blocks = true);
+    OpGuard(const OpGuard&) = delete;
+    ~OpGuard();
+    ProcessGroup& group;
     CommCounter& counter;
-    std::chrono::steady_clock::time_point start;
-    explicit CallTimer(CommCounter& c) : counter(c), start(std::chrono::steady_clock::now()) {}
-    CallTimer(const CallTimer&) = delete;
-    ~CallTimer();
+    CommOp op;
+    int peer_world = -1;  // p2p: the peer's world rank
+    std::uint64_t seq = 0;
+    std::uint64_t bytes = 0;
+    std::uint64_t record_id = 0;  // in the flight recorder
+    std::int64_t start_ns = 0;
+    bool blocks;
+    bool counted = false;  // false when the debug check rejected the call
   };
-  CallTimer count(CommOp op, std::size_t bytes) noexcept;
-  // Numbers the collective and, in debug mode, compares it with the other ranks' (see
-  // set_debug_checks). `call` indexes kCallNames in the .cpp.
-  void enter(int call, std::size_t elements, int root);
+  // Compares the collective with the other ranks' in debug mode (see set_debug_checks).
+  void check_call(int call, std::size_t elements, int root);
   std::uint64_t collective_seq_ = 0;
+  // Point-to-point operations per peer (group rank): the watchdog's sequence numbers.
+  std::vector<std::uint64_t> sent_, received_;
 
   int rank_;
   std::vector<int> world_ranks_;
   std::string name_;
   std::array<CommCounter, kNumCommOps> counters_{};
+  struct WatchdogHandle {
+    int slot = -1;
+    std::uint32_t name_id = 0;
+    std::uint64_t key = 0;
+  } watchdog_;  // the group as the watchdog knows it
 };
 
 }  // namespace meshtrain

@@ -141,6 +141,13 @@ Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
     : config_(std::move(config)), options_(std::move(options)), world_(world) {
   validate_or_throw(config_, world.size());
   ProcessGroup::set_debug_checks(config_.parallel.debug_collectives);
+  // Every rank gets here with a valid config (validation is the same pure function on every
+  // rank), so the watchdog's collective start-up cannot leave one rank behind.
+  watchdog_ = std::make_unique<WatchdogScope>(
+      world, WatchdogOptions{
+                 .timeout_s = config_.parallel.comm_timeout_s,
+                 .recorder_size = static_cast<std::size_t>(config_.parallel.flight_recorder_size),
+                 .on_expiry = {}});
   const fs::path dir = config_.data.dir;
   metadata_ = load_data_metadata(dir);
   resolve_vocab(config_, metadata_);

@@ -21,6 +21,7 @@
 #include "meshtrain/checkpoint/safetensors.h"
 #include "meshtrain/checkpoint/sharded_checkpoint.h"
 #include "meshtrain/comm/device_mesh.h"
+#include "meshtrain/comm/watchdog.h"
 #include "meshtrain/config/config.h"
 #include "meshtrain/data/metadata.h"
 #include "meshtrain/data/sampler.h"
@@ -175,6 +176,9 @@ class Trainer {
   std::unique_ptr<data::GlobalBatchSampler> train_sampler_, val_sampler_;
   std::unique_ptr<DeviceMesh> mesh_;
   ProcessGroup& world_;
+  // Started in the constructor, before the first collective on world_, and stopped last but
+  // one (after the groups of mesh_ are gone, which it does not need).
+  std::unique_ptr<WatchdogScope> watchdog_;
   std::unique_ptr<PipelineStage> stage_;
   std::unique_ptr<pp::PipelineExecutor> executor_;
   std::unique_ptr<StageRunner> runner_;

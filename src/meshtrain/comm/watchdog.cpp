@@ -1,0 +1,428 @@
+#include "meshtrain/comm/watchdog.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "meshtrain/comm/progress_board.h"
+#include "meshtrain/core/error.h"
+
+namespace meshtrain {
+namespace {
+
+constexpr auto kRelaxed = std::memory_order_relaxed;
+
+// Groups by key (for members and names in reports) and interned names (for the recorder,
+// whose records outlive their groups). Touched when groups are made and at expiry, never on
+// the hot path.
+struct Registry {
+  std::mutex mutex;
+  std::vector<std::string> names;  // by name_id
+  std::map<std::string, std::uint32_t> name_ids;
+  std::map<std::string, std::uint32_t> instances;  // groups of that name created so far
+  struct Group {
+    std::string name;
+    std::vector<int> world_ranks;
+  };
+  std::map<std::uint64_t, Group> groups;  // alive, by key
+};
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+// The running watchdog; all but the recorder pointer are touched by start/stop (main thread,
+// nothing in flight) and the watchdog thread.
+struct State {
+  std::atomic<FlightRecorder*> recorder{nullptr};
+  WatchdogOptions options;
+  std::string dir;
+  int world_rank = 0;
+  std::int64_t start_ns = 0;
+  std::thread thread;
+  std::mutex mutex;
+  std::condition_variable wake;
+  bool stop = false;
+  // A process that exits without stop() (exit() from elsewhere) must not std::terminate here.
+  ~State() {
+    if (thread.joinable()) thread.detach();
+  }
+};
+State& state() {
+  static State s;
+  return s;
+}
+
+std::string dump_file(const State& s) {
+  return fmt::format("{}/flight_recorder.rank{}.txt", s.dir, s.world_rank);
+}
+std::string board_file(const std::string& dir, int world_rank) {
+  return fmt::format("{}/rank{}.progress", dir, world_rank);
+}
+
+std::string op_name(std::uint32_t op_plus_one) {
+  return std::string(to_string(static_cast<CommOp>(op_plus_one - 1)));
+}
+
+std::string describe(const watchdog::OpInfo& op, const std::string& group) {
+  if (op.peer >= 0) {
+    const bool send = op.op == CommOp::send;
+    return fmt::format("{} {} world rank {} on {} ({} #{} {} that peer, {} bytes)",
+                       to_string(op.op), send ? "to" : "from", op.peer, group, to_string(op.op),
+                       op.seq, send ? "to" : "from", op.bytes);
+  }
+  return fmt::format("{} on {} (collective #{} of the group, {} bytes)", to_string(op.op), group,
+                     op.seq, op.bytes);
+}
+
+// Writes the recorder, oldest first, one operation a line; "" or why it failed.
+std::string write_dump(const State& s, std::string_view why) {
+  const FlightRecorder* r = s.recorder.load(kRelaxed);
+  if (r == nullptr) return "no recorder";
+  const std::vector<FlightRecord> records = r->snapshot();
+  std::FILE* f = std::fopen(dump_file(s).c_str(), "w");
+  if (f == nullptr) return fmt::format("cannot write {}", dump_file(s));
+  const std::int64_t now = watchdog::now_ns();
+  fmt::print(f,
+             "# meshtrain flight recorder of world rank {} (pid {}): the last {} of {} "
+             "operations (parallel.flight_recorder_size = {}), {}\n"
+             "# times in s since the watchdog started; duration of an operation in flight = "
+             "until this dump (t = {:.6f})\n"
+             "# id op group seq peer bytes start_s duration_s state\n",
+             s.world_rank, ::getpid(), records.size(), r->recorded(), r->capacity(), why,
+             static_cast<double>(now - s.start_ns) * 1e-9);
+  for (const FlightRecord& rec : records) {
+    const std::int64_t end = rec.end_ns != 0 ? rec.end_ns : now;
+    fmt::print(f, "{} {} {} {} {} {} {:.6f} {:.6f} {}\n", rec.id, to_string(rec.op),
+               Watchdog::group_name(rec.group), rec.seq,
+               rec.peer >= 0 ? std::to_string(rec.peer) : std::string("-"), rec.bytes,
+               static_cast<double>(rec.start_ns - s.start_ns) * 1e-9,
+               static_cast<double>(end - rec.start_ns) * 1e-9,
+               rec.end_ns != 0 ? "completed" : "in_flight");
+  }
+  const bool ok = std::fclose(f) == 0;
+  return ok ? "" : fmt::format("cannot write {}", dump_file(s));
+}
+
+// One line per peer of the timed-out operation, and the peers that have not arrived. Reading a
+// peer's board also asks it to dump its recorder (when `ask_dump`).
+std::string report_peers(const State& s, const watchdog::OpInfo& op, bool ask_dump,
+                         std::vector<int>& missing, std::vector<int>& asked) {
+  std::vector<int> members;
+  {
+    Registry& reg = registry();
+    const std::lock_guard lock(reg.mutex);
+    if (const auto it = reg.groups.find(op.group.key); it != reg.groups.end()) {
+      members = it->second.world_ranks;
+    }
+  }
+  if (op.peer >= 0) members = {op.peer};
+  std::string out;
+  for (const int peer : members) {
+    if (peer == s.world_rank) continue;
+    const auto view = progress::read_peer(board_file(s.dir, peer), op.group.key, ask_dump);
+    if (!view) {
+      out += fmt::format(
+          "\n[watchdog]   world rank {}: no progress file in {} (on another node without a "
+          "shared TMPDIR, or its process is gone)",
+          peer, s.dir);
+      missing.push_back(peer);
+      continue;
+    }
+    if (!view->stopped) asked.push_back(peer);
+    std::string now;
+    if (view->stopped) {
+      now =
+          "it has left training (its watchdog stopped: finished, or failed on its own — see "
+          "its message)";
+    } else if (view->current_op == 0) {
+      now =
+          "now not in a communication operation (computing, sleeping or stuck outside "
+          "communication)";
+    } else {
+      now = fmt::format(
+          "now blocked in {}{} on {} #{}", op_name(view->current_op),
+          view->current_peer >= 0 ? fmt::format(" with world rank {}", view->current_peer)
+                                  : std::string(),
+          view->current_group.empty() ? "another group" : view->current_group, view->current_seq);
+    }
+    if (op.peer >= 0) {
+      // The matching operation is the other direction, with this rank, on the same group.
+      const auto want =
+          static_cast<std::uint32_t>(op.op == CommOp::send ? CommOp::recv : CommOp::send) + 1;
+      const bool matched = !view->stopped && view->current_op == want &&
+                           view->current_peer == s.world_rank && view->current_key == op.group.key;
+      if (!matched) missing.push_back(peer);
+      out += fmt::format("\n[watchdog]   world rank {}: {}{}", peer, now,
+                         matched ? " (the matching operation)" : "");
+      continue;
+    }
+    if (!view->in_group) {
+      out += fmt::format("\n[watchdog]   world rank {}: no record of this group; {}", peer, now);
+      missing.push_back(peer);
+    } else if (view->entered < op.seq) {
+      out += fmt::format(
+          "\n[watchdog]   world rank {}: has not reached collective #{} (last entered #{}, "
+          "completed #{}); {}",
+          peer, op.seq, view->entered, view->completed, now);
+      missing.push_back(peer);
+    } else {
+      const bool same_call = view->current_op == static_cast<std::uint32_t>(op.op) + 1 &&
+                             view->current_key == op.group.key && view->current_seq == op.seq;
+      const bool other_call = !same_call && view->current_key == op.group.key &&
+                              view->current_seq == op.seq && view->current_op != 0;
+      out += fmt::format("\n[watchdog]   world rank {}: reached collective #{}; {}{}", peer, op.seq,
+                         now,
+                         other_call ? " — another operation under the same number: a rank "
+                                      "skipped or reordered a collective "
+                                      "(parallel.debug_collectives names the calls)"
+                                    : "");
+    }
+  }
+  return out;
+}
+
+[[noreturn]] void end_process() {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(kWatchdogExitCode);
+}
+
+void expire(State& s, const watchdog::OpInfo& op, double waited_s) {
+  std::string group;
+  {
+    Registry& reg = registry();
+    const std::lock_guard lock(reg.mutex);
+    const auto it = reg.groups.find(op.group.key);
+    group = it != reg.groups.end() ? it->second.name : Watchdog::group_name(op.group.name_id);
+  }
+  const bool ask_dump = !s.options.on_expiry;
+  std::vector<int> missing, asked;
+  std::string report = fmt::format(
+      "[watchdog] world rank {}: {} has not completed after {:.3g} s (parallel.comm_timeout_s = "
+      "{:g})",
+      s.world_rank, describe(op, group), waited_s, s.options.timeout_s);
+  report += report_peers(s, op, ask_dump, missing, asked);
+  report += fmt::format("\n[watchdog] not arrived: {}",
+                        missing.empty() ? std::string("none found (every peer has reached it)")
+                                        : fmt::format("world rank {}", fmt::join(missing, ", ")));
+  const std::string failed = write_dump(s, "written when the watchdog expired");
+  const FlightRecorder* r = s.recorder.load(kRelaxed);
+  report += failed.empty()
+                ? fmt::format(
+                      "\n[watchdog] flight recorder (last {} operations of world rank {}): "
+                      "{}{}",
+                      r->capacity(), s.world_rank, dump_file(s),
+                      asked.empty() ? "" : "; peers asked to dump theirs beside it")
+                : fmt::format("\n[watchdog] flight recorder not written: {}", failed);
+  if (s.options.on_expiry) {
+    s.options.on_expiry(report);
+    return;
+  }
+  fmt::print(stderr, "{}\n[watchdog] ending the job (exit code {})\n", report, kWatchdogExitCode);
+  std::fflush(stderr);
+  // Give the asked peers' watchdogs (they wake at least every 0.5 s) a moment to dump before
+  // mpirun tears them down.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (!asked.empty() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::erase_if(asked, [&](int peer) {
+      const auto view = progress::read_peer(board_file(s.dir, peer), 0, false);
+      return !view || view->dumped || view->stopped;
+    });
+  }
+  end_process();
+}
+
+std::chrono::nanoseconds tick_of(double timeout_s) {
+  const double tick_s = std::min(timeout_s / 4.0, 0.5);
+  return std::chrono::nanoseconds(static_cast<std::int64_t>(tick_s * 1e9));
+}
+
+void run(State& s) {
+  const auto tick = tick_of(s.options.timeout_s);
+  const auto timeout_ns = static_cast<std::int64_t>(s.options.timeout_s * 1e9);
+  std::int64_t reported_since = 0;
+  std::unique_lock lock(s.mutex);
+  while (!s.wake.wait_for(lock, tick, [&] { return s.stop; })) {
+    progress::Board& b = progress::local();
+    if (b.dump_requested.load(std::memory_order_acquire) != 0 && b.dumped.load(kRelaxed) == 0) {
+      (void)write_dump(s, "written because a peer's operation timed out");
+      b.dumped.store(1, std::memory_order_release);
+    }
+    const std::int64_t since = b.current_since_ns.load(std::memory_order_acquire);
+    if (since == 0 || since == reported_since) continue;
+    const std::int64_t waited = watchdog::now_ns() - since;
+    if (waited < timeout_ns) continue;
+    watchdog::OpInfo op;
+    op.op = static_cast<CommOp>(b.current_op.load(kRelaxed) - 1);
+    op.peer = b.current_peer.load(kRelaxed);
+    op.group.key = b.current_key.load(kRelaxed);
+    op.seq = b.current_seq.load(kRelaxed);
+    op.bytes = b.current_bytes.load(kRelaxed);
+    if (b.current_since_ns.load(std::memory_order_acquire) != since) continue;  // it moved on
+    reported_since = since;
+    expire(s, op, static_cast<double>(waited) * 1e-9);
+  }
+}
+
+}  // namespace
+
+namespace watchdog {
+
+GroupHandle register_group(const std::string& name, const std::vector<int>& world_ranks) {
+  Registry& reg = registry();
+  const std::lock_guard lock(reg.mutex);
+  GroupHandle g;
+  auto [it, fresh] = reg.name_ids.try_emplace(name, static_cast<std::uint32_t>(reg.names.size()));
+  if (fresh) reg.names.push_back(name);
+  g.name_id = it->second;
+  g.key = progress::group_key(name, reg.instances[name]++);
+  g.slot = progress::claim_slot(g.key, name);
+  reg.groups[g.key] = {name, world_ranks};
+  return g;
+}
+
+void unregister_group(const GroupHandle& group) noexcept {
+  Registry& reg = registry();
+  const std::lock_guard lock(reg.mutex);
+  progress::release_slot(group.slot);
+  reg.groups.erase(group.key);
+}
+
+std::int64_t now_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::uint64_t posted(const OpInfo& op, std::int64_t at_ns) noexcept {
+  if (op.peer < 0 && op.group.slot >= 0) {
+    progress::Slot& slot = progress::local().slots[op.group.slot];
+    if (slot.key.load(kRelaxed) == op.group.key) slot.entered.store(op.seq, kRelaxed);
+  }
+  FlightRecorder* r = state().recorder.load(kRelaxed);
+  return r == nullptr ? 0 : r->record(op.op, op.group.name_id, op.peer, op.seq, op.bytes, at_ns);
+}
+
+void blocking(const OpInfo& op, std::int64_t at_ns) noexcept {
+  progress::Board& b = progress::local();
+  b.current_op.store(static_cast<std::uint32_t>(op.op) + 1, kRelaxed);
+  b.current_peer.store(op.peer, kRelaxed);
+  b.current_key.store(op.group.key, kRelaxed);
+  b.current_seq.store(op.seq, kRelaxed);
+  b.current_bytes.store(op.bytes, kRelaxed);
+  b.current_since_ns.store(at_ns, std::memory_order_release);
+}
+
+void not_blocking() noexcept {
+  progress::Board& b = progress::local();
+  b.current_since_ns.store(0, std::memory_order_release);
+  b.current_op.store(0, kRelaxed);
+}
+
+void done(std::uint64_t id, const OpInfo& op, std::int64_t at_ns) noexcept {
+  not_blocking();
+  progress::Board& b = progress::local();
+  if (op.peer < 0 && op.group.slot >= 0) {
+    progress::Slot& slot = b.slots[op.group.slot];
+    // Non-blocking collectives may complete out of order: keep the highest.
+    if (slot.key.load(kRelaxed) == op.group.key && slot.completed.load(kRelaxed) < op.seq) {
+      slot.completed.store(op.seq, kRelaxed);
+    }
+  }
+  if (FlightRecorder* r = state().recorder.load(kRelaxed)) r->finish(id, at_ns);
+}
+
+}  // namespace watchdog
+
+void Watchdog::start(ProcessGroup& world, const WatchdogOptions& options) {
+  if (world.size() == 1 || running()) return;
+  std::array<char, 512> dir{};
+  if (world.rank() == 0) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern =
+        fmt::format("{}/meshtrain-watchdog-XXXXXX", tmp != nullptr && *tmp != '\0' ? tmp : "/tmp");
+    if (pattern.size() < dir.size() && ::mkdtemp(pattern.data()) != nullptr) {
+      std::copy(pattern.begin(), pattern.end(), dir.begin());
+    }
+  }
+  world.broadcast(std::as_writable_bytes(std::span<char>(dir)), 0);
+  if (dir[0] == '\0') {
+    throw CommError(
+        "the watchdog could not create its directory under $TMPDIR (or /tmp) on world rank 0; "
+        "point TMPDIR to a writable directory");
+  }
+  start_local(dir.data(), world.world_ranks()[static_cast<std::size_t>(world.rank())], options);
+  world.barrier();  // every progress file exists before the first watched operation
+}
+
+void Watchdog::start_local(const std::string& dir, int world_rank, const WatchdogOptions& options) {
+  if (running()) return;
+  State& s = state();
+  s.options = options;
+  s.dir = dir;
+  s.world_rank = world_rank;
+  s.start_ns = watchdog::now_ns();
+  s.stop = false;
+  if (!progress::map_file(board_file(dir, world_rank), world_rank)) {
+    fmt::print(stderr,
+               "[watchdog] world rank {}: cannot create {}; peers will report this rank as "
+               "unknown when an operation times out\n",
+               world_rank, board_file(dir, world_rank));
+  }
+  s.recorder.store(new FlightRecorder(std::max<std::size_t>(1, options.recorder_size)), kRelaxed);
+  s.thread = std::thread([&s] { run(s); });
+}
+
+void Watchdog::stop() noexcept {
+  if (!running()) return;
+  State& s = state();
+  {
+    const std::lock_guard lock(s.mutex);
+    s.stop = true;
+  }
+  s.wake.notify_all();
+  s.thread.join();
+  delete s.recorder.exchange(nullptr, kRelaxed);
+  progress::unmap_file(s.dir);
+  s.options.on_expiry = nullptr;
+}
+
+bool Watchdog::running() noexcept { return state().recorder.load(kRelaxed) != nullptr; }
+
+std::vector<FlightRecord> Watchdog::recorder_snapshot() {
+  const FlightRecorder* r = state().recorder.load(kRelaxed);
+  return r == nullptr ? std::vector<FlightRecord>{} : r->snapshot();
+}
+
+std::string Watchdog::group_name(std::uint32_t name_id) {
+  Registry& reg = registry();
+  const std::lock_guard lock(reg.mutex);
+  return name_id < reg.names.size() ? reg.names[name_id] : std::string("?");
+}
+
+std::string Watchdog::dump_path() { return running() ? dump_file(state()) : std::string(); }
+
+WatchdogScope::WatchdogScope(ProcessGroup& world, const WatchdogOptions& options)
+    : owner_(!Watchdog::running()) {
+  Watchdog::start(world, options);
+  owner_ = owner_ && Watchdog::running();
+}
+
+WatchdogScope::~WatchdogScope() {
+  if (owner_) Watchdog::stop();
+}
+
+}  // namespace meshtrain

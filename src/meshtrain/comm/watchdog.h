@@ -1,0 +1,117 @@
+// src/meshtrain/comm/watchdog.h
+//
+// The watchdog (DESIGN invariant 7, "no silent hang"): a background thread that ends the job
+// when one communication operation — a collective, a send/recv, or the wait() of a posted
+// request — has blocked longer than parallel.comm_timeout_s. Before ending it writes to stderr
+// the operation, its group, its sequence number, its bytes, how long it waited and which peers
+// have not reached that sequence number (read from their progress files, progress_board.h, not
+// through MPI, which is stuck), and dumps this rank's last parallel.flight_recorder_size
+// operations (flight_recorder.h) to a file whose path the report prints; peers are asked to dump
+// theirs beside it. Then the process exits with code 4 (kWatchdogExitCode) and mpirun ends the
+// other ranks. Modelled on PyTorch's ProcessGroupNCCL watchdog (TORCH_NCCL_ASYNC_ERROR_HANDLING,
+// TORCH_NCCL_DUMP_ON_TIMEOUT) and its flight recorder.
+//
+// ProcessGroup tells it about every operation through the functions in namespace watchdog; they
+// are a few relaxed atomic stores (no lock, no allocation, no system call), and only the progress
+// records are kept while the watchdog is stopped. The thread wakes every
+// min(timeout / 4, 0.5 s): a hang is reported between timeout and timeout + 0.5 s after it began.
+// One thread per process drives communication (MPI_THREAD_FUNNELED): one operation blocks at a
+// time.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "meshtrain/comm/flight_recorder.h"
+#include "meshtrain/comm/process_group.h"
+
+namespace meshtrain {
+
+/// The exit code of a rank the watchdog ended (1–3 are the CLI's, apps/main.cpp).
+inline constexpr int kWatchdogExitCode = 4;
+
+struct WatchdogOptions {
+  double timeout_s = 600.0;         // parallel.comm_timeout_s, > 0
+  std::size_t recorder_size = 256;  // parallel.flight_recorder_size, ≥ 1
+  // Tests only: called with the report instead of dumping peers and ending the process.
+  std::function<void(const std::string& report)> on_expiry;
+};
+
+namespace watchdog {
+
+/// A group as the watchdog knows it; ProcessGroup holds one from construction to destruction.
+struct GroupHandle {
+  int slot = -1;              // progress-board slot, −1 when none was free
+  std::uint32_t name_id = 0;  // interned name, for the flight recorder
+  std::uint64_t key = 0;      // the same on every member (progress::group_key)
+};
+GroupHandle register_group(const std::string& name, const std::vector<int>& world_ranks);
+void unregister_group(const GroupHandle& group) noexcept;
+
+/// One operation: p2p ones carry the peer's world rank and a sequence number per (group,
+/// direction, peer); collectives carry −1 and the group's collective sequence number.
+struct OpInfo {
+  CommOp op = CommOp::barrier;
+  GroupHandle group;
+  int peer = -1;
+  std::uint64_t seq = 0;
+  std::uint64_t bytes = 0;
+};
+
+/// Steady-clock nanoseconds (the clock every record uses).
+std::int64_t now_ns() noexcept;
+/// The operation has been posted (a collective: entered); returns its flight-recorder id, 0
+/// while the watchdog is stopped.
+std::uint64_t posted(const OpInfo& op, std::int64_t at_ns) noexcept;
+/// The calling thread now blocks until the operation completes: the timeout runs from `at_ns`.
+void blocking(const OpInfo& op, std::int64_t at_ns) noexcept;
+/// The calling thread no longer blocks (a non-blocking post is done posting).
+void not_blocking() noexcept;
+/// The operation completed (or failed): ends the blocking and closes its record.
+void done(std::uint64_t id, const OpInfo& op, std::int64_t at_ns) noexcept;
+
+}  // namespace watchdog
+
+/// Starts and stops the process-wide watchdog. Not thread-safe: the main thread calls it, with
+/// no operation in flight.
+class Watchdog {
+ public:
+  /// Collective over `world` (every rank calls it): rank 0 creates the directory
+  /// `$TMPDIR/meshtrain-watchdog-XXXXXX` (/tmp without TMPDIR) and broadcasts it; every rank
+  /// maps its progress file there, and a barrier makes sure all files exist before the first
+  /// watched operation. Does nothing for a world of one rank (nothing can hang) or when the
+  /// watchdog already runs. Throws CommError on every rank when rank 0 cannot create the
+  /// directory; a rank that cannot create its own file goes on without it (a warning; peers
+  /// report it as unknown).
+  static void start(ProcessGroup& world, const WatchdogOptions& options);
+  /// The same in one process, in `dir` (which must exist), as world rank `world_rank`.
+  static void start_local(const std::string& dir, int world_rank, const WatchdogOptions& options);
+  /// Stops the thread, deletes this rank's progress file and the directory once it is empty
+  /// (flight-recorder dumps stay). Safe to call when not running.
+  static void stop() noexcept;
+  static bool running() noexcept;
+
+  /// The flight recorder's operations, oldest first (empty when stopped).
+  static std::vector<FlightRecord> recorder_snapshot();
+  /// The interned name of a FlightRecord's group.
+  static std::string group_name(std::uint32_t name_id);
+  /// Where this rank's flight recorder is dumped on expiry ("" when stopped).
+  static std::string dump_path();
+};
+
+/// Starts the watchdog for a scope (the Trainer's lifetime) and stops it at the end, when this
+/// scope was the one that started it.
+class WatchdogScope {
+ public:
+  WatchdogScope(ProcessGroup& world, const WatchdogOptions& options);
+  ~WatchdogScope();
+  WatchdogScope(const WatchdogScope&) = delete;
+  WatchdogScope& operator=(const WatchdogScope&) = delete;
+
+ private:
+  bool owner_ = false;
+};
+
+}  // namespace meshtrain

@@ -1,0 +1,156 @@
+// The watchdog's parts in one process, without MPI (comm/watchdog.h, flight_recorder.h,
+// progress_board.h): the flight recorder keeps exactly the last N operations in order;
+// operations that finish in time never trigger it; a hung one is reported with its operation,
+// group, sequence number and the peer whose progress file shows it has not arrived. The
+// scenarios that end a job run under mpirun in tests/e2e/watchdog.sh.
+#include "meshtrain/comm/watchdog.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "meshtrain/comm/flight_recorder.h"
+#include "meshtrain/comm/progress_board.h"
+
+namespace meshtrain {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path fresh_dir() {
+  std::string pattern = (fs::temp_directory_path() / "meshtrain-watchdog-test-XXXXXX").string();
+  EXPECT_NE(::mkdtemp(pattern.data()), nullptr);
+  return pattern;
+}
+
+TEST(FlightRecorder, KeepsExactlyTheLastNOperationsInOrder) {
+  FlightRecorder recorder(4);
+  EXPECT_TRUE(recorder.snapshot().empty());
+  for (std::uint64_t i = 1; i <= 2; ++i) {
+    recorder.record(CommOp::all_reduce, 7, -1, i, 16 * i, static_cast<std::int64_t>(i));
+  }
+  EXPECT_EQ(recorder.snapshot().size(), 2u);  // fewer than N: all of them
+  for (std::uint64_t i = 3; i <= 10; ++i) {
+    const std::uint64_t id =
+        recorder.record(i % 2 == 0 ? CommOp::send : CommOp::all_gather, 7, i % 2 == 0 ? 1 : -1, i,
+                        16 * i, static_cast<std::int64_t>(i));
+    EXPECT_EQ(id, i);
+    if (i % 2 == 0) recorder.finish(id, static_cast<std::int64_t>(100 + i));
+  }
+  recorder.finish(3, 999);  // left the ring: must not touch id 7, which took its slot
+  const std::vector<FlightRecord> records = recorder.snapshot();
+  ASSERT_EQ(records.size(), 4u);
+  EXPECT_EQ(recorder.recorded(), 10u);
+  for (std::size_t k = 0; k < records.size(); ++k) {
+    const FlightRecord& r = records[k];
+    const std::uint64_t i = 7 + k;
+    EXPECT_EQ(r.id, i);
+    EXPECT_EQ(r.seq, i);
+    EXPECT_EQ(r.bytes, 16 * i);
+    EXPECT_EQ(r.op, i % 2 == 0 ? CommOp::send : CommOp::all_gather);
+    EXPECT_EQ(r.peer, i % 2 == 0 ? 1 : -1);
+    EXPECT_EQ(r.start_ns, static_cast<std::int64_t>(i));
+    EXPECT_EQ(r.end_ns, i % 2 == 0 ? static_cast<std::int64_t>(100 + i) : 0) << "id " << i;
+  }
+}
+
+TEST(Watchdog, OperationsThatFinishInTimeNeverTriggerIt) {
+  const fs::path dir = fresh_dir();
+  const watchdog::GroupHandle group = watchdog::register_group("dp{0,2}", {0, 2});
+  bool fired = false;
+  Watchdog::start_local(dir.string(), 0,
+                        {.timeout_s = 0.2,
+                         .recorder_size = 16,
+                         .on_expiry = [&](const std::string&) { fired = true; }});
+  ASSERT_TRUE(Watchdog::running());
+  EXPECT_TRUE(fs::exists(dir / "rank0.progress"));
+  for (std::uint64_t seq = 1; seq <= 40; ++seq) {
+    const watchdog::OpInfo op{.op = CommOp::all_reduce, .group = group, .seq = seq, .bytes = 64};
+    const std::uint64_t id = watchdog::posted(op, watchdog::now_ns());
+    watchdog::blocking(op, watchdog::now_ns());
+    watchdog::done(id, op, watchdog::now_ns());
+    // Idle between operations for 4 × the timeout in all: time outside an operation is no hang.
+    if (seq % 10 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  const std::vector<FlightRecord> records = Watchdog::recorder_snapshot();
+  ASSERT_EQ(records.size(), 16u);
+  for (std::size_t k = 0; k < records.size(); ++k) {
+    EXPECT_EQ(records[k].seq, 25 + k);
+    EXPECT_NE(records[k].end_ns, 0);
+    EXPECT_EQ(Watchdog::group_name(records[k].group), "dp{0,2}");
+  }
+  const progress::Slot& slot = progress::local().slots[group.slot];
+  EXPECT_EQ(slot.entered.load(), 40u);
+  EXPECT_EQ(slot.completed.load(), 40u);
+  Watchdog::stop();
+  EXPECT_FALSE(fired);
+  EXPECT_FALSE(fs::exists(dir)) << "the last rank to stop removes the directory";
+  watchdog::unregister_group(group);
+}
+
+// Writes world rank 1's progress file as its watchdog would: in `group`, collective #2 entered
+// and completed, not blocked now.
+void write_peer_board(const fs::path& path, std::uint64_t key) {
+  auto board = std::make_unique<progress::Board>();
+  board->world_rank = 1;
+  board->state.store(1);
+  board->slots[0].key.store(key);
+  board->slots[0].entered.store(2);
+  board->slots[0].completed.store(2);
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(board.get()), sizeof(progress::Board));
+}
+
+TEST(Watchdog, ReportsTheHungOperationAndThePeerThatHasNotArrived) {
+  const fs::path dir = fresh_dir();
+  const watchdog::GroupHandle group = watchdog::register_group("world{0,1}", {0, 1});
+  write_peer_board(dir / "rank1.progress", group.key);
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::string report;
+  Watchdog::start_local(
+      dir.string(), 0,
+      {.timeout_s = 0.1, .recorder_size = 4, .on_expiry = [&](const std::string& r) {
+         const std::lock_guard lock(mutex);
+         report = r;
+         cv.notify_all();
+       }});
+  const watchdog::OpInfo op{.op = CommOp::all_reduce, .group = group, .seq = 3, .bytes = 16};
+  const std::uint64_t id = watchdog::posted(op, watchdog::now_ns());
+  watchdog::blocking(op, watchdog::now_ns());
+  {
+    // The bound only turns a watchdog that never fires into a failure instead of a hang.
+    std::unique_lock lock(mutex);
+    cv.wait_for(lock, std::chrono::seconds(60), [&] { return !report.empty(); });
+  }
+  watchdog::done(id, op, watchdog::now_ns());
+  const std::string dump = Watchdog::dump_path();
+  Watchdog::stop();
+  EXPECT_NE(report.find("world rank 0: all_reduce on world{0,1} (collective #3 of the group, 16 "
+                        "bytes) has not completed after"),
+            std::string::npos)
+      << report;
+  EXPECT_NE(report.find("world rank 1: has not reached collective #3 (last entered #2, completed "
+                        "#2); now not in a communication operation"),
+            std::string::npos)
+      << report;
+  EXPECT_NE(report.find("not arrived: world rank 1"), std::string::npos) << report;
+  EXPECT_NE(report.find(dump), std::string::npos) << report;
+  std::ifstream in(dump);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("1 all_reduce world{0,1} 3 - 16 "), std::string::npos) << text;
+  EXPECT_NE(text.find("in_flight"), std::string::npos) << text;
+  watchdog::unregister_group(group);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace meshtrain
