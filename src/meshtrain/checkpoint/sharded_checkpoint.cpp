@@ -184,7 +184,9 @@ std::string CheckpointWriter::wait() {
 }
 
 void CheckpointWriter::write(const RankSnapshot& snapshot) {
+  const auto start = std::chrono::steady_clock::now();
   const fs::path dir = checkpoint_path(options_.root, snapshot.step);
+  dir_ = dir;
   const std::string file = fmt::format("rank-{:05d}.safetensors", snapshot.rank);
   std::vector<NamedTensor> tensors;
   json pieces = json::array();
@@ -202,7 +204,10 @@ void CheckpointWriter::write(const RankSnapshot& snapshot) {
                          {"xxh64", hex64(xxh64(bytes))},
                          {"pieces", pieces}};
   write_text(dir / fmt::format("rank-{:05d}.json", snapshot.rank), manifest.dump());
-  if (snapshot.rank != 0) return;
+  if (snapshot.rank != 0) {
+    write_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return;
+  }
 
   // Rank 0 completes the checkpoint once every rank's manifest is there.
   const auto deadline =
@@ -235,6 +240,7 @@ void CheckpointWriter::write(const RankSnapshot& snapshot) {
   write_text(dir / kCompleteName, fmt::format("step {}\n", snapshot.step));
   sync_directory(dir);
   sync_directory(options_.root);
+  write_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   prune(options_.root, options_.keep_last);
 }
 

@@ -105,6 +105,10 @@ class CheckpointWriter {
   /// Blocks until this rank's last save is done; returns its error ("" when it succeeded or
   /// there was none). Rank 0's save is done when COMPLETE is written.
   std::string wait();
+  /// Wall seconds the last finished save spent writing (encode, hash, files; rank 0: until
+  /// COMPLETE), and its directory. 0 and "" before the first one.
+  double last_write_seconds() const noexcept { return write_s_; }
+  const std::filesystem::path& last_dir() const noexcept { return dir_; }
 
  private:
   void write(const RankSnapshot& snapshot);
@@ -112,6 +116,8 @@ class CheckpointWriter {
   CheckpointWriterOptions options_;
   std::thread thread_;
   std::string error_;
+  double write_s_ = 0.0;
+  std::filesystem::path dir_;
 };
 
 /// A complete checkpoint opened for loading. The constructor reads COMPLETE and metadata.json

@@ -467,10 +467,13 @@ std::vector<StepMetrics> Trainer::run() {
     if (last || (t.eval_interval > 0 && (step + 1) % t.eval_interval == 0)) {
       m.val_loss = evaluate();
     }
+    const std::int64_t interval = config_.checkpoint.interval;
+    if (interval > 0 && ((step + 1) % interval == 0 || last)) {
+      save_checkpoint(step + 1);
+      m.checkpoint_s = last_checkpoint_s_;
+    }
     log_step(m);
     history.push_back(m);
-    const std::int64_t interval = config_.checkpoint.interval;
-    if (interval > 0 && ((step + 1) % interval == 0 || last)) save_checkpoint(step + 1);
   }
   finish_checkpoint();  // the last save is complete before run() returns
   write_trace();
@@ -675,7 +678,8 @@ void Trainer::log_step(const StepMetrics& m) {
                            {"bubble", m.bubble},
                            {"predicted_bubble", predicted_bubble_},
                            {"loss_scale", m.loss_scale},
-                           {"skipped", m.skipped}};
+                           {"skipped", m.skipped},
+                           {"checkpoint_s", m.checkpoint_s}};
     for (std::size_t c = 0; c < kNumMemCategories; ++c) {
       const auto category = static_cast<MemCategory>(c);
       line[fmt::format("peak_bytes_{}", to_string(category))] =

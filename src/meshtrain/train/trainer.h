@@ -63,6 +63,10 @@ struct StepMetrics {
   bool skipped = false;
   // Straggler report, on the steps that end a training.straggler_interval window (same on
   // every rank): the ranks named, with their slow phase.
+  // Seconds the training thread spent saving a sharded checkpoint after this step (0 when
+  // none was saved): waiting for the previous save, copying the state, and under
+  // checkpoint.async = false writing it.
+  double checkpoint_s = 0.0;
   bool straggler_report = false;
   std::vector<Straggler> stragglers;
   std::optional<double> val_loss;
@@ -198,6 +202,8 @@ class Trainer {
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<CheckpointWriter> checkpoint_writer_;  // checkpoint.interval > 0
   std::int64_t start_step_ = 0;
+  bool reported_complete_ = true;   // the last save's completion was logged
+  double last_checkpoint_s_ = 0.0;  // the training thread's time in the last save_checkpoint
   std::vector<std::int32_t> inputs_, targets_;
   std::ofstream metrics_;
   int threads_ = 1;

@@ -2,6 +2,8 @@
 // and checkpoint.resume. The file format is checkpoint/sharded_checkpoint.h's.
 #include <fmt/format.h>
 
+#include <chrono>
+
 #include "meshtrain/config/load.h"
 #include "meshtrain/config/validate.h"
 #include "meshtrain/core/error.h"
@@ -29,9 +31,18 @@ void Trainer::finish_checkpoint() {
   const std::string error = checkpoint_writer_->wait();
   const std::string first = first_error(world_, error);
   if (!first.empty()) throw DataError(fmt::format("a checkpoint save failed on {}", first));
+  if (world_.rank() == 0 && options_.log && !checkpoint_writer_->last_dir().empty() &&
+      !reported_complete_) {
+    fmt::print("checkpoint {} complete (written in {:.1f} ms{})\n",
+               checkpoint_writer_->last_dir().string(),
+               checkpoint_writer_->last_write_seconds() * 1e3,
+               config_.checkpoint.async ? " in the background" : "");
+  }
+  reported_complete_ = true;
 }
 
 void Trainer::save_checkpoint(std::int64_t steps_done) {
+  const auto start = std::chrono::steady_clock::now();
   if (!checkpoint_writer_) {
     checkpoint_writer_ = std::make_unique<CheckpointWriter>(
         CheckpointWriterOptions{.root = checkpoint_root(),
@@ -114,6 +125,14 @@ void Trainer::save_checkpoint(std::int64_t steps_done) {
     snapshot.config_toml = to_toml(config_);
   }
   checkpoint_writer_->save(std::move(snapshot));
+  reported_complete_ = false;
+  last_checkpoint_s_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (world_.rank() == 0 && options_.log) {
+    fmt::print("checkpoint step {}: training paused {:.1f} ms{}\n", steps_done,
+               last_checkpoint_s_ * 1e3,
+               config_.checkpoint.async ? " (state copied; written in the background)" : "");
+  }
 }
 
 void Trainer::load_checkpoint(const fs::path& dir) {
