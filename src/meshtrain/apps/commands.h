@@ -33,4 +33,10 @@ struct SampleArgs {
 };
 int run_sample(const SampleArgs& args);
 
+struct ExportArgs {
+  std::string checkpoint;  // a finished run's checkpoint directory
+  std::string out;         // the consolidated .safetensors to write (config.json beside it)
+};
+int run_export(const ExportArgs& args);
+
 }  // namespace meshtrain

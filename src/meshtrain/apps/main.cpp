@@ -1,4 +1,4 @@
-// src/meshtrain/apps/main.cpp — the `meshtrain` command line: prepare, train, sample.
+// src/meshtrain/apps/main.cpp — the `meshtrain` command line: prepare, train, sample, export.
 // The only place that parses argv and turns errors into messages and exit codes:
 //   0 success, 1 internal or runtime error, 2 bad configuration or arguments, 3 bad data file.
 #include <fmt/format.h>
@@ -53,12 +53,21 @@ int main(int argc, char** argv) {
       ->default_val(200);
   sample_cmd->add_option("--seed", sample.seed, "sampling seed")->default_val(1337);
 
+  ExportArgs export_args;
+  CLI::App* export_cmd = app.add_subcommand(
+      "export",
+      "checkpoint → one consolidated safetensors file with Hugging Face names and layouts "
+      "(GPT2LMHeadModel / LlamaForCausalLM), plus config.json beside it");
+  export_cmd->add_option("checkpoint", export_args.checkpoint, "checkpoint directory")->required();
+  export_cmd->add_option("out", export_args.out, "output file, e.g. hf/model.safetensors")
+      ->required();
+
   if (argc > 1 && argv[1][0] != '-') {
     const std::string_view command = argv[1];
-    if (command != "prepare" && command != "train" && command != "sample") {
+    if (command != "prepare" && command != "train" && command != "sample" && command != "export") {
       fmt::print(stderr,
-                 "meshtrain: unknown command '{}'; the commands are prepare, train and sample "
-                 "(meshtrain --help)\n",
+                 "meshtrain: unknown command '{}'; the commands are prepare, train, sample and "
+                 "export (meshtrain --help)\n",
                  command);
       return 2;
     }
@@ -71,6 +80,7 @@ int main(int argc, char** argv) {
 
   if (*prepare_cmd) return run_prepare(prepare);
   if (*sample_cmd) return run_sample(sample);
+  if (*export_cmd) return run_export(export_args);
   train.overrides = train_cmd->remaining();
   MpiRuntime runtime(&argc, &argv);
   return run_train(train, runtime);

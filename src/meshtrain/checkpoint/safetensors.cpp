@@ -86,7 +86,7 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Name
         fmt::format("cannot rename {} to {}: {}", tmp.string(), path.string(), ec.message()));
 }
 
-SafetensorsFile read_safetensors(const std::filesystem::path& path) {
+SafetensorsIndex read_safetensors_index(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw DataError(fmt::format("{}: cannot open (missing or unreadable)", path.string()));
   std::error_code ec;
@@ -106,7 +106,8 @@ SafetensorsFile read_safetensors(const std::filesystem::path& path) {
     throw DataError(fmt::format("{}: malformed JSON header", path.string()));
   }
   const std::uint64_t data_size = file_size - 8 - length;
-  SafetensorsFile out;
+  SafetensorsIndex out;
+  out.path = path;
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") {
       if (!entry.is_object()) throw DataError(fmt::format("{}: bad __metadata__", path.string()));
@@ -135,16 +136,40 @@ SafetensorsFile read_safetensors(const std::filesystem::path& path) {
                         "matching its shape (file truncated?)",
                         path.string(), name));
       }
-      Tensor t = Tensor::empty(shape, MemCategory::other, tag == "F32" ? DType::f32 : DType::i32);
-      in.seekg(static_cast<std::streamoff>(8 + length + offsets[0]));
-      in.read(tag == "F32" ? reinterpret_cast<char*>(t.f32()) : reinterpret_cast<char*>(t.i32()),
-              static_cast<std::streamsize>(bytes));
-      if (!in) throw DataError(fmt::format("{}: read of {} failed", path.string(), name));
-      out.tensors.emplace(name, std::move(t));
+      out.entries.emplace(name, SafetensorsEntry{.dtype = tag == "F32" ? DType::f32 : DType::i32,
+                                                 .shape = shape,
+                                                 .offset = 8 + length + offsets[0]});
     } catch (const nlohmann::json::exception& e) {
       throw DataError(fmt::format("{}: malformed entry for {}: {}", path.string(), name, e.what()));
     }
   }
+  return out;
+}
+
+Tensor read_safetensors_tensor(const SafetensorsIndex& index, const std::string& name) {
+  const auto it = index.entries.find(name);
+  if (it == index.entries.end()) {
+    throw DataError(fmt::format("{}: no tensor {}", index.path.string(), name));
+  }
+  const SafetensorsEntry& e = it->second;
+  Tensor t = Tensor::empty(e.shape, MemCategory::other, e.dtype);
+  if (t.bytes() == 0) return t;
+  std::ifstream in(index.path, std::ios::binary);
+  in.seekg(static_cast<std::streamoff>(e.offset));
+  char* data =
+      e.dtype == DType::f32 ? reinterpret_cast<char*>(t.f32()) : reinterpret_cast<char*>(t.i32());
+  in.read(data, static_cast<std::streamsize>(t.bytes()));
+  if (!in) throw DataError(fmt::format("{}: read of {} failed", index.path.string(), name));
+  return t;
+}
+
+SafetensorsFile read_safetensors(const std::filesystem::path& path) {
+  SafetensorsIndex index = read_safetensors_index(path);
+  SafetensorsFile out;
+  for (const auto& [name, entry] : index.entries) {
+    out.tensors.emplace(name, read_safetensors_tensor(index, name));
+  }
+  out.metadata = std::move(index.metadata);
   return out;
 }
 

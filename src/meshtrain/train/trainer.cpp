@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "meshtrain/checkpoint/hf_format.h"
 #include "meshtrain/checkpoint/model_checkpoint.h"
 #include "meshtrain/config/validate.h"
 #include "meshtrain/core/allocator.h"
@@ -135,6 +136,31 @@ void on_rank0_for_all(ProcessGroup& world, Check&& check) {
   if (verdict == 3) throw DataError("rank 0 could not write its output files (see its message)");
 }
 
+// Runs `check` on every rank; when it throws a DataError on some ranks, every rank throws the
+// same DataError: the message of the lowest failing rank (broadcast from it). A rank-local
+// throw before a collective would leave the other ranks waiting in it.
+template <typename Check>
+void agree_on_data_errors(ProcessGroup& world, Check&& check) {
+  std::string message;
+  bool failed = false;
+  try {
+    check();
+  } catch (const DataError& e) {
+    failed = true;
+    message = e.what();
+  }
+  // max over ranks of (size − rank) for the failing ones: the lowest failing rank.
+  float key = failed ? static_cast<float>(world.size() - world.rank()) : 0.0f;
+  world.all_reduce_max(std::span<float>(&key, 1));
+  if (key == 0.0f) return;
+  const int root = world.size() - static_cast<int>(key);
+  std::int64_t length = static_cast<std::int64_t>(message.size());
+  world.broadcast(std::as_writable_bytes(std::span<std::int64_t>(&length, 1)), root);
+  message.resize(static_cast<std::size_t>(length));
+  world.broadcast(std::as_writable_bytes(std::span<char>(message)), root);
+  throw DataError(message);
+}
+
 int threads_per_rank(const Config& config, int local_ranks) {
   if (config.training.threads > 0) return static_cast<int>(config.training.threads);
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -182,6 +208,19 @@ Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
     check_output_file(options_.metrics_path, "--metrics");
     if (!options_.metrics_path.empty()) metrics_.open(options_.metrics_path, std::ios::trunc);
   });
+  // checkpoint.init_from: every rank checks the file's header against the model (names,
+  // shapes), rank 0 also every value; all ranks reach the same verdict before any allocation.
+  std::unique_ptr<HfImport> import;
+  if (!config_.checkpoint.init_from.empty()) {
+    agree_on_data_errors(world, [&] {
+      try {
+        import = std::make_unique<HfImport>(config_.checkpoint.init_from, config_.model);
+        if (world.rank() == 0) import->check_values();
+      } catch (const DataError& e) {
+        throw DataError(fmt::format("checkpoint.init_from: {}", e.what()));
+      }
+    });
+  }
   const std::int64_t global_batch = global_batch_of(config_);
   const auto seed = static_cast<std::uint64_t>(config_.training.seed);
   train_sampler_ = std::make_unique<data::GlobalBatchSampler>(train_file_, config_.model.block_size,
@@ -249,11 +288,21 @@ Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
   const DType compute = t.precision == "bf16"   ? DType::bf16
                         : t.precision == "fp16" ? DType::f16
                                                 : DType::f32;
-  zero_ = std::make_unique<ZeroSharding>(params, stage_->units(), dp,
-                                         ZeroOptions{.stage = static_cast<int>(par.zero_stage),
-                                                     .compute_dtype = compute,
-                                                     .bucket_bytes = par.bucket_mib << 20,
-                                                     .seed = seed});
+  ZeroOptions zero_options{.stage = static_cast<int>(par.zero_stage),
+                           .compute_dtype = compute,
+                           .bucket_bytes = par.bucket_mib << 20,
+                           .seed = seed,
+                           .initial_values = {}};
+  if (import) {
+    zero_options.initial_values = [source = import.get()](const Parameter& p, std::int64_t begin,
+                                                          std::int64_t end, float* out) {
+      source->fill(p, begin, end, out);
+    };
+  }
+  zero_ = std::make_unique<ZeroSharding>(params, stage_->units(), dp, zero_options);
+  if (import && options_.log && world.rank() == 0) {
+    fmt::print("initialised the parameters from {}\n", config_.checkpoint.init_from);
+  }
   stage_->set_hooks(zero_.get());
   if (t.precision == "fp16") {
     scaler_ = std::make_unique<DynamicLossScaler>(
