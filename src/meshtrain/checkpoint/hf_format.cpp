@@ -153,6 +153,10 @@ std::string hf_config_json(const ModelConfig& m) {
 }
 
 void export_hf(const std::vector<NamedTensor>& logical, const Config& config, const fs::path& out) {
+  if (config.model.vocab_size <= 0) {
+    throw DataError(fmt::format("export: model.vocab_size is {}; pass the run's resolved config",
+                                config.model.vocab_size));
+  }
   const std::vector<HfTensor> specs = hf_tensors(config.model);
   std::map<std::string, const Tensor*> by_name;
   for (const NamedTensor& t : logical) by_name.emplace(t.name, &t.tensor);
