@@ -28,7 +28,11 @@ int run_export(const ExportArgs& args) {
                           "name the file, e.g. " + (out / "model.safetensors").string()}});
     }
     const LogicalModel model = load_logical_model(args.checkpoint);
-    export_hf(model.tensors, model.config, out);
+    try {
+      export_hf(model.tensors, model.config, out);
+    } catch (const DataError& e) {
+      throw DataError(fmt::format("{}: {}", args.checkpoint, e.what()));
+    }
     std::int64_t elements = 0;
     for (const NamedTensor& t : model.tensors) elements += t.tensor.numel();
     fmt::print("exported {} ({}, {} parameters in {} tensors) to {} and {}\n", args.checkpoint,

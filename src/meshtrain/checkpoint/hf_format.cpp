@@ -239,6 +239,13 @@ HfImport::HfImport(const fs::path& path, const ModelConfig& model)
   const bool short_names = gpt2 && !index_.entries.contains("transformer.wte.weight") &&
                            index_.entries.contains("wte.weight");
   std::vector<std::string> problems;
+  const bool gpt2_file =
+      index_.entries.contains("transformer.wte.weight") || index_.entries.contains("wte.weight");
+  const bool llama_file = index_.entries.contains("model.embed_tokens.weight");
+  if ((gpt2 && llama_file) || (!gpt2 && gpt2_file)) {
+    problems.push_back(fmt::format("the file holds a {} model, the config says model.family = {}",
+                                   gpt2_file ? "gpt2" : "llama", model.family));
+  }
   std::set<std::string> expected;
   for (const HfTensor& spec : specs_) {
     std::string stored = spec.hf_name;
