@@ -8,7 +8,7 @@
 //      only: both start with a fresh optimizer at step 0 of the schedule);
 //   3. a file with a non-finite value (only rank 0 reads the values) makes every rank throw the
 //      same DataError naming the file and the tensor, instead of one rank stopping alone.
-// np 1: tp 1; np 2: tp 2, and dp 2 with ZeRO-3; np 4: tp 2 × dp 2 with ZeRO-3. gpt2 (biases,
+// np 1: tp 1; np 2: tp 2, dp 2 with ZeRO-3, and pp 2; np 4: tp 2 × dp 2 with ZeRO-3. gpt2 (biases,
 // the fused c_attn split over tp, a vocabulary of 65 padded over tp) and llama (GQA, untied
 // head).
 #include <gtest/gtest.h>
@@ -32,28 +32,30 @@ namespace {
 
 using test::quiet;
 
-// (family, tp, dp, zero stage)
-using Layout = std::tuple<std::string, int, int, int>;
+// (family, tp, dp, zero stage, pp)
+using Layout = std::tuple<std::string, int, int, int, int>;
 
 std::vector<Layout> layouts_of_this_world() {
   const char* env = std::getenv("OMPI_COMM_WORLD_SIZE");
   const int world = env != nullptr ? std::atoi(env) : 1;
   std::vector<Layout> out;
   for (const std::string family : {"gpt2", "llama"}) {
-    if (world == 1) out.emplace_back(family, 1, 1, 0);
+    if (world == 1) out.emplace_back(family, 1, 1, 0, 1);
     if (world == 2) {
-      out.emplace_back(family, 2, 1, 0);
-      out.emplace_back(family, 1, 2, 3);
+      out.emplace_back(family, 2, 1, 0, 1);
+      out.emplace_back(family, 1, 2, 3, 1);
+      out.emplace_back(family, 1, 1, 0, 2);  // gpt2: the tied embedding's copy on the last stage
     }
-    if (world == 4) out.emplace_back(family, 2, 2, 3);
+    if (world == 4) out.emplace_back(family, 2, 2, 3, 1);
   }
   return out;
 }
 
 Config layout_config(const Layout& layout) {
-  const auto& [family, tp, dp, zero] = layout;
-  Config c = test::small_tp_config(family, dp, tp, false, 4 / dp, 1);
+  const auto& [family, tp, dp, zero, pp] = layout;
+  Config c = test::small_tp_config(family, dp, tp, false, 4 / (dp * pp), pp);
   c.parallel.zero_stage = zero;
+  c.parallel.pp = pp;
   return c;
 }
 
@@ -175,9 +177,9 @@ TEST_P(ExportImport, NonFiniteValueFailsOnEveryRank) {
 }
 
 std::string layout_name(const ::testing::TestParamInfo<Layout>& param) {
-  const auto& [family, tp, dp, zero] = param.param;
+  const auto& [family, tp, dp, zero, pp] = param.param;
   return family + "_tp" + std::to_string(tp) + "_dp" + std::to_string(dp) + "_zero" +
-         std::to_string(zero);
+         std::to_string(zero) + "_pp" + std::to_string(pp);
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, ExportImport, ::testing::ValuesIn(layouts_of_this_world()),
