@@ -164,6 +164,55 @@ expect "sample with an empty prompt" 2 "--prompt = \"\"" -- \
 expect "sample with a prompt outside the vocabulary" 2 "--prompt = ROMEO:€" -- \
   "$BIN" sample "$WORK/good" --prompt "ROMEO:€"
 
+# Export (meshtrain export) and import (checkpoint.init_from): bad sources and bad files.
+mkdir -p "$WORK/hf"
+expect "export of a good checkpoint" 0 "exported $WORK/good" -- \
+  "$BIN" export "$WORK/good" "$WORK/hf/model.safetensors"
+expect "export from a missing checkpoint" 3 "$WORK/none: no such checkpoint directory" -- \
+  "$BIN" export "$WORK/none" "$WORK/hf/x.safetensors"
+expect "export into a missing directory" 2 "its directory $WORK/missing does not exist" -- \
+  "$BIN" export "$WORK/good" "$WORK/missing/model.safetensors"
+expect "export of weights holding a NaN" 3 "transformer.wpe.weight holds a non-finite value" -- \
+  "$BIN" export "$WORK/nan" "$WORK/hf/nan.safetensors"
+[[ ! -e $WORK/hf/nan.safetensors ]] || { echo "FAIL export of a NaN wrote a file"; failures=$((failures + 1)); }
+IMPORT=(--model.n_layer 1 --checkpoint.save_final false --training.eval_batches 1)
+expect "import of a good export trains" 0 "initialised the parameters from $WORK/hf/model.safetensors" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" "${IMPORT[@]}" \
+  --checkpoint.init_from "$WORK/hf/model.safetensors"
+/usr/bin/python3 - "$WORK/hf/model.safetensors" "$WORK/hf/no_ln_f.safetensors" <<'PY'
+import json, struct, sys
+src, dst = sys.argv[1], sys.argv[2]
+data = open(src, "rb").read()
+n = struct.unpack("<Q", data[:8])[0]
+header = json.loads(data[8:8 + n])
+del header["transformer.ln_f.weight"]  # its bytes stay, unreferenced: still a valid file
+text = json.dumps(header).encode()
+open(dst, "wb").write(struct.pack("<Q", len(text)) + text + data[8 + n:])
+PY
+expect "import of a file lacking a tensor" 3 "$WORK/hf/no_ln_f.safetensors does not fit the model" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" "${IMPORT[@]}" \
+  --checkpoint.init_from "$WORK/hf/no_ln_f.safetensors"
+expect "import names the missing tensor" 3 "tensor transformer.ln_f.weight is missing" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" "${IMPORT[@]}" \
+  --checkpoint.init_from "$WORK/hf/no_ln_f.safetensors"
+expect "import into a model of another width (tp 2: every rank agrees)" 3 \
+  "tensor transformer.wte.weight has shape [65, 128] in the file; the model expects [65, 64]" -- \
+  mpirun --oversubscribe -np 2 "$BIN" train "$CONFIG" "${COMMON[@]}" "${IMPORT[@]}" \
+  --model.n_embd 64 --parallel.tp 2 --checkpoint.init_from "$WORK/hf/model.safetensors"
+expect "import of a file of another model family" 3 \
+  "the file holds a gpt2 model, the config says model.family = llama" -- \
+  "$BIN" train "$LLAMA" "${COMMON[@]}" "${IMPORT[@]}" \
+  --checkpoint.init_from "$WORK/hf/model.safetensors"
+expect "import of a deeper model's file" 3 "tensor transformer.h.1.ln_1.weight is missing" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" "${IMPORT[@]}" --model.n_layer 2 \
+  --checkpoint.init_from "$WORK/hf/model.safetensors"
+expect "import of a meshtrain checkpoint file, not an export" 3 "meshtrain export $WORK/good" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" "${IMPORT[@]}" \
+  --checkpoint.init_from "$WORK/good/model.safetensors"
+expect "import of a missing file" 3 "checkpoint.init_from: $WORK/hf/none.safetensors: cannot open" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" "${IMPORT[@]}" \
+  --checkpoint.init_from "$WORK/hf/none.safetensors"
+
 # A run that fails after the checks leaves no checkpoint directory behind, and a non-finite
 # gradient is reported before any update with the step and a parameter.
 out=$("$BIN" train "$CONFIG" --data.dir "$DATA" --training.max_steps 5 --training.lr 1e6 \

@@ -47,11 +47,17 @@ struct LaunchArgs {
 int run_launch(const LaunchArgs& args);
 
 struct ReshardArgs {
-  std::string checkpoint;               // a complete checkpoint directory
-  std::string out_root;                 // where step-N is written
-  std::vector<std::string> overrides;   // --section.key value ... on the checkpoint's config
+  std::string checkpoint;              // a complete checkpoint directory
+  std::string out_root;                // where step-N is written
+  std::vector<std::string> overrides;  // --section.key value ... on the checkpoint's config
 };
 // Writes the checkpoint re-cut for the layout the overrides describe. Does not initialise MPI.
 int run_reshard(const ReshardArgs& args);
+
+struct ExportArgs {
+  std::string checkpoint;  // a finished run's checkpoint directory
+  std::string out;         // the consolidated .safetensors to write (config.json beside it)
+};
+int run_export(const ExportArgs& args);
 
 }  // namespace meshtrain

@@ -1,5 +1,5 @@
 // src/meshtrain/apps/main.cpp — the `meshtrain` command line: prepare, train, sample, launch,
-// reshard.
+// reshard, export.
 // The only place that parses argv and turns errors into messages and exit codes:
 //   0 success, 1 internal or runtime error, 2 bad configuration or arguments, 3 bad data file.
 #include <fmt/format.h>
@@ -80,8 +80,9 @@ int main(int argc, char** argv) {
       "reshard", "rewrite a sharded checkpoint for another layout (offline, no MPI)");
   reshard_cmd->add_option("checkpoint", reshard.checkpoint, "complete checkpoint directory")
       ->required();
-  reshard_cmd->add_option("out", reshard.out_root,
-                          "checkpoints folder to write step-N into (e.g. runs/x/checkpoints)")
+  reshard_cmd
+      ->add_option("out", reshard.out_root,
+                   "checkpoints folder to write step-N into (e.g. runs/x/checkpoints)")
       ->required();
   reshard_cmd->allow_extras();
   reshard_cmd->footer(
@@ -90,6 +91,15 @@ int main(int argc, char** argv) {
       "--parallel.dp 1\nA run with --checkpoint.dir runs/b --checkpoint.resume auto then "
       "continues from it.");
 
+  ExportArgs export_args;
+  CLI::App* export_cmd = app.add_subcommand(
+      "export",
+      "checkpoint → one consolidated safetensors file with Hugging Face names and layouts "
+      "(GPT2LMHeadModel / LlamaForCausalLM), plus config.json beside it");
+  export_cmd->add_option("checkpoint", export_args.checkpoint, "checkpoint directory")->required();
+  export_cmd->add_option("out", export_args.out, "output file, e.g. hf/model.safetensors")
+      ->required();
+
   if (argc > 1 && argv[1][0] != '-') {
     const std::string_view command = argv[1];
     std::vector<std::string> names;
@@ -97,7 +107,8 @@ int main(int argc, char** argv) {
       names.push_back(sub->get_name());
     }
     if (std::find(names.begin(), names.end(), command) == names.end()) {
-      fmt::print(stderr, "meshtrain: unknown command '{}'; the commands are {} (meshtrain --help)\n",
+      fmt::print(stderr,
+                 "meshtrain: unknown command '{}'; the commands are {} (meshtrain --help)\n",
                  command, fmt::join(names, ", "));
       return 2;
     }
@@ -131,6 +142,7 @@ int main(int argc, char** argv) {
     launch.unexpected = launch_cmd->remaining();  // words before `--` that are no option
     return run_launch(launch);
   }
+  if (*export_cmd) return run_export(export_args);
   train.overrides = train_cmd->remaining();
   MpiRuntime runtime(&argc, &argv);
   return run_train(train, runtime);

@@ -27,6 +27,54 @@ std::string dtype_tag(DType dtype) {
   return "?";
 }
 
+// The header `text` (`length` bytes) of a file of `file_size` bytes, checked against it.
+SafetensorsIndex parse_header(const std::string& text, std::uint64_t length,
+                              std::uint64_t file_size, const std::filesystem::path& path) {
+  const nlohmann::json header = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (header.is_discarded() || !header.is_object()) {
+    throw DataError(fmt::format("{}: malformed JSON header", path.string()));
+  }
+  const std::uint64_t data_size = file_size - 8 - length;
+  SafetensorsIndex out;
+  out.path = path;
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") {
+      if (!entry.is_object()) throw DataError(fmt::format("{}: bad __metadata__", path.string()));
+      for (const auto& [k, v] : entry.items()) {
+        if (v.is_string()) out.metadata[k] = v.get<std::string>();
+      }
+      continue;
+    }
+    try {
+      const std::string tag = entry.at("dtype").get<std::string>();
+      if (tag != "F32" && tag != "I32") {
+        throw DataError(fmt::format("{}: tensor {} has dtype {}; only F32 and I32 are supported",
+                                    path.string(), name, tag));
+      }
+      const Shape shape = entry.at("shape").get<Shape>();
+      const auto offsets = entry.at("data_offsets").get<std::vector<std::uint64_t>>();
+      for (const std::int64_t d : shape) {
+        if (d < 0)
+          throw DataError(fmt::format("{}: tensor {} has a negative dim", path.string(), name));
+      }
+      const std::uint64_t bytes = static_cast<std::uint64_t>(shape_numel(shape)) * 4;
+      if (offsets.size() != 2 || offsets[1] < offsets[0] || offsets[1] > data_size ||
+          offsets[1] - offsets[0] != bytes) {
+        throw DataError(
+            fmt::format("{}: tensor {} has data offsets outside the file or not "
+                        "matching its shape (file truncated?)",
+                        path.string(), name));
+      }
+      out.entries.emplace(name, SafetensorsEntry{.dtype = tag == "F32" ? DType::f32 : DType::i32,
+                                                 .shape = shape,
+                                                 .offset = 8 + length + offsets[0]});
+    } catch (const nlohmann::json::exception& e) {
+      throw DataError(fmt::format("{}: malformed entry for {}: {}", path.string(), name, e.what()));
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<std::byte> encode_safetensors(const std::vector<NamedTensor>& tensors,
@@ -74,65 +122,73 @@ std::vector<std::byte> read_file_bytes(const std::filesystem::path& path) {
   return bytes;
 }
 
-SafetensorsFile read_safetensors(const std::filesystem::path& path) {
-  return decode_safetensors(read_file_bytes(path), path);
-}
-
-SafetensorsFile decode_safetensors(std::span<const std::byte> bytes,
-                                   const std::filesystem::path& path) {
-  const std::uint64_t file_size = bytes.size();
-  if (file_size < 8)
+SafetensorsIndex read_safetensors_index(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw DataError(fmt::format("{}: cannot open (missing or unreadable)", path.string()));
+  std::error_code ec;
+  const std::uint64_t file_size = std::filesystem::file_size(path, ec);
+  if (ec || file_size < 8)
     throw DataError(fmt::format("{}: not a safetensors file (too short)", path.string()));
   std::uint64_t length = 0;
-  std::memcpy(&length, bytes.data(), 8);
+  in.read(reinterpret_cast<char*>(&length), 8);
   if (length > file_size - 8) {
     throw DataError(fmt::format("{}: header length {} exceeds the file ({} bytes)", path.string(),
                                 length, file_size));
   }
-  const std::string text(reinterpret_cast<const char*>(bytes.data()) + 8, length);
-  const nlohmann::json header = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (header.is_discarded() || !header.is_object()) {
-    throw DataError(fmt::format("{}: malformed JSON header", path.string()));
+  std::string text(length, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(length));
+  return parse_header(text, length, file_size, path);
+}
+
+Tensor read_safetensors_tensor(const SafetensorsIndex& index, const std::string& name) {
+  const auto it = index.entries.find(name);
+  if (it == index.entries.end()) {
+    throw DataError(fmt::format("{}: no tensor {}", index.path.string(), name));
   }
-  const std::uint64_t data_size = file_size - 8 - length;
-  const std::byte* data = bytes.data() + 8 + length;
+  const SafetensorsEntry& e = it->second;
+  Tensor t = Tensor::empty(e.shape, MemCategory::other, e.dtype);
+  if (t.bytes() == 0) return t;
+  std::ifstream in(index.path, std::ios::binary);
+  in.seekg(static_cast<std::streamoff>(e.offset));
+  char* data =
+      e.dtype == DType::f32 ? reinterpret_cast<char*>(t.f32()) : reinterpret_cast<char*>(t.i32());
+  in.read(data, static_cast<std::streamsize>(t.bytes()));
+  if (!in) throw DataError(fmt::format("{}: read of {} failed", index.path.string(), name));
+  return t;
+}
+
+SafetensorsFile read_safetensors(const std::filesystem::path& path) {
+  SafetensorsIndex index = read_safetensors_index(path);
   SafetensorsFile out;
-  for (const auto& [name, entry] : header.items()) {
-    if (name == "__metadata__") {
-      if (!entry.is_object()) throw DataError(fmt::format("{}: bad __metadata__", path.string()));
-      for (const auto& [k, v] : entry.items()) {
-        if (v.is_string()) out.metadata[k] = v.get<std::string>();
-      }
-      continue;
-    }
-    try {
-      const std::string tag = entry.at("dtype").get<std::string>();
-      if (tag != "F32" && tag != "I32") {
-        throw DataError(fmt::format("{}: tensor {} has dtype {}; only F32 and I32 are supported",
-                                    path.string(), name, tag));
-      }
-      const Shape shape = entry.at("shape").get<Shape>();
-      const auto offsets = entry.at("data_offsets").get<std::vector<std::uint64_t>>();
-      for (const std::int64_t d : shape) {
-        if (d < 0)
-          throw DataError(fmt::format("{}: tensor {} has a negative dim", path.string(), name));
-      }
-      const std::uint64_t n = static_cast<std::uint64_t>(shape_numel(shape)) * 4;
-      if (offsets.size() != 2 || offsets[1] < offsets[0] || offsets[1] > data_size ||
-          offsets[1] - offsets[0] != n) {
-        throw DataError(
-            fmt::format("{}: tensor {} has data offsets outside the file or not "
-                        "matching its shape (file truncated?)",
-                        path.string(), name));
-      }
-      Tensor t = Tensor::empty(shape, MemCategory::other, tag == "F32" ? DType::f32 : DType::i32);
-      void* to = tag == "F32" ? static_cast<void*>(t.f32()) : static_cast<void*>(t.i32());
-      if (n > 0) std::memcpy(to, data + offsets[0], n);
-      out.tensors.emplace(name, std::move(t));
-    } catch (const nlohmann::json::exception& e) {
-      throw DataError(fmt::format("{}: malformed entry for {}: {}", path.string(), name, e.what()));
-    }
+  for (const auto& [name, entry] : index.entries) {
+    out.tensors.emplace(name, read_safetensors_tensor(index, name));
   }
+  out.metadata = std::move(index.metadata);
+  return out;
+}
+
+SafetensorsFile decode_safetensors(std::span<const std::byte> bytes,
+                                   const std::filesystem::path& path) {
+  if (bytes.size() < 8) {
+    throw DataError(fmt::format("{}: not a safetensors file (too short)", path.string()));
+  }
+  std::uint64_t length = 0;
+  std::memcpy(&length, bytes.data(), 8);
+  if (length > bytes.size() - 8) {
+    throw DataError(fmt::format("{}: header length {} exceeds the file ({} bytes)", path.string(),
+                                length, bytes.size()));
+  }
+  const std::string text(reinterpret_cast<const char*>(bytes.data()) + 8, length);
+  SafetensorsIndex index = parse_header(text, length, bytes.size(), path);
+  SafetensorsFile out;
+  for (const auto& [name, e] : index.entries) {
+    Tensor t = Tensor::empty(e.shape, MemCategory::other, e.dtype);
+    void* to = e.dtype == DType::f32 ? static_cast<void*>(t.f32()) : static_cast<void*>(t.i32());
+    if (t.bytes() > 0)
+      std::memcpy(to, bytes.data() + e.offset, static_cast<std::size_t>(t.bytes()));
+    out.tensors.emplace(name, std::move(t));
+  }
+  out.metadata = std::move(index.metadata);
   return out;
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <span>
@@ -44,5 +45,27 @@ SafetensorsFile decode_safetensors(std::span<const std::byte> bytes,
                                    const std::filesystem::path& path);
 /// The whole file. Throws DataError naming the path when it is missing or unreadable.
 std::vector<std::byte> read_file_bytes(const std::filesystem::path& path);
+/// Where one tensor of a safetensors file lies: dtype, shape, byte offset from the file's start.
+struct SafetensorsEntry {
+  DType dtype = DType::f32;
+  Shape shape;
+  std::uint64_t offset = 0;
+};
+
+/// A safetensors file's header alone, so that a reader can load one tensor at a time (import
+/// of a model bigger than one rank should hold).
+struct SafetensorsIndex {
+  std::filesystem::path path;
+  std::map<std::string, SafetensorsEntry> entries;
+  std::map<std::string, std::string> metadata;
+};
+
+/// Reads and checks the header only: the same DataErrors as read_safetensors (missing or
+/// truncated file, malformed header, dtype other than F32/I32, offsets outside the data).
+SafetensorsIndex read_safetensors_index(const std::filesystem::path& path);
+
+/// Reads tensor `name` of `index` (MemCategory::other). Throws DataError naming the file and
+/// the tensor when it is not in the index or the read fails (file changed since indexed).
+Tensor read_safetensors_tensor(const SafetensorsIndex& index, const std::string& name);
 
 }  // namespace meshtrain

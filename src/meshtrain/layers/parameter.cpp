@@ -130,6 +130,22 @@ void initialize_range(const Parameter& p, std::uint64_t seed, std::int64_t begin
   }
 }
 
+void copy_range_from_logical(const Parameter& p, const Tensor& logical, std::int64_t begin,
+                             std::int64_t end, float* out) {
+  MT_CHECK(logical.dtype() == DType::f32 && logical.shape() == p.shard.logical_shape,
+           "{}: logical tensor of shape {}, the parameter's is {}", p.name,
+           to_string(logical.shape()), to_string(p.shard.logical_shape));
+  std::fill(out, out + (end - begin), 0.0f);  // padding
+  const float* src = logical.f32();
+  for (const ShardRun& run : runs_of(p.shard)) {
+    const std::int64_t from = std::max(begin, run.local);
+    const std::int64_t to = std::min(end, run.local + run.count);
+    if (from >= to) continue;
+    std::copy(src + run.logical + (from - run.local), src + run.logical + (to - run.local),
+              out + (from - begin));
+  }
+}
+
 OptimizerShards whole_shards(const ParameterList& params) {
   OptimizerShards shards;
   for (Parameter* p : params) {

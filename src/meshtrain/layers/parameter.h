@@ -105,6 +105,14 @@ void initialize(Parameter& p, std::uint64_t seed);
 void initialize_range(const Parameter& p, std::uint64_t seed, std::int64_t begin, std::int64_t end,
                       float* out);
 
+/// out [end − begin] f32 ← elements [begin, end) of p's flattened local tensor taken from
+/// `logical` (f32, shape p.shard.logical_shape: the whole parameter, e.g. read from a file):
+/// the shard's real elements are copied through runs_of(p.shard), padding is zero. The same
+/// layout as initialize_range, so an import can stand where initialisation stands.
+/// MT_CHECKs the shape and dtype of `logical` (the caller validated the file before).
+void copy_range_from_logical(const Parameter& p, const Tensor& logical, std::int64_t begin,
+                             std::int64_t end, float* out);
+
 using ParameterList = std::vector<Parameter*>;
 
 /// The part of one parameter this rank's optimizer updates: elements [begin, end) of the

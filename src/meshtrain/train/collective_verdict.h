@@ -43,4 +43,17 @@ void on_rank0_for_all(ProcessGroup& group, Check&& check) {
 /// "rank R: ". Collective over `group` (one all-reduce, plus one broadcast on failure).
 std::string first_error(ProcessGroup& group, const std::string& local_error);
 
+/// Runs `check` on every rank of `group`; when it throws a DataError on some, every rank throws
+/// a DataError with the lowest failing rank's message (first_error). Collective over `group`.
+template <typename Check>
+void agree_on_data_errors(ProcessGroup& group, Check&& check) {
+  std::string message;
+  try {
+    check();
+  } catch (const DataError& e) {
+    message = e.what();
+  }
+  if (std::string first = first_error(group, message); !first.empty()) throw DataError(first);
+}
+
 }  // namespace meshtrain

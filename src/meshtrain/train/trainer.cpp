@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "meshtrain/checkpoint/hf_format.h"
 #include "meshtrain/checkpoint/model_checkpoint.h"
 #include "meshtrain/config/validate.h"
 #include "meshtrain/core/allocator.h"
@@ -174,6 +175,19 @@ Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
                     config_.checkpoint.resume.empty() ? std::ios::trunc : std::ios::app);
     }
   });
+  // checkpoint.init_from: every rank checks the file's header against the model (names,
+  // shapes), rank 0 also every value; all ranks reach the same verdict before any allocation.
+  std::unique_ptr<HfImport> import;
+  if (!config_.checkpoint.init_from.empty()) {
+    agree_on_data_errors(world, [&] {
+      try {
+        import = std::make_unique<HfImport>(config_.checkpoint.init_from, config_.model);
+        if (world.rank() == 0) import->check_values();
+      } catch (const DataError& e) {
+        throw DataError(fmt::format("checkpoint.init_from: {}", e.what()));
+      }
+    });
+  }
   const std::int64_t global_batch = global_batch_of(config_);
   const auto seed = static_cast<std::uint64_t>(config_.training.seed);
   train_sampler_ = std::make_unique<data::GlobalBatchSampler>(train_file_, config_.model.block_size,
@@ -241,11 +255,21 @@ Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
   const DType compute = t.precision == "bf16"   ? DType::bf16
                         : t.precision == "fp16" ? DType::f16
                                                 : DType::f32;
-  zero_ = std::make_unique<ZeroSharding>(params, stage_->units(), dp,
-                                         ZeroOptions{.stage = static_cast<int>(par.zero_stage),
-                                                     .compute_dtype = compute,
-                                                     .bucket_bytes = par.bucket_mib << 20,
-                                                     .seed = seed});
+  ZeroOptions zero_options{.stage = static_cast<int>(par.zero_stage),
+                           .compute_dtype = compute,
+                           .bucket_bytes = par.bucket_mib << 20,
+                           .seed = seed,
+                           .initial_values = {}};
+  if (import) {
+    zero_options.initial_values = [source = import.get()](const Parameter& p, std::int64_t begin,
+                                                          std::int64_t end, float* out) {
+      source->fill(p, begin, end, out);
+    };
+  }
+  zero_ = std::make_unique<ZeroSharding>(params, stage_->units(), dp, zero_options);
+  if (import && options_.log && world.rank() == 0) {
+    fmt::print("initialised the parameters from {}\n", config_.checkpoint.init_from);
+  }
   stage_->set_hooks(zero_.get());
   if (t.precision == "fp16") {
     scaler_ = std::make_unique<DynamicLossScaler>(

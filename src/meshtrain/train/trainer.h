@@ -154,6 +154,12 @@ class Trainer {
   const DeviceMesh& mesh() const { return *mesh_; }
   const Config& config() const { return config_; }
   const data::Metadata& metadata() const { return metadata_; }
+  /// Every logical parameter of the model (all stages, tp shards gathered without padding, the
+  /// fp32 masters gathered over dp under ZeRO, gpt2's tied embedding once), meshtrain names,
+  /// [out, in], f32, MemCategory::other, on every rank (each stage broadcasts its tensors over
+  /// pp). Collective over tp, dp and pp: every rank calls it. The source of the final
+  /// checkpoint and of `meshtrain export`'s tensors.
+  std::vector<NamedTensor> logical_tensors();
 
  private:
   void log_step(const StepMetrics& m);
@@ -167,7 +173,6 @@ class Trainer {
   void write_trace();
   /// Rank 0 prints every rank's peak bytes per memory category at the end of run().
   void report_peak_memory();
-  std::vector<NamedTensor> logical_tensors();
   /// checkpoint.resume: "auto" tries the complete checkpoints newest first (a bad one is
   /// reported and the previous one tried); a directory must load.
   void resume();

@@ -35,6 +35,14 @@ ZeroSharding::ZeroSharding(const ParameterList& params, std::vector<ParameterLis
   const bool low = dtype != DType::f32;
   const std::int64_t n_ranks = dp.size();
   bool any_deferred = false;
+  const auto initial_values = [&](const Parameter& p, std::int64_t begin, std::int64_t end,
+                                  float* out) {
+    if (options.initial_values) {
+      options.initial_values(p, begin, end, out);
+    } else {
+      initialize_range(p, options.seed, begin, end, out);
+    }
+  };
   for (Parameter* p : params) {
     // Built under DeferParameterStorage: stages 0 and 1 keep full gradients, so they get them
     // now (zero); GradBuckets (stage 0, dp > 1) allocates its buckets instead.
@@ -67,11 +75,11 @@ ZeroSharding::ZeroSharding(const ParameterList& params, std::vector<ParameterLis
       // fp32 parameters are their own master: a view of this rank's slice, no copy.
       if (deferred) p->value = Tensor::zeros(s.shape, MemCategory::params);
       shard.master = p->value.reshape({s.numel}).rows(begin, end);
-      if (deferred) initialize_range(*p, options.seed, begin, end, shard.master.f32());
+      if (deferred) initial_values(*p, begin, end, shard.master.f32());
     } else if (deferred) {
       // Only this rank's slice is initialised: the values of [begin, end) alone.
       shard.master = Tensor::empty({end - begin}, master_category);
-      initialize_range(*p, options.seed, begin, end, shard.master.f32());
+      initial_values(*p, begin, end, shard.master.f32());
     } else {
       shard.master = p->value.reshape({s.numel}).rows(begin, end).clone(master_category);
     }
@@ -89,6 +97,8 @@ ZeroSharding::ZeroSharding(const ParameterList& params, std::vector<ParameterLis
   // Deferred parameters of stages 0–2 hold only this rank's initialised slice (or nothing, in
   // 16 bits): the masters, published, fill every rank's full parameters. Collective over dp.
   if (any_deferred && stage <= 2) publish_parameters();
+  options_.initial_values =
+      nullptr;  // the constructor's alone: what it captured may not outlive it
   // Stages 2 and 3 act only through the hooks: a parameter outside every unit would never
   // have its gradient reduced or its value gathered.
   for (const ParameterList& unit : units) {

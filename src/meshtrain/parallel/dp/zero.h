@@ -33,6 +33,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <unordered_map>
@@ -54,6 +55,13 @@ struct ZeroOptions {
   // The model's initialisation seed: stage 3 initialises the slices of parameters built under
   // DeferParameterStorage itself (initialize_range), as the model would have.
   std::uint64_t seed = 0;
+  // Where deferred parameters' initial values come from instead (checkpoint.init_from): fills
+  // out [end − begin] with elements [begin, end) of p's flattened local tensor, as
+  // initialize_range does. Empty: initialize_range from `seed`. Must not throw (it runs between
+  // collectives): the caller validates its source on every rank before. Used by the
+  // constructor only, not kept.
+  std::function<void(const Parameter& p, std::int64_t begin, std::int64_t end, float* out)>
+      initial_values;
 };
 
 /// Elements per dp rank in ZeRO's communication buffers for a parameter of `numel` elements
@@ -73,10 +81,10 @@ class ZeroSharding final : public ParameterHooks {
   /// optimizer shards (the fp32 master slices), converts the full parameters to the compute
   /// dtype (stage ≤ 2) or frees them (stage 3), and for stage ≥ 2 frees the full gradients.
   /// Parameters built under DeferParameterStorage (no value, no grad) are initialised here
-  /// from options.seed: only this rank's master slices, then (stages 0–2) the full parameters
-  /// from them, so no rank ever holds fp32 values it does not keep. Collective over dp when
-  /// any parameter was deferred (the stage 1–2 all-gather of the initial slices).
-  /// The same on every dp rank (collective only in later calls). MT_CHECKs the stage.
+  /// from options.seed (or options.initial_values): only this rank's master slices, then (stages
+  /// 0–2) the full parameters from them, so no rank ever holds fp32 values it does not keep.
+  /// Collective over dp when any parameter was deferred (the stage 1–2 all-gather of the initial
+  /// slices). The same on every dp rank (collective only in later calls). MT_CHECKs the stage.
   ZeroSharding(const ParameterList& params, std::vector<ParameterList> units, ProcessGroup& dp,
                const ZeroOptions& options);
 

@@ -1,0 +1,51 @@
+// src/meshtrain/apps/export_command.cpp — `meshtrain export <checkpoint> <out.safetensors>`:
+// a run's logical tensors → one Hugging Face file (checkpoint/hf_format.h). One process, no MPI.
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "meshtrain/apps/commands.h"
+#include "meshtrain/checkpoint/hf_format.h"
+#include "meshtrain/core/error.h"
+
+namespace meshtrain {
+
+int run_export(const ExportArgs& args) {
+  namespace fs = std::filesystem;
+  try {
+    const fs::path out = args.out;
+    const fs::path dir = out.has_parent_path() ? out.parent_path() : fs::path(".");
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) {
+      throw ConfigError(
+          "the command line",
+          {{"out", args.out, fmt::format("its directory {} does not exist", dir.string()),
+            fmt::format("create it first (mkdir -p {}) or choose another path", dir.string())}});
+    }
+    if (fs::is_directory(out, ec)) {
+      throw ConfigError("the command line",
+                        {{"out", args.out, "is a directory",
+                          "name the file, e.g. " + (out / "model.safetensors").string()}});
+    }
+    const LogicalModel model = load_logical_model(args.checkpoint);
+    try {
+      export_hf(model.tensors, model.config, out);
+    } catch (const DataError& e) {
+      throw DataError(fmt::format("{}: {}", args.checkpoint, e.what()));
+    }
+    std::int64_t elements = 0;
+    for (const NamedTensor& t : model.tensors) elements += t.tensor.numel();
+    fmt::print("exported {} ({}, {} parameters in {} tensors) to {} and {}\n", args.checkpoint,
+               model.config.model.family, elements, model.tensors.size(), out.string(),
+               (dir / "config.json").string());
+    return 0;
+  } catch (const ConfigError& e) {
+    fmt::print(stderr, "meshtrain export: {}", e.what());
+    return 2;
+  } catch (const DataError& e) {
+    fmt::print(stderr, "meshtrain export: {}\n", e.what());
+    return 3;
+  }
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,116 @@
+// src/meshtrain/checkpoint/hf_format.h
+//
+// Export and import of one consolidated safetensors file in Hugging Face's layout, so that
+// transformers' GPT2LMHeadModel / LlamaForCausalLM load a meshtrain model (and a meshtrain run
+// can start from such a file). meshtrain's parameter names already are Hugging Face's; what
+// differs is
+//   gpt2   HF's Conv1D (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj) stores its weight
+//          [in, out] (y = x·W + b); meshtrain stores [out, in] (nn.Linear): transposed both
+//          ways. c_attn's output columns are [q | k | v] on both sides, so the transpose is the
+//          whole mapping. The LM head is tied and not in the file (HF GPT-2 files omit
+//          lm_head.weight). HF GPT-2 always has biases: a model.bias = false export writes
+//          zero biases (the same function), and an import into such a model accepts them only
+//          when they are all zero.
+//   llama  names and layouts equal (nn.Linear everywhere, untied lm_head.weight). meshtrain's
+//          RoPE pairs the two halves of each head (HF's rotate_half), so q_proj / k_proj need
+//          no permutation (tests/reference/gpt_reference.py pins the convention).
+// Tensors are F32 and logical (no tp padding, gpt2's tied embedding once). The file's
+// metadata is {"format": "pt"} (transformers refuses safetensors without it) plus
+// "meshtrain_format": "hf-export-v1".
+// Uses: checkpoint/safetensors.h, model/ (the parameter table of a config), config/.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "meshtrain/checkpoint/safetensors.h"
+#include "meshtrain/config/config.h"
+#include "meshtrain/layers/parameter.h"
+
+namespace meshtrain {
+
+/// One tensor of a Hugging Face file for a model config.
+struct HfTensor {
+  std::string hf_name;      // the name in the file
+  std::string name;         // meshtrain's parameter name; empty for a zero bias (gpt2, no bias)
+  Shape shape;              // meshtrain's logical shape ([out, in] for a weight)
+  bool transposed = false;  // stored [in, out] in the file (gpt2 Conv1D weights)
+
+  /// The shape in the file.
+  Shape hf_shape() const;
+};
+
+/// Every tensor of the Hugging Face file of `model` (validated config, vocab_size > 0), in
+/// meshtrain's parameter order (the zero biases of a bias-free gpt2 where HF has them).
+std::vector<HfTensor> hf_tensors(const ModelConfig& model);
+
+/// meshtrain logical tensor (f32, spec.shape) → the file's layout (f32, spec.hf_shape()), and
+/// back. A copy either way (transposed when spec.transposed); MT_CHECKs the shape.
+Tensor to_hf(const Tensor& logical, const HfTensor& spec);
+Tensor from_hf(const Tensor& stored, const HfTensor& spec);
+
+/// Hugging Face's config.json for `model` (model_type gpt2 or llama, sizes, eps, rope_theta,
+/// tie_word_embeddings, torch_dtype float32), as JSON text.
+std::string hf_config_json(const ModelConfig& model);
+
+/// Writes `out` (safetensors, HF names and layouts, F32) and `out`'s directory/config.json,
+/// each atomically (temporary name, fsync, rename). `logical`: every logical parameter of
+/// config.model under meshtrain's names, [out, in] (Trainer::logical_tensors(), or
+/// load_logical_model). Throws DataError naming the tensor for a missing or extra tensor, a
+/// shape other than the model's, a non-finite value, or a file that cannot be written; nothing
+/// is written then.
+void export_hf(const std::vector<NamedTensor>& logical, const Config& config,
+               const std::filesystem::path& out);
+
+/// A trained model as logical tensors: its resolved config and every parameter under
+/// meshtrain's names, [out, in], no padding.
+struct LogicalModel {
+  Config config;
+  std::vector<NamedTensor> tensors;
+};
+
+/// Reads a run's final checkpoint directory (config.toml + model.safetensors, see
+/// model_checkpoint.h) into logical tensors. (A sharded checkpoint directory, metadata.json +
+/// per-rank shards, is the one more source to branch to here.) Throws DataError naming the
+/// path for a missing directory or file, or a corrupt file; ConfigError for a bad config.toml.
+LogicalModel load_logical_model(const std::filesystem::path& dir);
+
+/// A Hugging Face file opened to initialise a model from (checkpoint.init_from). Reads the
+/// header only; tensors are read one at a time when asked for.
+class HfImport {
+ public:
+  /// Opens `path` and checks it against `model` (validated, vocab_size known): every tensor of
+  /// hf_tensors(model) present (gpt2: "transformer." may be missing from every name, as in
+  /// the original GPT-2 files; a bias-free model's zero biases may be absent), each of its
+  /// shape and F32, and nothing else but HF's non-parameter buffers (attn.bias,
+  /// attn.masked_bias, rotary_emb.inv_freq) and gpt2's tied lm_head.weight. Throws DataError
+  /// naming the file, the tensor and both shapes. Reads no tensor data.
+  HfImport(const std::filesystem::path& path, const ModelConfig& model);
+
+  /// Reads every tensor once and throws DataError naming the file and tensor for a non-finite
+  /// value, or a non-zero bias of a bias-free gpt2. Peak memory: one tensor.
+  void check_values() const;
+
+  /// out [end − begin] ← elements [begin, end) of p's flattened local tensor (its tp shard;
+  /// padding zero), from the file's tensor of p.name in meshtrain's layout. Reads that tensor
+  /// unless it was the last one read. MT_CHECKs that p is a parameter of the model (the
+  /// constructor validated the file).
+  void fill(const Parameter& p, std::int64_t begin, std::int64_t end, float* out);
+
+  const std::filesystem::path& path() const noexcept { return index_.path; }
+
+ private:
+  Tensor logical(const HfTensor& spec) const;
+
+  SafetensorsIndex index_;
+  std::vector<HfTensor> specs_;
+  std::map<std::string, std::string> file_name_;  // spec.hf_name → name in the file
+  std::string cached_name_;
+  Tensor cached_;
+};
+
+}  // namespace meshtrain
