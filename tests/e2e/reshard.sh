@@ -5,7 +5,8 @@
 # dp 2 with ZeRO-1 is rewritten for tp 2 (sequence parallel) with ZeRO-0, the tp 2 run resumes
 # from it, and its steps 11–20 match the dp 2 run that did not stop within 1e-5 relative, and
 # equal bit for bit a tp 2 run that resharded the original checkpoint while loading it. Bad
-# reshard inputs exit 2 or 3 and write no complete checkpoint.
+# reshard inputs exit 2 or 3 and write no complete checkpoint. Both checkpoints export to the
+# same consolidated file.
 set -euo pipefail
 BIN=$(realpath "$1")
 DATA=$2
@@ -55,6 +56,15 @@ same = all(offline[s] == online[s] for s in offline)
 assert same, "offline and load-time resharding give different losses"
 print(f"reshard ok: steps 11-20 within {worst:.1e} of dp 2, offline = online bit for bit")
 PY
+
+# Export (item 4) from a sharded checkpoint assembles the logical tensors from its pieces: the
+# dp 2 / ZeRO-1 original and its tp 2 rewrite give the same file, byte for byte.
+mkdir -p "$WORK/hf_dp2" "$WORK/hf_tp2"
+"$BIN" export "$SRC" "$WORK/hf_dp2/model.safetensors" >/dev/null
+"$BIN" export "$OUT" "$WORK/hf_tp2/model.safetensors" >/dev/null
+cmp "$WORK/hf_dp2/model.safetensors" "$WORK/hf_tp2/model.safetensors" ||
+  { echo "FAIL: exports of the original and the resharded checkpoint differ"; exit 1; }
+echo "export ok: the original and resharded checkpoints export to the same bytes"
 
 expect() {  # expect <code> <text> -- command...
   local code=$1 text=$2 rc=0 out

@@ -8,6 +8,7 @@
 #include <set>
 #include <string_view>
 
+#include "meshtrain/checkpoint/sharded_checkpoint.h"
 #include "meshtrain/comm/single_rank_group.h"
 #include "meshtrain/config/load.h"
 #include "meshtrain/config/validate.h"
@@ -204,11 +205,20 @@ LogicalModel load_logical_model(const fs::path& dir) {
   if (!fs::is_directory(dir, ec)) {
     throw DataError(fmt::format("{}: no such checkpoint directory", dir.string()));
   }
-  // Today: a run's final checkpoint. (A sharded checkpoint, dir/metadata.json, branches here.)
+  if (fs::exists(dir / "metadata.json", ec)) {  // a sharded checkpoint: assemble each tensor
+    CheckpointReader reader(dir);
+    LogicalModel model;
+    model.config = reader.config();
+    for (const std::string& name : reader.tensor_names()) {
+      model.tensors.push_back({name, reader.read_logical(name)});
+    }
+    return model;
+  }
   if (!fs::exists(dir / "config.toml", ec) || !fs::exists(dir / "model.safetensors", ec)) {
     throw DataError(
         fmt::format("{} is not a meshtrain checkpoint (it needs config.toml and "
-                    "model.safetensors); pass the checkpoint.dir of a finished run",
+                    "model.safetensors, or metadata.json and COMPLETE); pass the checkpoint.dir "
+                    "of a finished run or a checkpoints/step-N directory",
                     dir.string()));
   }
   LogicalModel model;

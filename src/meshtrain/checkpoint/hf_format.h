@@ -73,10 +73,11 @@ struct LogicalModel {
   std::vector<NamedTensor> tensors;
 };
 
-/// Reads a run's final checkpoint directory (config.toml + model.safetensors, see
-/// model_checkpoint.h) into logical tensors. (A sharded checkpoint directory, metadata.json +
-/// per-rank shards, is the one more source to branch to here.) Throws DataError naming the
-/// path for a missing directory or file, or a corrupt file; ConfigError for a bad config.toml.
+/// Reads a checkpoint directory into logical tensors: a run's final checkpoint (config.toml +
+/// model.safetensors, see model_checkpoint.h) or a sharded one (checkpoints/step-N, assembled
+/// from its pieces by CheckpointReader, checksums verified). Throws DataError naming the path
+/// for a missing directory or file, or a corrupt or incomplete checkpoint; ConfigError for a
+/// bad config.toml.
 LogicalModel load_logical_model(const std::filesystem::path& dir);
 
 /// A Hugging Face file opened to initialise a model from (checkpoint.init_from). Reads the

@@ -20,9 +20,8 @@ std::filesystem::path reshard_checkpoint(const std::filesystem::path& src, const
   CheckpointReader reader(src);
   const Config saved = reader.config();
   if (const std::string d = model_difference(saved.model, target.model); !d.empty()) {
-    throw ConfigError(target.source,
-                      {{"model", d, "reshard changes the layout, never the model",
-                        "leave the model settings as the checkpoint has them"}});
+    throw ConfigError(target.source, {{"model", d, "reshard changes the layout, never the model",
+                                       "leave the model settings as the checkpoint has them"}});
   }
   const ParallelConfig& par = target.parallel;
   const int world = static_cast<int>(par.dp * par.tp * par.pp * par.cp * par.ep);
@@ -58,9 +57,9 @@ std::filesystem::path reshard_checkpoint(const std::filesystem::path& src, const
     std::unique_ptr<PipelineStage> stage;
     {
       const DeferParameterStorage defer;  // shapes and shards only, no values
-      stage = std::make_unique<PipelineStage>(
-          target, static_cast<std::uint64_t>(target.training.seed),
-          TensorParallel{*tp, par.sequence_parallel}, c.pp);
+      stage =
+          std::make_unique<PipelineStage>(target, static_cast<std::uint64_t>(target.training.seed),
+                                          TensorParallel{*tp, par.sequence_parallel}, c.pp);
     }
     RankSnapshot snapshot{.step = step,
                           .rank = rank,
