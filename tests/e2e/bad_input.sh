@@ -213,6 +213,13 @@ expect "import of a missing file" 3 "checkpoint.init_from: $WORK/hf/none.safeten
   "$BIN" train "$CONFIG" "${COMMON[@]}" "${IMPORT[@]}" \
   --checkpoint.init_from "$WORK/hf/none.safetensors"
 
+expect "resume from a missing checkpoint" 3 "checkpoint $WORK/none/step-00000010: not a directory" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" --checkpoint.resume "$WORK/none/step-00000010"
+expect "keep no checkpoint" 2 "checkpoint.keep_last = 0" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" --checkpoint.interval 1 --checkpoint.keep_last 0
+expect "negative watchdog timeout" 2 "parallel.comm_timeout_s = -1" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.comm_timeout_s -1
+
 # A run that fails after the checks leaves no checkpoint directory behind, and a non-finite
 # gradient is reported before any update with the step and a parameter.
 out=$("$BIN" train "$CONFIG" --data.dir "$DATA" --training.max_steps 5 --training.lr 1e6 \

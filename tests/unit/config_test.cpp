@@ -622,5 +622,26 @@ TEST(ConfigValidate, StragglerSettings) {
   EXPECT_NE(text.find("training.straggler_threshold = 0"), std::string::npos) << text;
 }
 
+TEST(ConfigCheck, ResilienceSettingsAreRejectedWithTheirRule) {
+  Config c;
+  c.checkpoint.interval = 100;
+  c.checkpoint.keep_last = 1;
+  c.parallel.comm_timeout_s = 0.5;
+  c.parallel.flight_recorder_size = 1;
+  EXPECT_TRUE(check_config(c, 1).empty());
+  c.checkpoint.interval = -5;
+  c.checkpoint.keep_last = 0;
+  c.parallel.comm_timeout_s = 0.0;
+  c.parallel.flight_recorder_size = 0;
+  const std::string text = format_config_issues(c.source, check_config(c, 1));
+  EXPECT_NE(text.find("checkpoint.interval = -5"), std::string::npos) << text;
+  EXPECT_NE(text.find("checkpoint.keep_last = 0"), std::string::npos) << text;
+  EXPECT_NE(text.find("parallel.comm_timeout_s = 0"), std::string::npos) << text;
+  EXPECT_NE(text.find("parallel.flight_recorder_size = 0"), std::string::npos) << text;
+  c = Config{};
+  c.parallel.comm_timeout_s = 1e9;  // more than a day: a typo, not a timeout
+  EXPECT_FALSE(check_config(c, 1).empty());
+}
+
 }  // namespace
 }  // namespace meshtrain
