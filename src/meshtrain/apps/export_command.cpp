@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "meshtrain/apps/command_errors.h"
 #include "meshtrain/apps/commands.h"
 #include "meshtrain/checkpoint/hf_format.h"
 #include "meshtrain/core/error.h"
@@ -12,7 +13,7 @@ namespace meshtrain {
 
 int run_export(const ExportArgs& args) {
   namespace fs = std::filesystem;
-  try {
+  return run_with_exit_codes("export", [&] {
     const fs::path out = args.out;
     const fs::path dir = out.has_parent_path() ? out.parent_path() : fs::path(".");
     std::error_code ec;
@@ -39,13 +40,7 @@ int run_export(const ExportArgs& args) {
                model.config.model.family, elements, model.tensors.size(), out.string(),
                (dir / "config.json").string());
     return 0;
-  } catch (const ConfigError& e) {
-    fmt::print(stderr, "meshtrain export: {}", e.what());
-    return 2;
-  } catch (const DataError& e) {
-    fmt::print(stderr, "meshtrain export: {}\n", e.what());
-    return 3;
-  }
+  });
 }
 
 }  // namespace meshtrain

@@ -1,5 +1,6 @@
 #include <fmt/format.h>
 
+#include "meshtrain/apps/command_errors.h"
 #include "meshtrain/apps/commands.h"
 #include "meshtrain/checkpoint/reshard.h"
 #include "meshtrain/checkpoint/sharded_checkpoint.h"
@@ -9,23 +10,17 @@
 namespace meshtrain {
 
 int run_reshard(const ReshardArgs& args) {
-  try {
+  return run_with_exit_codes("reshard", [&] {
     Config target = CheckpointReader(args.checkpoint).config();
     const std::vector<Override> overrides = parse_overrides(args.overrides);
-    target = load_config_text(to_toml(target), "the checkpoint's config with the overrides",
-                              overrides);
+    target =
+        load_config_text(to_toml(target), "the checkpoint's config with the overrides", overrides);
     const auto dir = reshard_checkpoint(args.checkpoint, target, args.out_root);
     const ParallelConfig& p = target.parallel;
-    fmt::print("wrote {} for dp={} tp={} pp={} v={} zero_stage={} ({} ranks)\n", dir.string(),
-               p.dp, p.tp, p.pp, p.virtual_stages, p.zero_stage, p.dp * p.tp * p.pp);
+    fmt::print("wrote {} for dp={} tp={} pp={} v={} zero_stage={} ({} ranks)\n", dir.string(), p.dp,
+               p.tp, p.pp, p.virtual_stages, p.zero_stage, p.dp * p.tp * p.pp);
     return 0;
-  } catch (const ConfigError& e) {
-    fmt::print(stderr, "meshtrain: {}", e.what());
-    return 2;
-  } catch (const DataError& e) {
-    fmt::print(stderr, "meshtrain: {}\n", e.what());
-    return 3;
-  }
+  });
 }
 
 }  // namespace meshtrain

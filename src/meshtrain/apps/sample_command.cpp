@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <numeric>
 
+#include "meshtrain/apps/command_errors.h"
 #include "meshtrain/apps/commands.h"
 #include "meshtrain/checkpoint/model_checkpoint.h"
 #include "meshtrain/comm/single_rank_group.h"
@@ -48,7 +49,7 @@ std::int32_t draw(std::span<const float> logits, double temperature, std::int64_
 }  // namespace
 
 int run_sample(const SampleArgs& args) {
-  try {
+  return run_with_exit_codes("sample", [&] {
     std::vector<ConfigIssue> issues;
     if (!(args.temperature > 0.0) || !std::isfinite(args.temperature)) {
       issues.push_back({"--temperature", fmt::format("{}", args.temperature),
@@ -116,13 +117,7 @@ int run_sample(const SampleArgs& args) {
     }
     fmt::print("\n");
     return 0;
-  } catch (const ConfigError& e) {
-    fmt::print(stderr, "meshtrain sample: {}", e.what());
-    return 2;
-  } catch (const DataError& e) {
-    fmt::print(stderr, "meshtrain sample: {}\n", e.what());
-    return 3;
-  }
+  });
 }
 
 }  // namespace meshtrain
