@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -271,7 +272,7 @@ std::vector<std::vector<float>> masters_of(Trainer& t) {
   return out;
 }
 
-enum class Damage { truncate, flip_byte, remove_file, foreign_metadata };
+enum class Damage { truncate, flip_byte, remove_file, foreign_metadata, edited_metadata };
 
 class Corruption : public ::testing::TestWithParam<Damage> {};
 
@@ -306,6 +307,15 @@ TEST_P(Corruption, IsNamedNothingIsLoadedAndAutoFallsBack) {
       case Damage::remove_file:
         fs::remove(shard);
         break;
+      case Damage::edited_metadata: {  // one piece moved by hand: the COMPLETE hash catches it
+        std::ifstream in(newest / "metadata.json");
+        std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        const auto at = text.find("\"begin\": 0");
+        ASSERT_NE(at, std::string::npos);
+        text.replace(at, 11, "\"begin\": 1");
+        std::ofstream(newest / "metadata.json", std::ios::trunc) << text;
+        break;
+      }
       case Damage::foreign_metadata: {
         Config other = corruption_config(world->size());
         other.model.n_layer = 3;
@@ -316,13 +326,17 @@ TEST_P(Corruption, IsNamedNothingIsLoadedAndAutoFallsBack) {
         other.parallel.zero_stage = 0;
         other.training.micro_batch = 8;
         Trainer(other, *self, quiet()).run();
-        fs::copy_file(dir / "other" / "checkpoints" / "step-00000005" / "metadata.json",
-                      newest / "metadata.json", fs::copy_options::overwrite_existing);
+        // With its COMPLETE marker, whose hash vouches for it: the model check must catch it.
+        for (const char* file : {"metadata.json", "COMPLETE"}) {
+          fs::copy_file(dir / "other" / "checkpoints" / "step-00000005" / file, newest / file,
+                        fs::copy_options::overwrite_existing);
+        }
         break;
       }
     }
   }
   if (damage == Damage::foreign_metadata) culprit = "model.n_layer: 3 vs 2";
+  if (damage == Damage::edited_metadata) culprit = (newest / "metadata.json").string() + ": XXH64";
   world->barrier();
 
   // An explicit directory: a DataError naming the culprit on every rank, the model untouched.
@@ -351,13 +365,13 @@ TEST_P(Corruption, IsNamedNothingIsLoadedAndAutoFallsBack) {
 
 std::string damage_name(const ::testing::TestParamInfo<Damage>& info) {
   constexpr const char* kNames[] = {"truncated_shard", "flipped_byte", "missing_file",
-                                    "foreign_metadata"};
+                                    "foreign_metadata", "edited_metadata"};
   return kNames[static_cast<int>(info.param)];
 }
 
 INSTANTIATE_TEST_SUITE_P(Damages, Corruption,
                          ::testing::Values(Damage::truncate, Damage::flip_byte, Damage::remove_file,
-                                           Damage::foreign_metadata),
+                                           Damage::foreign_metadata, Damage::edited_metadata),
                          damage_name);
 
 TEST(CheckpointRetention, KeepsTheNewestCompleteAndNeverLoadsAnIncompleteOne) {
@@ -384,6 +398,35 @@ TEST(CheckpointRetention, KeepsTheNewestCompleteAndNeverLoadsAnIncompleteOne) {
   Trainer resumed(cfg, *world, quiet());
   EXPECT_EQ(resumed.start_step(), 20);
   EXPECT_THROW(resumed.load_checkpoint(dir / "checkpoints" / "step-00000025"), DataError);
+  world->barrier();
+  if (world->rank() == 0) fs::remove_all(dir);
+}
+
+// A run resumed from an older checkpoint (a rollback, or auto's fallback) writes lower step
+// numbers than the abandoned run left behind: its saves are still the newest (completion
+// order), keep_last removes the abandoned ones, and auto resumes from what this run saved.
+TEST(CheckpointRetention, ARunResumedFromAnOlderCheckpointKeepsItsOwnSaves) {
+  const auto world = test::runtime().world_group();
+  const fs::path dir = shared_temp_dir(*world);
+  Config abandoned = corruption_config(world->size());
+  abandoned.checkpoint.dir = dir.string();
+  abandoned.training.max_steps = 30;
+  abandoned.checkpoint.interval = 10;
+  abandoned.checkpoint.keep_last = 3;
+  Trainer(abandoned, *world, quiet()).run();  // 10, 20, 30
+  Config rollback = abandoned;
+  rollback.checkpoint.resume = (dir / "checkpoints" / "step-00000010").string();
+  rollback.training.max_steps = 20;
+  rollback.checkpoint.interval = 5;
+  rollback.checkpoint.keep_last = 2;
+  Trainer(rollback, *world, quiet()).run();  // 15, 20
+  const std::vector<fs::path> complete = complete_checkpoints(dir / "checkpoints");
+  ASSERT_EQ(complete.size(), 2u);
+  EXPECT_EQ(complete[0].filename(), "step-00000020");
+  EXPECT_EQ(complete[1].filename(), "step-00000015");
+  Config again = rollback;
+  again.checkpoint.resume = "auto";
+  EXPECT_EQ(Trainer(again, *world, quiet()).start_step(), 20);
   world->barrier();
   if (world->rank() == 0) fs::remove_all(dir);
 }

@@ -77,8 +77,12 @@ expect 3 "no COMPLETE marker" -- "$BIN" reshard "$WORK/dp2" "$WORK/bad1"
 expect 2 "reshard changes the layout, never the model" -- \
   "$BIN" reshard "$SRC" "$WORK/bad2" --model.n_layer 3
 expect 2 "parallel.tp" -- "$BIN" reshard "$SRC" "$WORK/bad3" --parallel.tp 3
+expect 2 "would replace the checkpoint being read" -- \
+  "$BIN" reshard "$SRC" "$WORK/dp2/checkpoints" --parallel.dp 1 --training.micro_batch 24
+[[ -f $SRC/COMPLETE && -f $SRC/rank-00001.safetensors ]] ||
+  { echo "FAIL: a refused reshard touched its source"; exit 1; }
 rm -f "$SRC/rank-00001.safetensors"
 expect 3 "rank-00001.safetensors" -- "$BIN" reshard "$SRC" "$WORK/bad4" --parallel.dp 1 \
   --training.micro_batch 24
-[[ ! -e $WORK/bad4/step-00000010/COMPLETE ]] || { echo "FAIL: a failed reshard completed"; exit 1; }
-echo "bad inputs ok: 4 cases"
+[[ ! -e $WORK/bad4/step-00000010 ]] || { echo "FAIL: a failed reshard left its output"; exit 1; }
+echo "bad inputs ok: 5 cases"

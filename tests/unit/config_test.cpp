@@ -641,6 +641,11 @@ TEST(ConfigCheck, ResilienceSettingsAreRejectedWithTheirRule) {
   c = Config{};
   c.parallel.comm_timeout_s = 1e9;  // more than a day: a typo, not a timeout
   EXPECT_FALSE(check_config(c, 1).empty());
+  c = Config{};
+  c.checkpoint.resume = "auto";
+  c.checkpoint.init_from = "hf/model.safetensors";
+  const std::string both = format_config_issues(c.source, check_config(c, 1));
+  EXPECT_NE(both.find("cannot be combined with checkpoint.resume"), std::string::npos) << both;
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 #include <numeric>
 #include <vector>
 
+#include "meshtrain/core/error.h"
+
 namespace meshtrain {
 namespace {
 
@@ -109,6 +111,17 @@ TEST(ShardMap, LogicalRunsOfASliceStayInsideItsRange) {
   EXPECT_EQ(runs[1].count, 2);
   EXPECT_EQ(runs[2].logical, 14);  // row 3, first column only
   EXPECT_EQ(runs[2].count, 1);
+}
+
+TEST(ShardMap, OverlappingPiecesAreAnErrorNotALastWriteWins) {
+  const Shape shape{4, 3};
+  const ShardPiece whole_piece{.slice = whole(shape), .begin = 0, .end = 12};
+  const ShardPiece first{.slice = whole(shape), .begin = 0, .end = 8};
+  const ShardPiece again{.slice = whole(shape), .begin = 4, .end = 12};  // 4–7 twice
+  std::vector<float> out(12, 0.0f), a(8, 1.0f), b(8, 2.0f);
+  std::vector<std::uint8_t> written(12, 0);
+  EXPECT_EQ(copy_overlap(first, a, whole_piece, out, written), 8);
+  EXPECT_THROW(copy_overlap(again, b, whole_piece, out, written), DataError);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "meshtrain/checkpoint/reshard.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <limits>
 
@@ -10,6 +11,7 @@
 #include "meshtrain/config/load.h"
 #include "meshtrain/config/validate.h"
 #include "meshtrain/core/error.h"
+#include "meshtrain/core/staged_file.h"
 #include "meshtrain/model/pipeline_stage.h"
 #include "meshtrain/parallel/dp/zero.h"
 
@@ -28,9 +30,23 @@ std::filesystem::path reshard_checkpoint(const std::filesystem::path& src, const
   validate_or_throw(target, world);
 
   const std::int64_t step = reader.step();
-  prepare_checkpoint_dir(out_root, step);
+  const std::filesystem::path target_dir = checkpoint_path(out_root, step);
+  std::error_code ec;
+  if (std::filesystem::weakly_canonical(target_dir, ec) ==
+      std::filesystem::weakly_canonical(src, ec)) {
+    throw ConfigError("the command line",
+                      {{"out", out_root.string(),
+                        "would replace the checkpoint being read (" + src.string() + ")",
+                        "write into another checkpoints folder"}});
+  }
+  // Written under a staging folder beside the target and renamed into place at the end, so a
+  // failure leaves any existing checkpoint at the target untouched.
+  const std::filesystem::path staging =
+      out_root / fmt::format(".reshard-{}-step-{:08d}", ::getpid(), step);
+  std::filesystem::remove_all(staging, ec);
+  prepare_checkpoint_dir(staging, step);
   // No pruning: out_root may hold the user's other checkpoints.
-  CheckpointWriter writer({.root = out_root,
+  CheckpointWriter writer({.root = staging,
                            .keep_last = std::numeric_limits<std::int64_t>::max(),
                            .async = false,
                            .finalize_timeout_s = 1.0});
@@ -50,44 +66,57 @@ std::filesystem::path reshard_checkpoint(const std::filesystem::path& src, const
                    {"pp_schedule", par.pp_schedule},
                    {"sequence_parallel", par.sequence_parallel},
                    {"zero_stage", par.zero_stage}};
-  // Rank 0 last: it completes the checkpoint once every other rank's manifest is written.
-  for (int rank = world - 1; rank >= 0; --rank) {
-    const MeshCoords c = shape.coords_of(rank);
-    const auto tp = detached_group(c.tp, static_cast<int>(par.tp), "tp");
-    std::unique_ptr<PipelineStage> stage;
-    {
-      const DeferParameterStorage defer;  // shapes and shards only, no values
-      stage =
-          std::make_unique<PipelineStage>(target, static_cast<std::uint64_t>(target.training.seed),
-                                          TensorParallel{*tp, par.sequence_parallel}, c.pp);
+  try {
+    // Rank 0 last: it completes the checkpoint once every other rank's manifest is written.
+    for (int rank = world - 1; rank >= 0; --rank) {
+      const MeshCoords c = shape.coords_of(rank);
+      const auto tp = detached_group(c.tp, static_cast<int>(par.tp), "tp");
+      std::unique_ptr<PipelineStage> stage;
+      {
+        const DeferParameterStorage defer;  // shapes and shards only, no values
+        stage = std::make_unique<PipelineStage>(target,
+                                                static_cast<std::uint64_t>(target.training.seed),
+                                                TensorParallel{*tp, par.sequence_parallel}, c.pp);
+      }
+      RankSnapshot snapshot{.step = step,
+                            .rank = rank,
+                            .world = world,
+                            .pieces = {},
+                            .state = rank == 0 ? state : nlohmann::json::object(),
+                            .config_toml = rank == 0 ? to_toml(target) : std::string()};
+      for (const Parameter* p : stage->parameters()) {
+        // The same rule as Trainer::save_checkpoint: one copy of every element.
+        if (p->tied_copy || (zero == 0 && c.dp != 0) || (!p->is_sharded() && c.tp != 0)) continue;
+        const auto [begin, end] = zero_owned_range(zero, shape_numel(p->local_shape()), c.dp,
+                                                   static_cast<int>(par.dp), low);
+        if (begin == end) continue;
+        const ShardPiece piece{.slice = p->shard, .begin = begin, .end = end};
+        PieceState s{.name = p->name,
+                     .piece = piece,
+                     .master = Tensor::empty({end - begin}, MemCategory::other),
+                     .exp_avg = Tensor::empty({end - begin}, MemCategory::other),
+                     .exp_avg_sq = Tensor::empty({end - begin}, MemCategory::other)};
+        reader.fill(p->name, kMasterField, piece, s.master.span_f32());
+        reader.fill(p->name, kExpAvgField, piece, s.exp_avg.span_f32());
+        reader.fill(p->name, kExpAvgSqField, piece, s.exp_avg_sq.span_f32());
+        snapshot.pieces.push_back(std::move(s));
+      }
+      writer.save(std::move(snapshot));
+      if (const std::string error = writer.wait(); !error.empty()) throw DataError(error);
     }
-    RankSnapshot snapshot{.step = step,
-                          .rank = rank,
-                          .world = world,
-                          .pieces = {},
-                          .state = rank == 0 ? state : nlohmann::json::object(),
-                          .config_toml = rank == 0 ? to_toml(target) : std::string()};
-    for (const Parameter* p : stage->parameters()) {
-      // The same rule as Trainer::save_checkpoint: one copy of every element.
-      if (p->tied_copy || (zero == 0 && c.dp != 0) || (!p->is_sharded() && c.tp != 0)) continue;
-      const auto [begin, end] = zero_owned_range(zero, shape_numel(p->local_shape()), c.dp,
-                                                 static_cast<int>(par.dp), low);
-      if (begin == end) continue;
-      const ShardPiece piece{.slice = p->shard, .begin = begin, .end = end};
-      PieceState s{.name = p->name,
-                   .piece = piece,
-                   .master = Tensor::empty({end - begin}, MemCategory::other),
-                   .exp_avg = Tensor::empty({end - begin}, MemCategory::other),
-                   .exp_avg_sq = Tensor::empty({end - begin}, MemCategory::other)};
-      reader.fill(p->name, kMasterField, piece, s.master.span_f32());
-      reader.fill(p->name, kExpAvgField, piece, s.exp_avg.span_f32());
-      reader.fill(p->name, kExpAvgSqField, piece, s.exp_avg_sq.span_f32());
-      snapshot.pieces.push_back(std::move(s));
-    }
-    writer.save(std::move(snapshot));
-    if (const std::string error = writer.wait(); !error.empty()) throw DataError(error);
+  } catch (...) {
+    std::filesystem::remove_all(staging, ec);
+    throw;
   }
-  return checkpoint_path(out_root, step);
+  std::filesystem::remove_all(target_dir, ec);
+  std::filesystem::rename(checkpoint_path(staging, step), target_dir, ec);
+  std::filesystem::remove_all(staging);
+  if (ec) {
+    throw DataError(fmt::format("cannot move the resharded checkpoint into {}: {}",
+                                target_dir.string(), ec.message()));
+  }
+  sync_directory(out_root);
+  return target_dir;
 }
 
 }  // namespace meshtrain

@@ -31,6 +31,11 @@ std::int64_t real_elements(const ShardPiece& piece) {
 
 std::int64_t copy_overlap(const ShardPiece& src, std::span<const float> from, const ShardPiece& dst,
                           std::span<float> to) {
+  return copy_overlap(src, from, dst, to, {});
+}
+
+std::int64_t copy_overlap(const ShardPiece& src, std::span<const float> from, const ShardPiece& dst,
+                          std::span<float> to, std::span<std::uint8_t> written) {
   MT_CHECK(src.slice.logical_shape == dst.slice.logical_shape,
            "pieces of different logical shapes");
   MT_CHECK(static_cast<std::int64_t>(from.size()) == src.end - src.begin &&
@@ -43,8 +48,15 @@ std::int64_t copy_overlap(const ShardPiece& src, std::span<const float> from, co
     const std::int64_t a_end = a[i].logical + a[i].count, b_end = b[j].logical + b[j].count;
     const std::int64_t lo = std::max(a[i].logical, b[j].logical), hi = std::min(a_end, b_end);
     if (lo < hi) {
-      std::memcpy(to.data() + b[j].local + (lo - b[j].logical),
-                  from.data() + a[i].local + (lo - a[i].logical),
+      const std::int64_t at = b[j].local + (lo - b[j].logical);
+      if (!written.empty()) {
+        const auto first = written.begin() + at, last = first + (hi - lo);
+        if (std::find(first, last, std::uint8_t{1}) != last) {
+          throw DataError("two pieces of the checkpoint hold the same elements (pieces overlap)");
+        }
+        std::fill(first, last, std::uint8_t{1});
+      }
+      std::memcpy(to.data() + at, from.data() + a[i].local + (lo - a[i].logical),
                   static_cast<std::size_t>(hi - lo) * sizeof(float));
       copied += hi - lo;
     }

@@ -43,4 +43,10 @@ std::int64_t real_elements(const ShardPiece& piece);
 std::int64_t copy_overlap(const ShardPiece& src, std::span<const float> from, const ShardPiece& dst,
                           std::span<float> to);
 
+/// The same, marking each element of `to` it writes in `written` (one byte per element of
+/// dst, 0 = not yet): a checkpoint whose pieces overlap would write an element twice, which
+/// throws DataError ("pieces overlap") instead of loading whichever piece came last.
+std::int64_t copy_overlap(const ShardPiece& src, std::span<const float> from, const ShardPiece& dst,
+                          std::span<float> to, std::span<std::uint8_t> written);
+
 }  // namespace meshtrain

@@ -1,6 +1,7 @@
 #include "meshtrain/checkpoint/sharded_checkpoint.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -102,19 +103,36 @@ std::int64_t step_of_dir(const fs::path& dir) {
   return std::stoll(m[1].str());
 }
 
-// Keeps the newest `keep_last` complete checkpoints; also removes incomplete directories
-// older than the newest complete one (a crashed save that will never be finished).
+// A "key value" line of a checkpoint's COMPLETE marker ("" when the marker lacks it).
+std::string completion_field(const fs::path& dir, std::string_view key) {
+  std::ifstream in(dir / kCompleteName);
+  std::string k, v;
+  while (in >> k >> v) {
+    if (k == key) return v;
+  }
+  return "";
+}
+
+std::int64_t completion_field_int(const fs::path& dir, std::string_view key) {
+  const std::string v = completion_field(dir, key);
+  try {
+    return v.empty() ? 0 : std::stoll(v);
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+// Keeps the newest `keep_last` complete checkpoints (by completion) and removes every
+// incomplete directory: this runs when a save completes, and no other save is in flight then
+// (a save waits for the previous one), so each is a crashed save that will never finish.
 void prune(const fs::path& root, std::int64_t keep_last) {
   const std::vector<fs::path> complete = complete_checkpoints(root);
   std::error_code ec;
   for (std::size_t i = static_cast<std::size_t>(keep_last); i < complete.size(); ++i) {
     fs::remove_all(complete[i], ec);
   }
-  if (complete.empty()) return;
-  const std::int64_t newest = step_of_dir(complete.front());
   for (const auto& entry : fs::directory_iterator(root, ec)) {
-    const std::int64_t step = step_of_dir(entry.path());
-    if (step >= 0 && step < newest && !fs::exists(entry.path() / kCompleteName, ec)) {
+    if (step_of_dir(entry.path()) >= 0 && !fs::exists(entry.path() / kCompleteName, ec)) {
       fs::remove_all(entry.path(), ec);
     }
   }
@@ -127,16 +145,26 @@ fs::path checkpoint_path(const fs::path& root, std::int64_t step) {
 }
 
 std::vector<fs::path> complete_checkpoints(const fs::path& root) {
-  std::vector<fs::path> out;
+  struct Found {
+    fs::path dir;
+    std::int64_t completed_ns, step;
+  };
+  std::vector<Found> found;
   std::error_code ec;
-  if (!fs::is_directory(root, ec)) return out;
+  if (!fs::is_directory(root, ec)) return {};
   for (const auto& entry : fs::directory_iterator(root, ec)) {
-    if (step_of_dir(entry.path()) >= 0 && fs::exists(entry.path() / kCompleteName, ec)) {
-      out.push_back(entry.path());
+    const std::int64_t step = step_of_dir(entry.path());
+    if (step >= 0 && fs::exists(entry.path() / kCompleteName, ec)) {
+      found.push_back({entry.path(), completion_field_int(entry.path(), "completed_ns"), step});
     }
   }
-  std::sort(out.begin(), out.end(),
-            [](const fs::path& a, const fs::path& b) { return step_of_dir(a) > step_of_dir(b); });
+  // Newest = completed last (a marker without the time, e.g. written by hand, counts as the
+  // oldest); equal times by step.
+  std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
+    return a.completed_ns != b.completed_ns ? a.completed_ns > b.completed_ns : a.step > b.step;
+  });
+  std::vector<fs::path> out;
+  for (Found& f : found) out.push_back(std::move(f.dir));
   return out;
 }
 
@@ -235,9 +263,20 @@ void CheckpointWriter::write(const RankSnapshot& snapshot) {
                          {"step", snapshot.step},   {"config", snapshot.config_toml},
                          {"state", snapshot.state}, {"tensors", tensors_json},
                          {"files", files}};
-  write_text(dir / kMetadataName, metadata.dump(1));
+  const std::string metadata_text = metadata.dump(1);
+  write_text(dir / kMetadataName, metadata_text);
   sync_directory(dir);
-  write_text(dir / kCompleteName, fmt::format("step {}\n", snapshot.step));
+  // The completion time orders checkpoints (complete_checkpoints): a run resumed from an older
+  // checkpoint writes lower step numbers than an abandoned run left behind, and its saves must
+  // count as the newest. The metadata's hash makes a hand-edited metadata.json a detected
+  // corruption.
+  const auto completed_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count();
+  write_text(
+      dir / kCompleteName,
+      fmt::format("step {}\ncompleted_ns {}\nmetadata_xxh64 {}\n", snapshot.step, completed_ns,
+                  hex64(xxh64(std::as_bytes(std::span<const char>(metadata_text))))));
   sync_directory(dir);
   sync_directory(options_.root);
   write_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -250,12 +289,25 @@ CheckpointReader::CheckpointReader(fs::path dir) : dir_(std::move(dir)) {
     throw DataError(fmt::format("checkpoint {}: not a directory", dir_.string()));
   }
   if (!fs::exists(dir_ / kCompleteName, ec)) {
+    if (!complete_checkpoints(dir_).empty()) {
+      throw DataError(fmt::format(
+          "{} holds checkpoints (step-N directories) but is not one: name a step-N directory, "
+          "or use checkpoint.resume = \"auto\" with checkpoint.dir = {}",
+          dir_.string(), dir_.parent_path().string()));
+    }
     throw DataError(
         fmt::format("checkpoint {}: no {} marker, so its save never finished; it is not loaded",
                     dir_.string(), kCompleteName));
   }
-  metadata_ = read_json_file(dir_ / kMetadataName);
   const fs::path path = dir_ / kMetadataName;
+  if (const std::string want = completion_field(dir_, "metadata_xxh64"); !want.empty()) {
+    if (const std::string got = hex64(xxh64(read_file_bytes(path))); got != want) {
+      throw DataError(fmt::format(
+          "{}: XXH64 {} does not match the {} marker's {} (the file was changed or corrupted)",
+          path.string(), got, kCompleteName, want));
+    }
+  }
+  metadata_ = read_json_file(path);
   if (metadata_.value("format", "") != kFormat || !metadata_.contains("tensors") ||
       !metadata_.contains("files") || !metadata_.contains("state") || !metadata_.contains("step") ||
       !metadata_.contains("config")) {
@@ -347,8 +399,14 @@ void CheckpointReader::fill(const std::string& name, std::string_view field, con
     const std::int64_t want_lo = want.front().logical;
     const std::int64_t want_hi = want.back().logical + want.back().count;
     std::int64_t copied = 0;
+    std::vector<std::uint8_t> written(out.size(), 0);
     for (const json& p : entry.at("pieces")) {
       const ShardPiece src = piece_of(p);
+      if (src.slice.logical_shape != shape) {
+        throw DataError(fmt::format(
+            "{}: a piece of {} has shape {}, the tensor {}", (dir_ / kMetadataName).string(), name,
+            fmt::join(src.slice.logical_shape, "×"), fmt::join(shape, "×")));
+      }
       const std::vector<ShardRun> have = logical_runs(src);
       if (have.empty() || have.back().logical + have.back().count <= want_lo ||
           have.front().logical >= want_hi) {
@@ -360,13 +418,13 @@ void CheckpointReader::fill(const std::string& name, std::string_view field, con
                                     (dir_ / p.at("file").get<std::string>()).string(),
                                     key_of(name, field), t.numel(), src.end - src.begin));
       }
-      copied += copy_overlap(src, t.span_f32(), dst, out);
+      copied += copy_overlap(src, t.span_f32(), dst, out, written);
     }
     const std::int64_t need = real_elements(dst);
     if (copied != need) {
       throw DataError(fmt::format(
           "checkpoint {}: its pieces of {} hold {} of the {} elements this rank needs (pieces "
-          "missing or overlapping)",
+          "missing)",
           dir_.string(), name, copied, need));
     }
   } catch (const json::exception& e) {

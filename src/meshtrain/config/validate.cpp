@@ -266,9 +266,12 @@ void check_resilience(const Config& config, std::vector<ConfigIssue>& issues) {
           "must be ≥ 0 steps (0 = no sharded checkpoints)", "use e.g. 100");
   require(issues, c.keep_last >= 1, "checkpoint.keep_last", c.keep_last,
           "must be ≥ 1 (the newest complete checkpoints kept)", "use 2");
+  require(issues, c.resume.empty() || c.init_from.empty(), "checkpoint.init_from", c.init_from,
+          "cannot be combined with checkpoint.resume (a checkpoint already holds the weights)",
+          "drop one of checkpoint.init_from and checkpoint.resume");
   const ParallelConfig& p = config.parallel;
-  require(issues, p.comm_timeout_s > 0.0 && p.comm_timeout_s <= 86400.0,
-          "parallel.comm_timeout_s", p.comm_timeout_s,
+  require(issues, p.comm_timeout_s > 0.0 && p.comm_timeout_s <= 86400.0, "parallel.comm_timeout_s",
+          p.comm_timeout_s,
           "must lie in (0, 86400] seconds (how long a collective, send/recv or wait may block "
           "before the watchdog ends the job)",
           "use 600");

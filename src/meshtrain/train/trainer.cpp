@@ -166,6 +166,9 @@ Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
     if (config_.checkpoint.save_final || config_.checkpoint.interval > 0) {
       check_writable_dir(config_.checkpoint.dir, config_.source);
     }
+    if (config_.checkpoint.interval > 0) {  // where the sharded checkpoints go
+      check_writable_dir(fs::path(config_.checkpoint.dir) / "checkpoints", config_.source);
+    }
     check_output_file(options_.trace_path, "--trace");
     check_output_file(options_.metrics_path, "--metrics");
     // A resumed run continues its metrics file: the steps it repeats appear twice, the

@@ -143,6 +143,7 @@ void Trainer::load_checkpoint(const fs::path& dir) {
   std::int64_t step = 0, optimizer_steps = 0;
   std::optional<DynamicLossScaler::State> scaler_state;
   json mesh;
+  std::int64_t saved_global_batch = 0;
   try {
     CheckpointReader reader(dir);
     const Config saved = reader.config();
@@ -155,6 +156,13 @@ void Trainer::load_checkpoint(const fs::path& dir) {
     const json& state = reader.state();
     step = state.at("step").get<std::int64_t>();
     optimizer_steps = state.at("optimizer").at("steps_taken").get<std::int64_t>();
+    if (step < 0 || optimizer_steps < 0 || optimizer_steps > step) {
+      throw DataError(
+          fmt::format("{}/metadata.json: step {} with {} optimizer steps taken is "
+                      "not a state training can reach",
+                      dir.string(), step, optimizer_steps));
+    }
+    saved_global_batch = state.at("data").at("global_batch").get<std::int64_t>();
     mesh = state.at("mesh");
     if (const json& s = state.at("loss_scaler"); !s.is_null()) {
       scaler_state =
@@ -191,6 +199,19 @@ void Trainer::load_checkpoint(const fs::path& dir) {
   if (scaler_ && scaler_state) scaler_->restore(*scaler_state);
   zero_->publish_parameters();  // compute copies (16-bit, ZeRO-1/2 full values) from the masters
   start_step_ = step;
+  if (world_.rank() == 0 && saved_global_batch != global_batch_of(config_)) {
+    fmt::print(stderr,
+               "meshtrain: warning: the checkpoint was trained with a global batch of {} "
+               "sequences, this run uses {}: the data from here on differ from the run that "
+               "saved it\n",
+               saved_global_batch, global_batch_of(config_));
+  }
+  if (world_.rank() == 0 && step >= config_.training.max_steps) {
+    fmt::print(stderr,
+               "meshtrain: note: the checkpoint is at step {}, training.max_steps is {}: "
+               "nothing left to train (raise training.max_steps to continue)\n",
+               step, config_.training.max_steps);
+  }
   if (world_.rank() == 0 && options_.log) {
     fmt::print("resumed from {} at step {} (saved with dp={} tp={} pp={} v={} zero_stage={})\n",
                dir.string(), step, mesh.value("dp", 0), mesh.value("tp", 0), mesh.value("pp", 0),
