@@ -1,0 +1,138 @@
+// src/meshtrain/plan/accounting.h
+//
+// Everything one layout costs on one cluster, as named terms: per-device memory by category
+// (docs/memory.md's formulas, the ones the tracked allocator is checked against), the bytes
+// each rank hands to the collectives of each axis per step (as ProcessGroup's byte counters
+// count them: all-reduce and reduce-scatter their input, all-gather its input), their wire
+// time on the link the placement gives the axis, the pipeline bubble, compute time from FLOPs,
+// step time, tokens/s and MFU. Each term carries its formula, so `--explain` can print it.
+// Uses: config (Config, pipeline_rules, validate), plan/formulas, plan/cluster, plan/layout.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "meshtrain/config/config.h"
+#include "meshtrain/plan/cluster.h"
+#include "meshtrain/plan/layout.h"
+
+namespace meshtrain::plan {
+
+/// One named quantity: its value in `unit` ("B", "s", "FLOP", "FLOP/s", "tokens/s", "",
+/// "elements") and the formula that gave it, with the numbers substituted where short.
+struct Term {
+  std::string name;
+  std::string formula;
+  double value = 0.0;
+  std::string unit;
+};
+
+/// Parameter elements of the model as one tp rank of one pipeline stage holds them (the
+/// elements of its local tensors, the Ψ of docs/memory.md), and the sizes the ZeRO buffers and
+/// FLOPs need.
+struct ParameterCounts {
+  double total = 0.0;       // Ψ: everything the rank holds
+  double tied_extra = 0.0;  // elements held in two units (gpt2's tied embedding, pp = 1): Ψ′ − Ψ
+  double largest_unit = 0.0;  // Ψ_u: the largest hook unit (a block, the embeddings, the head)
+  double replicated = 0.0;    // elements not split over tp (norms, positions, row biases)
+  std::int64_t tensors = 0;   // parameter tensors (for the ZeRO padding bound)
+  std::int64_t layers = 0;    // transformer blocks on the stage
+  bool first = false;         // holds the embeddings (global chunk 0)
+  bool last = false;          // holds the final norm, LM head and loss
+};
+
+/// The whole model (tp = pp = 1): Ψ, the matrix-product parameters Ψ_mm (block linears + LM
+/// head) and those of the blocks alone.
+struct ModelSize {
+  double parameters = 0.0;
+  double matmul_parameters = 0.0;
+  double block_matmul_parameters = 0.0;
+};
+ModelSize model_size(const ModelConfig& model);
+
+/// Ψ of pipeline rank `stage` under config.parallel (tp shards, the chunks of
+/// config/pipeline_rules.h's layers_per_chunk, gpt2's tied copy on the last stage when pp > 1).
+ParameterCounts stage_parameters(const Config& config, std::int64_t stage);
+
+/// Per-device memory of one pipeline stage, bytes, by category (core/allocator.h's).
+struct MemoryBreakdown {
+  std::int64_t stage = 0;
+  double params = 0.0;
+  double grads = 0.0;
+  double optimizer = 0.0;
+  double activations = 0.0;
+  double comm = 0.0;
+  double total() const { return params + grads + optimizer + activations + comm; }
+};
+
+/// Bytes per step one rank hands to the collectives of one axis, and their wire time.
+struct AxisComm {
+  std::string axis;       // "dp", "tp", "pp"
+  std::int64_t size = 1;  // ranks in the group
+  LinkKind link = LinkKind::intra_node;
+  double bytes_per_step = 0.0;  // as ProcessGroup counts them
+  double time_s = 0.0;          // ring formulas on the link, per step
+};
+
+/// Assumptions of the time model (docs/planner.md, "Assumptions").
+struct TimeSettings {
+  double efficiency = 0.0;  // achieved/peak FLOP/s of the compute; ≤ 0: the cluster's default
+  double dp_overlap = 0.0;  // fraction of the dp time hidden behind compute, in [0, 1]
+  double usable_memory_fraction = 0.9;  // of memory_bytes a layout may use (runtime, fragmentation)
+};
+
+/// The whole account of one layout.
+struct Plan {
+  Layout layout;
+  Config config;
+  std::vector<MemoryBreakdown> stages;  // one per pipeline rank
+  MemoryBreakdown peak;                 // the stage with the largest total
+  bool fits = false;                    // peak.total() ≤ usable fraction × memory_bytes
+  std::vector<AxisComm> comm;           // dp, tp, pp (present only when the axis is > 1)
+  double bubble = 0.0;                  // fraction of the pipeline's step that is idle
+  double compute_s = 0.0;               // per step, at the assumed efficiency
+  double exposed_comm_s = 0.0;
+  double step_s = 0.0;
+  double tokens_per_s = 0.0;
+  double mfu = 0.0;         // model FLOPs/s over devices × peak
+  std::vector<Term> terms;  // every quantity above, with its formula
+};
+
+/// Accounts `layout` of `model` on `cluster` (the layout's devices need not fill the cluster;
+/// the placement rule uses the cluster's devices per node). Assumes check_layout accepted it.
+Plan account(const ModelConfig& model, const Layout& layout, const TrainingSettings& settings,
+             const ClusterSpec& cluster, const TimeSettings& time = {});
+
+// --- The formulas of docs/memory.md, exposed for tests and the runtime-agreement checks ---
+
+/// Model-state bytes of one rank holding Ψ = `params` elements, by category (params, grads,
+/// optimizer), from config/validate.h's model_state_bytes_by_category.
+MemoryBreakdown model_state_bytes(const Config& config, double params);
+
+/// Activation bytes per transformer block and micro-batch on one tp rank (docs/memory.md,
+/// "What each layer keeps"; bf16/fp16: linear inputs in 16 bits, the attention output 1.5×,
+/// docs/mixed_precision.md "Memory").
+double activation_bytes_per_block(const Config& config);
+
+/// Peak activation bytes of pipeline stage `stage` (docs/memory.md, "The peak of a step",
+/// times the micro-batches the schedule keeps in flight on that stage).
+double activation_peak_bytes(const Config& config, const ParameterCounts& stage_params,
+                             std::int64_t stage);
+
+/// Peak of the ZeRO communication buffers (`MemCategory::comm`), bytes (docs/memory.md,
+/// "Communication buffers").
+double comm_buffer_bytes(const Config& config, const ParameterCounts& stage_params);
+
+/// dp bytes per step and rank as ProcessGroup counts them (docs/memory.md, "Communication per
+/// step"), including the 8-byte loss and grad-norm reductions.
+double dp_bytes_per_step(const Config& config, const ParameterCounts& stage_params);
+
+/// tp bytes per step and rank (docs/tensor_parallel.md, "Bytes per step").
+double tp_bytes_per_step(const Config& config, const ParameterCounts& stage_params);
+
+/// pp bytes per step sent by one rank: the boundary activations forward and their gradients
+/// backward, m per model chunk that has a neighbour, fp32 [b·s(/tp with sp), h].
+double pp_bytes_per_step(const Config& config, const ParameterCounts& stage_params);
+
+}  // namespace meshtrain::plan
