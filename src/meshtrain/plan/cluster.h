@@ -55,8 +55,8 @@ ClusterSpec cluster_from(const std::string& name_or_path);
 ///   name = "..."            devices_per_node = 8       nodes = 4
 ///   memory_gib = 80         (or memory_bytes)
 ///   [peak_tflops] fp32 = 19.5  tf32 = 156  bf16 = 312
-///   [intra_node] bandwidth_gbps = 300 (GB/s)  latency_us = 5
-///   [inter_node] bandwidth_gbps = 25 (GB/s)   latency_us = 10
+///   [intra_node] bandwidth_gb_per_s = 300  latency_us = 5
+///   [inter_node] bandwidth_gb_per_s = 25   latency_us = 10
 ///   efficiency = 0.5
 /// Throws ConfigError for a missing file, a syntax error or a missing/non-positive key.
 ClusterSpec load_cluster_file(const std::filesystem::path& path);

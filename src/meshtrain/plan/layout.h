@@ -72,7 +72,8 @@ LinkKind link_of_group(std::int64_t size, std::int64_t stride, const ClusterSpec
 
 /// Every layout of `devices` devices for settings.global_batch that check_layout accepts:
 /// tp, pp over the divisors of devices, dp = devices/(tp·pp), cp = ep = 1 (check_config allows
-/// no other value yet), v ∈ {1} or {2, 3, 4} for interleaved_1f1b, every ZeRO stage, every
+/// no other value yet), v ∈ {1} or {2, 3, 4} for interleaved_1f1b, every ZeRO stage (only 0
+/// when dp = 1: there is nothing to shard over), every
 /// micro-batch dividing global_batch/dp up to `max_micro_batch`, recompute none/selective/full,
 /// sequence parallelism on/off when tp > 1, and every schedule when pp > 1 (1f1b when pp = 1).
 /// `rejected` (optional) receives, per distinct rule broken, how many candidates broke it.

@@ -1,0 +1,235 @@
+// account(): one layout's plan, built from the formulas of accounting.cpp and formulas.cpp,
+// with every quantity recorded as a named Term for --explain and --json.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "meshtrain/config/validate.h"
+#include "meshtrain/plan/accounting.h"
+#include "meshtrain/plan/formulas.h"
+
+namespace meshtrain::plan {
+namespace {
+
+double f(std::int64_t v) { return static_cast<double>(v); }
+
+const Link& link_for(LinkKind kind, const ClusterSpec& c) {
+  return kind == LinkKind::intra_node ? c.intra_node : c.inter_node;
+}
+
+const char* link_name(LinkKind kind) {
+  return kind == LinkKind::intra_node ? "intra-node" : "inter-node";
+}
+
+// Number of collectives the bytes are split over (each pays the per-step latency): buckets for
+// the bucketed dp reductions, hook units for ZeRO-2/3.
+double bucket_count(double bytes, const Config& c) {
+  return std::max(1.0, std::ceil(bytes / (f(c.parallel.bucket_mib) * 1024.0 * 1024.0)));
+}
+
+// Wire time of the dp collectives per step (docs/memory.md, "Communication per step").
+double dp_time_s(const Config& c, const ParameterCounts& sp, const Link& link,
+                 std::string& formula) {
+  const std::int64_t n = c.parallel.dp;
+  if (n <= 1) return 0.0;
+  const double d = c.training.precision == "fp32" ? 4.0 : 2.0;
+  const double m = f(c.training.accumulation), psi = sp.total;
+  const double B = link.bandwidth_bytes_per_s, a = link.latency_s;
+  const double units = std::max(1.0, f(sp.layers) + (sp.first ? 1.0 : 0.0) + (sp.last ? 1.0 : 0.0));
+  auto rs = [&](double bytes, double k) { return k * reduce_scatter_s(bytes / k, n, B, a); };
+  auto ag = [&](double bytes, double k) { return k * all_gather_s(bytes / k, n, B, a); };
+  switch (c.parallel.zero_stage) {
+    case 0: {
+      const double k = bucket_count(4.0 * psi, c);
+      formula = "all-reduce of 4Ψ: 2(N−1)/N·4Ψ/B + 2(N−1)α per bucket";
+      return k * all_reduce_s(4.0 * psi / k, n, B, a);
+    }
+    case 1:
+      formula = "reduce-scatter of 4Ψ + all-gather of dΨ: (N−1)/N·(4Ψ + dΨ)/B + latencies";
+      return rs(4.0 * psi, bucket_count(4.0 * psi, c)) + ag(d * psi, bucket_count(d * psi, c));
+    case 2:
+      formula = "m reduce-scatters of 4Ψ (per unit) + all-gather of dΨ";
+      return m * rs(4.0 * psi, units) + ag(d * psi, bucket_count(d * psi, c));
+    default:
+      formula = "m·(reduce-scatter of 4Ψ + 2 all-gathers of dΨ′), per unit";
+      return m * (rs(4.0 * psi, units) + 2.0 * ag(d * (psi + sp.tied_extra), units));
+  }
+}
+
+double tp_time_s(const Config& c, const ParameterCounts& sp, const Link& link) {
+  const std::int64_t t = c.parallel.tp;
+  if (t <= 1) return 0.0;
+  const double B = link.bandwidth_bytes_per_s, a = link.latency_s;
+  const double n = f(c.training.micro_batch) * f(c.model.block_size);
+  const double D = n * f(c.model.n_embd) * 4.0;
+  const double tensors = 4.0 * f(sp.layers) + (sp.first ? 1.0 : 0.0) + (sp.last ? 1.0 : 0.0);
+  const double per_tensor = c.parallel.sequence_parallel
+                                ? reduce_scatter_s(D, t, B, a) + all_gather_s(D, t, B, a)
+                                : all_reduce_s(D, t, B, a);
+  const double loss =
+      sp.last ? all_reduce_s(4.0 * n, t, B, a) + all_reduce_s(8.0 * n, t, B, a) : 0.0;
+  return f(c.training.accumulation) * (tensors * per_tensor + loss);
+}
+
+double pp_time_s(const Config& c, const ParameterCounts& sp, const Link& link) {
+  if (c.parallel.pp <= 1) return 0.0;
+  const double v = f(c.parallel.virtual_stages);
+  const double tokens = f(c.training.micro_batch) * f(c.model.block_size);
+  const double payload =
+      tokens * f(c.model.n_embd) * 4.0 / (c.parallel.sequence_parallel ? f(c.parallel.tp) : 1.0);
+  const double sends = (v - (sp.last ? 1.0 : 0.0)) + (v - (sp.first ? 1.0 : 0.0));
+  return f(c.training.accumulation) * sends *
+         p2p_s(payload, link.bandwidth_bytes_per_s, link.latency_s);
+}
+
+std::string gib(double bytes) {
+  return fmt::format("{:.2f} GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+}
+
+}  // namespace
+
+Plan account(const ModelConfig& model, const Layout& layout, const TrainingSettings& settings,
+             const ClusterSpec& cluster, const TimeSettings& time) {
+  Plan plan;
+  plan.layout = layout;
+  plan.config = to_config(model, layout, settings);
+  const Config& c = plan.config;
+  const ModelConfig& m = c.model;
+  std::vector<Term>& terms = plan.terms;
+  auto term = [&](std::string name, std::string formula, double value, std::string unit) {
+    terms.push_back({std::move(name), std::move(formula), value, std::move(unit)});
+  };
+
+  // Memory, per pipeline rank; the layout needs what its fullest rank needs.
+  std::vector<ParameterCounts> counts;
+  for (std::int64_t s = 0; s < layout.pp; ++s) {
+    const ParameterCounts sp = stage_parameters(c, s);
+    counts.push_back(sp);
+    MemoryBreakdown mem = model_state_bytes(c, sp.total);
+    mem.stage = s;
+    mem.activations = activation_peak_bytes(c, sp, s);
+    mem.comm = comm_buffer_bytes(c, sp);
+    plan.stages.push_back(mem);
+  }
+  const auto peak =
+      std::max_element(plan.stages.begin(), plan.stages.end(),
+                       [](const auto& a, const auto& b) { return a.total() < b.total(); });
+  plan.peak = *peak;
+  const ParameterCounts& psp = counts[static_cast<std::size_t>(plan.peak.stage)];
+  const double usable = time.usable_memory_fraction * cluster.memory_bytes;
+  plan.fits = plan.peak.total() <= usable;
+  const ModelStateBytes per = model_state_bytes_by_category(c);
+  term("Ψ (parameters on the fullest rank)",
+       fmt::format("stage {} of {}: {} blocks /tp, embeddings ⌈V/t⌉·h, head; norms whole",
+                   plan.peak.stage, layout.pp, psp.layers),
+       psp.total, "elements");
+  term("params",
+       fmt::format("{}·Ψ (ZeRO-{}, {})", per.params, layout.zero_stage, settings.precision),
+       plan.peak.params, "B");
+  term("grads", fmt::format("{:.4g}·Ψ (fp32 gradients)", per.grads), plan.peak.grads, "B");
+  term("optimizer",
+       fmt::format("{:.4g}·Ψ (Adam m, v{})", per.optimizer,
+                   settings.precision == "fp32" ? "" : ", fp32 master"),
+       plan.peak.optimizer, "B");
+  term("activations",
+       fmt::format("in-flight({}) · (4bs·x + L·A) + transient; A = {:.0f} B per block "
+                   "(recompute {}, sp {})",
+                   layout.schedule, activation_bytes_per_block(c), layout.recompute,
+                   layout.sequence_parallel),
+       plan.peak.activations, "B");
+  term("comm buffers", "ZeRO buckets / units (docs/memory.md, Communication buffers)",
+       plan.peak.comm, "B");
+  term("memory per device",
+       fmt::format("params + grads + optimizer + activations + comm ≤ "
+                   "{:.2f} × {}",
+                   time.usable_memory_fraction, gib(cluster.memory_bytes)),
+       plan.peak.total(), "B");
+
+  // Communication per axis (the slowest stage of each axis).
+  struct AxisSpec {
+    const char* axis;
+    std::int64_t size, stride;
+  };
+  const AxisSpec axes[] = {{"dp", layout.dp, layout.tp * layout.cp},
+                           {"tp", layout.tp, 1},
+                           {"pp", layout.pp, layout.tp * layout.cp * layout.dp}};
+  double dp_s = 0.0, other_s = 0.0;
+  for (const AxisSpec& a : axes) {
+    if (a.size <= 1) continue;
+    AxisComm ax{.axis = a.axis, .size = a.size, .link = link_of_group(a.size, a.stride, cluster)};
+    const Link& link = link_for(ax.link, cluster);
+    std::string formula;
+    for (const ParameterCounts& sp : counts) {
+      double bytes = 0.0, seconds = 0.0;
+      if (ax.axis == "dp") {
+        bytes = dp_bytes_per_step(c, sp);
+        seconds = dp_time_s(c, sp, link, formula);
+      } else if (ax.axis == "tp") {
+        bytes = tp_bytes_per_step(c, sp);
+        seconds = tp_time_s(c, sp, link);
+        formula = layout.sequence_parallel
+                      ? "m·(4L+2)·(reduce-scatter + all-gather of D = b·s·h·4): (N−1)/N·D/B each"
+                      : "m·(4L+2) all-reduces of D = b·s·h·4: 2(N−1)/N·D/B + 2(N−1)α each";
+      } else {
+        bytes = pp_bytes_per_step(c, sp);
+        seconds = pp_time_s(c, sp, link);
+        formula = "m·(sends per micro-batch) p2p of b·s·h·4 (/tp with sp): D/B + α each";
+      }
+      ax.bytes_per_step = std::max(ax.bytes_per_step, bytes);
+      ax.time_s = std::max(ax.time_s, seconds);
+    }
+    term(fmt::format("{} bytes per step", ax.axis), "as ProcessGroup counts them (max over stages)",
+         ax.bytes_per_step, "B");
+    term(fmt::format("{} time per step", ax.axis),
+         fmt::format("{} on the {} link ({:.3g} GB/s, {:.3g} µs), N = {}", formula,
+                     link_name(ax.link), link.bandwidth_bytes_per_s / 1e9, link.latency_s * 1e6,
+                     ax.size),
+         ax.time_s, "s");
+    (ax.axis == "dp" ? dp_s : other_s) += ax.time_s;
+    plan.comm.push_back(ax);
+  }
+
+  // Compute, bubble, step.
+  const ModelSize size = model_size(m);
+  const double tokens = f(settings.global_batch) * f(m.block_size);
+  const double model_flops =
+      model_flops_per_token(size.matmul_parameters, m.n_layer, m.n_embd, m.block_size);
+  const double hw_flops =
+      hardware_flops_per_token(size.matmul_parameters, size.block_matmul_parameters, m.n_layer,
+                               m.n_embd, m.block_size, layout.recompute);
+  const double peak_flops = peak_flops_for(cluster, settings.precision);
+  const double efficiency = time.efficiency > 0.0 ? time.efficiency : cluster.default_efficiency;
+  const double devices = f(layout.devices());
+  plan.compute_s = hw_flops * tokens / (devices * peak_flops * efficiency);
+  plan.bubble = bubble_fraction(layout.schedule, layout.pp, layout.accumulation, layout.v);
+  plan.exposed_comm_s = other_s + (1.0 - time.dp_overlap) * dp_s;
+  plan.step_s = plan.compute_s / (1.0 - plan.bubble) + plan.exposed_comm_s;
+  plan.tokens_per_s = tokens / plan.step_s;
+  plan.mfu = model_flops * tokens / (plan.step_s * devices * peak_flops);
+
+  term("model FLOPs per token", "6·Ψ_mm + 12·L·h·s (Ψ_mm: block linears + LM head)", model_flops,
+       "FLOP");
+  term("hardware FLOPs per token",
+       fmt::format("model + recompute {} (full: + 2·Ψ_blocks + 4·L·h·s; selective: + 4·L·h·s)",
+                   layout.recompute),
+       hw_flops, "FLOP");
+  term("tokens per step", "global batch × s", tokens, "tokens");
+  term("compute time",
+       fmt::format("hardware FLOPs · tokens / (devices · {:.4g} FLOP/s · {:.2f})", peak_flops,
+                   efficiency),
+       plan.compute_s, "s");
+  term("bubble",
+       fmt::format("{}, p = {}, m = {}, v = {}", bubble_formula(layout.schedule), layout.pp,
+                   layout.accumulation, layout.v),
+       plan.bubble, "");
+  term("exposed comm",
+       fmt::format("tp + pp + (1 − {:.2f})·dp (no overlap but the stated one)", time.dp_overlap),
+       plan.exposed_comm_s, "s");
+  term("step time", "compute / (1 − bubble) + exposed comm", plan.step_s, "s");
+  term("tokens/s", "tokens per step / step time", plan.tokens_per_s, "tokens/s");
+  term("MFU", "model FLOPs · tokens / (step time · devices · peak)", plan.mfu, "");
+  return plan;
+}
+
+}  // namespace meshtrain::plan
