@@ -151,6 +151,34 @@ TEST(PlanAccounting, TpAndPpBytesPerStep) {
   EXPECT_EQ(pp_bytes_per_step(pp, stage_parameters(pp, 0)), 4 * D + 4.0 * 8320 + 16);
 }
 
+TEST(PlanAccounting, WireTimePerAxis) {
+  // cpu-this-machine's link: 7.5 GB/s, 13 µs per step (docs/performance.md's all-reduce table).
+  const Link link{.bandwidth_bytes_per_s = 7.5e9, .latency_s = 13e-6};
+  const double psi = 804096.0, psi_tied = psi + 8320.0, B = 7.5e9, a = 13e-6;
+  auto dp_time = [&](std::int64_t zero) {
+    const Config c = main_job(2, zero, 6, 1);
+    return dp_time_per_step(c, stage_parameters(c, 0), link);
+  };
+  // ZeRO-0: one bucket (4Ψ < 4 MiB), 2(N−1)/N·4Ψ/B + 2(N−1)α at N = 2.
+  EXPECT_DOUBLE_EQ(dp_time(0), 4.0 * psi / B + 2.0 * a);
+  // ZeRO-1: a reduce-scatter of 4Ψ and an all-gather of 4Ψ: the same wire time (ZeRO §7).
+  EXPECT_DOUBLE_EQ(dp_time(1), 4.0 * psi / B + 2.0 * a);
+  // ZeRO-3: per unit (4 blocks, embeddings, head: 6), a reduce-scatter and two all-gathers,
+  // 1.5 × the ZeRO-0 bandwidth term (the paper's 3Ψ against 2Ψ), plus the tied embedding twice.
+  EXPECT_DOUBLE_EQ(dp_time(3), (0.5 * 4.0 * psi + 4.0 * psi_tied) / B + 18.0 * a);
+
+  Config tp = main_job(1, 0, 12, 1);
+  tp.parallel.tp = 2;
+  const double D = 768.0 * 128 * 4;
+  EXPECT_DOUBLE_EQ(tp_time_per_step(tp, stage_parameters(tp, 0), link),
+                   18.0 * (D / B + 2.0 * a) + (3072.0 / B + 2.0 * a) + (6144.0 / B + 2.0 * a));
+
+  Config pp = main_job(1, 0, 12, 4);
+  pp.parallel.pp = 2;
+  EXPECT_DOUBLE_EQ(pp_time_per_step(pp, stage_parameters(pp, 0), link), 4.0 * (D / B + a));
+  EXPECT_EQ(pp_time_per_step(main_job(1, 0, 12, 4), stage_parameters(pp, 0), link), 0.0);
+}
+
 TEST(PlanAccounting, StepTimeIsComputeOverBubblePlusExposedComm) {
   const ModelPreset model = model_from("llama3-70b");
   const ClusterSpec cluster = [] {

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 
 #include "meshtrain/config/validate.h"
 #include "meshtrain/plan/accounting.h"
@@ -22,65 +21,18 @@ const char* link_name(LinkKind kind) {
   return kind == LinkKind::intra_node ? "intra-node" : "inter-node";
 }
 
-// Number of collectives the bytes are split over (each pays the per-step latency): buckets for
-// the bucketed dp reductions, hook units for ZeRO-2/3.
-double bucket_count(double bytes, const Config& c) {
-  return std::max(1.0, std::ceil(bytes / (f(c.parallel.bucket_mib) * 1024.0 * 1024.0)));
-}
-
-// Wire time of the dp collectives per step (docs/memory.md, "Communication per step").
-double dp_time_s(const Config& c, const ParameterCounts& sp, const Link& link,
-                 std::string& formula) {
-  const std::int64_t n = c.parallel.dp;
-  if (n <= 1) return 0.0;
-  const double d = c.training.precision == "fp32" ? 4.0 : 2.0;
-  const double m = f(c.training.accumulation), psi = sp.total;
-  const double B = link.bandwidth_bytes_per_s, a = link.latency_s;
-  const double units = std::max(1.0, f(sp.layers) + (sp.first ? 1.0 : 0.0) + (sp.last ? 1.0 : 0.0));
-  auto rs = [&](double bytes, double k) { return k * reduce_scatter_s(bytes / k, n, B, a); };
-  auto ag = [&](double bytes, double k) { return k * all_gather_s(bytes / k, n, B, a); };
-  switch (c.parallel.zero_stage) {
-    case 0: {
-      const double k = bucket_count(4.0 * psi, c);
-      formula = "all-reduce of 4Ψ: 2(N−1)/N·4Ψ/B + 2(N−1)α per bucket";
-      return k * all_reduce_s(4.0 * psi / k, n, B, a);
-    }
+// The collectives behind dp_time_per_step, for --explain.
+std::string dp_time_formula(std::int64_t zero_stage) {
+  switch (zero_stage) {
+    case 0:
+      return "all-reduce of 4Ψ per bucket: 2(N−1)/N·4Ψ/B + 2(N−1)α each";
     case 1:
-      formula = "reduce-scatter of 4Ψ + all-gather of dΨ: (N−1)/N·(4Ψ + dΨ)/B + latencies";
-      return rs(4.0 * psi, bucket_count(4.0 * psi, c)) + ag(d * psi, bucket_count(d * psi, c));
+      return "reduce-scatter of 4Ψ + all-gather of dΨ (buckets): (N−1)/N·(4Ψ + dΨ)/B + latencies";
     case 2:
-      formula = "m reduce-scatters of 4Ψ (per unit) + all-gather of dΨ";
-      return m * rs(4.0 * psi, units) + ag(d * psi, bucket_count(d * psi, c));
+      return "m reduce-scatters of 4Ψ (one per unit) + all-gather of dΨ";
     default:
-      formula = "m·(reduce-scatter of 4Ψ + 2 all-gathers of dΨ′), per unit";
-      return m * (rs(4.0 * psi, units) + 2.0 * ag(d * (psi + sp.tied_extra), units));
+      return "m·(reduce-scatter of 4Ψ + 2 all-gathers of dΨ′), one per unit";
   }
-}
-
-double tp_time_s(const Config& c, const ParameterCounts& sp, const Link& link) {
-  const std::int64_t t = c.parallel.tp;
-  if (t <= 1) return 0.0;
-  const double B = link.bandwidth_bytes_per_s, a = link.latency_s;
-  const double n = f(c.training.micro_batch) * f(c.model.block_size);
-  const double D = n * f(c.model.n_embd) * 4.0;
-  const double tensors = 4.0 * f(sp.layers) + (sp.first ? 1.0 : 0.0) + (sp.last ? 1.0 : 0.0);
-  const double per_tensor = c.parallel.sequence_parallel
-                                ? reduce_scatter_s(D, t, B, a) + all_gather_s(D, t, B, a)
-                                : all_reduce_s(D, t, B, a);
-  const double loss =
-      sp.last ? all_reduce_s(4.0 * n, t, B, a) + all_reduce_s(8.0 * n, t, B, a) : 0.0;
-  return f(c.training.accumulation) * (tensors * per_tensor + loss);
-}
-
-double pp_time_s(const Config& c, const ParameterCounts& sp, const Link& link) {
-  if (c.parallel.pp <= 1) return 0.0;
-  const double v = f(c.parallel.virtual_stages);
-  const double tokens = f(c.training.micro_batch) * f(c.model.block_size);
-  const double payload =
-      tokens * f(c.model.n_embd) * 4.0 / (c.parallel.sequence_parallel ? f(c.parallel.tp) : 1.0);
-  const double sends = (v - (sp.last ? 1.0 : 0.0)) + (v - (sp.first ? 1.0 : 0.0));
-  return f(c.training.accumulation) * sends *
-         p2p_s(payload, link.bandwidth_bytes_per_s, link.latency_s);
 }
 
 std::string gib(double bytes) {
@@ -164,16 +116,17 @@ Plan account(const ModelConfig& model, const Layout& layout, const TrainingSetti
       double bytes = 0.0, seconds = 0.0;
       if (ax.axis == "dp") {
         bytes = dp_bytes_per_step(c, sp);
-        seconds = dp_time_s(c, sp, link, formula);
+        seconds = dp_time_per_step(c, sp, link);
+        formula = dp_time_formula(layout.zero_stage);
       } else if (ax.axis == "tp") {
         bytes = tp_bytes_per_step(c, sp);
-        seconds = tp_time_s(c, sp, link);
+        seconds = tp_time_per_step(c, sp, link);
         formula = layout.sequence_parallel
                       ? "m·(4L+2)·(reduce-scatter + all-gather of D = b·s·h·4): (N−1)/N·D/B each"
                       : "m·(4L+2) all-reduces of D = b·s·h·4: 2(N−1)/N·D/B + 2(N−1)α each";
       } else {
         bytes = pp_bytes_per_step(c, sp);
-        seconds = pp_time_s(c, sp, link);
+        seconds = pp_time_per_step(c, sp, link);
         formula = "m·(sends per micro-batch) p2p of b·s·h·4 (/tp with sp): D/B + α each";
       }
       ax.bytes_per_step = std::max(ax.bytes_per_step, bytes);

@@ -56,6 +56,37 @@ double vocab_shard(const ModelConfig& m, std::int64_t t) {
   return f(ceil_div(m.vocab_size, t)) * f(m.n_embd);
 }
 
+// Tensors of D = b·s·h·4 bytes a tp rank reduces per micro-batch (docs/tensor_parallel.md): 2
+// per block forward and 2 backward, the embedding output on the first stage, the head's input
+// gradient on the last.
+double tp_tensors_per_micro_batch(const ParameterCounts& sp) {
+  return 4.0 * f(sp.layers) + (sp.first ? 1.0 : 0.0) + (sp.last ? 1.0 : 0.0);
+}
+
+// fp32 [b·s (/tp with sp), h]: StageRunner::boundary_shape (train/stage_runner.cpp).
+double pp_payload_bytes(const Config& c) {
+  const double tokens = f(c.training.micro_batch) * f(c.model.block_size);
+  return tokens * f(c.model.n_embd) * 4.0 / (c.parallel.sequence_parallel ? f(c.parallel.tp) : 1.0);
+}
+
+// Sends per micro-batch: an activation out of every local chunk but the model's last, a
+// gradient out of every local chunk but the model's first.
+double pp_sends_per_micro_batch(const Config& c, const ParameterCounts& sp) {
+  const double v = f(c.parallel.virtual_stages);
+  return (v - (sp.last ? 1.0 : 0.0)) + (v - (sp.first ? 1.0 : 0.0));
+}
+
+// Collectives the dp bytes are split over, each paying the per-step latency: buckets of
+// parallel.bucket_mib (parallel/dp) ...
+double bucket_count(double bytes, const Config& c) {
+  return std::max(1.0, std::ceil(bytes / (f(c.parallel.bucket_mib) * 1024.0 * 1024.0)));
+}
+
+// ... or hook units (ZeRO-2/3: a block, the embeddings, the head).
+double unit_count(const ParameterCounts& sp) {
+  return std::max(1.0, f(sp.layers) + (sp.first ? 1.0 : 0.0) + (sp.last ? 1.0 : 0.0));
+}
+
 }  // namespace
 
 ModelSize model_size(const ModelConfig& m) {
@@ -215,7 +246,7 @@ double tp_bytes_per_step(const Config& config, const ParameterCounts& sp) {
   if (p.tp <= 1) return 0.0;
   const double n = f(config.training.micro_batch) * f(config.model.block_size);
   const double D = n * f(config.model.n_embd) * 4.0;  // fp32 linear outputs, every precision
-  const double tensors = 4.0 * f(sp.layers) + (sp.first ? 1.0 : 0.0) + (sp.last ? 1.0 : 0.0);
+  const double tensors = tp_tensors_per_micro_batch(sp);
   const double per_tensor = p.sequence_parallel ? D * (1.0 + 1.0 / f(p.tp)) : D;
   const double loss = sp.last ? 12.0 * n : 0.0;  // max (4n) and Σexp, target (8n)
   const double replicated = p.sequence_parallel ? 4.0 * sp.replicated : 0.0;
@@ -225,14 +256,56 @@ double tp_bytes_per_step(const Config& config, const ParameterCounts& sp) {
 double pp_bytes_per_step(const Config& config, const ParameterCounts& sp) {
   const ParallelConfig& p = config.parallel;
   if (p.pp <= 1) return 0.0;
-  const double v = f(p.virtual_stages);
-  const double tokens = f(config.training.micro_batch) * f(config.model.block_size);
-  const double payload =
-      tokens * f(config.model.n_embd) * 4.0 / (p.sequence_parallel ? f(p.tp) : 1.0);
-  const double sends = (v - (sp.last ? 1.0 : 0.0)) + (v - (sp.first ? 1.0 : 0.0));
   const bool tied = config.model.family != "llama" && (sp.first || sp.last);
   const double tied_sum = tied ? 4.0 * vocab_shard(config.model, p.tp) : 0.0;
-  return f(config.training.accumulation) * sends * payload + tied_sum + 16.0;
+  return f(config.training.accumulation) * pp_sends_per_micro_batch(config, sp) *
+             pp_payload_bytes(config) +
+         tied_sum + 16.0;
+}
+
+// --- Wire time: formulas.h's ring formulas on the axis's link, for the collectives whose
+// bytes the functions above count. ---
+
+double dp_time_per_step(const Config& c, const ParameterCounts& sp, const Link& link) {
+  const std::int64_t n = c.parallel.dp;
+  if (n <= 1) return 0.0;
+  const double d = compute_bytes(c), m = f(c.training.accumulation), psi = sp.total;
+  const double B = link.bandwidth_bytes_per_s, a = link.latency_s;
+  // k collectives of bytes/k each: the bandwidth term once, the latency term k times.
+  auto ar = [&](double bytes, double k) { return k * all_reduce_s(bytes / k, n, B, a); };
+  auto rs = [&](double bytes, double k) { return k * reduce_scatter_s(bytes / k, n, B, a); };
+  auto ag = [&](double bytes, double k) { return k * all_gather_s(bytes / k, n, B, a); };
+  const double units = unit_count(sp);
+  switch (c.parallel.zero_stage) {
+    case 0:
+      return ar(4.0 * psi, bucket_count(4.0 * psi, c));
+    case 1:
+      return rs(4.0 * psi, bucket_count(4.0 * psi, c)) + ag(d * psi, bucket_count(d * psi, c));
+    case 2:
+      return m * rs(4.0 * psi, units) + ag(d * psi, bucket_count(d * psi, c));
+    default:
+      return m * (rs(4.0 * psi, units) + 2.0 * ag(d * (psi + sp.tied_extra), units));
+  }
+}
+
+double tp_time_per_step(const Config& c, const ParameterCounts& sp, const Link& link) {
+  const std::int64_t t = c.parallel.tp;
+  if (t <= 1) return 0.0;
+  const double B = link.bandwidth_bytes_per_s, a = link.latency_s;
+  const double n = f(c.training.micro_batch) * f(c.model.block_size);
+  const double D = n * f(c.model.n_embd) * 4.0;
+  const double per_tensor = c.parallel.sequence_parallel
+                                ? reduce_scatter_s(D, t, B, a) + all_gather_s(D, t, B, a)
+                                : all_reduce_s(D, t, B, a);
+  const double loss =
+      sp.last ? all_reduce_s(4.0 * n, t, B, a) + all_reduce_s(8.0 * n, t, B, a) : 0.0;
+  return f(c.training.accumulation) * (tp_tensors_per_micro_batch(sp) * per_tensor + loss);
+}
+
+double pp_time_per_step(const Config& c, const ParameterCounts& sp, const Link& link) {
+  if (c.parallel.pp <= 1) return 0.0;
+  return f(c.training.accumulation) * pp_sends_per_micro_batch(c, sp) *
+         p2p_s(pp_payload_bytes(c), link.bandwidth_bytes_per_s, link.latency_s);
 }
 
 }  // namespace meshtrain::plan

@@ -135,4 +135,20 @@ double tp_bytes_per_step(const Config& config, const ParameterCounts& stage_para
 /// backward, m per model chunk that has a neighbour, fp32 [b·s(/tp with sp), h].
 double pp_bytes_per_step(const Config& config, const ParameterCounts& stage_params);
 
+// --- Wire time per step of the same collectives, formulas.h's ring formulas on `link` ---
+
+/// dp: ZeRO-0 one all-reduce of 4Ψ (in buckets of parallel.bucket_mib); ZeRO-1 a
+/// reduce-scatter of 4Ψ and an all-gather of dΨ (buckets); ZeRO-2 m reduce-scatters of 4Ψ (one
+/// per unit) and the all-gather; ZeRO-3 m·(reduce-scatter of 4Ψ + 2 all-gathers of dΨ′), one
+/// per unit. Seconds.
+double dp_time_per_step(const Config& config, const ParameterCounts& stage_params,
+                        const Link& link);
+/// tp: m·[(4L + 2) all-reduces of D (with sp: a reduce-scatter and an all-gather of D each) +
+/// the loss's two all-reduces], D = b·s·h·4. Seconds.
+double tp_time_per_step(const Config& config, const ParameterCounts& stage_params,
+                        const Link& link);
+/// pp: m · sends per micro-batch point-to-point messages of the boundary tensor. Seconds.
+double pp_time_per_step(const Config& config, const ParameterCounts& stage_params,
+                        const Link& link);
+
 }  // namespace meshtrain::plan

@@ -86,12 +86,12 @@ nlohmann::ordered_json plan_json(const Plan& p, const ClusterSpec& cluster) {
 std::string format_table(const std::vector<Plan>& plans, const ClusterSpec& cluster,
                          std::size_t top) {
   std::string out =
-      fmt::format("{:>3}  {:<58} {:>15} {:>8} {:>8} {:>8} {:>6} {:>8} {:>11} {:>5}\n", "#",
+      fmt::format("{:>3}  {:<64} {:>15} {:>8} {:>8} {:>8} {:>6} {:>8} {:>11} {:>5}\n", "#",
                   "layout", "memory/device", "dp", "tp", "pp", "bubble", "step", "tokens/s", "MFU");
   for (std::size_t i = 0; i < std::min(top, plans.size()); ++i) {
     const Plan& p = plans[i];
     out += fmt::format(
-        "{:>3}  {:<58} {:>10} {:>3.0f}% {:>8} {:>8} {:>8} {:>5.1f}% {:>8} {:>11.4g} "
+        "{:>3}  {:<64} {:>10} {:>3.0f}% {:>8} {:>8} {:>8} {:>5.1f}% {:>8} {:>11.4g} "
         "{:>4.1f}%\n",
         i + 1, to_string(p.layout), bytes_text(p.peak.total()),
         100.0 * p.peak.total() / cluster.memory_bytes, seconds(axis_time(p, "dp")),
