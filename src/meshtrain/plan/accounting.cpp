@@ -174,7 +174,12 @@ double activation_bytes_per_block(const Config& config) {
   const double linear_inputs = 2.0 * h + F / t;  // qkv input, MLP input, the MLP's hidden output
   const double lin = mixed(config) ? 2.0 : 4.0;
   double bytes = 4.0 * fp32_elements + lin * linear_inputs + (mixed(config) ? 2.0 * h / t : 0.0);
-  if (config.training.recompute == "selective") bytes -= 4.0 * (h + a) / t;
+  // Selective drops the attention core's output and log-sum-exp, and under 16 bits the
+  // output projection's 16-bit copy of that output with them (measured: 784 B per block and
+  // token fewer on the main job in bf16 = 4(h + a) + 2h; docs/memory.md has 4(h + a) for fp32).
+  if (config.training.recompute == "selective") {
+    bytes -= 4.0 * (h + a) / t + (mixed(config) ? 2.0 * h / t : 0.0);
+  }
   if (config.training.recompute == "full") bytes = 4.0 * h / split;
   return bytes * tokens;
 }
