@@ -126,7 +126,8 @@ TEST(PlanAccounting, Bf16ActivationPeaksNearTheMeasuredPeaks) {
   // has no formula for them; the planner applies docs/mixed_precision.md's rule (linear inputs in
   // 16 bits, the attention output 1.5×). Predicted against measured: none and selective are
   // 512 B per token low (a transient not modelled, −1.7 % and −1.8 %), full 1024 B per token
-  // low (−8.5 %). The bounds catch a wrong rule (all in fp32 would be +15 %, everything halved −43 %).
+  // low (−8.5 %). The bounds catch a wrong rule (all in fp32 would be +15 %, everything halved −43
+  // %).
   auto peak = [](Config c) { return activation_peak_bytes(c, stage_parameters(c, 0), 0); };
   Config c = main_job(1, 0, 12, 1, "bf16");
   EXPECT_NEAR(peak(c), 23691264.0, 0.025 * 23691264.0);
