@@ -168,8 +168,9 @@ TEST(PlanAccounting, TpAndPpBytesPerStep) {
 
   Config pp = main_job(1, 0, 12, 4);
   pp.parallel.pp = 2;
-  // Stage 0 sends one activation per micro-batch; plus the tied-embedding sum and loss/norm.
-  EXPECT_EQ(pp_bytes_per_step(pp, stage_parameters(pp, 0)), 4 * D + 4.0 * 8320 + 16);
+  // Stage 0 sends an activation and receives its gradient per micro-batch, each counted once;
+  // plus 28 B of scalars (span, bubble, loss, grad norm).
+  EXPECT_EQ(pp_bytes_per_step(pp, stage_parameters(pp, 0)), 2 * 4 * D + 28);
 }
 
 TEST(PlanAccounting, WireTimePerAxis) {

@@ -215,6 +215,22 @@ double activation_peak_bytes(const Config& config, const ParameterCounts& stage_
 }
 
 double comm_buffer_bytes(const Config& config, const ParameterCounts& sp) {
+  return tp_comm_buffer_bytes(config, sp) + dp_comm_buffer_bytes(config, sp);
+}
+
+double tp_comm_buffer_bytes(const Config& config, const ParameterCounts& sp) {
+  const ParallelConfig& p = config.parallel;
+  if (!p.sequence_parallel || p.tp <= 1) return 0.0;
+  // The tp group's ring scratch: one block of the activation reduce-scatter, [b·s/t, h] fp32
+  // (comm/mpi_process_group.cpp); and the packed replicated gradients of the sequence-parallel
+  // sum (parallel/tp/replicated_grads.h), this rank's slices of them under ZeRO ≥ 1.
+  const double block = f(config.training.micro_batch) * f(config.model.block_size) / f(p.tp) *
+                       f(config.model.n_embd);
+  const double replicated = p.zero_stage >= 1 ? sp.replicated / f(p.dp) : sp.replicated;
+  return 4.0 * block + 4.0 * replicated;
+}
+
+double dp_comm_buffer_bytes(const Config& config, const ParameterCounts& sp) {
   const std::int64_t stage = config.parallel.zero_stage;
   const double n = f(config.parallel.dp), d = compute_bytes(config);
   if (stage == 0 || config.parallel.dp <= 1) return 0.0;
@@ -254,18 +270,24 @@ double tp_bytes_per_step(const Config& config, const ParameterCounts& sp) {
   const double tensors = tp_tensors_per_micro_batch(sp);
   const double per_tensor = p.sequence_parallel ? D * (1.0 + 1.0 / f(p.tp)) : D;
   const double loss = sp.last ? 12.0 * n : 0.0;  // max (4n) and Σexp, target (8n)
-  const double replicated = p.sequence_parallel ? 4.0 * sp.replicated : 0.0;
+  // Under ZeRO ≥ 1 the sequence-parallel sum covers this rank's slices of the replicated
+  // parameters only (exact when each divides by dp, else within a few elements per tensor).
+  const double replicated =
+      p.sequence_parallel ? 4.0 * sp.replicated / (p.zero_stage >= 1 ? f(p.dp) : 1.0) : 0.0;
   return f(config.training.accumulation) * (tensors * per_tensor + loss) + 8.0 + replicated;
 }
 
 double pp_bytes_per_step(const Config& config, const ParameterCounts& sp) {
   const ParallelConfig& p = config.parallel;
   if (p.pp <= 1) return 0.0;
-  const bool tied = config.model.family != "llama" && (sp.first || sp.last);
-  const double tied_sum = tied ? 4.0 * vocab_shard(config.model, p.tp) : 0.0;
-  return f(config.training.accumulation) * pp_sends_per_micro_batch(config, sp) *
+  // ProcessGroup counts a p2p transfer on both sides (send and recv each count their buffer),
+  // and every send of a rank is matched by a receive of the same shape (an activation in for
+  // each activation out, a gradient in for each gradient out). The scalars: the step's span
+  // (all-reduce max, 4 B), its bubble, the loss and the grad norm's square sum (8 B each).
+  // gpt2's tied-embedding sum runs on its own group (first and last stage), not this one.
+  return 2.0 * f(config.training.accumulation) * pp_sends_per_micro_batch(config, sp) *
              pp_payload_bytes(config) +
-         tied_sum + 16.0;
+         28.0;
 }
 
 // --- Wire time: formulas.h's ring formulas on the axis's link, for the collectives whose

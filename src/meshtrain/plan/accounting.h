@@ -123,6 +123,11 @@ double activation_peak_bytes(const Config& config, const ParameterCounts& stage_
 /// Peak of the ZeRO communication buffers (`MemCategory::comm`), bytes (docs/memory.md,
 /// "Communication buffers").
 double comm_buffer_bytes(const Config& config, const ParameterCounts& stage_params);
+/// Its tp part: under sequence parallelism the tp ring's scratch block (4·b·s/t·h) and the
+/// packed replicated gradients (4 B per replicated element this rank updates); 0 otherwise.
+double tp_comm_buffer_bytes(const Config& config, const ParameterCounts& stage_params);
+/// Its dp part: ZeRO's buckets and unit buffers (docs/memory.md).
+double dp_comm_buffer_bytes(const Config& config, const ParameterCounts& stage_params);
 
 /// dp bytes per step and rank as ProcessGroup counts them (docs/memory.md, "Communication per
 /// step"), including the 8-byte loss and grad-norm reductions.
@@ -131,8 +136,10 @@ double dp_bytes_per_step(const Config& config, const ParameterCounts& stage_para
 /// tp bytes per step and rank (docs/tensor_parallel.md, "Bytes per step").
 double tp_bytes_per_step(const Config& config, const ParameterCounts& stage_params);
 
-/// pp bytes per step sent by one rank: the boundary activations forward and their gradients
-/// backward, m per model chunk that has a neighbour, fp32 [b·s(/tp with sp), h].
+/// pp bytes per step one rank hands to the pp group as ProcessGroup counts them: each boundary
+/// activation forward and its gradient backward, counted on the sending and on the receiving
+/// side, m per model chunk that has a neighbour, fp32 [b·s(/tp with sp), h]; plus 28 B of
+/// scalars (step span, bubble, loss, grad norm). gpt2's tied-embedding sum is on another group.
 double pp_bytes_per_step(const Config& config, const ParameterCounts& stage_params);
 
 // --- Wire time per step of the same collectives, formulas.h's ring formulas on `link` ---
