@@ -14,26 +14,26 @@ namespace {
 
 double f(std::int64_t v) { return static_cast<double>(v); }
 
-const Link& link_for(LinkKind kind, const ClusterSpec& c) {
-  return kind == LinkKind::intra_node ? c.intra_node : c.inter_node;
-}
-
 const char* link_name(LinkKind kind) {
   return kind == LinkKind::intra_node ? "intra-node" : "inter-node";
 }
 
 // Number of collectives the bytes are split over (each pays the per-step latency): buckets for
-// the bucketed dp reductions, hook units for ZeRO-2/3.
-double bucket_count(double bytes, const Config& c) {
-  return std::max(1.0, std::ceil(bytes / (f(c.parallel.bucket_mib) * 1024.0 * 1024.0)));
+// the bucketed dp reductions (TimeSettings::dp_bucket_bytes, else parallel.bucket_mib), hook
+// units for ZeRO-2/3.
+double bucket_count(double bytes, const Config& c, const TimeSettings& time) {
+  const double bucket = time.dp_bucket_bytes > 0.0 ? time.dp_bucket_bytes
+                                                   : f(c.parallel.bucket_mib) * 1024.0 * 1024.0;
+  return std::max(1.0, std::ceil(bytes / bucket));
 }
 
 // Wire time of the dp collectives per step (docs/memory.md, "Communication per step").
 double dp_time_s(const Config& c, const ParameterCounts& sp, const Link& link,
-                 std::string& formula) {
+                 const TimeSettings& time, std::string& formula) {
   const std::int64_t n = c.parallel.dp;
   if (n <= 1) return 0.0;
   const double d = c.training.precision == "fp32" ? 4.0 : 2.0;
+  const double g = time.gradient_wire_bytes;  // 4: meshtrain's fp32 gradients
   const double m = f(c.training.accumulation), psi = sp.total;
   const double B = link.bandwidth_bytes_per_s, a = link.latency_s;
   const double units = std::max(1.0, f(sp.layers) + (sp.first ? 1.0 : 0.0) + (sp.last ? 1.0 : 0.0));
@@ -41,29 +41,32 @@ double dp_time_s(const Config& c, const ParameterCounts& sp, const Link& link,
   auto ag = [&](double bytes, double k) { return k * all_gather_s(bytes / k, n, B, a); };
   switch (c.parallel.zero_stage) {
     case 0: {
-      const double k = bucket_count(4.0 * psi, c);
-      formula = "all-reduce of 4Ψ: 2(N−1)/N·4Ψ/B + 2(N−1)α per bucket";
-      return k * all_reduce_s(4.0 * psi / k, n, B, a);
+      const double k = bucket_count(g * psi, c, time);
+      formula = fmt::format("all-reduce of {}Ψ: 2(N−1)/N·{}Ψ/B + 2(N−1)α per bucket", g, g);
+      return k * all_reduce_s(g * psi / k, n, B, a);
     }
     case 1:
-      formula = "reduce-scatter of 4Ψ + all-gather of dΨ: (N−1)/N·(4Ψ + dΨ)/B + latencies";
-      return rs(4.0 * psi, bucket_count(4.0 * psi, c)) + ag(d * psi, bucket_count(d * psi, c));
+      formula = fmt::format(
+          "reduce-scatter of {}Ψ + all-gather of dΨ: (N−1)/N·({}Ψ + dΨ)/B + latencies", g, g);
+      return rs(g * psi, bucket_count(g * psi, c, time)) +
+             ag(d * psi, bucket_count(d * psi, c, time));
     case 2:
-      formula = "m reduce-scatters of 4Ψ (per unit) + all-gather of dΨ";
-      return m * rs(4.0 * psi, units) + ag(d * psi, bucket_count(d * psi, c));
+      formula = fmt::format("m reduce-scatters of {}Ψ (per unit) + all-gather of dΨ", g);
+      return m * rs(g * psi, units) + ag(d * psi, bucket_count(d * psi, c, time));
     default:
-      formula = "m·(reduce-scatter of 4Ψ + 2 all-gathers of dΨ′), per unit";
-      return m * (rs(4.0 * psi, units) + 2.0 * ag(d * (psi + sp.tied_extra), units));
+      formula = fmt::format("m·(reduce-scatter of {}Ψ + 2 all-gathers of dΨ′), per unit", g);
+      return m * (rs(g * psi, units) + 2.0 * ag(d * (psi + sp.tied_extra), units));
   }
 }
 
-double tp_time_s(const Config& c, const ParameterCounts& sp, const Link& link) {
+double tp_time_s(const Config& c, const ParameterCounts& sp, const Link& link,
+                 const TimeSettings& time) {
   const std::int64_t t = c.parallel.tp;
   if (t <= 1) return 0.0;
   const double B = link.bandwidth_bytes_per_s, a = link.latency_s;
   const double n = f(c.training.micro_batch) * f(c.model.block_size);
-  const double D = n * f(c.model.n_embd) * 4.0;
-  const double tensors = 4.0 * f(sp.layers) + (sp.first ? 1.0 : 0.0) + (sp.last ? 1.0 : 0.0);
+  const double D = n * f(c.model.n_embd) * time.activation_wire_bytes;
+  const double tensors = tp_tensors_per_micro_batch(c, sp);
   const double per_tensor = c.parallel.sequence_parallel
                                 ? reduce_scatter_s(D, t, B, a) + all_gather_s(D, t, B, a)
                                 : all_reduce_s(D, t, B, a);
@@ -72,15 +75,23 @@ double tp_time_s(const Config& c, const ParameterCounts& sp, const Link& link) {
   return f(c.training.accumulation) * (tensors * per_tensor + loss);
 }
 
-double pp_time_s(const Config& c, const ParameterCounts& sp, const Link& link) {
+// With scatter/gather (and no sp, which already splits the tensor over tp) each tp rank sends
+// 1/t of the boundary tensor and the receivers all-gather it over the intra-node link.
+double pp_time_s(const Config& c, const ParameterCounts& sp, const Link& link,
+                 const Link& intra_node, const TimeSettings& time) {
   if (c.parallel.pp <= 1) return 0.0;
-  const double v = f(c.parallel.virtual_stages);
+  const double v = f(c.parallel.virtual_stages), t = f(c.parallel.tp);
   const double tokens = f(c.training.micro_batch) * f(c.model.block_size);
-  const double payload =
-      tokens * f(c.model.n_embd) * 4.0 / (c.parallel.sequence_parallel ? f(c.parallel.tp) : 1.0);
+  const double whole = tokens * f(c.model.n_embd) * time.activation_wire_bytes;
+  const bool split = c.parallel.sequence_parallel || (time.pp_scatter_gather && t > 1.0);
+  const double payload = split ? whole / t : whole;
+  const double gather = time.pp_scatter_gather && !c.parallel.sequence_parallel
+                            ? all_gather_s(whole, c.parallel.tp, intra_node.bandwidth_bytes_per_s,
+                                           intra_node.latency_s)
+                            : 0.0;
   const double sends = (v - (sp.last ? 1.0 : 0.0)) + (v - (sp.first ? 1.0 : 0.0));
   return f(c.training.accumulation) * sends *
-         p2p_s(payload, link.bandwidth_bytes_per_s, link.latency_s);
+         (p2p_s(payload, link.bandwidth_bytes_per_s, link.latency_s) + gather);
 }
 
 std::string gib(double bytes) {
@@ -158,23 +169,33 @@ Plan account(const ModelConfig& model, const Layout& layout, const TrainingSetti
   for (const AxisSpec& a : axes) {
     if (a.size <= 1) continue;
     AxisComm ax{.axis = a.axis, .size = a.size, .link = link_of_group(a.size, a.stride, cluster)};
-    const Link& link = link_for(ax.link, cluster);
+    const Link link = link_of_group_bandwidth(a.size, a.stride, cluster);
     std::string formula;
     for (const ParameterCounts& sp : counts) {
       double bytes = 0.0, seconds = 0.0;
       if (ax.axis == "dp") {
         bytes = dp_bytes_per_step(c, sp);
-        seconds = dp_time_s(c, sp, link, formula);
+        seconds = dp_time_s(c, sp, link, time, formula);
       } else if (ax.axis == "tp") {
         bytes = tp_bytes_per_step(c, sp);
-        seconds = tp_time_s(c, sp, link);
+        seconds = tp_time_s(c, sp, link, time);
+        const char* k = layout.recompute == "full" ? "6L+2" : "4L+2";
         formula = layout.sequence_parallel
-                      ? "m·(4L+2)·(reduce-scatter + all-gather of D = b·s·h·4): (N−1)/N·D/B each"
-                      : "m·(4L+2) all-reduces of D = b·s·h·4: 2(N−1)/N·D/B + 2(N−1)α each";
+                      ? fmt::format(
+                            "m·({})·(reduce-scatter + all-gather of D = b·s·h·{}): "
+                            "(N−1)/N·D/B each",
+                            k, time.activation_wire_bytes)
+                      : fmt::format(
+                            "m·({}) all-reduces of D = b·s·h·{}: 2(N−1)/N·D/B + 2(N−1)α "
+                            "each",
+                            k, time.activation_wire_bytes);
       } else {
         bytes = pp_bytes_per_step(c, sp);
-        seconds = pp_time_s(c, sp, link);
-        formula = "m·(sends per micro-batch) p2p of b·s·h·4 (/tp with sp): D/B + α each";
+        seconds = pp_time_s(c, sp, link, cluster.intra_node, time);
+        formula = fmt::format(
+            "m·(sends per micro-batch) p2p of b·s·h·{} (/tp with sp{}): D/B + α each",
+            time.activation_wire_bytes,
+            time.pp_scatter_gather ? "; scatter/gather: /tp, + intra-node all-gather" : "");
       }
       ax.bytes_per_step = std::max(ax.bytes_per_step, bytes);
       ax.time_s = std::max(ax.time_s, seconds);
@@ -202,9 +223,19 @@ Plan account(const ModelConfig& model, const Layout& layout, const TrainingSetti
   const double efficiency = time.efficiency > 0.0 ? time.efficiency : cluster.default_efficiency;
   const double devices = f(layout.devices());
   plan.compute_s = hw_flops * tokens / (devices * peak_flops * efficiency);
+  // The s² attention-score traffic of the fullest stage (implementations that materialise it).
+  const bool recomputed_forward = layout.recompute == "full" || layout.recompute == "selective";
+  const double score_bytes = time.attention_score_bytes_forward * (recomputed_forward ? 2.0 : 1.0) +
+                             time.attention_score_bytes_backward;
+  std::int64_t stage_layers = 0;
+  for (const ParameterCounts& sp : counts) stage_layers = std::max(stage_layers, sp.layers);
+  plan.attention_score_s =
+      attention_score_s(score_bytes, stage_layers, f(m.n_head) / f(layout.tp), layout.micro_batch,
+                        m.block_size, layout.accumulation, cluster.memory_bandwidth_bytes_per_s);
   plan.bubble = bubble_fraction(layout.schedule, layout.pp, layout.accumulation, layout.v);
   plan.exposed_comm_s = other_s + (1.0 - time.dp_overlap) * dp_s;
-  plan.step_s = plan.compute_s / (1.0 - plan.bubble) + plan.exposed_comm_s;
+  plan.step_s =
+      (plan.compute_s + plan.attention_score_s) / (1.0 - plan.bubble) + plan.exposed_comm_s;
   plan.tokens_per_s = tokens / plan.step_s;
   plan.mfu = model_flops * tokens / (plan.step_s * devices * peak_flops);
 
@@ -219,6 +250,12 @@ Plan account(const ModelConfig& model, const Layout& layout, const TrainingSetti
        fmt::format("hardware FLOPs · tokens / (devices · {:.4g} FLOP/s · {:.2f})", peak_flops,
                    efficiency),
        plan.compute_s, "s");
+  term("attention-score traffic",
+       fmt::format("{:.4g} B per score element (forward{}, backward) · L · (a/t) · b · s² · m / "
+                   "{:.4g} B/s",
+                   score_bytes, recomputed_forward ? " ×2 with recompute" : "",
+                   cluster.memory_bandwidth_bytes_per_s),
+       plan.attention_score_s, "s");
   term("bubble",
        fmt::format("{}, p = {}, m = {}, v = {}", bubble_formula(layout.schedule), layout.pp,
                    layout.accumulation, layout.v),
@@ -226,7 +263,8 @@ Plan account(const ModelConfig& model, const Layout& layout, const TrainingSetti
   term("exposed comm",
        fmt::format("tp + pp + (1 − {:.2f})·dp (no overlap but the stated one)", time.dp_overlap),
        plan.exposed_comm_s, "s");
-  term("step time", "compute / (1 − bubble) + exposed comm", plan.step_s, "s");
+  term("step time", "(compute + attention-score traffic) / (1 − bubble) + exposed comm",
+       plan.step_s, "s");
   term("tokens/s", "tokens per step / step time", plan.tokens_per_s, "tokens/s");
   term("MFU", "model FLOPs · tokens / (step time · devices · peak)", plan.mfu, "");
   return plan;

@@ -210,12 +210,17 @@ double dp_bytes_per_step(const Config& config, const ParameterCounts& sp) {
   }
 }
 
+double tp_tensors_per_micro_batch(const Config& config, const ParameterCounts& sp) {
+  const double per_layer = config.training.recompute == "full" ? 6.0 : 4.0;
+  return per_layer * f(sp.layers) + (sp.first ? 1.0 : 0.0) + (sp.last ? 1.0 : 0.0);
+}
+
 double tp_bytes_per_step(const Config& config, const ParameterCounts& sp) {
   const ParallelConfig& p = config.parallel;
   if (p.tp <= 1) return 0.0;
   const double n = f(config.training.micro_batch) * f(config.model.block_size);
   const double D = n * f(config.model.n_embd) * 4.0;  // fp32 linear outputs, every precision
-  const double tensors = 4.0 * f(sp.layers) + (sp.first ? 1.0 : 0.0) + (sp.last ? 1.0 : 0.0);
+  const double tensors = tp_tensors_per_micro_batch(config, sp);
   const double per_tensor = p.sequence_parallel ? D * (1.0 + 1.0 / f(p.tp)) : D;
   const double loss = sp.last ? 12.0 * n : 0.0;  // max (4n) and Σexp, target (8n)
   const double replicated = p.sequence_parallel ? 4.0 * sp.replicated : 0.0;
