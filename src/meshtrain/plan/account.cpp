@@ -13,25 +13,23 @@ namespace {
 
 double f(std::int64_t v) { return static_cast<double>(v); }
 
-const Link& link_for(LinkKind kind, const ClusterSpec& c) {
-  return kind == LinkKind::intra_node ? c.intra_node : c.inter_node;
-}
-
 const char* link_name(LinkKind kind) {
   return kind == LinkKind::intra_node ? "intra-node" : "inter-node";
 }
 
 // The collectives behind dp_time_per_step, for --explain.
-std::string dp_time_formula(std::int64_t zero_stage) {
+std::string dp_time_formula(std::int64_t zero_stage, double g) {
   switch (zero_stage) {
     case 0:
-      return "all-reduce of 4Ψ per bucket: 2(N−1)/N·4Ψ/B + 2(N−1)α each";
+      return fmt::format("all-reduce of {0}Ψ per bucket: 2(N−1)/N·{0}Ψ/B + 2(N−1)α each", g);
     case 1:
-      return "reduce-scatter of 4Ψ + all-gather of dΨ (buckets): (N−1)/N·(4Ψ + dΨ)/B + latencies";
+      return fmt::format(
+          "reduce-scatter of {0}Ψ + all-gather of dΨ (buckets): (N−1)/N·({0}Ψ + dΨ)/B + latencies",
+          g);
     case 2:
-      return "m reduce-scatters of 4Ψ (one per unit) + all-gather of dΨ";
+      return fmt::format("m reduce-scatters of {}Ψ (one per unit) + all-gather of dΨ", g);
     default:
-      return "m·(reduce-scatter of 4Ψ + 2 all-gathers of dΨ′), one per unit";
+      return fmt::format("m·(reduce-scatter of {}Ψ + 2 all-gathers of dΨ′), one per unit", g);
   }
 }
 
@@ -110,24 +108,34 @@ Plan account(const ModelConfig& model, const Layout& layout, const TrainingSetti
   for (const AxisSpec& a : axes) {
     if (a.size <= 1) continue;
     AxisComm ax{.axis = a.axis, .size = a.size, .link = link_of_group(a.size, a.stride, cluster)};
-    const Link& link = link_for(ax.link, cluster);
+    const Link link = link_of_group_bandwidth(a.size, a.stride, cluster);
     std::string formula;
     for (const ParameterCounts& sp : counts) {
       double bytes = 0.0, seconds = 0.0;
       if (ax.axis == "dp") {
         bytes = dp_bytes_per_step(c, sp);
-        seconds = dp_time_per_step(c, sp, link);
-        formula = dp_time_formula(layout.zero_stage);
+        seconds = dp_time_per_step(c, sp, link, time);
+        formula = dp_time_formula(layout.zero_stage, time.gradient_wire_bytes);
       } else if (ax.axis == "tp") {
         bytes = tp_bytes_per_step(c, sp);
-        seconds = tp_time_per_step(c, sp, link);
+        seconds = tp_time_per_step(c, sp, link, time);
+        const char* k = layout.recompute == "full" ? "6L+2" : "4L+2";
         formula = layout.sequence_parallel
-                      ? "m·(4L+2)·(reduce-scatter + all-gather of D = b·s·h·4): (N−1)/N·D/B each"
-                      : "m·(4L+2) all-reduces of D = b·s·h·4: 2(N−1)/N·D/B + 2(N−1)α each";
+                      ? fmt::format(
+                            "m·({})·(reduce-scatter + all-gather of D = b·s·h·{}): "
+                            "(N−1)/N·D/B each",
+                            k, time.activation_wire_bytes)
+                      : fmt::format(
+                            "m·({}) all-reduces of D = b·s·h·{}: 2(N−1)/N·D/B + 2(N−1)α "
+                            "each",
+                            k, time.activation_wire_bytes);
       } else {
         bytes = pp_bytes_per_step(c, sp);
-        seconds = pp_time_per_step(c, sp, link);
-        formula = "m·(sends per micro-batch) p2p of b·s·h·4 (/tp with sp): D/B + α each";
+        seconds = pp_time_per_step(c, sp, link, time, cluster.intra_node);
+        formula = fmt::format(
+            "m·(sends per micro-batch) p2p of b·s·h·{} (/tp with sp{}): D/B + α each",
+            time.activation_wire_bytes,
+            time.pp_scatter_gather ? "; scatter/gather: /tp, + intra-node all-gather" : "");
       }
       ax.bytes_per_step = std::max(ax.bytes_per_step, bytes);
       ax.time_s = std::max(ax.time_s, seconds);
@@ -155,9 +163,19 @@ Plan account(const ModelConfig& model, const Layout& layout, const TrainingSetti
   const double efficiency = time.efficiency > 0.0 ? time.efficiency : cluster.default_efficiency;
   const double devices = f(layout.devices());
   plan.compute_s = hw_flops * tokens / (devices * peak_flops * efficiency);
+  // The s² attention-score traffic of the fullest stage (implementations that materialise it).
+  const bool recomputed_forward = layout.recompute == "full" || layout.recompute == "selective";
+  const double score_bytes = time.attention_score_bytes_forward * (recomputed_forward ? 2.0 : 1.0) +
+                             time.attention_score_bytes_backward;
+  std::int64_t stage_layers = 0;
+  for (const ParameterCounts& sp : counts) stage_layers = std::max(stage_layers, sp.layers);
+  plan.attention_score_s =
+      attention_score_s(score_bytes, stage_layers, f(m.n_head) / f(layout.tp), layout.micro_batch,
+                        m.block_size, layout.accumulation, cluster.memory_bandwidth_bytes_per_s);
   plan.bubble = bubble_fraction(layout.schedule, layout.pp, layout.accumulation, layout.v);
   plan.exposed_comm_s = other_s + (1.0 - time.dp_overlap) * dp_s;
-  plan.step_s = plan.compute_s / (1.0 - plan.bubble) + plan.exposed_comm_s;
+  plan.step_s =
+      (plan.compute_s + plan.attention_score_s) / (1.0 - plan.bubble) + plan.exposed_comm_s;
   plan.tokens_per_s = tokens / plan.step_s;
   plan.mfu = model_flops * tokens / (plan.step_s * devices * peak_flops);
 
@@ -172,6 +190,12 @@ Plan account(const ModelConfig& model, const Layout& layout, const TrainingSetti
        fmt::format("hardware FLOPs · tokens / (devices · {:.4g} FLOP/s · {:.2f})", peak_flops,
                    efficiency),
        plan.compute_s, "s");
+  term("attention-score traffic",
+       fmt::format("{:.4g} B per score element (forward{}, backward) · L · (a/t) · b · s² · m / "
+                   "{:.4g} B/s",
+                   score_bytes, recomputed_forward ? " ×2 with recompute" : "",
+                   cluster.memory_bandwidth_bytes_per_s),
+       plan.attention_score_s, "s");
   term("bubble",
        fmt::format("{}, p = {}, m = {}, v = {}", bubble_formula(layout.schedule), layout.pp,
                    layout.accumulation, layout.v),
@@ -179,7 +203,8 @@ Plan account(const ModelConfig& model, const Layout& layout, const TrainingSetti
   term("exposed comm",
        fmt::format("tp + pp + (1 − {:.2f})·dp (no overlap but the stated one)", time.dp_overlap),
        plan.exposed_comm_s, "s");
-  term("step time", "compute / (1 − bubble) + exposed comm", plan.step_s, "s");
+  term("step time", "(compute + attention-score traffic) / (1 − bubble) + exposed comm",
+       plan.step_s, "s");
   term("tokens/s", "tokens per step / step time", plan.tokens_per_s, "tokens/s");
   term("MFU", "model FLOPs · tokens / (step time · devices · peak)", plan.mfu, "");
   return plan;

@@ -56,13 +56,6 @@ double vocab_shard(const ModelConfig& m, std::int64_t t) {
   return f(ceil_div(m.vocab_size, t)) * f(m.n_embd);
 }
 
-// Tensors of D = b·s·h·4 bytes a tp rank reduces per micro-batch (docs/tensor_parallel.md): 2
-// per block forward and 2 backward, the embedding output on the first stage, the head's input
-// gradient on the last.
-double tp_tensors_per_micro_batch(const ParameterCounts& sp) {
-  return 4.0 * f(sp.layers) + (sp.first ? 1.0 : 0.0) + (sp.last ? 1.0 : 0.0);
-}
-
 // fp32 [b·s (/tp with sp), h]: StageRunner::boundary_shape (train/stage_runner.cpp).
 double pp_payload_bytes(const Config& c) {
   const double tokens = f(c.training.micro_batch) * f(c.model.block_size);
@@ -77,9 +70,11 @@ double pp_sends_per_micro_batch(const Config& c, const ParameterCounts& sp) {
 }
 
 // Collectives the dp bytes are split over, each paying the per-step latency: buckets of
-// parallel.bucket_mib (parallel/dp) ...
-double bucket_count(double bytes, const Config& c) {
-  return std::max(1.0, std::ceil(bytes / (f(c.parallel.bucket_mib) * 1024.0 * 1024.0)));
+// TimeSettings::dp_bucket_bytes, else parallel.bucket_mib (parallel/dp) ...
+double bucket_count(double bytes, const Config& c, const TimeSettings& time) {
+  const double bucket = time.dp_bucket_bytes > 0.0 ? time.dp_bucket_bytes
+                                                   : f(c.parallel.bucket_mib) * 1024.0 * 1024.0;
+  return std::max(1.0, std::ceil(bytes / bucket));
 }
 
 // ... or hook units (ZeRO-2/3: a block, the embeddings, the head).
@@ -262,12 +257,17 @@ double dp_bytes_per_step(const Config& config, const ParameterCounts& sp) {
   }
 }
 
+double tp_tensors_per_micro_batch(const Config& config, const ParameterCounts& sp) {
+  const double per_layer = config.training.recompute == "full" ? 6.0 : 4.0;
+  return per_layer * f(sp.layers) + (sp.first ? 1.0 : 0.0) + (sp.last ? 1.0 : 0.0);
+}
+
 double tp_bytes_per_step(const Config& config, const ParameterCounts& sp) {
   const ParallelConfig& p = config.parallel;
   if (p.tp <= 1) return 0.0;
   const double n = f(config.training.micro_batch) * f(config.model.block_size);
   const double D = n * f(config.model.n_embd) * 4.0;  // fp32 linear outputs, every precision
-  const double tensors = tp_tensors_per_micro_batch(sp);
+  const double tensors = tp_tensors_per_micro_batch(config, sp);
   const double per_tensor = p.sequence_parallel ? D * (1.0 + 1.0 / f(p.tp)) : D;
   const double loss = sp.last ? 12.0 * n : 0.0;  // max (4n) and Σexp, target (8n)
   // Under ZeRO ≥ 1 the sequence-parallel sum covers this rank's slices of the replicated
@@ -293,10 +293,12 @@ double pp_bytes_per_step(const Config& config, const ParameterCounts& sp) {
 // --- Wire time: formulas.h's ring formulas on the axis's link, for the collectives whose
 // bytes the functions above count. ---
 
-double dp_time_per_step(const Config& c, const ParameterCounts& sp, const Link& link) {
+double dp_time_per_step(const Config& c, const ParameterCounts& sp, const Link& link,
+                        const TimeSettings& time) {
   const std::int64_t n = c.parallel.dp;
   if (n <= 1) return 0.0;
   const double d = compute_bytes(c), m = f(c.training.accumulation), psi = sp.total;
+  const double g = time.gradient_wire_bytes;  // 4: meshtrain's fp32 gradients
   const double B = link.bandwidth_bytes_per_s, a = link.latency_s;
   // k collectives of bytes/k each: the bandwidth term once, the latency term k times.
   auto ar = [&](double bytes, double k) { return k * all_reduce_s(bytes / k, n, B, a); };
@@ -305,34 +307,48 @@ double dp_time_per_step(const Config& c, const ParameterCounts& sp, const Link& 
   const double units = unit_count(sp);
   switch (c.parallel.zero_stage) {
     case 0:
-      return ar(4.0 * psi, bucket_count(4.0 * psi, c));
+      return ar(g * psi, bucket_count(g * psi, c, time));
     case 1:
-      return rs(4.0 * psi, bucket_count(4.0 * psi, c)) + ag(d * psi, bucket_count(d * psi, c));
+      return rs(g * psi, bucket_count(g * psi, c, time)) +
+             ag(d * psi, bucket_count(d * psi, c, time));
     case 2:
-      return m * rs(4.0 * psi, units) + ag(d * psi, bucket_count(d * psi, c));
+      return m * rs(g * psi, units) + ag(d * psi, bucket_count(d * psi, c, time));
     default:
-      return m * (rs(4.0 * psi, units) + 2.0 * ag(d * (psi + sp.tied_extra), units));
+      return m * (rs(g * psi, units) + 2.0 * ag(d * (psi + sp.tied_extra), units));
   }
 }
 
-double tp_time_per_step(const Config& c, const ParameterCounts& sp, const Link& link) {
+double tp_time_per_step(const Config& c, const ParameterCounts& sp, const Link& link,
+                        const TimeSettings& time) {
   const std::int64_t t = c.parallel.tp;
   if (t <= 1) return 0.0;
   const double B = link.bandwidth_bytes_per_s, a = link.latency_s;
   const double n = f(c.training.micro_batch) * f(c.model.block_size);
-  const double D = n * f(c.model.n_embd) * 4.0;
+  const double D = n * f(c.model.n_embd) * time.activation_wire_bytes;
   const double per_tensor = c.parallel.sequence_parallel
                                 ? reduce_scatter_s(D, t, B, a) + all_gather_s(D, t, B, a)
                                 : all_reduce_s(D, t, B, a);
   const double loss =
       sp.last ? all_reduce_s(4.0 * n, t, B, a) + all_reduce_s(8.0 * n, t, B, a) : 0.0;
-  return f(c.training.accumulation) * (tp_tensors_per_micro_batch(sp) * per_tensor + loss);
+  return f(c.training.accumulation) * (tp_tensors_per_micro_batch(c, sp) * per_tensor + loss);
 }
 
-double pp_time_per_step(const Config& c, const ParameterCounts& sp, const Link& link) {
+double pp_time_per_step(const Config& c, const ParameterCounts& sp, const Link& link,
+                        const TimeSettings& time, const Link& intra_node) {
   if (c.parallel.pp <= 1) return 0.0;
+  // With scatter/gather (and no sp, which already splits the tensor over tp) each tp rank sends
+  // 1/t of the boundary tensor and the receivers all-gather it over the intra-node link.
+  const double t = f(c.parallel.tp);
+  const double tokens = f(c.training.micro_batch) * f(c.model.block_size);
+  const double whole = tokens * f(c.model.n_embd) * time.activation_wire_bytes;
+  const bool split = c.parallel.sequence_parallel || (time.pp_scatter_gather && t > 1.0);
+  const double payload = split ? whole / t : whole;
+  const double gather = time.pp_scatter_gather && !c.parallel.sequence_parallel
+                            ? all_gather_s(whole, c.parallel.tp, intra_node.bandwidth_bytes_per_s,
+                                           intra_node.latency_s)
+                            : 0.0;
   return f(c.training.accumulation) * pp_sends_per_micro_batch(c, sp) *
-         p2p_s(pp_payload_bytes(c), link.bandwidth_bytes_per_s, link.latency_s);
+         (p2p_s(payload, link.bandwidth_bytes_per_s, link.latency_s) + gather);
 }
 
 }  // namespace meshtrain::plan

@@ -80,6 +80,24 @@ struct TimeSettings {
   double efficiency = 0.0;  // achieved/peak FLOP/s of the compute; ≤ 0: the cluster's default
   double dp_overlap = 0.0;  // fraction of the dp time hidden behind compute, in [0, 1]
   double usable_memory_fraction = 0.9;  // of memory_bytes a layout may use (runtime, fragmentation)
+  // How the implementation puts tensors on the wire (docs/planner.md, "Wire formats"). The
+  // defaults are meshtrain's; they change the times only, bytes_per_step stays what meshtrain's
+  // ProcessGroup counts. Megatron-LM 2021 (the published runs of plan/published_runs.h) sends
+  // 16-bit activations and gradients, splits each pipeline send over the tp ranks' NICs, and
+  // reduces the gradients in one collective.
+  double activation_wire_bytes = 4.0;  // per element of the tp collectives and the pp sends
+  double gradient_wire_bytes = 4.0;    // per element of the dp gradient reduction
+  // Narayanan et al. 2021, §4.1: each of the t ranks of a stage sends 1/t of the boundary
+  // tensor over its own link, and the receiving stage all-gathers it inside the node.
+  bool pp_scatter_gather = false;
+  double dp_bucket_bytes = 0.0;  // bytes per dp collective; 0: parallel.bucket_mib; ∞: one
+  // Bytes of device memory moved per attention-score element (the b·(a/t)·s² scores of each
+  // layer and micro-batch) in the forward and in the backward, for an implementation that
+  // materialises the scores (plan/formulas.h, attention_score_s). 0: it never does (meshtrain's
+  // kernels, FlashAttention). A forward recomputed in backward (full or selective recompute)
+  // moves the forward's bytes again.
+  double attention_score_bytes_forward = 0.0;
+  double attention_score_bytes_backward = 0.0;
 };
 
 /// The whole account of one layout.
@@ -92,6 +110,7 @@ struct Plan {
   std::vector<AxisComm> comm;           // dp, tp, pp (present only when the axis is > 1)
   double bubble = 0.0;                  // fraction of the pipeline's step that is idle
   double compute_s = 0.0;               // per step, at the assumed efficiency
+  double attention_score_s = 0.0;       // per step: memory-bound s² score traffic (0 if none)
   double exposed_comm_s = 0.0;
   double step_s = 0.0;
   double tokens_per_s = 0.0;
@@ -133,6 +152,12 @@ double dp_comm_buffer_bytes(const Config& config, const ParameterCounts& stage_p
 /// step"), including the 8-byte loss and grad-norm reductions.
 double dp_bytes_per_step(const Config& config, const ParameterCounts& stage_params);
 
+/// Activation tensors of b·s·h crossing the tp group per micro-batch on one stage: 2 per layer
+/// forward, 2 backward, 2 more under full recompute (the block's forward runs again in backward,
+/// its collectives included), + the embedding output (first stage) and the head's input
+/// gradient (last stage): (4L + 2), or (6L + 2) with full recompute.
+double tp_tensors_per_micro_batch(const Config& config, const ParameterCounts& stage_params);
+
 /// tp bytes per step and rank (docs/tensor_parallel.md, "Bytes per step").
 double tp_bytes_per_step(const Config& config, const ParameterCounts& stage_params);
 
@@ -148,14 +173,16 @@ double pp_bytes_per_step(const Config& config, const ParameterCounts& stage_para
 /// reduce-scatter of 4Ψ and an all-gather of dΨ (buckets); ZeRO-2 m reduce-scatters of 4Ψ (one
 /// per unit) and the all-gather; ZeRO-3 m·(reduce-scatter of 4Ψ + 2 all-gathers of dΨ′), one
 /// per unit. Seconds.
-double dp_time_per_step(const Config& config, const ParameterCounts& stage_params,
-                        const Link& link);
+double dp_time_per_step(const Config& config, const ParameterCounts& stage_params, const Link& link,
+                        const TimeSettings& time = {});
 /// tp: m·[(4L + 2) all-reduces of D (with sp: a reduce-scatter and an all-gather of D each) +
 /// the loss's two all-reduces], D = b·s·h·4. Seconds.
-double tp_time_per_step(const Config& config, const ParameterCounts& stage_params,
-                        const Link& link);
-/// pp: m · sends per micro-batch point-to-point messages of the boundary tensor. Seconds.
-double pp_time_per_step(const Config& config, const ParameterCounts& stage_params,
-                        const Link& link);
+double tp_time_per_step(const Config& config, const ParameterCounts& stage_params, const Link& link,
+                        const TimeSettings& time = {});
+/// pp: m · sends per micro-batch point-to-point messages of the boundary tensor (with
+/// time.pp_scatter_gather: 1/t of it per tp rank, then an all-gather over `intra_node`).
+/// Seconds. `time` sets the wire formats (TimeSettings); its defaults are meshtrain's.
+double pp_time_per_step(const Config& config, const ParameterCounts& stage_params, const Link& link,
+                        const TimeSettings& time = {}, const Link& intra_node = {});
 
 }  // namespace meshtrain::plan

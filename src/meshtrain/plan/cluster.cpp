@@ -38,6 +38,7 @@ std::vector<ClusterSpec> presets() {
                  .peak_flops_16bit = 312 * kTera,
                  .intra_node = kNvlink3,
                  .inter_node = kIbHdr,
+                 .memory_bandwidth_bytes_per_s = 2039 * kGB,  // A100 SXM 80GB HBM2e
                  .default_efficiency = 0.5,
                  .source = "NVIDIA A100 and DGX A100 datasheets"});
   // NVIDIA H100 Tensor Core GPU datasheet, SXM5: FP32 67, TF32 494.5, BF16 989 TFLOP/s dense
@@ -52,6 +53,7 @@ std::vector<ClusterSpec> presets() {
                  .peak_flops_16bit = 989 * kTera,
                  .intra_node = kNvlink4,
                  .inter_node = kIbNdr,
+                 .memory_bandwidth_bytes_per_s = 3350 * kGB,  // H100 SXM5 HBM3
                  .default_efficiency = 0.5,
                  .source = "NVIDIA H100 and DGX H100 datasheets"});
   // NVIDIA H200 datasheet, SXM: 141 GB HBM3e, the H100's compute (BF16 989 TFLOP/s dense),
@@ -65,6 +67,7 @@ std::vector<ClusterSpec> presets() {
                  .peak_flops_16bit = 989 * kTera,
                  .intra_node = kNvlink4,
                  .inter_node = kIbNdr,
+                 .memory_bandwidth_bytes_per_s = 4800 * kGB,  // H200 SXM HBM3e
                  .default_efficiency = 0.5,
                  .source = "NVIDIA H200 and DGX H200 datasheets"});
   // This machine, from measured figures (docs/performance.md): one rank per core, 2 cores;

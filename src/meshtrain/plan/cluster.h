@@ -26,12 +26,13 @@ struct ClusterSpec {
   std::string name;
   std::int64_t devices_per_node = 1;
   std::int64_t nodes = 1;
-  double memory_bytes = 0.0;        // per device, bytes
-  double peak_flops_fp32 = 0.0;     // dense, per device, FLOP/s
-  double peak_flops_tf32 = 0.0;     // dense, per device, FLOP/s (0: none; fp32 is used)
-  double peak_flops_16bit = 0.0;    // dense bf16/fp16 with fp32 accumulation, FLOP/s
-  Link intra_node;                  // e.g. NVLink, per device and direction
-  Link inter_node;                  // e.g. InfiniBand, per device (one NIC per GPU)
+  double memory_bytes = 0.0;                  // per device, bytes
+  double peak_flops_fp32 = 0.0;               // dense, per device, FLOP/s
+  double peak_flops_tf32 = 0.0;               // dense, per device, FLOP/s (0: none; fp32 is used)
+  double peak_flops_16bit = 0.0;              // dense bf16/fp16 with fp32 accumulation, FLOP/s
+  Link intra_node;                            // e.g. NVLink, per device and direction
+  Link inter_node;                            // e.g. InfiniBand, per device (one NIC per GPU)
+  double memory_bandwidth_bytes_per_s = 0.0;  // HBM, per device (0: unknown; no memory-bound term)
   double default_efficiency = 0.5;  // achieved / peak FLOP/s assumed for the matrix products
   std::string source;               // where the figures come from
 

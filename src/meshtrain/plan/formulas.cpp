@@ -80,4 +80,15 @@ double hardware_flops_per_token(double matmul_params, double block_matmul_params
   return model_flops_per_token(matmul_params, layers, hidden, seq) + extra;
 }
 
+double attention_score_s(double bytes_per_element, std::int64_t layers, double heads_per_rank,
+                         std::int64_t micro_batch, std::int64_t seq, std::int64_t micro_batches,
+                         double memory_bandwidth) {
+  if (bytes_per_element <= 0.0 || memory_bandwidth <= 0.0) return 0.0;
+  const double s = static_cast<double>(seq);
+  const double elements = static_cast<double>(layers) * heads_per_rank *
+                          static_cast<double>(micro_batch) * s * s *
+                          static_cast<double>(micro_batches);
+  return bytes_per_element * elements / memory_bandwidth;
+}
+
 }  // namespace meshtrain::plan

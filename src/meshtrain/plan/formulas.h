@@ -66,4 +66,16 @@ double hardware_flops_per_token(double matmul_params, double block_matmul_params
                                 std::int64_t layers, std::int64_t hidden, std::int64_t seq,
                                 const std::string& recompute);
 
+// --- Memory-bound work ---
+
+/// Time of the attention-score traffic of one pipeline rank per step, for an implementation
+/// that materialises the s×s scores (Megatron-LM 2021: the QKᵀ product writes them, the fused
+/// scale-mask-softmax and dropout read and write them, the product with V reads them; and the
+/// mirror image in backward): bytes_per_element · L · (a/t) · b · s² · m / memory bandwidth.
+/// `bytes_per_element` sums the passes (forward, backward, and a recomputed forward). 0 when
+/// the bandwidth or the bytes are 0.
+double attention_score_s(double bytes_per_element, std::int64_t layers, double heads_per_rank,
+                         std::int64_t micro_batch, std::int64_t seq, std::int64_t micro_batches,
+                         double memory_bandwidth);
+
 }  // namespace meshtrain::plan

@@ -146,6 +146,17 @@ LinkKind link_of_group(std::int64_t size, std::int64_t stride, const ClusterSpec
   return inside || size <= 1 ? LinkKind::intra_node : LinkKind::inter_node;
 }
 
+Link link_of_group_bandwidth(std::int64_t size, std::int64_t stride, const ClusterSpec& cluster) {
+  if (link_of_group(size, stride, cluster) == LinkKind::intra_node) return cluster.intra_node;
+  const std::int64_t per_node = std::max<std::int64_t>(
+      1, std::min(size, cluster.devices_per_node / std::max<std::int64_t>(1, stride)));
+  Link link = cluster.inter_node;
+  link.bandwidth_bytes_per_s =
+      std::min(cluster.intra_node.bandwidth_bytes_per_s,
+               static_cast<double>(per_node) * cluster.inter_node.bandwidth_bytes_per_s);
+  return link;
+}
+
 std::vector<Layout> enumerate_layouts(const ModelConfig& model, const TrainingSettings& settings,
                                       std::int64_t devices, std::int64_t max_micro_batch,
                                       std::vector<Rejection>* rejected) {

@@ -70,6 +70,14 @@ std::vector<ConfigIssue> check_layout(const ModelConfig& model, const Layout& la
 enum class LinkKind { intra_node, inter_node };
 LinkKind link_of_group(std::int64_t size, std::int64_t stride, const ClusterSpec& cluster);
 
+/// The link a ring of that group sees. Inside a node: the intra-node link. Across nodes: the
+/// k ranks the group has in each node (k = min(size, devices per node / stride), at least 1)
+/// each drive their own NIC, and the collective is split over k rings, one per NIC (NCCL's
+/// channels on a DGX: one ring per NIC pair): bandwidth min(intra, k × inter), the inter-node
+/// latency. So a dp group of all 8 GPUs of each node reduces at 8 × 25 GB/s on DGX A100
+/// nodes, one with a single GPU per node (tp = 8) at 25 GB/s.
+Link link_of_group_bandwidth(std::int64_t size, std::int64_t stride, const ClusterSpec& cluster);
+
 /// Every layout of `devices` devices for settings.global_batch that check_layout accepts:
 /// tp, pp over the divisors of devices, dp = devices/(tp·pp), cp = ep = 1 (check_config allows
 /// no other value yet), v ∈ {1} or {2, 3, 4} for interleaved_1f1b, every ZeRO stage (only 0
