@@ -135,12 +135,15 @@ TEST_P(TpLayout, MatchesSingleProcessAtSameGlobalBatch) {
 // per rank with it — and the vocabulary-parallel loss adds all-reduces of n floats (max) and 2n
 // floats (Σexp, target logit). Per step: the grad norm (one double) and, under sequence
 // parallelism, one all-reduce of the replicated parameters' gradients.
-TEST_P(TpLayout, BytesPerStepEqualTheFormula) {
-  const auto& [family, tp, sp] = GetParam();
+// Full recompute runs each block's forward again in backward, its two tp collectives included:
+// 6L + 2 tensors per micro-batch (plan/accounting.cpp's tp_bytes_per_step counts the same).
+void check_tp_bytes_per_step(const std::string& family, std::int64_t dp, std::int64_t tp, bool sp,
+                             const std::string& recompute) {
   constexpr std::int64_t kAccumulation = 2;
   const auto world = test::runtime().world_group();
-  const Config config =
-      test::small_tp_config(family, dp_, tp, sp, kGlobalBatch / dp_ / kAccumulation, kAccumulation);
+  Config config =
+      test::small_tp_config(family, dp, tp, sp, kGlobalBatch / dp / kAccumulation, kAccumulation);
+  config.training.recompute = recompute;
   Trainer trainer(config, *world, quiet());
   ProcessGroup& tp_group = trainer.mesh().group(Axis::tp);
   std::int64_t replicated_bytes = 0;
@@ -152,7 +155,7 @@ TEST_P(TpLayout, BytesPerStepEqualTheFormula) {
 
   const std::int64_t n = config.training.micro_batch * config.model.block_size;
   const std::int64_t D = n * config.model.n_embd * 4;
-  const std::int64_t tensors = 4 * config.model.n_layer + 2;
+  const std::int64_t tensors = (recompute == "full" ? 6 : 4) * config.model.n_layer + 2;
   const std::int64_t loss_bytes = kAccumulation * 3 * n * 4;
   const CommCounter& ar = tp_group.counter(CommOp::all_reduce);
   const CommCounter& rs = tp_group.counter(CommOp::reduce_scatter);
@@ -170,6 +173,16 @@ TEST_P(TpLayout, BytesPerStepEqualTheFormula) {
     EXPECT_EQ(ar.bytes, loss_bytes + 8 + replicated_bytes);
     EXPECT_EQ(ar.calls, kAccumulation * 2 + 2);
   }
+}
+
+TEST_P(TpLayout, BytesPerStepEqualTheFormula) {
+  const auto& [family, tp, sp] = GetParam();
+  check_tp_bytes_per_step(family, dp_, tp, sp, "none");
+}
+
+TEST_P(TpLayout, BytesPerStepWithFullRecomputeEqualTheFormula) {
+  const auto& [family, tp, sp] = GetParam();
+  check_tp_bytes_per_step(family, dp_, tp, sp, "full");
 }
 
 std::string layout_name(const ::testing::TestParamInfo<Layout>& info) {

@@ -220,6 +220,23 @@ expect "keep no checkpoint" 2 "checkpoint.keep_last = 0" -- \
 expect "negative watchdog timeout" 2 "parallel.comm_timeout_s = -1" -- \
   "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.comm_timeout_s -1
 
+# meshtrain plan (docs/planner.md): unknown presets list the known ones; bad layouts name the
+# rule; a cluster on which no layout passes the trainer's rules is an error, not an empty table.
+expect "plan: unknown model preset" 2 "llama3-70b" -- \
+  "$BIN" plan --model gpt5 --cluster 8xA100-80GB
+expect "plan: unknown cluster preset" 2 "8xH100-80GB" -- \
+  "$BIN" plan --model llama3-8b --cluster 8xV100
+expect "plan: malformed layout" 2 "dp must be an integer" -- \
+  "$BIN" plan --model llama3-8b --cluster 8xA100-80GB --layout tp=8,dp=x
+expect "plan: layout the trainer rejects" 2 "model.n_head = 4" -- \
+  "$BIN" plan --model "$CONFIG" --cluster 8xA100-80GB --layout tp=8 --global-batch 8
+printf 'devices_per_node = 7\nnodes = 1\nmemory_gib = 16\n[peak_tflops]\nfp32 = 1\n[intra_node]\nbandwidth_gb_per_s = 10\n[inter_node]\nbandwidth_gb_per_s = 1\n' \
+  >"$WORK/seven.toml"
+expect "plan: no layout of 7 devices" 2 "no layout of 7 devices" -- \
+  "$BIN" plan --model "$CONFIG" --cluster "$WORK/seven.toml" --global-batch 8 --precision fp32
+expect "plan: nothing fits" 2 "No layout fits" -- \
+  "$BIN" plan --model gpt3-175b --cluster 8xA100-80GB --global-batch 8 --max-micro-batch 1
+
 # A run that fails after the checks leaves no checkpoint directory behind, and a non-finite
 # gradient is reported before any update with the step and a parameter.
 out=$("$BIN" train "$CONFIG" --data.dir "$DATA" --training.max_steps 5 --training.lr 1e6 \

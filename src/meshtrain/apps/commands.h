@@ -1,6 +1,7 @@
 // src/meshtrain/apps/commands.h — one function per subcommand; each returns the exit code.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -59,5 +60,24 @@ struct ExportArgs {
   std::string out;         // the consolidated .safetensors to write (config.json beside it)
 };
 int run_export(const ExportArgs& args);
+
+struct PlanArgs {
+  std::string model;              // preset name or configs/*.toml
+  std::string cluster;            // preset name or cluster .toml
+  std::int64_t nodes = 0;         // 0: the cluster's own node count
+  std::int64_t seq = 0;           // 0: the model's sequence length
+  std::int64_t global_batch = 0;  // sequences per step; 0: the devices (one sequence each)
+  std::string precision = "bf16";
+  std::string layout;       // empty: search
+  double efficiency = 0.0;  // 0: the cluster's default
+  double dp_overlap = 0.0;
+  double memory_fraction = 0.9;
+  std::int64_t max_micro_batch = 64;
+  bool explain = false;
+  bool json = false;
+  std::size_t top = 10;
+};
+// Plans a model on a cluster: one layout's account, or a search of all layouts. No MPI.
+int run_plan(const PlanArgs& args);
 
 }  // namespace meshtrain

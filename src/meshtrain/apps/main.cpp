@@ -1,5 +1,5 @@
 // src/meshtrain/apps/main.cpp — the `meshtrain` command line: prepare, train, sample, launch,
-// reshard, export.
+// reshard, export, plan.
 // The only place that parses argv and turns errors into messages and exit codes:
 //   0 success, 1 internal or runtime error, 2 bad configuration or arguments, 3 bad data file.
 #include <fmt/format.h>
@@ -100,6 +100,45 @@ int main(int argc, char** argv) {
   export_cmd->add_option("out", export_args.out, "output file, e.g. hf/model.safetensors")
       ->required();
 
+  PlanArgs plan_args;
+  CLI::App* plan_cmd = app.add_subcommand(
+      "plan",
+      "memory, communication, bubble and step time of a model on a cluster; searches "
+      "layouts (no MPI)");
+  plan_cmd
+      ->add_option("--model", plan_args.model,
+                   "preset (gpt3-175b, llama3-8b|70b|405b) or a TOML config")
+      ->required();
+  plan_cmd
+      ->add_option("--cluster", plan_args.cluster,
+                   "preset (8xA100-80GB, 8xH100-80GB, 8xH200, cpu-this-machine) or a "
+                   "cluster TOML file")
+      ->required();
+  plan_cmd->add_option("--nodes", plan_args.nodes, "nodes (default: the cluster's)");
+  plan_cmd->add_option("--seq", plan_args.seq, "sequence length (default: the model's)");
+  plan_cmd->add_option("--global-batch", plan_args.global_batch, "sequences per step");
+  plan_cmd->add_option("--precision", plan_args.precision, "fp32, bf16 or fp16")
+      ->default_val("bf16");
+  plan_cmd->add_option("--layout", plan_args.layout,
+                       "one layout instead of a search, e.g. tp=8,pp=4,dp=2,zero=1,mb=1,"
+                       "recompute=selective,sp=true,v=1,schedule=1f1b");
+  plan_cmd->add_option("--efficiency", plan_args.efficiency,
+                       "achieved/peak FLOP/s assumed for compute (default: the cluster's)");
+  plan_cmd
+      ->add_option("--dp-overlap", plan_args.dp_overlap,
+                   "fraction of the dp communication hidden behind compute")
+      ->default_val(0.0);
+  plan_cmd
+      ->add_option("--memory-fraction", plan_args.memory_fraction,
+                   "fraction of device memory a layout may use")
+      ->default_val(0.9);
+  plan_cmd
+      ->add_option("--max-micro-batch", plan_args.max_micro_batch, "largest micro-batch searched")
+      ->default_val(64);
+  plan_cmd->add_flag("--explain", plan_args.explain, "print every term with its formula");
+  plan_cmd->add_flag("--json", plan_args.json, "print JSON instead of the table");
+  plan_cmd->add_option("--top", plan_args.top, "rows of the table")->default_val(10);
+
   if (argc > 1 && argv[1][0] != '-') {
     const std::string_view command = argv[1];
     std::vector<std::string> names;
@@ -143,6 +182,7 @@ int main(int argc, char** argv) {
     return run_launch(launch);
   }
   if (*export_cmd) return run_export(export_args);
+  if (*plan_cmd) return run_plan(plan_args);
   train.overrides = train_cmd->remaining();
   MpiRuntime runtime(&argc, &argv);
   return run_train(train, runtime);

@@ -320,22 +320,27 @@ double estimated_training_bytes(const Config& config) {
 }
 
 double model_state_bytes_per_parameter(const Config& config) {
+  return model_state_bytes_by_category(config).total();
+}
+
+ModelStateBytes model_state_bytes_by_category(const Config& config) {
   // docs/memory.md: fp32 params, grads and Adam m, v are 4 + 4 + 8; mixed precision keeps
-  // 16-bit params, fp32 grads and an fp32 master besides m, v: 2 + 4 + 12. ZeRO divides by
-  // N = dp what each stage shards.
+  // 16-bit params, fp32 grads and an fp32 master (counted as optimizer) besides m, v:
+  // 2 + 4 + 12. ZeRO divides by N = dp what each stage shards.
   const double n = static_cast<double>(std::max<std::int64_t>(config.parallel.dp, 1));
   const bool mixed = config.training.precision == "bf16" || config.training.precision == "fp16";
   const double param = mixed ? 2.0 : 4.0, grad = 4.0, optim = mixed ? 12.0 : 8.0;
   switch (config.parallel.zero_stage) {
     case 1:
-      return param + grad + optim / n;
+      return {.params = param, .grads = grad, .optimizer = optim / n};
     case 2:
-      return param + (grad + optim) / n;
+      return {.params = param, .grads = grad / n, .optimizer = optim / n};
     case 3:
-      // The persistent parameter under fp32 is the master slice itself.
-      return mixed ? (grad + optim) / n : (4.0 + grad + optim) / n;
+      // fp32: the persistent parameter is the master slice itself (params 4/N); mixed: the
+      // 16-bit values exist only while a unit is gathered (comm), the master is optimizer.
+      return {.params = mixed ? 0.0 : 4.0 / n, .grads = grad / n, .optimizer = optim / n};
     default:
-      return param + grad + optim;
+      return {.params = param, .grads = grad, .optimizer = optim};
   }
 }
 

@@ -22,6 +22,17 @@ void validate_or_throw(const Config& config, int world_size);
 /// 16 for fp32 ZeRO-0 down to 16/dp for ZeRO-3.
 double model_state_bytes_per_parameter(const Config& config);
 
+/// model_state_bytes_per_parameter by category (core/allocator.h's MemCategory): the bytes
+/// per parameter element counted as params, grads and optimizer. Their sum is
+/// model_state_bytes_per_parameter; the planner (plan/accounting.h) uses the split.
+struct ModelStateBytes {
+  double params = 0.0;
+  double grads = 0.0;
+  double optimizer = 0.0;
+  double total() const { return params + grads + optimizer; }
+};
+ModelStateBytes model_state_bytes_by_category(const Config& config);
+
 /// Bytes one rank needs to train `config`, estimated before anything is allocated:
 /// model_state_bytes_per_parameter for each parameter this rank holds (matrices and the
 /// vocabulary tables divided by tp, norms and positions whole) plus the fp32 activations kept for

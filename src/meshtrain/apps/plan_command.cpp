@@ -1,0 +1,110 @@
+// `meshtrain plan`: the planner (src/meshtrain/plan/) on the command line. One process, no MPI.
+#include <fmt/format.h>
+
+#include "meshtrain/apps/command_errors.h"
+#include "meshtrain/apps/commands.h"
+#include "meshtrain/core/error.h"
+#include "meshtrain/plan/presets.h"
+#include "meshtrain/plan/report.h"
+#include "meshtrain/plan/search.h"
+
+namespace meshtrain {
+namespace {
+
+void check_args(const PlanArgs& a) {
+  std::vector<ConfigIssue> issues;
+  auto require = [&](bool ok, const char* setting, std::string value, const char* rule,
+                     const char* fix) {
+    if (!ok) issues.push_back({setting, std::move(value), rule, fix});
+  };
+  require(a.nodes >= 0, "--nodes", fmt::format("{}", a.nodes), "must be ≥ 1", "use e.g. 8");
+  require(a.seq >= 0, "--seq", fmt::format("{}", a.seq), "must be ≥ 1", "use e.g. 4096");
+  require(a.global_batch >= 0, "--global-batch", fmt::format("{}", a.global_batch),
+          "must be ≥ 1 sequences", "use e.g. 1024");
+  require(a.efficiency >= 0.0 && a.efficiency <= 1.0, "--efficiency",
+          fmt::format("{}", a.efficiency), "must lie in (0, 1]", "use e.g. 0.5");
+  require(a.dp_overlap >= 0.0 && a.dp_overlap <= 1.0, "--dp-overlap",
+          fmt::format("{}", a.dp_overlap), "must lie in [0, 1]", "use 0 (no overlap)");
+  require(a.memory_fraction > 0.0 && a.memory_fraction <= 1.0, "--memory-fraction",
+          fmt::format("{}", a.memory_fraction), "must lie in (0, 1]", "use 0.9");
+  require(a.max_micro_batch >= 1, "--max-micro-batch", fmt::format("{}", a.max_micro_batch),
+          "must be ≥ 1", "use 64");
+  if (!issues.empty()) throw ConfigError("meshtrain plan arguments", std::move(issues));
+}
+
+int plan_one(const plan::ModelPreset& model, const plan::ClusterSpec& cluster,
+             const plan::TrainingSettings& settings, const plan::TimeSettings& time,
+             const PlanArgs& args) {
+  const plan::Layout layout = plan::parse_layout(args.layout, settings.global_batch);
+  const std::vector<ConfigIssue> issues = plan::check_layout(model.model, layout, settings);
+  if (!issues.empty()) throw ConfigError("--layout " + args.layout, issues);
+  if (layout.devices() > cluster.devices()) {
+    throw ConfigError(
+        "--layout " + args.layout,
+        {{"tp × pp × dp × cp", fmt::format("{}", layout.devices()),
+          fmt::format("needs more devices than the cluster has ({})", cluster.devices()),
+          "raise --nodes or shrink the layout"}});
+  }
+  const plan::Plan p = plan::account(model.model, layout, settings, cluster, time);
+  if (args.json) {
+    fmt::print("{}", plan::to_json(p, cluster));
+    return 0;
+  }
+  fmt::print("{}", plan::format_table({p}, cluster, 1));
+  fmt::print("{}\n", plan::format_memory_bar(p, cluster));
+  if (!p.fits) {
+    fmt::print("Does not fit: {:.1f} GiB per device over the usable {:.1f} GiB.\n",
+               p.peak.total() / (1024.0 * 1024.0 * 1024.0),
+               args.memory_fraction * cluster.memory_bytes / (1024.0 * 1024.0 * 1024.0));
+  }
+  if (args.explain) fmt::print("\n{}", plan::format_explain(p));
+  return 0;
+}
+
+int plan_search(const plan::ModelPreset& model, const plan::ClusterSpec& cluster,
+                const plan::TrainingSettings& settings, const plan::TimeSettings& time,
+                const PlanArgs& args) {
+  const plan::SearchResult result =
+      plan::search(model.model, settings, cluster, time, args.max_micro_batch);
+  if (args.json) {
+    fmt::print("{}", plan::to_json(result, cluster, args.top));
+    return result.ranked.empty() ? 2 : 0;
+  }
+  fmt::print(
+      "{} on {} × {} ({} devices, {:.0f} GiB each), seq {}, global batch {}, {}: {} "
+      "valid layouts, {} fit\n\n",
+      model.name, cluster.nodes, cluster.name, cluster.devices(),
+      cluster.memory_bytes / (1024.0 * 1024.0 * 1024.0), settings.seq, settings.global_batch,
+      settings.precision, result.valid, result.fitting);
+  fmt::print("{}\n", plan::format_table(result.ranked, cluster, args.top));
+  for (std::size_t i = 0; i < std::min(args.top, result.ranked.size()); ++i) {
+    fmt::print("{:>3}  {}\n", i + 1, plan::format_memory_bar(result.ranked[i], cluster));
+  }
+  fmt::print("\n{}\n", plan::recommendation(result));
+  if (args.explain && !result.ranked.empty()) {
+    fmt::print("\n{}", plan::format_explain(result.ranked.front()));
+  }
+  return result.ranked.empty() ? 2 : 0;
+}
+
+}  // namespace
+
+int run_plan(const PlanArgs& args) {
+  return run_with_exit_codes("plan", [&] {
+    check_args(args);
+    const plan::ModelPreset model = plan::model_from(args.model);
+    plan::ClusterSpec cluster = plan::cluster_from(args.cluster);
+    if (args.nodes > 0) cluster.nodes = args.nodes;
+    plan::TrainingSettings settings{
+        .seq = args.seq > 0 ? args.seq : model.model.block_size,
+        .global_batch = args.global_batch > 0 ? args.global_batch : cluster.devices(),
+        .precision = args.precision};
+    const plan::TimeSettings time{.efficiency = args.efficiency,
+                                  .dp_overlap = args.dp_overlap,
+                                  .usable_memory_fraction = args.memory_fraction};
+    return args.layout.empty() ? plan_search(model, cluster, settings, time, args)
+                               : plan_one(model, cluster, settings, time, args);
+  });
+}
+
+}  // namespace meshtrain

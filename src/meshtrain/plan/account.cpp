@@ -1,0 +1,213 @@
+// account(): one layout's plan, built from the formulas of accounting.cpp and formulas.cpp,
+// with every quantity recorded as a named Term for --explain and --json.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "meshtrain/config/validate.h"
+#include "meshtrain/plan/accounting.h"
+#include "meshtrain/plan/formulas.h"
+
+namespace meshtrain::plan {
+namespace {
+
+double f(std::int64_t v) { return static_cast<double>(v); }
+
+const char* link_name(LinkKind kind) {
+  return kind == LinkKind::intra_node ? "intra-node" : "inter-node";
+}
+
+// The collectives behind dp_time_per_step, for --explain.
+std::string dp_time_formula(std::int64_t zero_stage, double g) {
+  switch (zero_stage) {
+    case 0:
+      return fmt::format("all-reduce of {0}Ψ per bucket: 2(N−1)/N·{0}Ψ/B + 2(N−1)α each", g);
+    case 1:
+      return fmt::format(
+          "reduce-scatter of {0}Ψ + all-gather of dΨ (buckets): (N−1)/N·({0}Ψ + dΨ)/B + latencies",
+          g);
+    case 2:
+      return fmt::format("m reduce-scatters of {}Ψ (one per unit) + all-gather of dΨ", g);
+    default:
+      return fmt::format("m·(reduce-scatter of {}Ψ + 2 all-gathers of dΨ′), one per unit", g);
+  }
+}
+
+std::string gib(double bytes) {
+  return fmt::format("{:.2f} GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+}
+
+}  // namespace
+
+Plan account(const ModelConfig& model, const Layout& layout, const TrainingSettings& settings,
+             const ClusterSpec& cluster, const TimeSettings& time) {
+  Plan plan;
+  plan.layout = layout;
+  plan.config = to_config(model, layout, settings);
+  const Config& c = plan.config;
+  const ModelConfig& m = c.model;
+  std::vector<Term>& terms = plan.terms;
+  auto term = [&](std::string name, std::string formula, double value, std::string unit) {
+    terms.push_back({std::move(name), std::move(formula), value, std::move(unit)});
+  };
+
+  // Memory, per pipeline rank; the layout needs what its fullest rank needs.
+  std::vector<ParameterCounts> counts;
+  for (std::int64_t s = 0; s < layout.pp; ++s) {
+    const ParameterCounts sp = stage_parameters(c, s);
+    counts.push_back(sp);
+    MemoryBreakdown mem = model_state_bytes(c, sp.total);
+    mem.stage = s;
+    mem.activations = activation_peak_bytes(c, sp, s);
+    mem.comm = comm_buffer_bytes(c, sp);
+    plan.stages.push_back(mem);
+  }
+  const auto peak =
+      std::max_element(plan.stages.begin(), plan.stages.end(),
+                       [](const auto& a, const auto& b) { return a.total() < b.total(); });
+  plan.peak = *peak;
+  const ParameterCounts& psp = counts[static_cast<std::size_t>(plan.peak.stage)];
+  const double usable = time.usable_memory_fraction * cluster.memory_bytes;
+  plan.fits = plan.peak.total() <= usable;
+  const ModelStateBytes per = model_state_bytes_by_category(c);
+  term("Ψ (parameters on the fullest rank)",
+       fmt::format("stage {} of {}: {} blocks /tp, embeddings ⌈V/t⌉·h, head; norms whole",
+                   plan.peak.stage, layout.pp, psp.layers),
+       psp.total, "elements");
+  term("params",
+       fmt::format("{}·Ψ (ZeRO-{}, {})", per.params, layout.zero_stage, settings.precision),
+       plan.peak.params, "B");
+  term("grads", fmt::format("{:.4g}·Ψ (fp32 gradients)", per.grads), plan.peak.grads, "B");
+  term("optimizer",
+       fmt::format("{:.4g}·Ψ (Adam m, v{})", per.optimizer,
+                   settings.precision == "fp32" ? "" : ", fp32 master"),
+       plan.peak.optimizer, "B");
+  term("activations",
+       fmt::format("in-flight({}) · (4bs·x + L·A) + transient; A = {:.0f} B per block "
+                   "(recompute {}, sp {})",
+                   layout.schedule, activation_bytes_per_block(c), layout.recompute,
+                   layout.sequence_parallel),
+       plan.peak.activations, "B");
+  term("comm buffers", "ZeRO buckets / units (docs/memory.md, Communication buffers)",
+       plan.peak.comm, "B");
+  term("memory per device",
+       fmt::format("params + grads + optimizer + activations + comm ≤ "
+                   "{:.2f} × {}",
+                   time.usable_memory_fraction, gib(cluster.memory_bytes)),
+       plan.peak.total(), "B");
+
+  // Communication per axis (the slowest stage of each axis).
+  struct AxisSpec {
+    const char* axis;
+    std::int64_t size, stride;
+  };
+  const AxisSpec axes[] = {{"dp", layout.dp, layout.tp * layout.cp},
+                           {"tp", layout.tp, 1},
+                           {"pp", layout.pp, layout.tp * layout.cp * layout.dp}};
+  double dp_s = 0.0, other_s = 0.0;
+  for (const AxisSpec& a : axes) {
+    if (a.size <= 1) continue;
+    AxisComm ax{.axis = a.axis, .size = a.size, .link = link_of_group(a.size, a.stride, cluster)};
+    const Link link = link_of_group_bandwidth(a.size, a.stride, cluster);
+    std::string formula;
+    for (const ParameterCounts& sp : counts) {
+      double bytes = 0.0, seconds = 0.0;
+      if (ax.axis == "dp") {
+        bytes = dp_bytes_per_step(c, sp);
+        seconds = dp_time_per_step(c, sp, link, time);
+        formula = dp_time_formula(layout.zero_stage, time.gradient_wire_bytes);
+      } else if (ax.axis == "tp") {
+        bytes = tp_bytes_per_step(c, sp);
+        seconds = tp_time_per_step(c, sp, link, time);
+        const char* k = layout.recompute == "full" ? "6L+2" : "4L+2";
+        formula = layout.sequence_parallel
+                      ? fmt::format(
+                            "m·({})·(reduce-scatter + all-gather of D = b·s·h·{}): "
+                            "(N−1)/N·D/B each",
+                            k, time.activation_wire_bytes)
+                      : fmt::format(
+                            "m·({}) all-reduces of D = b·s·h·{}: 2(N−1)/N·D/B + 2(N−1)α "
+                            "each",
+                            k, time.activation_wire_bytes);
+      } else {
+        bytes = pp_bytes_per_step(c, sp);
+        seconds = pp_time_per_step(c, sp, link, time, cluster.intra_node);
+        formula = fmt::format(
+            "m·(sends per micro-batch) p2p of b·s·h·{} (/tp with sp{}): D/B + α each",
+            time.activation_wire_bytes,
+            time.pp_scatter_gather ? "; scatter/gather: /tp, + intra-node all-gather" : "");
+      }
+      ax.bytes_per_step = std::max(ax.bytes_per_step, bytes);
+      ax.time_s = std::max(ax.time_s, seconds);
+    }
+    term(fmt::format("{} bytes per step", ax.axis), "as ProcessGroup counts them (max over stages)",
+         ax.bytes_per_step, "B");
+    term(fmt::format("{} time per step", ax.axis),
+         fmt::format("{} on the {} link ({:.3g} GB/s, {:.3g} µs), N = {}", formula,
+                     link_name(ax.link), link.bandwidth_bytes_per_s / 1e9, link.latency_s * 1e6,
+                     ax.size),
+         ax.time_s, "s");
+    (ax.axis == "dp" ? dp_s : other_s) += ax.time_s;
+    plan.comm.push_back(ax);
+  }
+
+  // Compute, bubble, step.
+  const ModelSize size = model_size(m);
+  const double tokens = f(settings.global_batch) * f(m.block_size);
+  const double model_flops =
+      model_flops_per_token(size.matmul_parameters, m.n_layer, m.n_embd, m.block_size);
+  const double hw_flops =
+      hardware_flops_per_token(size.matmul_parameters, size.block_matmul_parameters, m.n_layer,
+                               m.n_embd, m.block_size, layout.recompute);
+  const double peak_flops = peak_flops_for(cluster, settings.precision);
+  const double efficiency = time.efficiency > 0.0 ? time.efficiency : cluster.default_efficiency;
+  const double devices = f(layout.devices());
+  plan.compute_s = hw_flops * tokens / (devices * peak_flops * efficiency);
+  // The s² attention-score traffic of the fullest stage (implementations that materialise it).
+  const bool recomputed_forward = layout.recompute == "full" || layout.recompute == "selective";
+  const double score_bytes = time.attention_score_bytes_forward * (recomputed_forward ? 2.0 : 1.0) +
+                             time.attention_score_bytes_backward;
+  std::int64_t stage_layers = 0;
+  for (const ParameterCounts& sp : counts) stage_layers = std::max(stage_layers, sp.layers);
+  plan.attention_score_s =
+      attention_score_s(score_bytes, stage_layers, f(m.n_head) / f(layout.tp), layout.micro_batch,
+                        m.block_size, layout.accumulation, cluster.memory_bandwidth_bytes_per_s);
+  plan.bubble = bubble_fraction(layout.schedule, layout.pp, layout.accumulation, layout.v);
+  plan.exposed_comm_s = other_s + (1.0 - time.dp_overlap) * dp_s;
+  plan.step_s =
+      (plan.compute_s + plan.attention_score_s) / (1.0 - plan.bubble) + plan.exposed_comm_s;
+  plan.tokens_per_s = tokens / plan.step_s;
+  plan.mfu = model_flops * tokens / (plan.step_s * devices * peak_flops);
+
+  term("model FLOPs per token", "6·Ψ_mm + 12·L·h·s (Ψ_mm: block linears + LM head)", model_flops,
+       "FLOP");
+  term("hardware FLOPs per token",
+       fmt::format("model + recompute {} (full: + 2·Ψ_blocks + 4·L·h·s; selective: + 4·L·h·s)",
+                   layout.recompute),
+       hw_flops, "FLOP");
+  term("tokens per step", "global batch × s", tokens, "tokens");
+  term("compute time",
+       fmt::format("hardware FLOPs · tokens / (devices · {:.4g} FLOP/s · {:.2f})", peak_flops,
+                   efficiency),
+       plan.compute_s, "s");
+  term("attention-score traffic",
+       fmt::format("{:.4g} B per score element (forward{}, backward) · L · (a/t) · b · s² · m / "
+                   "{:.4g} B/s",
+                   score_bytes, recomputed_forward ? " ×2 with recompute" : "",
+                   cluster.memory_bandwidth_bytes_per_s),
+       plan.attention_score_s, "s");
+  term("bubble",
+       fmt::format("{}, p = {}, m = {}, v = {}", bubble_formula(layout.schedule), layout.pp,
+                   layout.accumulation, layout.v),
+       plan.bubble, "");
+  term("exposed comm",
+       fmt::format("tp + pp + (1 − {:.2f})·dp (no overlap but the stated one)", time.dp_overlap),
+       plan.exposed_comm_s, "s");
+  term("step time", "(compute + attention-score traffic) / (1 − bubble) + exposed comm",
+       plan.step_s, "s");
+  term("tokens/s", "tokens per step / step time", plan.tokens_per_s, "tokens/s");
+  term("MFU", "model FLOPs · tokens / (step time · devices · peak)", plan.mfu, "");
+  return plan;
+}
+
+}  // namespace meshtrain::plan

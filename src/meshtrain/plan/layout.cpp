@@ -1,0 +1,228 @@
+#include "meshtrain/plan/layout.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+
+#include "meshtrain/config/validate.h"
+
+namespace meshtrain::plan {
+namespace {
+
+std::vector<std::int64_t> divisors(std::int64_t n) {
+  std::vector<std::int64_t> out;
+  for (std::int64_t d = 1; d <= n; ++d) {
+    if (n % d == 0) out.push_back(d);
+  }
+  return out;
+}
+
+[[noreturn]] void bad_layout(const std::string& value, const std::string& rule) {
+  throw ConfigError("--layout",
+                    {{"--layout", value, rule,
+                      "write it as tp=8,pp=4,dp=2,zero=1,mb=1,recompute=selective,sp=true,v=1,"
+                      "schedule=1f1b (keys: tp pp v dp cp ep zero mb m recompute sp schedule)"}});
+}
+
+std::int64_t parse_int(const std::string& key, const std::string& value) {
+  std::int64_t out = 0;
+  const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), out);
+  if (value.empty() || ec != std::errc() || ptr != value.data() + value.size()) {
+    bad_layout(key + "=" + value, fmt::format("{} must be an integer", key));
+  }
+  return out;
+}
+
+bool parse_bool(const std::string& key, const std::string& value) {
+  if (value == "true" || value == "1" || value == "on") return true;
+  if (value == "false" || value == "0" || value == "off") return false;
+  bad_layout(key + "=" + value, fmt::format("{} must be true or false", key));
+}
+
+std::string trim(std::string s) {
+  s.erase(0, s.find_first_not_of(" \t"));
+  s.erase(s.find_last_not_of(" \t") + 1);
+  return s;
+}
+
+}  // namespace
+
+std::string to_string(const Layout& l) {
+  std::string out = fmt::format("tp={} pp={}", l.tp, l.pp);
+  if (l.v > 1) out += fmt::format(" v={}", l.v);
+  out += fmt::format(" dp={}", l.dp);
+  if (l.cp > 1) out += fmt::format(" cp={}", l.cp);
+  if (l.ep > 1) out += fmt::format(" ep={}", l.ep);
+  out += fmt::format(" zero={} mb={} m={} rc={}", l.zero_stage, l.micro_batch, l.accumulation,
+                     l.recompute);
+  if (l.sequence_parallel) out += " sp";
+  if (l.pp > 1) out += " " + l.schedule;
+  return out;
+}
+
+Layout parse_layout(const std::string& text, std::int64_t global_batch) {
+  Layout l;
+  bool have_m = false;
+  std::size_t begin = 0;
+  while (begin < text.size()) {
+    const std::size_t end = std::min(text.find(',', begin), text.size());
+    const std::string item = trim(text.substr(begin, end - begin));
+    begin = end + 1;
+    if (item.empty()) continue;
+    const std::size_t eq = item.find('=');
+    if (eq == std::string::npos) bad_layout(item, "each entry must be key=value");
+    const std::string key = trim(item.substr(0, eq)), value = trim(item.substr(eq + 1));
+    if (key == "tp")
+      l.tp = parse_int(key, value);
+    else if (key == "pp")
+      l.pp = parse_int(key, value);
+    else if (key == "v")
+      l.v = parse_int(key, value);
+    else if (key == "dp")
+      l.dp = parse_int(key, value);
+    else if (key == "cp")
+      l.cp = parse_int(key, value);
+    else if (key == "ep")
+      l.ep = parse_int(key, value);
+    else if (key == "zero")
+      l.zero_stage = parse_int(key, value);
+    else if (key == "mb")
+      l.micro_batch = parse_int(key, value);
+    else if (key == "m" || key == "acc") {
+      l.accumulation = parse_int(key, value);
+      have_m = true;
+    } else if (key == "recompute" || key == "rc") {
+      if (value != "none" && value != "selective" && value != "full") {
+        bad_layout(item, "recompute must be none, selective or full");
+      }
+      l.recompute = value;
+    } else if (key == "sp")
+      l.sequence_parallel = parse_bool(key, value);
+    else if (key == "schedule")
+      l.schedule = value;  // check_config names the known ones
+    else
+      bad_layout(item, fmt::format("unknown key '{}'", key));
+  }
+  if (!have_m && l.micro_batch >= 1 && l.dp >= 1) {
+    l.accumulation = std::max<std::int64_t>(global_batch / (l.micro_batch * l.dp), 1);
+  }
+  return l;
+}
+
+Config to_config(const ModelConfig& model, const Layout& l, const TrainingSettings& settings) {
+  Config c;
+  c.model = model;
+  if (settings.seq > 0) c.model.block_size = settings.seq;
+  c.training.micro_batch = l.micro_batch;
+  c.training.accumulation = l.accumulation;
+  c.training.global_batch = settings.global_batch;
+  c.training.precision = settings.precision;
+  c.training.recompute = l.recompute;
+  c.parallel.tp = l.tp;
+  c.parallel.pp = l.pp;
+  c.parallel.dp = l.dp;
+  c.parallel.cp = l.cp;
+  c.parallel.ep = l.ep;
+  c.parallel.virtual_stages = l.v;
+  c.parallel.zero_stage = l.zero_stage;
+  c.parallel.sequence_parallel = l.sequence_parallel;
+  c.parallel.pp_schedule = l.schedule;
+  c.source = "layout " + to_string(l);
+  return c;
+}
+
+std::vector<ConfigIssue> check_layout(const ModelConfig& model, const Layout& layout,
+                                      const TrainingSettings& settings) {
+  const std::int64_t devices = layout.devices();
+  return check_config(to_config(model, layout, settings),
+                      static_cast<int>(std::clamp<std::int64_t>(devices, 0, 1 << 30)));
+}
+
+LinkKind link_of_group(std::int64_t size, std::int64_t stride, const ClusterSpec& cluster) {
+  const std::int64_t span = size * stride;
+  const bool inside = span <= cluster.devices_per_node && cluster.devices_per_node % span == 0;
+  return inside || size <= 1 ? LinkKind::intra_node : LinkKind::inter_node;
+}
+
+Link link_of_group_bandwidth(std::int64_t size, std::int64_t stride, const ClusterSpec& cluster) {
+  if (link_of_group(size, stride, cluster) == LinkKind::intra_node) return cluster.intra_node;
+  const std::int64_t per_node = std::max<std::int64_t>(
+      1, std::min(size, cluster.devices_per_node / std::max<std::int64_t>(1, stride)));
+  Link link = cluster.inter_node;
+  link.bandwidth_bytes_per_s =
+      std::min(cluster.intra_node.bandwidth_bytes_per_s,
+               static_cast<double>(per_node) * cluster.inter_node.bandwidth_bytes_per_s);
+  return link;
+}
+
+std::vector<Layout> enumerate_layouts(const ModelConfig& model, const TrainingSettings& settings,
+                                      std::int64_t devices, std::int64_t max_micro_batch,
+                                      std::vector<Rejection>* rejected) {
+  std::vector<Layout> out;
+  std::map<std::pair<std::string, std::string>, std::int64_t> reasons;
+  const std::int64_t batch = settings.global_batch;
+  auto consider = [&](const Layout& l) {
+    const std::vector<ConfigIssue> issues = check_layout(model, l, settings);
+    if (issues.empty()) {
+      out.push_back(l);
+      return;
+    }
+    for (const ConfigIssue& issue : issues) ++reasons[{issue.setting, issue.rule}];
+  };
+  for (const std::int64_t tp : divisors(devices)) {
+    for (const std::int64_t pp : divisors(devices / tp)) {
+      const std::int64_t dp = devices / (tp * pp);
+      std::vector<std::int64_t> micro_batches{1};
+      if (batch >= dp && batch % dp == 0) {
+        micro_batches.clear();
+        for (const std::int64_t b : divisors(batch / dp)) {
+          if (b <= max_micro_batch) micro_batches.push_back(b);
+        }
+      }
+      std::vector<std::pair<std::string, std::int64_t>> schedules{{"1f1b", 1}};
+      if (pp > 1) {
+        schedules = {{"1f1b", 1},
+                     {"gpipe", 1},
+                     {"zb_h1", 1},
+                     {"interleaved_1f1b", 2},
+                     {"interleaved_1f1b", 3},
+                     {"interleaved_1f1b", 4}};
+      }
+      for (const std::int64_t b : micro_batches) {
+        for (const auto& [schedule, v] : schedules) {
+          // ZeRO shards over dp: with dp = 1 every stage is ZeRO-0 with extra copies.
+          for (std::int64_t zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero) {
+            for (const char* recompute : {"none", "selective", "full"}) {
+              for (const bool sp : {false, true}) {
+                if (sp && tp == 1) continue;
+                consider({.tp = tp,
+                          .pp = pp,
+                          .v = v,
+                          .dp = dp,
+                          .zero_stage = zero,
+                          .micro_batch = b,
+                          .accumulation = std::max<std::int64_t>(batch / (b * dp), 1),
+                          .recompute = recompute,
+                          .sequence_parallel = sp,
+                          .schedule = schedule});
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  if (rejected != nullptr) {
+    rejected->clear();
+    for (const auto& [key, count] : reasons) {
+      rejected->push_back({.setting = key.first, .rule = key.second, .count = count});
+    }
+    std::sort(rejected->begin(), rejected->end(),
+              [](const Rejection& a, const Rejection& b) { return a.count > b.count; });
+  }
+  return out;
+}
+
+}  // namespace meshtrain::plan

@@ -1,0 +1,111 @@
+#include "meshtrain/plan/presets.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "meshtrain/config/load.h"
+#include "meshtrain/core/error.h"
+
+namespace meshtrain::plan {
+namespace {
+
+ModelConfig llama(std::int64_t layers, std::int64_t hidden, std::int64_t heads,
+                  std::int64_t kv_heads, std::int64_t ffn, std::int64_t vocab, std::int64_t seq,
+                  double rope_theta) {
+  ModelConfig m;
+  m.family = "llama";
+  m.n_layer = layers;
+  m.n_embd = hidden;
+  m.n_head = heads;
+  m.n_kv_head = kv_heads;
+  m.ffn_hidden = ffn;
+  m.vocab_size = vocab;
+  m.block_size = seq;
+  m.bias = false;
+  m.rope_theta = rope_theta;
+  return m;
+}
+
+std::vector<ModelPreset> make_presets() {
+  std::vector<ModelPreset> out;
+  // Brown et al. 2020, "Language Models are Few-Shot Learners", Table 2.1 (GPT-3 175B: 96
+  // layers, d_model 12288, 96 heads, context 2048) and §2.1 (GPT-2's architecture: learned
+  // positions, LayerNorm, biases, MLP 4·d_model, the 50257-token BPE vocabulary).
+  ModelConfig gpt3;
+  gpt3.family = "gpt2";
+  gpt3.n_layer = 96;
+  gpt3.n_embd = 12288;
+  gpt3.n_head = 96;
+  gpt3.block_size = 2048;
+  gpt3.vocab_size = 50257;
+  gpt3.bias = true;
+  out.push_back({.name = "gpt3-175b", .model = gpt3, .source = "Brown et al. 2020, Table 2.1"});
+  // Llama 3 (Dubey et al. 2024, "The Llama 3 Herd of Models", Table 3): 8B 32 × 4096, 32
+  // heads, 8 kv heads, FFN 14336; 70B 80 × 8192, 64 heads, 8 kv, FFN 28672; 405B 126 × 16384,
+  // 128 heads, 8 kv, FFN 53248; vocabulary 128256, RoPE θ = 500000, pre-training context 8192.
+  const char* kLlama3 = "Dubey et al. 2024 (Llama 3), Table 3";
+  out.push_back({.name = "llama3-8b",
+                 .model = llama(32, 4096, 32, 8, 14336, 128256, 8192, 500000.0),
+                 .source = kLlama3});
+  out.push_back({.name = "llama3-70b",
+                 .model = llama(80, 8192, 64, 8, 28672, 128256, 8192, 500000.0),
+                 .source = kLlama3});
+  out.push_back({.name = "llama3-405b",
+                 .model = llama(126, 16384, 128, 8, 53248, 128256, 8192, 500000.0),
+                 .source = kLlama3});
+  // Jiang et al. 2024, "Mixtral of Experts", Table 1: 32 × 4096, 32 heads, 8 kv heads, expert
+  // FFN 14336, 8 experts, top-2, vocabulary 32000, context 32768. Recorded for expert-parallel
+  // planning; model_from refuses it until the planner counts MoE layers.
+  out.push_back({.name = "mixtral-8x7b",
+                 .model = llama(32, 4096, 32, 8, 14336, 32000, 32768, 1e6),
+                 .experts = 8,
+                 .experts_per_token = 2,
+                 .source = "Jiang et al. 2024 (Mixtral), Table 1"});
+  return out;
+}
+
+std::vector<std::string> names() {
+  std::vector<std::string> out;
+  for (const ModelPreset& p : model_presets()) out.push_back(p.name);
+  return out;
+}
+
+}  // namespace
+
+const std::vector<ModelPreset>& model_presets() {
+  static const std::vector<ModelPreset> presets = make_presets();
+  return presets;
+}
+
+ModelPreset model_from(const std::string& name_or_path) {
+  if (name_or_path.ends_with(".toml")) {
+    const Config config = load_config_file(name_or_path);
+    ModelPreset preset{.name = name_or_path, .model = config.model, .source = name_or_path};
+    if (preset.model.vocab_size == 0) {
+      // Training takes the vocabulary from the data's meta.json; the repo's configs train on
+      // the character-level Tiny Shakespeare, 65 symbols (data/prepared/*/meta.json).
+      preset.model.vocab_size = 65;
+      preset.source += " (vocab_size 0 → 65, the shakespeare_char vocabulary)";
+    }
+    return preset;
+  }
+  for (const ModelPreset& p : model_presets()) {
+    if (p.name != name_or_path) continue;
+    if (p.experts > 1) {
+      throw ConfigError("--model",
+                        {{"--model", name_or_path,
+                          fmt::format("a mixture-of-experts model ({} experts, top-{}): its "
+                                      "dimensions are recorded, but the planner does not yet "
+                                      "count MoE layers (ep = 1 in this version)",
+                                      p.experts, p.experts_per_token),
+                          "plan a dense model"}});
+    }
+    return p;
+  }
+  throw ConfigError("--model", {{"--model", name_or_path, "unknown model preset",
+                                 fmt::format("use one of {}, or a meshtrain TOML config "
+                                             "(configs/*.toml)",
+                                             fmt::join(names(), ", "))}});
+}
+
+}  // namespace meshtrain::plan
