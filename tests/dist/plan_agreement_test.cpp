@@ -63,12 +63,7 @@ std::vector<AgreementCase> cases_of_this_world() {
     case 4:
       return {{.name = "tp2_dp2_zero1_sp", .dp = 2, .tp = 2, .zero = 1, .sp = true},
               {.name = "pp2_dp2_zero1_m2", .dp = 2, .pp = 2, .zero = 1, .accumulation = 2},
-              {.name = "pp2_tp2_sp_zb_h1_m4",
-               .tp = 2,
-               .pp = 2,
-               .accumulation = 4,
-               .sp = true,
-               .schedule = "zb_h1"}};
+              {.name = "pp2_tp2_sp_1f1b_m4", .tp = 2, .pp = 2, .accumulation = 4, .sp = true}};
     default:
       return {};
   }

@@ -226,6 +226,12 @@ expect "plan: unknown model preset" 2 "llama3-70b" -- \
   "$BIN" plan --model gpt5 --cluster 8xA100-80GB
 expect "plan: unknown cluster preset" 2 "8xH100-80GB" -- \
   "$BIN" plan --model llama3-8b --cluster 8xV100
+expect "plan: zero nodes (not a default)" 2 "--nodes = 0" -- \
+  "$BIN" plan --model llama3-8b --cluster 8xA100-80GB --nodes 0
+expect "plan: a global batch too large to search" 2 "--global-batch = 2147483648" -- \
+  "$BIN" plan --model llama3-8b --cluster 8xA100-80GB --global-batch 2147483648
+expect "plan: unknown precision" 2 "--precision = fp8" -- \
+  "$BIN" plan --model llama3-8b --cluster 8xA100-80GB --precision fp8
 expect "plan: malformed layout" 2 "dp must be an integer" -- \
   "$BIN" plan --model llama3-8b --cluster 8xA100-80GB --layout tp=8,dp=x
 expect "plan: layout the trainer rejects" 2 "model.n_head = 4" -- \

@@ -28,9 +28,12 @@ scenario() {
   mkdir -p "$TMPDIR"
   local start end
   start=$(date +%s%N)
-  timeout $((TIMEOUT_S + 30)) mpirun --oversubscribe --bind-to none -np "$np" "$PROBE" "$name" "$TIMEOUT_S" \
-    >"$WORK/out" 2>&1
+  # -k: an mpirun that ignores SIGTERM (its ranks stuck) is killed 5 s later; ranks it leaves
+  # behind are killed below, so one stuck scenario cannot stall the others.
+  timeout -k 5 $((TIMEOUT_S + 30)) mpirun --oversubscribe --bind-to none -np "$np" "$PROBE" \
+    "$name" "$TIMEOUT_S" >"$WORK/out" 2>&1
   local got=$?
+  pkill -9 -f "^$PROBE $name " 2>/dev/null || true
   end=$(date +%s%N)
   local ms=$(((end - start) / 1000000))
   local label="$name (np $np)"

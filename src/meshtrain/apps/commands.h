@@ -62,14 +62,14 @@ struct ExportArgs {
 int run_export(const ExportArgs& args);
 
 struct PlanArgs {
-  std::string model;              // preset name or configs/*.toml
-  std::string cluster;            // preset name or cluster .toml
-  std::int64_t nodes = 0;         // 0: the cluster's own node count
-  std::int64_t seq = 0;           // 0: the model's sequence length
-  std::int64_t global_batch = 0;  // sequences per step; 0: the devices (one sequence each)
+  std::string model;               // preset name or configs/*.toml
+  std::string cluster;             // preset name or cluster .toml
+  std::int64_t nodes = -1;         // −1 (not given): the cluster's own node count
+  std::int64_t seq = -1;           // −1: the model's sequence length
+  std::int64_t global_batch = -1;  // sequences per step; −1: the devices (one sequence each)
   std::string precision = "bf16";
-  std::string layout;       // empty: search
-  double efficiency = 0.0;  // 0: the cluster's default
+  std::string layout;        // empty: search
+  double efficiency = -1.0;  // −1: the cluster's default
   double dp_overlap = 0.0;
   double memory_fraction = 0.9;
   std::int64_t max_micro_batch = 64;

@@ -17,12 +17,21 @@ void check_args(const PlanArgs& a) {
                      const char* fix) {
     if (!ok) issues.push_back({setting, std::move(value), rule, fix});
   };
-  require(a.nodes >= 0, "--nodes", fmt::format("{}", a.nodes), "must be ≥ 1", "use e.g. 8");
-  require(a.seq >= 0, "--seq", fmt::format("{}", a.seq), "must be ≥ 1", "use e.g. 4096");
-  require(a.global_batch >= 0, "--global-batch", fmt::format("{}", a.global_batch),
-          "must be ≥ 1 sequences", "use e.g. 1024");
-  require(a.efficiency >= 0.0 && a.efficiency <= 1.0, "--efficiency",
+  // −1 = not given. Upper bounds keep the search finite (it enumerates divisors of the devices
+  // and micro-batches of the global batch) and catch typos: 2^20 devices, 2^24 sequences and
+  // 2^22 tokens per sequence are beyond any cluster or run planned today.
+  const auto given = [](auto v) { return v != -1; };
+  require(!given(a.nodes) || (a.nodes >= 1 && a.nodes <= (1 << 20)), "--nodes",
+          fmt::format("{}", a.nodes), "must lie in [1, 2^20]", "use e.g. 8");
+  require(!given(a.seq) || (a.seq >= 1 && a.seq <= (1 << 22)), "--seq", fmt::format("{}", a.seq),
+          "must lie in [1, 2^22] tokens", "use e.g. 4096");
+  require(!given(a.global_batch) || (a.global_batch >= 1 && a.global_batch <= (1 << 24)),
+          "--global-batch", fmt::format("{}", a.global_batch), "must lie in [1, 2^24] sequences",
+          "use e.g. 1024");
+  require(!given(a.efficiency) || (a.efficiency > 0.0 && a.efficiency <= 1.0), "--efficiency",
           fmt::format("{}", a.efficiency), "must lie in (0, 1]", "use e.g. 0.5");
+  require(a.precision == "fp32" || a.precision == "bf16" || a.precision == "fp16", "--precision",
+          a.precision, "must be fp32, bf16 or fp16", "use bf16");
   require(a.dp_overlap >= 0.0 && a.dp_overlap <= 1.0, "--dp-overlap",
           fmt::format("{}", a.dp_overlap), "must lie in [0, 1]", "use 0 (no overlap)");
   require(a.memory_fraction > 0.0 && a.memory_fraction <= 1.0, "--memory-fraction",
@@ -95,6 +104,11 @@ int run_plan(const PlanArgs& args) {
     const plan::ModelPreset model = plan::model_from(args.model);
     plan::ClusterSpec cluster = plan::cluster_from(args.cluster);
     if (args.nodes > 0) cluster.nodes = args.nodes;
+    if (cluster.devices() > (1 << 20)) {
+      throw ConfigError(args.cluster,
+                        {{"nodes × devices_per_node", fmt::format("{}", cluster.devices()),
+                          "must be at most 2^20 devices", "use fewer nodes"}});
+    }
     plan::TrainingSettings settings{
         .seq = args.seq > 0 ? args.seq : model.model.block_size,
         .global_batch = args.global_batch > 0 ? args.global_batch : cluster.devices(),

@@ -108,7 +108,12 @@ Plan account(const ModelConfig& model, const Layout& layout, const TrainingSetti
   for (const AxisSpec& a : axes) {
     if (a.size <= 1) continue;
     AxisComm ax{.axis = a.axis, .size = a.size, .link = link_of_group(a.size, a.stride, cluster)};
-    const Link link = link_of_group_bandwidth(a.size, a.stride, cluster);
+    // A ring collective drives every NIC its ranks have in a node; a pipeline send is one
+    // rank's transfer to one peer, over its own NIC only (with pp_scatter_gather the tp ranks
+    // of a stage each send their part, which pp_time_per_step accounts for).
+    const Link link = ax.axis == "pp" && ax.link == LinkKind::inter_node
+                          ? cluster.inter_node
+                          : link_of_group_bandwidth(a.size, a.stride, cluster);
     std::string formula;
     for (const ParameterCounts& sp : counts) {
       double bytes = 0.0, seconds = 0.0;
