@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dump_main.h"
 #include "meshtrain/checkpoint/safetensors.h"
 #include "meshtrain/comm/single_rank_group.h"
 #include "meshtrain/config/load.h"
@@ -86,18 +87,7 @@ int run(const std::filesystem::path& out, const std::string& variant) {
 }  // namespace meshtrain
 
 int main(int argc, char** argv) {
-  const std::string_view flag = argc == 3 ? argv[2] : "";
-  if (argc < 2 || argc > 3 || (argc == 3 && flag != "--no-bias" && flag != "--llama")) {
-    std::fprintf(stderr, "usage: export_dump <out dir> [--no-bias | --llama]\n");
-    return 2;
-  }
-  try {
-    const std::string variant = flag == "--llama"     ? "llama"
-                                : flag == "--no-bias" ? "gpt2-nobias"
-                                                      : "gpt2";
-    return meshtrain::run(argv[1], variant);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "export_dump: %s\n", e.what());
-    return 1;
-  }
+  return meshtrain::test::dump_main(
+      argc, argv, "export_dump", "<out dir>",
+      [](const char* out, const std::string& variant) { return meshtrain::run(out, variant); });
 }

@@ -36,6 +36,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dump_main.h"
 #include "meshtrain/checkpoint/safetensors.h"
 #include "meshtrain/comm/single_rank_group.h"
 #include "meshtrain/config/config.h"
@@ -183,19 +184,9 @@ int run(const std::string& out_path, const std::string& variant, ProcessGroup& s
 }  // namespace meshtrain
 
 int main(int argc, char** argv) {
-  const std::string_view flag = argc == 3 ? argv[2] : "";
-  if (argc < 2 || argc > 3 || (argc == 3 && flag != "--no-bias" && flag != "--llama")) {
-    std::fprintf(stderr, "usage: reference_dump <out.safetensors> [--no-bias | --llama]\n");
-    return 2;
-  }
-  try {
-    const auto self = meshtrain::single_rank_group("tp");
-    const std::string variant = flag == "--llama"     ? "llama"
-                                : flag == "--no-bias" ? "gpt2-nobias"
-                                                      : "gpt2";
-    return meshtrain::run(argv[1], variant, *self);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "reference_dump: %s\n", e.what());
-    return 1;
-  }
+  return meshtrain::test::dump_main(argc, argv, "reference_dump", "<out.safetensors>",
+                                    [](const char* out, const std::string& variant) {
+                                      const auto self = meshtrain::single_rank_group("tp");
+                                      return meshtrain::run(out, variant, *self);
+                                    });
 }
