@@ -29,11 +29,6 @@ namespace {
 namespace fs = std::filesystem;
 using test::quiet;
 
-int world_size_env() {
-  const char* env = std::getenv("OMPI_COMM_WORLD_SIZE");
-  return env != nullptr ? std::atoi(env) : 1;
-}
-
 // One fresh directory, the same path on every rank of `group` (rank 0 creates it).
 fs::path shared_temp_dir(ProcessGroup& group) {
   std::string path;
@@ -84,7 +79,7 @@ Config resume_config(const ResumeCase& c) {
 }
 
 std::vector<ResumeCase> resume_cases() {
-  switch (world_size_env()) {
+  switch (test::launched_world_size()) {
     case 1:
       return {{.name = "single"},
               {.name = "single_fp16_accumulation", .accumulation = 2, .precision = "fp16"},
@@ -182,7 +177,7 @@ struct ReshardCase {
 };
 
 std::vector<ReshardCase> reshard_cases() {
-  switch (world_size_env()) {
+  switch (test::launched_world_size()) {
     case 4:
       return {{"tp2_pp2_zero0",
                {.dp = 1, .tp = 2, .pp = 2, .v = 1, .zero = 0},

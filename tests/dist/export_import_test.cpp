@@ -36,8 +36,7 @@ using test::quiet;
 using Layout = std::tuple<std::string, int, int, int, int>;
 
 std::vector<Layout> layouts_of_this_world() {
-  const char* env = std::getenv("OMPI_COMM_WORLD_SIZE");
-  const int world = env != nullptr ? std::atoi(env) : 1;
+  const int world = test::launched_world_size();
   std::vector<Layout> out;
   for (const std::string family : {"gpt2", "llama"}) {
     if (world == 1) out.emplace_back(family, 1, 1, 0, 1);

@@ -92,8 +92,7 @@ TEST_P(MixedPrecisionTp, Bf16AtTpEqualsBf16AtTp1) {
 // environment): tp = world ≤ 4, the model's kv heads; none at np 8 (which its CTest entry
 // filters out anyway).
 std::vector<Case> cases_of_this_world() {
-  const char* env = std::getenv("OMPI_COMM_WORLD_SIZE");
-  const int world = env != nullptr ? std::atoi(env) : 1;
+  const int world = test::launched_world_size();
   std::vector<Case> out;
   if (world > 4) return out;
   for (const char* family : {"gpt2", "llama"}) {

@@ -38,8 +38,7 @@ struct AgreementCase {
 void PrintTo(const AgreementCase& c, std::ostream* os) { *os << c.name; }
 
 std::vector<AgreementCase> cases_of_this_world() {
-  const char* env = std::getenv("OMPI_COMM_WORLD_SIZE");
-  switch (env != nullptr ? std::atoi(env) : 1) {
+  switch (test::launched_world_size()) {
     case 1:
       return {{.name = "single"},
               {.name = "single_selective", .recompute = "selective"},

@@ -54,8 +54,7 @@ std::string name_of(const PpLayout& l) {
 // environment): np 2 runs every schedule at pp 2, np 4 every schedule at pp 4 and pp 2 with
 // tp 2 (+sp) or dp 2, np 8 pp 2 × tp 2 × dp 2.
 std::vector<PpLayout> layouts_of_this_world() {
-  const char* env = std::getenv("OMPI_COMM_WORLD_SIZE");
-  const int world = env != nullptr ? std::atoi(env) : 1;
+  const int world = test::launched_world_size();
   std::vector<PpLayout> out;
   for (const char* family : {"gpt2", "llama"}) {
     if (world == 2 || world == 4) {

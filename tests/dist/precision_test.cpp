@@ -3,9 +3,8 @@
 // found-inf flag is a MAX over the world — and halve the scale identically; the weights do
 // not move and stay bit-identical across dp replicas; after growth_interval clean steps the
 // scale grows on every rank. Under ZeRO-1 too (each rank then only sees its own slices).
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <cstring>
 #include <limits>

@@ -48,8 +48,7 @@ using Layout = std::tuple<std::string, int, bool>;
 // parameters during static initialisation; OpenMPI puts the size in the environment):
 // tp ∈ {2, 4} × dp ∈ {1, 2}, so np 2, 4 and 8 together cover all four (tp, dp) pairs.
 std::vector<Layout> layouts_of_this_world() {
-  const char* env = std::getenv("OMPI_COMM_WORLD_SIZE");
-  const int world = env != nullptr ? std::atoi(env) : 1;
+  const int world = test::launched_world_size();
   std::vector<Layout> out;
   for (const char* family : {"gpt2", "llama"}) {
     for (int tp : {2, 4}) {

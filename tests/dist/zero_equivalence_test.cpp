@@ -53,8 +53,7 @@ Config odd_config(std::int64_t dp, std::int64_t tp, std::int64_t pp, std::int64_
 using Layout = std::tuple<int, int, int>;
 
 std::vector<Layout> layouts_of_this_world() {
-  const char* env = std::getenv("OMPI_COMM_WORLD_SIZE");
-  const int world = env != nullptr ? std::atoi(env) : 1;
+  const int world = test::launched_world_size();
   std::vector<Layout> out;
   if (world != 2 && world != 4) return out;
   for (int zero : {1, 2, 3}) out.emplace_back(zero, 1, 1);
