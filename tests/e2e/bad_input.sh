@@ -240,6 +240,9 @@ printf 'devices_per_node = 7\nnodes = 1\nmemory_gib = 16\n[peak_tflops]\nfp32 = 
   >"$WORK/seven.toml"
 expect "plan: no layout of 7 devices" 2 "no layout of 7 devices" -- \
   "$BIN" plan --model "$CONFIG" --cluster "$WORK/seven.toml" --global-batch 8 --precision fp32
+sed 's/^memory_gib = 16$/memory_gib = 16\nefficency = 0.6/' "$WORK/seven.toml" >"$WORK/typo.toml"
+expect "plan: a misspelt cluster-file key" 2 "efficency = (unknown key)" -- \
+  "$BIN" plan --model "$CONFIG" --cluster "$WORK/typo.toml" --global-batch 8 --precision fp32
 expect "plan: nothing fits" 2 "No layout fits" -- \
   "$BIN" plan --model gpt3-175b --cluster 8xA100-80GB --global-batch 8 --max-micro-batch 1
 

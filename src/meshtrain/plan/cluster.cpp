@@ -5,6 +5,9 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
 
 #include "meshtrain/core/error.h"
 
@@ -104,10 +107,38 @@ double positive(const toml::node_view<const toml::node>& node, const std::string
     fail(source, key, "(missing)", "the cluster file must give it as a number",
          "see docs/planner.md, \"Cluster files\"");
   }
-  if (!(*value > 0.0)) {
-    fail(source, key, fmt::format("{}", *value), "must be > 0", "give a positive number");
+  if (!(*value > 0.0) || !std::isfinite(*value)) {
+    fail(source, key, fmt::format("{}", *value), "must be a finite number > 0",
+         "give a positive number");
   }
   return *value;
+}
+
+// Every key of a cluster file (docs/planner.md, "Cluster files"): a misspelt key would
+// otherwise be ignored and its default used without a word.
+void check_keys(const toml::table& root, const std::string& source) {
+  const std::set<std::string> top = {"name",       "devices_per_node", "nodes",
+                                     "memory_gib", "memory_bytes",     "peak_tflops",
+                                     "intra_node", "inter_node",       "efficiency"};
+  const std::map<std::string, std::set<std::string>> nested = {
+      {"peak_tflops", {"fp32", "tf32", "bf16"}},
+      {"intra_node", {"bandwidth_gb_per_s", "latency_us"}},
+      {"inter_node", {"bandwidth_gb_per_s", "latency_us"}}};
+  for (const auto& [key, node] : root) {
+    const std::string k(key.str());
+    if (!top.contains(k)) {
+      fail(source, k, "(unknown key)", "not a cluster-file setting",
+           fmt::format("use {} (docs/planner.md, \"Cluster files\")", fmt::join(top, ", ")));
+    }
+    const auto sub = nested.find(k);
+    if (sub == nested.end() || !node.is_table()) continue;
+    for (const auto& [inner, value] : *node.as_table()) {
+      if (!sub->second.contains(std::string(inner.str()))) {
+        fail(source, fmt::format("{}.{}", k, inner.str()), "(unknown key)",
+             "not a cluster-file setting", fmt::format("use {}", fmt::join(sub->second, ", ")));
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -146,6 +177,7 @@ ClusterSpec load_cluster_file(const std::filesystem::path& path) {
              : "check that the file exists and is TOML");
   }
   const toml::table& root_view = parsed;
+  check_keys(parsed, source);
   ClusterSpec c;
   c.name = root_view["name"].value_or(path.stem().string());
   c.devices_per_node = static_cast<std::int64_t>(
