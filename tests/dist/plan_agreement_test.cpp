@@ -11,6 +11,7 @@
 // deferred weight-gradient inputs; the planner was 5.5 % under on pp 2 × tp 2 + sp, m 4).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -121,21 +122,33 @@ TEST_P(PlanAgreement, BytesPerStepExactlyAndMemoryWithinFivePercent) {
   const plan::MemoryBreakdown state = plan::model_state_bytes(config, params.total);
   const TrackedAllocator& a = TrackedAllocator::instance();
   const auto peak = [&a](MemCategory m) { return static_cast<double>(a.stats(m).peak_bytes); };
+  // A pipeline stage's posted receives ([b·s (/t with sp), h] fp32 boundary tensors, up to two
+  // per local chunk) are alive at the peak or not depending on timing (the PipelineMemory test
+  // bounds them the same way); the planner leaves them out, so under pp the measured
+  // activation peak may exceed the planned one by that much on top of the 5 %.
+  const double boundary =
+      static_cast<double>(config.training.micro_batch * config.model.block_size *
+                          config.model.n_embd) *
+      4.0 / static_cast<double>(config.parallel.sequence_parallel ? config.parallel.tp : 1);
+  const double receives = config.parallel.pp > 1
+                              ? 2.0 * static_cast<double>(config.parallel.virtual_stages) * boundary
+                              : 0.0;
   const struct {
     const char* name;
-    double planned, measured;
+    double planned, measured, timing;
   } rows[] = {
-      {"params", state.params, peak(MemCategory::params)},
-      {"grads", state.grads, peak(MemCategory::grads)},
-      {"optimizer", state.optimizer, peak(MemCategory::optimizer)},
+      {"params", state.params, peak(MemCategory::params), 0.0},
+      {"grads", state.grads, peak(MemCategory::grads), 0.0},
+      {"optimizer", state.optimizer, peak(MemCategory::optimizer), 0.0},
       {"activations", plan::activation_peak_bytes(config, params, stage),
-       peak(MemCategory::activations)},
-      {"comm", plan::comm_buffer_bytes(config, params), peak(MemCategory::comm)},
+       peak(MemCategory::activations), receives},
+      {"comm", plan::comm_buffer_bytes(config, params), peak(MemCategory::comm), 0.0},
   };
   for (const auto& r : rows) {
-    EXPECT_LE(std::abs(r.planned - r.measured), 0.05 * r.measured + 1.0)
-        << r.name << " on stage " << stage << ": planned " << r.planned << " B, measured "
-        << r.measured << " B";
+    const double excess = std::max(0.0, std::min(r.measured - r.planned, r.timing));
+    EXPECT_LE(std::abs(r.planned + excess - r.measured), 0.05 * r.measured + 1.0)
+        << r.name << " on stage " << stage << ": planned " << r.planned << " B (+ up to "
+        << r.timing << " B of posted receives), measured " << r.measured << " B";
   }
 }
 
