@@ -142,6 +142,71 @@ void gqa_attention_backward(const QkvRows& in, const float* out, const float* ls
                             const float* dout, const QkvGradRows& grad, const GqaDims& dims);
 
 // ---------------------------------------------------------------------------------------------
+// Attention on one (query chunk, key/value chunk) pair: the tiled FlashAttention-2 algorithm
+// (Dao 2023, Algorithm 1 forward, Algorithm 2 backward): blocks of queries × blocks of keys,
+// online softmax, no T×T matrix; forward returns the output and the log-sum-exp of every score
+// row, backward recomputes the probabilities from lse and uses D = rowsum(dO∘O). One process
+// calls it once per layer (mask causal, offsets 0); ring attention (context parallel) calls it
+// once per (local query chunk, visiting key/value chunk) and merges the partial results by
+// log-sum-exp (attention_merge). Grouped-query heads as gqa_attention_forward.
+
+enum class AttentionMask : std::uint8_t {
+  causal,  // key j is visible to query i iff kv_offset + j ≤ q_offset + i (global positions)
+  full,    // every key is visible (a key chunk wholly before the query chunk)
+  skip,    // no key is visible: forward writes out = 0 and lse = −inf, backward adds nothing
+};
+
+/// The rows of one chunk pair. Row i (0 ≤ i < q_len) of sequence b of the query chunk is row
+/// b·q_seq_rows + i of q, out, dout and dq (their pointers already at the chunk's first row);
+/// row j of the key/value chunk is row b·kv_seq_rows + j of k, v, dk, dv. lse and delta of
+/// (b, h, i) sit at (b·heads + h)·lse_seq_len + i (lse pointer already at the chunk's first
+/// row). Offsets are the global sequence positions of the chunks' first rows (the causal mask
+/// and nothing else reads them).
+struct AttentionChunkDims {
+  std::int64_t batch;     // sequences
+  std::int64_t q_len;     // query rows per sequence in the chunk (any ≥ 0; need not fill a block)
+  std::int64_t kv_len;    // key/value rows per sequence in the chunk
+  std::int64_t heads;     // query heads on this rank
+  std::int64_t kv_heads;  // heads % kv_heads == 0
+  std::int64_t head_dim;
+  std::int64_t q_offset = 0;
+  std::int64_t kv_offset = 0;
+  std::int64_t q_seq_rows;   // ≥ q_len
+  std::int64_t kv_seq_rows;  // ≥ kv_len
+  std::int64_t lse_seq_len;  // ≥ q_len
+};
+
+///   in: q [.., heads·head_dim] (stride in.q_stride), k, v [.., kv_heads·head_dim] (in.kv_stride)
+///   out [.., heads·head_dim] (row stride out_stride floats), lse f32: overwritten for the
+///   chunk's rows; a row that sees no key gets out = 0, lse = −inf. Scale 1/√head_dim.
+///   MT_CHECKs dims and strides. Memory: O(block) scratch per thread, nothing O(T²).
+void attention_chunk_forward(const QkvRows& in, const AttentionChunkDims& dims, AttentionMask mask,
+                             float* out, std::int64_t out_stride, float* lse);
+
+/// Exact merge of two partial attentions over disjoint key sets (Milakov & Gimelshein 2018's
+/// online softmax; Liu et al. 2023, Ring Attention, §3): with m = max(lse, part_lse),
+///   out ← (e^(lse−m)·out + e^(part_lse−m)·part_out) / (e^(lse−m) + e^(part_lse−m)),
+///   lse ← m + log(e^(lse−m) + e^(part_lse−m)); a −inf side contributes nothing.
+/// Query-side layout of `dims` (q_len, q_seq_rows, lse_seq_len, heads, head_dim) for both
+/// pairs; out and part_out have row strides out_stride and part_stride.
+void attention_merge(float* out, std::int64_t out_stride, float* lse, const float* part_out,
+                     std::int64_t part_stride, const float* part_lse,
+                     const AttentionChunkDims& dims);
+
+///   delta (b, h, i) ← Σ_c dout[row, h·d + c] · out[row, h·d + c] (FlashAttention-2's D), for
+///   the query rows of `dims`; out and dout share row stride `stride`. Overwritten.
+void attention_delta(const float* out, const float* dout, std::int64_t stride,
+                     const AttentionChunkDims& dims, float* delta);
+
+/// Backward of one chunk pair given the FINAL lse and delta of the query rows (over every key
+/// chunk, so each pair's P = exp(S − lse) is already normalised): with dS = P∘(dP − D),
+///   dq += scale·dS·k,  dk += scale·dSᵀ·q,  dv += Pᵀ·dout   (ACCUMULATED, head columns only).
+/// dout has row stride dout_stride. Rows with lse = −inf add nothing.
+void attention_chunk_backward(const QkvRows& in, const float* dout, std::int64_t dout_stride,
+                              const float* lse, const float* delta, const QkvGradRows& grad,
+                              const AttentionChunkDims& dims, AttentionMask mask);
+
+// ---------------------------------------------------------------------------------------------
 // Rotary position embedding (Su et al. 2021, §3.4.2, eq. 34) in the Hugging Face Llama layout
 // ("rotate_half"): within each head, element i < head_dim/2 pairs with i + head_dim/2 and the
 // pair is rotated by angle pos·θ^(−2i/head_dim), pos = positions[row].
