@@ -84,6 +84,11 @@ struct ParallelConfig {
   std::int64_t pp = 1;
   std::int64_t cp = 1;
   std::int64_t ep = 1;
+  // Context parallel (docs/context_parallel.md): each sequence is cut into 2·cp chunks, cp rank
+  // c holding chunks c and 2·cp−1−c (zigzag). "p2p": ring attention, K and V travel around the
+  // cp ring (Liu et al. 2023); "a2a": Ulysses all-to-all between sequence and head sharding
+  // (Jacobs et al. 2023). Megatron-LM's --cp-comm-type names.
+  std::string cp_comm = "p2p";
   // Megatron sequence parallelism (Korthikanti et al. 2022, §4.2.2): norms and residuals hold
   // [tokens/tp, C]; needs tp > 1 to change anything and block_size % tp == 0.
   bool sequence_parallel = false;

@@ -73,6 +73,7 @@ std::vector<Field> fields_of(Config& c) {
       {"parallel.pp", &c.parallel.pp},
       {"parallel.cp", &c.parallel.cp},
       {"parallel.ep", &c.parallel.ep},
+      {"parallel.cp_comm", &c.parallel.cp_comm},
       {"parallel.sequence_parallel", &c.parallel.sequence_parallel},
       {"parallel.pp_schedule", &c.parallel.pp_schedule},
       {"parallel.virtual_stages", &c.parallel.virtual_stages},
