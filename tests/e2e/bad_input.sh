@@ -60,8 +60,18 @@ expect "tensor parallel on the wrong number of ranks" 2 "pass --parallel.dp 2" -
   mpirun --oversubscribe -np 4 "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.tp 2
 expect "unwritable trace file" 2 "--trace = /proc/meshtrain_trace.json" -- \
   "$BIN" train "$CONFIG" "${COMMON[@]}" --trace /proc/meshtrain_trace.json
-expect "context parallel not yet supported" 2 "parallel.cp = 2" -- \
-  mpirun --oversubscribe -np 2 "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.cp 2
+expect "context parallel with a block size 2·cp does not divide" 2 "model.block_size = 63" -- \
+  mpirun --oversubscribe -np 2 "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.cp 2 \
+  --model.block_size 63
+expect "unknown cp_comm" 2 'parallel.cp_comm = "ring"' -- \
+  mpirun --oversubscribe -np 2 "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.cp 2 \
+  --parallel.cp_comm ring
+expect "Ulysses with heads cp does not divide" 2 "model.n_head = 6" -- \
+  mpirun --oversubscribe -np 4 "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.cp 4 \
+  --parallel.cp_comm a2a --model.n_head 6 --model.n_embd 192
+expect "ep not yet supported" 2 "parallel.ep = 2" -- \
+  mpirun --oversubscribe -np 2 "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.ep 2 \
+  --parallel.dp 2
 expect "more pipeline chunks than layers" 2 "model.n_layer = 1" -- \
   mpirun --oversubscribe -np 2 "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.pp 2 \
   --model.n_layer 1

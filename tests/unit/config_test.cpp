@@ -116,18 +116,56 @@ TEST(ConfigValidate, WorldSizeMustEqualProductOfParallelSizes) {
 
 TEST(ConfigValidate, OtherParallelSizesAreNotYetSupportedAndBadValuesAreCollected) {
   Config c;
-  c.parallel.cp = 2;  // context parallel is not yet supported (tp and pp are)
+  c.parallel.ep = 2;  // expert parallel is not yet supported (tp, pp and cp are)
   c.model.dropout = 0.1;
   c.training.lr_scaling = "cubic";
   c.training.min_lr = 1.0;
   const auto issues = check_config(c, 2);
   std::vector<std::string> settings;
   for (const auto& i : issues) settings.push_back(i.setting);
-  EXPECT_NE(std::find(settings.begin(), settings.end(), "parallel.cp"), settings.end());
+  EXPECT_NE(std::find(settings.begin(), settings.end(), "parallel.ep"), settings.end());
   EXPECT_NE(std::find(settings.begin(), settings.end(), "model.dropout"), settings.end());
   EXPECT_NE(std::find(settings.begin(), settings.end(), "training.lr_scaling"), settings.end());
   EXPECT_NE(std::find(settings.begin(), settings.end(), "training.min_lr"), settings.end());
   EXPECT_NE(issues_text(c, 2).find("not yet supported"), std::string::npos);
+}
+
+// Context parallel's rules (docs/context_parallel.md): 2·cp chunks per sequence, Ulysses'
+// whole heads per cp rank, sequence parallel over the local rows, and the cp_comm names.
+TEST(ConfigValidate, ContextParallelRulesNameSettingValueRuleAndFix) {
+  Config c;
+  c.parallel.cp = 4;
+  c.model.block_size = 60;  // 60 % (2·4) ≠ 0
+  std::string text = issues_text(c, 4);
+  EXPECT_NE(text.find("model.block_size = 60"), std::string::npos) << text;
+  EXPECT_NE(text.find("2·cp = 8 equal chunks"), std::string::npos) << text;
+  EXPECT_NE(text.find("multiple of 8"), std::string::npos) << text;
+  c.model.block_size = 64;
+  EXPECT_TRUE(check_config(c, 4).empty()) << issues_text(c, 4);
+
+  c.parallel.cp_comm = "ring";
+  text = issues_text(c, 4);
+  EXPECT_NE(text.find("parallel.cp_comm = \"ring\""), std::string::npos) << text;
+  c.parallel.cp_comm = "a2a";
+  c.model.n_head = 6;
+  c.model.n_embd = 192;  // 6 heads per tp rank do not split over cp = 4
+  text = issues_text(c, 4);
+  EXPECT_NE(text.find("model.n_head = 6"), std::string::npos) << text;
+  EXPECT_NE(text.find("cp_comm = \"p2p\""), std::string::npos) << text;
+  c.parallel.cp_comm = "p2p";  // ring attention has no head rule
+  EXPECT_TRUE(check_config(c, 4).empty()) << issues_text(c, 4);
+
+  Config sp;
+  sp.model.n_head = 4;
+  sp.parallel.cp = 2;
+  sp.parallel.tp = 4;
+  sp.parallel.sequence_parallel = true;
+  sp.model.block_size = 36;  // 36 % 4 == 0, but the 18 rows per cp rank do not split over tp 4
+  text = issues_text(sp, 8);
+  EXPECT_NE(text.find("block_size / cp = 18"), std::string::npos) << text;
+  sp.model.block_size = 0;
+  sp.parallel.cp = 0;
+  EXPECT_NE(issues_text(sp, 8).find("parallel.cp = 0"), std::string::npos);
 }
 
 TEST(ConfigValidate, RejectsBeforeAnyAllocation) {

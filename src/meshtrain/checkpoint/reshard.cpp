@@ -60,6 +60,8 @@ std::filesystem::path reshard_checkpoint(const std::filesystem::path& src, const
   nlohmann::json state = reader.state();
   state["mesh"] = {{"world", world},
                    {"dp", par.dp},
+                   {"cp", par.cp},
+                   {"cp_comm", par.cp_comm},
                    {"tp", par.tp},
                    {"pp", par.pp},
                    {"virtual_stages", par.virtual_stages},
@@ -86,9 +88,14 @@ std::filesystem::path reshard_checkpoint(const std::filesystem::path& src, const
                             .config_toml = rank == 0 ? to_toml(target) : std::string()};
       for (const Parameter* p : stage->parameters()) {
         // The same rule as Trainer::save_checkpoint: one copy of every element.
-        if (p->tied_copy || (zero == 0 && c.dp != 0) || (!p->is_sharded() && c.tp != 0)) continue;
-        const auto [begin, end] = zero_owned_range(zero, shape_numel(p->local_shape()), c.dp,
-                                                   static_cast<int>(par.dp), low);
+        // Replicas of the parameters are the dp × cp ranks (group rank d·cp + c, as DeviceMesh
+        // orders the dp × cp group), which ZeRO shards over.
+        const int replica = c.dp * static_cast<int>(par.cp) + c.cp;
+        if (p->tied_copy || (zero == 0 && replica != 0) || (!p->is_sharded() && c.tp != 0)) {
+          continue;
+        }
+        const auto [begin, end] = zero_owned_range(zero, shape_numel(p->local_shape()), replica,
+                                                   static_cast<int>(par.dp * par.cp), low);
         if (begin == end) continue;
         const ShardPiece piece{.slice = p->shard, .begin = begin, .end = end};
         PieceState s{.name = p->name,

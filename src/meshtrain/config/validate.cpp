@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <string>
+#include <tuple>
 
 #include "meshtrain/config/pipeline_rules.h"
 
@@ -81,18 +82,49 @@ void check_model(const ModelConfig& m, std::vector<ConfigIssue>& issues) {
           "use 10000 (Llama 2) or 500000 (Llama 3)");
 }
 
+// Context parallel (docs/context_parallel.md): the zigzag split cuts every sequence into
+// 2·cp equal chunks; Ulysses gives every cp rank whole heads.
+void check_context_parallel(const Config& c, std::vector<ConfigIssue>& issues) {
+  const ParallelConfig& p = c.parallel;
+  const ModelConfig& m = c.model;
+  require(issues, p.cp >= 1, "parallel.cp", p.cp, "must be ≥ 1", "use 1 for no context parallel");
+  require(issues, p.cp_comm == "p2p" || p.cp_comm == "a2a", "parallel.cp_comm",
+          fmt::format("\"{}\"", p.cp_comm),
+          "must be \"p2p\" (ring attention) or \"a2a\" (Ulysses all-to-all)",
+          "set parallel.cp_comm = \"p2p\"");
+  if (p.cp < 2) return;
+  require(issues, m.block_size < 1 || m.block_size % (2 * p.cp) == 0, "model.block_size",
+          m.block_size,
+          fmt::format("with parallel.cp = {} every sequence is cut into 2·cp = {} equal chunks "
+                      "(the zigzag split that balances causal attention), so the sequence "
+                      "length must be divisible by {}",
+                      p.cp, 2 * p.cp, 2 * p.cp),
+          fmt::format("set model.block_size to a multiple of {}, or a smaller parallel.cp",
+                      2 * p.cp));
+  if (p.cp_comm != "a2a" || p.tp < 1) return;
+  const std::int64_t heads = m.n_head / p.tp, kv = kv_heads_of(m) / p.tp;
+  for (const auto& [name, value, local] :
+       {std::tuple{"model.n_head", m.n_head, heads},
+        std::tuple{"model.n_kv_head", kv_heads_of(m), kv}}) {
+    require(issues, local < 1 || local % p.cp == 0, name, value,
+            fmt::format("parallel.cp_comm = \"a2a\" (Ulysses) gives each cp rank whole heads: "
+                        "the {} per tp rank ({} / tp {} = {}) must be divisible by "
+                        "parallel.cp = {}",
+                        name, value, p.tp, local, p.cp),
+            "use parallel.cp_comm = \"p2p\" (ring attention has no head rule), or a cp that "
+            "divides the heads per tp rank");
+  }
+}
+
 void check_parallel(const Config& c, int world_size, std::vector<ConfigIssue>& issues) {
   const ParallelConfig& p = c.parallel;
   const ModelConfig& m = c.model;
-  const std::pair<const char*, std::int64_t> not_yet[] = {{"parallel.cp", p.cp},
-                                                          {"parallel.ep", p.ep}};
-  for (const auto& [name, size] : not_yet) {
-    require(issues, size == 1, name, size,
-            "not yet supported: this version runs data, tensor and pipeline parallel only "
-            "(cp = ep = 1)",
-            fmt::format("set {} = 1 and use parallel.dp / tp / pp for more ranks", name));
-  }
+  require(issues, p.ep == 1, "parallel.ep", p.ep,
+          "not yet supported: this version runs data, tensor, pipeline and context parallel "
+          "(ep = 1)",
+          "set parallel.ep = 1 and use parallel.dp / tp / pp / cp for more ranks");
   check_pipeline(c, issues);
+  check_context_parallel(c, issues);
   require(issues, p.dp >= 1, "parallel.dp", p.dp, "must be ≥ 1", "use 1 for a single process");
   require(issues, p.tp >= 1, "parallel.tp", p.tp, "must be ≥ 1", "use 1 for no tensor parallel");
   require(issues, p.bucket_mib >= 1, "parallel.bucket_mib", p.bucket_mib, "must be ≥ 1 MiB",
@@ -121,17 +153,22 @@ void check_parallel(const Config& c, int world_size, std::vector<ConfigIssue>& i
                 : fmt::format("0 (the {} default for n_embd = {}: {})", m.family, m.n_embd, ffn),
             fmt::format("the MLP hidden size must be divisible by parallel.tp = {}", p.tp),
             fmt::format("set model.ffn_hidden to a multiple of {}", p.tp));
-    if (p.sequence_parallel) {
-      require(issues, m.block_size < 1 || m.block_size % p.tp == 0, "model.block_size",
+    // Under cp a rank holds block_size/cp tokens of every sequence (checked above to split).
+    const std::int64_t cp = p.cp >= 1 ? p.cp : 1;
+    if (p.sequence_parallel && (cp == 1 || m.block_size % (2 * cp) == 0)) {
+      require(issues, m.block_size < 1 || (m.block_size / cp) % p.tp == 0, "model.block_size",
               m.block_size,
               fmt::format("with parallel.sequence_parallel the tokens of a micro-batch are split "
-                          "over the tp ranks, so the sequence length must be divisible by "
+                          "over the tp ranks, so the sequence length{} must be divisible by "
                           "parallel.tp = {} (Megatron-LM's rule: then every micro-batch size "
                           "splits evenly)",
+                          cp > 1 ? fmt::format(" per cp rank (block_size / cp = {})",
+                                               m.block_size / cp)
+                                 : "",
                           p.tp),
               fmt::format("set model.block_size to a multiple of {}, or "
                           "parallel.sequence_parallel = false",
-                          p.tp));
+                          cp > 1 ? 2 * cp * p.tp : p.tp));
     }
   }
   const std::int64_t ranks = p.pp * p.dp * p.cp * p.tp;

@@ -30,15 +30,17 @@ Rows rows_of(const std::vector<Tensor>& t, std::int64_t q_width, std::int64_t kv
 }  // namespace
 
 CausalSelfAttention::CausalSelfAttention(const std::string& prefix, const AttentionShape& shape,
-                                         const TensorParallel& tp, Recompute recompute)
+                                         const ParallelGroups& groups, Recompute recompute)
     : shape_(shape),
-      heads_(shape.n_head / tp.group.size()),
-      kv_heads_(shape.n_kv_head / tp.group.size()),
+      heads_(shape.n_head / groups.tp.group.size()),
+      kv_heads_(shape.n_kv_head / groups.tp.group.size()),
       head_dim_(shape.n_embd / shape.n_head),
       recompute_core_(recompute == Recompute::selective),
-      qkv_(qkv_weights(prefix, shape), shape.n_embd, shape.bias, tp),
+      cp_(groups.cp),
+      qkv_(qkv_weights(prefix, shape), shape.n_embd, shape.bias, groups.tp),
       out_(prefix + (shape.fused_qkv ? ".c_proj" : ".o_proj"), shape.n_head * head_dim_,
-           shape.n_embd, shape.bias, shape.proj_init_std, tp) {
+           shape.n_embd, shape.bias, shape.proj_init_std, groups.tp) {
+  const TensorParallel& tp = groups.tp;
   MT_CHECK(shape.n_head % tp.group.size() == 0 && shape.n_kv_head % tp.group.size() == 0 &&
                shape.n_head % shape.n_kv_head == 0 &&
                (!shape.fused_qkv || shape.n_kv_head == shape.n_head),
@@ -57,8 +59,9 @@ Tensor CausalSelfAttention::forward(const Tensor& x, const SequenceBatch& batch)
   const auto in = rows_of<float*, kernels::QkvGradRows>(s.qkv_out, q_width, kv_width);
   if (shape_.rope_theta > 0.0f) {
     s.positions.resize(static_cast<std::size_t>(tokens));
-    for (std::int64_t t = 0; t < tokens; ++t) {
-      s.positions[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(t % batch.seq_len);
+    for (std::int64_t t = 0; t < tokens; ++t) {  // global positions of the zigzag rows
+      s.positions[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(
+          zigzag_position(t % batch.seq_len, batch.seq_len, cp_.rank(), cp_.size()));
     }
     kernels::rope_apply(in.dq, in.q_stride, s.positions.data(), tokens, heads_, head_dim_,
                         shape_.rope_theta, false);
@@ -70,20 +73,23 @@ Tensor CausalSelfAttention::forward(const Tensor& x, const SequenceBatch& batch)
   if (recompute_core_) {
     // The output and lse are the only per-layer activations the core adds (the kernel never
     // stores the T×T scores); the output projection holds the output too, so both let go.
-    s.att_out = s.lse = Tensor();
+    s.att_out = Tensor();
+    s.core = AttentionCoreState();
     out_.discard();
   }
   return y;
 }
 
+AttentionCoreShape CausalSelfAttention::core_shape(const SequenceBatch& batch) const {
+  return {batch.sequences, batch.seq_len, heads_, kv_heads_, head_dim_};
+}
+
 void CausalSelfAttention::attend(State& s) const {
   const std::int64_t q_width = heads_ * head_dim_, kv_width = kv_heads_ * head_dim_;
   s.att_out = Tensor::empty({s.batch.tokens(), q_width}, MemCategory::activations);
-  s.lse = Tensor::empty({s.batch.sequences, heads_, s.batch.seq_len}, MemCategory::activations);
-  const kernels::GqaDims dims{s.batch.sequences, s.batch.seq_len, heads_, kv_heads_, head_dim_};
-  kernels::gqa_attention_forward(
-      rows_of<const float*, kernels::QkvRows>(s.qkv_out, q_width, kv_width), s.att_out.f32(),
-      s.lse.f32(), dims);
+  s.core = attention_core_forward(
+      cp_, rows_of<const float*, kernels::QkvRows>(s.qkv_out, q_width, kv_width), core_shape(s.batch),
+      s.att_out.f32());
 }
 
 Tensor CausalSelfAttention::backward(const Tensor& dy) {
@@ -100,10 +106,8 @@ Tensor CausalSelfAttention::backward(const Tensor& dy) {
       grads.push_back(Tensor::empty(t.shape(), MemCategory::activations));
     const std::int64_t q_width = heads_ * head_dim_, kv_width = kv_heads_ * head_dim_;
     const auto d = rows_of<float*, kernels::QkvGradRows>(grads, q_width, kv_width);
-    const kernels::GqaDims dims{s.batch.sequences, s.batch.seq_len, heads_, kv_heads_, head_dim_};
-    kernels::gqa_attention_backward(
-        rows_of<const float*, kernels::QkvRows>(s.qkv_out, q_width, kv_width), s.att_out.f32(),
-        s.lse.f32(), d_att.f32(), d, dims);
+    attention_core_backward(cp_, rows_of<const float*, kernels::QkvRows>(s.qkv_out, q_width, kv_width),
+                            s.att_out.f32(), d_att.f32(), s.core, d, core_shape(s.batch));
     if (shape_.rope_theta > 0.0f) {  // the rotation is orthogonal: its backward rotates back
       const std::int64_t tokens = s.qkv_out[0].dim(0);
       kernels::rope_apply(d.dq, d.q_stride, s.positions.data(), tokens, heads_, head_dim_,

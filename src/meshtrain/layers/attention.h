@@ -9,13 +9,18 @@
 //   Llama: `<prefix>.{q_proj [H·d, C], k_proj [Hkv·d, C], v_proj [Hkv·d, C], o_proj [C, H·d]}`,
 //     grouped-query attention (Ainslie et al. 2023) and rotary position embedding (Su et al.
 //     2021) on q and k.
+// Under context parallelism (groups.cp) the rows are this rank's zigzag share of every
+// sequence (parallel_groups.h): rotary angles use the rows' global positions, and the core
+// runs as ring attention or Ulysses (context_attention.h).
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "meshtrain/layers/activation_slots.h"
+#include "meshtrain/layers/context_attention.h"
 #include "meshtrain/layers/module.h"
+#include "meshtrain/layers/parallel_groups.h"
 #include "meshtrain/layers/parallel_linear.h"
 
 namespace meshtrain {
@@ -38,13 +43,15 @@ class CausalSelfAttention final : public Module {
   /// "selective activation recomputation" of the attention core); none and full keep them
   /// (under full the block discards the whole layer instead).
   CausalSelfAttention(const std::string& prefix, const AttentionShape& shape,
-                      const TensorParallel& tp, Recompute recompute = Recompute::none);
+                      const ParallelGroups& groups, Recompute recompute = Recompute::none);
 
-  /// x [tokens, C] (or [tokens/tp, C] under sequence parallelism) → same layout. Keeps, in
-  /// the current activation slot, q, k, v (after rotation; [tokens, H/tp·d], [tokens,
-  /// Hkv/tp·d] each, or the fused [tokens, 3C/tp]), the positions, and, unless selective,
-  /// the attention output [tokens, H/tp·d] f32 (also the output projection's kept input) and
-  /// its log-sum-exp [batch, H/tp, T] f32 (plus what the q/k/v projection keeps).
+  /// x [tokens, C] (or [tokens/tp, C] under sequence parallelism; tokens = sequences ·
+  /// T/cp) → same layout. Keeps, in the current activation slot, q, k, v (after rotation;
+  /// [tokens, H/tp·d], [tokens, Hkv/tp·d] each, or the fused [tokens, 3C/tp]), the positions,
+  /// and, unless selective, the attention output [tokens, H/tp·d] f32 (also the output
+  /// projection's kept input) and the core's state: log-sum-exp [batch, H/tp, T/cp] f32
+  /// (Ulysses: the head-sharded whole sequences, AttentionCoreState), plus what the q/k/v
+  /// projection keeps.
   Tensor forward(const Tensor& x, const SequenceBatch& batch) override;
   /// Selective: first recomputes the attention output and log-sum-exp from the kept q, k, v
   /// with the forward's kernel (the same bits). Frees the slot's state (what deferred weight
@@ -58,14 +65,17 @@ class CausalSelfAttention final : public Module {
     SequenceBatch batch{0, 0};
     std::vector<Tensor> qkv_out;
     std::vector<std::int32_t> positions;
-    Tensor att_out, lse;  // empty between forward and backward under selective recompute
+    Tensor att_out;            // empty between forward and backward under selective recompute
+    AttentionCoreState core;   // likewise
   };
-  /// The attention core: s.qkv_out (q, k rotated) → fresh s.att_out and s.lse.
+  /// The attention core: s.qkv_out (q, k rotated) → fresh s.att_out and s.core.
   void attend(State& s) const;
+  AttentionCoreShape core_shape(const SequenceBatch& batch) const;
 
   AttentionShape shape_;
   std::int64_t heads_, kv_heads_, head_dim_;  // heads on this rank
   bool recompute_core_;                       // Recompute::selective
+  ContextParallel cp_;
   ColumnParallelLinear qkv_;
   RowParallelLinear out_;
   Saved<State> saved_;

@@ -28,7 +28,8 @@ std::unique_ptr<Module> norm(const ModelConfig& c, const std::string& prefix) {
 }
 
 std::unique_ptr<TransformerBlock> block(const ModelConfig& c, std::int64_t i,
-                                        const TensorParallel& tp, Recompute recompute) {
+                                        const ParallelGroups& groups, Recompute recompute) {
+  const TensorParallel& tp = groups.tp;
   const bool llama = is_llama(c);
   const auto init_std = static_cast<float>(c.init_std);
   // GPT-2 scales the residual projections by 1/√(2·n_layer) (Radford et al. 2019, §2.3);
@@ -53,21 +54,22 @@ std::unique_ptr<TransformerBlock> block(const ModelConfig& c, std::int64_t i,
     const std::string p = fmt::format("model.layers.{}", i);
     return std::make_unique<TransformerBlock>(
         norm(c, p + ".input_layernorm"),
-        std::make_unique<CausalSelfAttention>(p + ".self_attn", attn, tp, recompute),
+        std::make_unique<CausalSelfAttention>(p + ".self_attn", attn, groups, recompute),
         norm(c, p + ".post_attention_layernorm"), std::make_unique<SwiGluMlp>(p + ".mlp", mlp, tp),
         recompute);
   }
   const std::string p = fmt::format("transformer.h.{}", i);
   return std::make_unique<TransformerBlock>(
-      norm(c, p + ".ln_1"), std::make_unique<CausalSelfAttention>(p + ".attn", attn, tp, recompute),
+      norm(c, p + ".ln_1"), std::make_unique<CausalSelfAttention>(p + ".attn", attn, groups, recompute),
       norm(c, p + ".ln_2"), std::make_unique<GeluMlp>(p + ".mlp", mlp, tp), recompute);
 }
 
 }  // namespace
 
-CausalLm::CausalLm(const ModelConfig& config, std::uint64_t seed, const TensorParallel& tp,
+CausalLm::CausalLm(const ModelConfig& config, std::uint64_t seed, const ParallelGroups& groups,
                    const ChunkLayout& layout, Recompute recompute)
-    : config_(config), tp_(tp), layout_(layout) {
+    : config_(config), tp_(groups.tp), cp_(groups.cp), layout_(layout) {
+  const TensorParallel& tp = groups.tp;
   MT_CHECK(config.vocab_size > 0, "vocab_size must be known before building the model");
   if (layout_.num_layers < 0) layout_.num_layers = config.n_layer - layout_.first_layer;
   MT_CHECK(layout_.first_layer >= 0 && layout_.num_layers >= 0 &&
@@ -87,7 +89,7 @@ CausalLm::CausalLm(const ModelConfig& config, std::uint64_t seed, const TensorPa
     }
   }
   for (std::int64_t i = layout_.first_layer; i < layout_.first_layer + layout_.num_layers; ++i) {
-    blocks_.push_back(block(config, i, tp, recompute));
+    blocks_.push_back(block(config, i, groups, recompute));
     for (Parameter* p : blocks_.back()->parameters()) params_.push_back(p);
   }
   if (layout_.has_head) {
@@ -139,8 +141,8 @@ void CausalLm::after_backward(int unit) {
 
 Tensor CausalLm::forward_blocks(const std::int32_t* tokens, const Tensor& x_in, std::int64_t batch,
                                 std::int64_t seq_len) {
-  MT_CHECK(seq_len >= 1 && seq_len <= config_.block_size, "sequence length {} outside [1, {}]",
-           seq_len, config_.block_size);
+  MT_CHECK(seq_len >= 1 && seq_len * cp_.size() <= config_.block_size,
+           "sequence length {} × cp {} outside [1, {}]", seq_len, cp_.size(), config_.block_size);
   State& state = *saved_;
   state.batch = SequenceBatch{batch, seq_len};
   Tensor x = x_in;
@@ -153,13 +155,14 @@ Tensor CausalLm::forward_blocks(const std::int32_t* tokens, const Tensor& x_in, 
     }
     x = embed_->forward(tokens, rows);  // [rows, C], or this rank's rows under SP
     if (wpe_) {
-      // Under sequence parallelism this rank holds rows [r·rows/tp, (r+1)·rows/tp).
+      // Under sequence parallelism this rank holds rows [r·rows/tp, (r+1)·rows/tp) of its
+      // cp share; a row's position is global (the zigzag split, parallel_groups.h).
       const std::int64_t local = x.dim(0);
       const std::int64_t first = tp_.sequence_parallel ? tp_.group.rank() * local : 0;
       state.positions.resize(static_cast<std::size_t>(local));
       for (std::int64_t i = 0; i < local; ++i) {
-        state.positions[static_cast<std::size_t>(i)] =
-            static_cast<std::int32_t>((first + i) % seq_len);
+        state.positions[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(
+            zigzag_position((first + i) % seq_len, seq_len, cp_.rank(), cp_.size()));
       }
       Tensor pos = Tensor::empty(x.shape(), MemCategory::activations);
       embedding_lookup(state.positions.data(), wpe_->value, 0, config_.block_size, pos.f32(),

@@ -27,6 +27,7 @@
 #include "meshtrain/config/config.h"
 #include "meshtrain/layers/activation_slots.h"
 #include "meshtrain/layers/module.h"
+#include "meshtrain/layers/parallel_groups.h"
 #include "meshtrain/layers/parameter_hooks.h"
 #include "meshtrain/layers/transformer_block.h"
 #include "meshtrain/layers/vocab_parallel.h"
@@ -52,10 +53,11 @@ class CausalLm {
   /// `recompute` (training.recompute): selective, every attention recomputes its core in
   /// backward (CausalSelfAttention); full, every block keeps only its input and recomputes
   /// itself (TransformerBlock).
-  CausalLm(const ModelConfig& config, std::uint64_t seed, const TensorParallel& tp,
+  CausalLm(const ModelConfig& config, std::uint64_t seed, const ParallelGroups& groups,
            const ChunkLayout& layout = {}, Recompute recompute = Recompute::none);
 
-  /// tokens, targets [batch, T] i32 (T ≤ block_size; the same on every tp rank) → mean
+  /// tokens, targets [batch, T] i32 (T ≤ block_size; the same on every tp rank; under context
+  /// parallelism T is the local length T/cp and the rows are this cp rank's zigzag share) → mean
   /// cross-entropy over batch·T tokens, the same on every tp rank. Keeps what backward needs.
   float forward(const std::int32_t* tokens, const std::int32_t* targets, std::int64_t batch,
                 std::int64_t seq_len);
@@ -115,6 +117,7 @@ class CausalLm {
 
   ModelConfig config_;
   TensorParallel tp_;
+  ContextParallel cp_;
   ChunkLayout layout_;
   std::unique_ptr<VocabParallelEmbedding> embed_;
   std::optional<Parameter> wpe_;  // gpt2: [block_size, C], replicated over tp

@@ -15,7 +15,7 @@ Recompute recompute_of(const TrainingConfig& t) {
 
 }  // namespace
 
-PipelineStage::PipelineStage(const Config& config, std::uint64_t seed, const TensorParallel& tp,
+PipelineStage::PipelineStage(const Config& config, std::uint64_t seed, const ParallelGroups& groups,
                              int pp_rank)
     : pp_(static_cast<int>(config.parallel.pp)), pp_rank_(pp_rank) {
   const std::vector<std::int64_t> counts = layers_per_chunk(config);
@@ -31,7 +31,7 @@ PipelineStage::PipelineStage(const Config& config, std::uint64_t seed, const Ten
                              .has_embedding = g == 0,
                              .has_head = g == last};
     chunks_.push_back(
-        std::make_unique<CausalLm>(config.model, seed, tp, layout, recompute_of(config.training)));
+        std::make_unique<CausalLm>(config.model, seed, groups, layout, recompute_of(config.training)));
     for (Parameter* p : chunks_.back()->parameters()) params_.push_back(p);
   }
   if (config.model.family == "gpt2" && last > 0) {

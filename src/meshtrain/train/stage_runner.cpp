@@ -5,6 +5,21 @@
 
 namespace meshtrain {
 
+std::vector<std::int32_t> zigzag_rows(const std::vector<std::int32_t>& full,
+                                      std::int64_t sequences, std::int64_t seq_len, int cp_rank,
+                                      int cp_size) {
+  if (cp_size == 1) return full;
+  const std::int64_t local = seq_len / cp_size;
+  std::vector<std::int32_t> out(static_cast<std::size_t>(sequences * local));
+  for (std::int64_t b = 0; b < sequences; ++b) {
+    for (std::int64_t i = 0; i < local; ++i) {
+      out[static_cast<std::size_t>(b * local + i)] = full[static_cast<std::size_t>(
+          b * seq_len + zigzag_position(i, local, cp_rank, cp_size))];
+    }
+  }
+  return out;
+}
+
 StageRunner::StageRunner(PipelineStage& stage, const data::GlobalBatchSampler& sampler,
                          const MicroBatching& batching, const pp::PipelineExecutor& executor)
     : stage_(stage), sampler_(sampler), batching_(batching), executor_(executor) {}
@@ -24,6 +39,10 @@ void StageRunner::fill(int microbatch) {
   const std::int64_t first = data::first_sequence_of(microbatch, batching_.dp_rank,
                                                      batching_.dp_size, batching_.micro_batch);
   sampler_.fill(step_, first, batching_.micro_batch, tokens.data(), targets.data());
+  tokens = zigzag_rows(tokens, batching_.micro_batch, batching_.seq_len, batching_.cp_rank,
+                       batching_.cp_size);
+  targets = zigzag_rows(targets, batching_.micro_batch, batching_.seq_len, batching_.cp_rank,
+                        batching_.cp_size);
 }
 
 const std::vector<std::int32_t>& StageRunner::tokens(int microbatch) {
@@ -50,7 +69,7 @@ Tensor StageRunner::forward(int microbatch, int chunk, const Tensor& input) {
   return clock_.time(Phase::forward, phases_, [&] {
     delay(Phase::forward);
     const Tensor h = model.forward_blocks(first ? tokens(microbatch).data() : nullptr, input,
-                                          batching_.micro_batch, batching_.seq_len);
+                                          batching_.micro_batch, batching_.local_len());
     if (!model.layout().has_head) return h;
     // A non-finite loss is reported by the trainer after the step, on every rank at once:
     // thrown here, on the last stage only, it would leave the other stages waiting for its
@@ -86,7 +105,7 @@ void StageRunner::backward_weight(int microbatch, int chunk) {
 }
 
 Shape StageRunner::boundary_shape() const {
-  const std::int64_t tokens = batching_.micro_batch * batching_.seq_len;
+  const std::int64_t tokens = batching_.micro_batch * batching_.local_len();
   return {batching_.sequence_parallel ? tokens / batching_.tp_size : tokens,
           stage_.chunk(0).config().n_embd};
 }

@@ -207,6 +207,10 @@ Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
   mesh_ = std::make_unique<DeviceMesh>(shape, world);
   set_check_context(mesh_->describe());
   ProcessGroup& dp = mesh_->group(Axis::dp);
+  ProcessGroup& cp = mesh_->group(Axis::cp);
+  // Gradients are averaged, and ZeRO shards, over every rank that holds a replica of the
+  // parameters: dp × cp (context parallel splits sequences, not weights).
+  ProcessGroup& replicas = mesh_->dp_cp_group();
   threads_ = threads_per_rank(config_, options_.local_ranks);
   kernels::set_num_threads(threads_);
 
@@ -219,8 +223,10 @@ Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
     // no memory category ever peaks above its steady state (ZeRO-3: the model never has to fit
     // on one rank; 16-bit runs never hold fp32 copies of their parameters).
     const DeferParameterStorage defer;
-    stage_ = std::make_unique<PipelineStage>(config_, seed,
-                                             TensorParallel{tp, par.sequence_parallel}, pp.rank());
+    const ParallelGroups groups(
+        TensorParallel{tp, par.sequence_parallel},
+        ContextParallel{&cp, par.cp_comm == "a2a" ? CpComm::a2a : CpComm::p2p});
+    stage_ = std::make_unique<PipelineStage>(config_, seed, groups, pp.rank());
   }
   const pp::ScheduleSpec schedule{.name = par.pp_schedule,
                                   .pp = static_cast<int>(par.pp),
@@ -235,7 +241,9 @@ Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
                                                         .dp_rank = dp.rank(),
                                                         .dp_size = dp.size(),
                                                         .tp_size = tp.size(),
-                                                        .sequence_parallel = par.sequence_parallel},
+                                                        .sequence_parallel = par.sequence_parallel,
+                                                        .cp_rank = cp.rank(),
+                                                        .cp_size = cp.size()},
                                           *executor_);
   clock_ = PhaseClock([this] { return comm_seconds(); });
   runner_->set_clock(clock_);
@@ -269,7 +277,7 @@ Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
       source->fill(p, begin, end, out);
     };
   }
-  zero_ = std::make_unique<ZeroSharding>(params, stage_->units(), dp, zero_options);
+  zero_ = std::make_unique<ZeroSharding>(params, stage_->units(), replicas, zero_options);
   if (import && options_.log && world.rank() == 0) {
     fmt::print("initialised the parameters from {}\n", config_.checkpoint.init_from);
   }
@@ -297,7 +305,7 @@ Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
 
 Trainer::Gradients Trainer::compute_gradients(std::int64_t step) {
   const TrainingConfig& t = config_.training;
-  ProcessGroup& dp = mesh_->group(Axis::dp);
+  ProcessGroup& dp = mesh_->dp_cp_group();  // every replica of the parameters
   ProcessGroup& pp = mesh_->group(Axis::pp);
   runner_->begin_step(step);
   runner_->set_loss_scale(scaler_ ? static_cast<float>(scaler_->scale()) : 1.0f);
@@ -321,10 +329,12 @@ Trainer::Gradients Trainer::compute_gradients(std::int64_t step) {
   last_bubble_ /= pp.size();
   record_trace(step, step_start_s, actions);
 
-  zero_->reduce_gradients();        // over dp (stages 2, 3: done during backward)
+  zero_->reduce_gradients();        // over dp × cp (stages 2, 3: done during backward)
   sum_tied_embeddings();            // gpt2 over stages: both copies get the summed gradient
   replicated_grads_->all_reduce();  // sequence parallel: partial sums over tp, once per step
-  // The last stage computed the loss (every tp rank of it the same); average over dp.
+  // The last stage computed the loss (every tp rank of it the same); average over dp × cp:
+  // every cp rank's loss is the mean over the same number of tokens (T/cp per sequence), so
+  // the mean of the means is the mean over the global batch's tokens.
   double loss = runner_->loss_sum() / static_cast<double>(t.accumulation);
   pp.all_reduce_sum(std::span<double>(&loss, 1));
   dp.all_reduce_sum(std::span<double>(&loss, 1));
@@ -414,9 +424,11 @@ double Trainer::evaluate() {
   // rank walks the chunks in the same order, so each send meets its receive).
   const TrainingConfig& t = config_.training;
   ProcessGroup& dp = mesh_->group(Axis::dp);
+  ProcessGroup& cp = mesh_->group(Axis::cp);
   ProcessGroup& pp = mesh_->group(Axis::pp);
   const int chunks = stage_->num_global_chunks();
-  const std::int64_t tokens = t.micro_batch * config_.model.block_size;
+  const std::int64_t local_len = config_.model.block_size / cp.size();
+  const std::int64_t tokens = t.micro_batch * local_len;
   const Shape boundary{
       config_.parallel.sequence_parallel ? tokens / mesh_->group(Axis::tp).size() : tokens,
       config_.model.n_embd};
@@ -425,6 +437,10 @@ double Trainer::evaluate() {
     for (std::int64_t a = 0; a < t.accumulation; ++a) {
       const std::int64_t first = data::first_sequence_of(a, dp.rank(), dp.size(), t.micro_batch);
       val_sampler_->fill(b, first, t.micro_batch, inputs_.data(), targets_.data());
+      const std::vector<std::int32_t> inputs =
+          zigzag_rows(inputs_, t.micro_batch, config_.model.block_size, cp.rank(), cp.size());
+      const std::vector<std::int32_t> targets =
+          zigzag_rows(targets_, t.micro_batch, config_.model.block_size, cp.rank(), cp.size());
       Tensor x;
       for (int g = 0; g < chunks; ++g) {
         const int owner = g % pp.size();
@@ -435,9 +451,9 @@ double Trainer::evaluate() {
           pp.recv(x.span_f32(), prev, g);
         }
         CausalLm& chunk = stage_->chunk(g / pp.size());
-        x = chunk.forward_blocks(inputs_.data(), x, t.micro_batch, config_.model.block_size);
+        x = chunk.forward_blocks(inputs.data(), x, t.micro_batch, local_len);
         if (g == chunks - 1) {
-          sum += chunk.forward_head(x, targets_.data());
+          sum += chunk.forward_head(x, targets.data());
         } else if (next != pp.rank()) {
           pp.send(x.span_f32(), next, g + 1);
         }
@@ -447,7 +463,8 @@ double Trainer::evaluate() {
   }
   pp.all_reduce_sum(std::span<double>(&sum, 1));
   dp.all_reduce_sum(std::span<double>(&sum, 1));
-  return sum / static_cast<double>(t.eval_batches * t.accumulation * dp.size());
+  cp.all_reduce_sum(std::span<double>(&sum, 1));  // each cp rank: the mean of its T/cp tokens
+  return sum / static_cast<double>(t.eval_batches * t.accumulation * dp.size() * cp.size());
 }
 
 std::vector<StepMetrics> Trainer::run() {
@@ -463,6 +480,8 @@ std::vector<StepMetrics> Trainer::run() {
     const auto start = std::chrono::steady_clock::now();
     const CommCounter tp0 = comm_total(mesh_->group(Axis::tp));
     const CommCounter dp0 = comm_total(mesh_->group(Axis::dp));
+    const CommCounter cp0 = comm_total(mesh_->group(Axis::cp));
+    const CommCounter dp_cp0 = comm_total(mesh_->dp_cp_group());
     const double loss_scale = scaler_ ? scaler_->scale() : 1.0;  // what this step's backward uses
     const double comm0 = comm_seconds();
     const Gradients g = compute_gradients(step);
@@ -482,10 +501,15 @@ std::vector<StepMetrics> Trainer::run() {
     m.peak_bytes = TrackedAllocator::instance().total().peak_bytes;
     const CommCounter tp1 = comm_total(mesh_->group(Axis::tp));
     const CommCounter dp1 = comm_total(mesh_->group(Axis::dp));
+    const CommCounter cp1 = comm_total(mesh_->group(Axis::cp));
+    const CommCounter dp_cp1 = comm_total(mesh_->dp_cp_group());
     m.tp_comm_bytes = tp1.bytes - tp0.bytes;
-    m.dp_comm_bytes = dp1.bytes - dp0.bytes;
+    // Under cp the gradient reduction runs over dp × cp; it is reported as the dp traffic.
+    m.dp_comm_bytes = dp1.bytes - dp0.bytes + dp_cp1.bytes - dp_cp0.bytes;
+    m.cp_comm_bytes = cp1.bytes - cp0.bytes;
+    m.cp_comm_s = cp1.seconds - cp0.seconds;
     m.tp_comm_s = tp1.seconds - tp0.seconds;
-    m.dp_comm_s = dp1.seconds - dp0.seconds;
+    m.dp_comm_s = dp1.seconds - dp0.seconds + dp_cp1.seconds - dp_cp0.seconds;
     if (t.straggler_interval > 0 && (step + 1) % t.straggler_interval == 0) {
       m.straggler_report = true;
       m.stragglers = straggler_report(window_steps_);
@@ -555,8 +579,9 @@ std::vector<NamedTensor> Trainer::logical_tensors() {
 
 double Trainer::comm_seconds() const {
   double s = 0.0;
-  for (const Axis axis : {Axis::tp, Axis::dp, Axis::pp})
+  for (const Axis axis : {Axis::tp, Axis::dp, Axis::pp, Axis::cp})
     s += comm_total(mesh_->group(axis)).seconds;
+  s += comm_total(mesh_->dp_cp_group()).seconds;
   if (tied_group_) s += comm_total(*tied_group_).seconds;
   return s;
 }
@@ -702,6 +727,8 @@ void Trainer::log_step(const StepMetrics& m) {
                            {"dp_comm_bytes", m.dp_comm_bytes},
                            {"tp_comm_s", m.tp_comm_s},
                            {"dp_comm_s", m.dp_comm_s},
+                           {"cp_comm_bytes", m.cp_comm_bytes},
+                           {"cp_comm_s", m.cp_comm_s},
                            {"bubble", m.bubble},
                            {"predicted_bubble", predicted_bubble_},
                            {"loss_scale", m.loss_scale},

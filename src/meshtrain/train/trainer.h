@@ -50,9 +50,12 @@ struct StepMetrics {
   // per group, counted as ProcessGroup's counters define them (all-gather: the input).
   std::int64_t tp_comm_bytes = 0;
   std::int64_t dp_comm_bytes = 0;
+  // Context parallel: K/V (ring) or all-to-all (Ulysses) bytes of the cp group.
+  std::int64_t cp_comm_bytes = 0;
   // Seconds this rank spent inside those collectives (waiting for peers included).
   double tp_comm_s = 0.0;
   double dp_comm_s = 0.0;
+  double cp_comm_s = 0.0;
   // Pipeline (pp > 1): idle fraction of this step's schedule, measured per stage as
   // 1 − (time in compute actions) / (the longest stage's action-list time), averaged over the
   // pp ranks.

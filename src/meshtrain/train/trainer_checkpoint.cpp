@@ -54,7 +54,7 @@ void Trainer::save_checkpoint(std::int64_t steps_done) {
   on_rank0_for_all(world_, [&] { prepare_checkpoint_dir(checkpoint_root(), steps_done); });
   world_.barrier();  // nobody writes into the directory before rank 0 has cleared it
 
-  const ProcessGroup& dp = mesh_->group(Axis::dp);
+  const ProcessGroup& dp = mesh_->dp_cp_group();  // the parameters' replicas (dp × cp)
   const ProcessGroup& tp = mesh_->group(Axis::tp);
   RankSnapshot snapshot{.step = steps_done,
                         .rank = world_.rank(),
@@ -65,7 +65,7 @@ void Trainer::save_checkpoint(std::int64_t steps_done) {
   const OptimizerShards& shards = zero_->shards();
   for (std::size_t i = 0; i < shards.size(); ++i) {
     const OptimizerShard& s = shards[i];
-    // One copy of each element: dp replicas (ZeRO-0) and tp replicas hold the same values.
+    // One copy of each element: dp × cp replicas (ZeRO-0) and tp replicas hold the same values.
     const bool replica = (zero_->stage() == 0 && dp.rank() != 0) ||
                          (!s.param->is_sharded() && tp.rank() != 0) || s.param->tied_copy;
     if (replica || s.end == s.begin) continue;
@@ -89,6 +89,8 @@ void Trainer::save_checkpoint(std::int64_t steps_done) {
         {"mesh",
          {{"world", world_.size()},
           {"dp", p.dp},
+          {"cp", p.cp},
+          {"cp_comm", p.cp_comm},
           {"tp", p.tp},
           {"pp", p.pp},
           {"virtual_stages", p.virtual_stages},

@@ -1,0 +1,61 @@
+// src/meshtrain/layers/parallel_groups.h
+//
+// The groups a layer may use, passed as one collection (Megatron-core's ProcessGroupCollection
+// idea): tensor parallel (with sequence parallel) and context parallel; expert parallel joins
+// here later. A group of one rank makes every parallel layer the plain one.
+//
+// Context parallel splits each sequence of T tokens into 2·cp chunks of T/(2·cp) and gives cp
+// rank c chunks c and 2·cp−1−c ("zigzag", Megatron-LM's load-balanced split for causal
+// attention; Liu et al. 2023 ring attention with the striping idea of Brandon et al. 2023):
+// under a causal mask chunk g has g earlier chunks to attend to, so pairing an early chunk with
+// a late one gives every rank the same work. A rank's activations hold, per sequence, its
+// T/cp local rows: first chunk c's, then chunk 2·cp−1−c's.
+#pragma once
+
+#include <cstdint>
+
+#include "meshtrain/comm/process_group.h"
+#include "meshtrain/layers/tp_regions.h"
+
+namespace meshtrain {
+
+/// parallel.cp_comm: how attention sees the other cp ranks' keys and values.
+enum class CpComm : std::uint8_t {
+  p2p,  // ring attention: K and V rotate around the cp ring (layers/context_attention.h)
+  a2a,  // Ulysses: all-to-all from sequence-sharded to head-sharded and back
+};
+
+/// The context-parallel group a layer's sequences are split over (nullptr: cp = 1).
+struct ContextParallel {
+  ProcessGroup* group = nullptr;
+  CpComm comm = CpComm::p2p;
+
+  int size() const noexcept { return group ? group->size() : 1; }
+  int rank() const noexcept { return group ? group->rank() : 0; }
+};
+
+/// Global position (0 ≤ pos < local_len·cp) of local row `row` (0 ≤ row < local_len) of a
+/// sequence on cp rank `rank` of `size` (the zigzag split above). local_len = T/cp is even.
+/// With size 1 it is `row`.
+inline std::int64_t zigzag_position(std::int64_t row, std::int64_t local_len, int rank,
+                                    int size) noexcept {
+  const std::int64_t chunk = local_len / 2;
+  return row < chunk ? rank * chunk + row : (2 * size - 1 - rank) * chunk + (row - chunk);
+}
+
+/// The global chunk index (of 2·cp) that half `half` (0 or 1) of cp rank `rank`'s rows hold.
+inline int zigzag_chunk(int half, int rank, int size) noexcept {
+  return half == 0 ? rank : 2 * size - 1 - rank;
+}
+
+/// Every group a layer may communicate over. Implicitly made from a TensorParallel (cp = 1),
+/// so single-dimension call sites stay as they are.
+struct ParallelGroups {
+  TensorParallel tp;
+  ContextParallel cp;
+
+  ParallelGroups(const TensorParallel& tp_, ContextParallel cp_ = {})  // NOLINT: implicit
+      : tp(tp_), cp(cp_) {}
+};
+
+}  // namespace meshtrain

@@ -1,0 +1,175 @@
+// DESIGN invariant 3 for context parallelism: every layout with cp ∈ {2, 4}, ring attention
+// (p2p) and Ulysses (a2a), both model families, alone and combined with tp (+sp), pp and dp
+// with ZeRO 1 and 3, equals one process at the same global batch: 20 losses, step 1's
+// gradients gathered to logical tensors, and the grad norm. The cp group's bytes per step are
+// checked against docs/context_parallel.md's formula for both modes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "../support/test_config.h"
+#include "../support/training_run.h"
+#include "dist_env.h"
+#include "meshtrain/config/validate.h"
+#include "meshtrain/train/trainer.h"
+
+namespace meshtrain {
+namespace {
+
+using test::max_abs;
+using test::max_abs_diff;
+using test::quiet;
+using test::TrainedRun;
+
+constexpr std::int64_t kGlobalBatch = 8;
+constexpr int kSteps = 20;
+
+// fp32: context parallel re-associates each attention row's softmax sums (partial results
+// merged by log-sum-exp) and the gradient sums over dp × cp (≈1e-7 relative); 1e-5 leaves
+// headroom for 20 Adam steps, while a wrong position, a missed key chunk or a loss divided by
+// the wrong token count is off by ≥ 1e-3.
+constexpr double kGradRtol = 1e-5;
+constexpr double kNormRtol = 1e-6;
+constexpr double kLossRtol = 1e-5;
+
+struct CpLayout {
+  std::string family;
+  int cp;
+  std::string comm;  // "p2p" | "a2a"
+  int tp = 1;
+  bool sp = false;
+  int pp = 1;
+  int zero = 0;
+  int dp() const { return test::launched_world_size() / (cp * tp * pp); }
+};
+
+std::string name_of(const CpLayout& l) {
+  std::string n = l.family + "_cp" + std::to_string(l.cp) + "_" + l.comm;
+  if (l.tp > 1) n += "_tp" + std::to_string(l.tp) + (l.sp ? "sp" : "");
+  if (l.pp > 1) n += "_pp" + std::to_string(l.pp);
+  if (l.dp() > 1) n += "_dp" + std::to_string(l.dp()) + "_zero" + std::to_string(l.zero);
+  return n;
+}
+
+// Known before MPI starts (GoogleTest instantiates during static initialisation): np 2 runs
+// cp 2 alone, np 4 cp 4 alone and cp 2 with tp, pp or dp (ZeRO 1 and 3), np 8 cp 2 with tp and
+// dp, and cp 4 with tp.
+std::vector<CpLayout> layouts_of_this_world() {
+  const int world = test::launched_world_size();
+  std::vector<CpLayout> out;
+  for (const char* family : {"gpt2", "llama"}) {
+    for (const char* comm : {"p2p", "a2a"}) {
+      const std::string f = family, c = comm;
+      if (world == 2) out.push_back({f, 2, c});
+      if (world == 4) {
+        out.push_back({f, 4, c});
+        out.push_back({f, 2, c, 2, true});
+        out.push_back({f, 2, c, 1, false, 2});
+        out.push_back({f, 2, c, 1, false, 1, 1});
+        out.push_back({f, 2, c, 1, false, 1, 3});
+      }
+      if (world == 8) {
+        out.push_back({f, 2, c, 2, true, 1, 1});
+        if (c == "p2p") out.push_back({f, 4, c, 2, false});
+      }
+    }
+  }
+  return out;
+}
+
+Config config_of(const CpLayout& l) {
+  const int dp = l.dp();
+  const std::int64_t accumulation = l.pp > 1 ? 2 : 1;
+  Config c =
+      test::small_tp_config(l.family, dp, l.tp, l.sp, kGlobalBatch / dp / accumulation, accumulation);
+  c.parallel.cp = l.cp;
+  c.parallel.cp_comm = l.comm;
+  c.parallel.pp = l.pp;
+  c.parallel.zero_stage = l.zero;
+  return c;
+}
+
+class CpEquivalence : public ::testing::TestWithParam<CpLayout> {};
+
+TEST_P(CpEquivalence, MatchesSingleProcessAtSameGlobalBatch) {
+  const CpLayout& l = GetParam();
+  MpiRuntime& rt = test::runtime();
+  const auto self = rt.self_group();
+  Config single = config_of(l);
+  single.parallel = ParallelConfig{};
+  single.training.micro_batch = kGlobalBatch;
+  single.training.accumulation = 1;
+  Trainer reference(single, *self, quiet());
+  const auto world = rt.world_group();
+  Trainer parallel(config_of(l), *world, quiet());
+
+  const TrainedRun want = test::train_steps(reference, kSteps);
+  const TrainedRun got = test::train_steps(parallel, kSteps);
+  EXPECT_NEAR(got.grad_norm_step1, want.grad_norm_step1, kNormRtol * want.grad_norm_step1);
+  std::map<std::string, std::size_t> index;
+  for (std::size_t i = 0; i < reference.parameters().size(); ++i)
+    index[reference.parameters()[i]->name] = i;
+  const ParameterList& mine = parallel.parameters();
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    const std::size_t r = index.at(mine[i]->name);
+    const double scale = max_abs(want.grads_step1[r]);
+    EXPECT_LE(max_abs_diff(got.grads_step1[i], want.grads_step1[r]), kGradRtol * scale)
+        << mine[i]->name << " (max |g| " << scale << ")";
+  }
+  ASSERT_EQ(got.losses.size(), want.losses.size());
+  for (std::size_t s = 0; s < want.losses.size(); ++s) {
+    EXPECT_NEAR(got.losses[s], want.losses[s], kLossRtol * std::abs(want.losses[s]))
+        << "step " << s + 1;
+  }
+}
+
+// docs/context_parallel.md: per layer and micro-batch, with n = micro_batch·T/cp local tokens
+// and a K or V block of B = n·(kv_heads/tp)·head_dim·4 bytes,
+//   p2p: forward sends (cp − 1) K|V blocks (2B each); backward (cp − 1) K|V blocks and cp dK|dV
+//        blocks; every send has its matching receive of the same size;
+//   a2a: forward all-to-alls q|k|v (n·(H + 2·Hkv)/tp·d·4) and the output (n·H/tp·d·4);
+//        backward the output gradient and dq|dk|dv, the same sizes.
+TEST_P(CpEquivalence, BytesPerStepEqualTheFormula) {
+  const CpLayout& l = GetParam();
+  const auto world = test::runtime().world_group();
+  const Config config = config_of(l);
+  Trainer trainer(config, *world, quiet());
+  ProcessGroup& cp = trainer.mesh().group(Axis::cp);
+  cp.reset_counters();
+  trainer.compute_gradients(0);
+  const ModelConfig& m = config.model;
+  const std::int64_t d = m.n_embd / m.n_head;
+  const std::int64_t heads = m.n_head / l.tp, kv = kv_heads_of(m) / l.tp;
+  const std::int64_t n = config.training.micro_batch * m.block_size / l.cp;
+  // Every micro-batch passes every layer of this rank's stage.
+  const std::int64_t layers = m.n_layer / l.pp * config.training.accumulation;
+  const std::int64_t block = n * kv * d * 4;
+  if (l.comm == "p2p") {
+    const std::int64_t bytes = layers * ((l.cp - 1) * 2 * block + (l.cp - 1) * 2 * block +
+                                         l.cp * 2 * block);
+    EXPECT_EQ(cp.counter(CommOp::send).bytes, bytes);
+    EXPECT_EQ(cp.counter(CommOp::recv).bytes, bytes);
+    EXPECT_EQ(cp.counter(CommOp::send).calls, layers * (2 * (l.cp - 1) + l.cp));
+    EXPECT_EQ(cp.counter(CommOp::all_to_all).calls, 0);
+  } else {
+    const std::int64_t bytes = layers * 2 * n * d * 4 * ((heads + 2 * kv) + heads);
+    EXPECT_EQ(cp.counter(CommOp::all_to_all).bytes, bytes);
+    EXPECT_EQ(cp.counter(CommOp::all_to_all).calls, layers * 4);
+    EXPECT_EQ(cp.counter(CommOp::send).calls, 0);
+  }
+}
+
+std::string layout_name(const ::testing::TestParamInfo<CpLayout>& info) {
+  return name_of(info.param);
+}
+
+// np 1 has no context-parallel layout.
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(CpEquivalence);
+INSTANTIATE_TEST_SUITE_P(Layouts, CpEquivalence, ::testing::ValuesIn(layouts_of_this_world()),
+                         layout_name);
+
+}  // namespace
+}  // namespace meshtrain
