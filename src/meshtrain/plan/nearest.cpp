@@ -80,15 +80,21 @@ std::string format_diagnosis(const LayoutDiagnosis& d, const Layout& layout,
                              const ClusterSpec& cluster) {
   std::string out;
   for (const ConfigIssue& i : d.issues) {
-    out += fmt::format("{} = {}: {}\n  fix: {}\n", i.setting, i.value, i.rule, i.fix);
+    out += fmt::format("{} = {}: {}\n  fix: {}\n\n", i.setting, i.value, i.rule, i.fix);
   }
+  return out + format_proposals(d, layout, cluster);
+}
+
+std::string format_proposals(const LayoutDiagnosis& d, const Layout& layout,
+                             const ClusterSpec& cluster) {
+  std::string out;
   if (d.issues.empty()) return out;
   if (d.proposals.empty()) {
-    return out + fmt::format("none of the {} valid factorisations of {} devices fits in memory\n",
+    return fmt::format("none of the {} valid factorisations of {} devices fits in memory\n",
                              d.valid, cluster.devices());
   }
   out += fmt::format(
-      "\nNearest layouts of {} devices that fit (of {} valid factorisations; fewest factors "
+      "Nearest layouts of {} devices that fit (of {} valid factorisations; fewest factors "
       "changed, then fastest):\n",
       cluster.devices(), d.valid);
   out += format_table(d.proposals, cluster, d.proposals.size());

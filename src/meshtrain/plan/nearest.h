@@ -33,8 +33,11 @@ LayoutDiagnosis diagnose_layout(const ModelConfig& model, const Layout& layout,
                                 const TimeSettings& time = {}, std::int64_t max_micro_batch = 64,
                                 std::size_t top = 6);
 
-/// The issues, then the proposals as a table with the factors each one changes.
+/// The issues, then format_proposals.
 std::string format_diagnosis(const LayoutDiagnosis& diagnosis, const Layout& layout,
+                             const ClusterSpec& cluster);
+/// The proposals as a table, with the factors each one changes ("" without issues).
+std::string format_proposals(const LayoutDiagnosis& diagnosis, const Layout& layout,
                              const ClusterSpec& cluster);
 
 }  // namespace meshtrain::plan
