@@ -255,6 +255,11 @@ expect "plan: a misspelt cluster-file key" 2 "efficency = (unknown key)" -- \
   "$BIN" plan --model "$CONFIG" --cluster "$WORK/typo.toml" --global-batch 8 --precision fp32
 expect "plan: nothing fits" 2 "No layout fits" -- \
   "$BIN" plan --model gpt3-175b --cluster 8xA100-80GB --global-batch 8 --max-micro-batch 1
+expect "plan: seed 000's LongChat-32B layout, 64 ranks on 16 devices" 2 "2 × 2 × 4 × 4 = 64" -- \
+  "$BIN" plan --model llama-33b --cluster 8xA100-80GB --nodes 2 --seq 32768 --global-batch 16 \
+  --layout tp=2,pp=2,dp=4,cp=4,recompute=full
+expect "plan: a cp size that does not divide the devices" 2 "must divide the 16 devices" -- \
+  "$BIN" plan --model llama-33b --cluster 8xA100-80GB --nodes 2 --cp 3
 
 # A run that fails after the checks leaves no checkpoint directory behind, and a non-finite
 # gradient is reported before any update with the step and a parameter.

@@ -73,6 +73,8 @@ struct PlanArgs {
   double dp_overlap = 0.0;
   double memory_fraction = 0.9;
   std::int64_t max_micro_batch = 64;
+  std::string cp = "1";          // context-parallel sizes searched: a number, or "auto" (every divisor)
+  std::string cp_comm = "auto";  // with cp > 1: "p2p", "a2a", or "auto" (both searched)
   bool explain = false;
   bool json = false;
   std::size_t top = 10;

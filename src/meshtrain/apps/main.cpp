@@ -135,6 +135,14 @@ int main(int argc, char** argv) {
   plan_cmd
       ->add_option("--max-micro-batch", plan_args.max_micro_batch, "largest micro-batch searched")
       ->default_val(64);
+  plan_cmd
+      ->add_option("--cp", plan_args.cp,
+                   "context-parallel size the search uses: a number, or auto (every divisor)")
+      ->default_val("1");
+  plan_cmd
+      ->add_option("--cp-comm", plan_args.cp_comm,
+                   "context-parallel attention: p2p (ring), a2a (Ulysses) or auto (both)")
+      ->default_val("auto");
   plan_cmd->add_flag("--explain", plan_args.explain, "print every term with its formula");
   plan_cmd->add_flag("--json", plan_args.json, "print JSON instead of the table");
   plan_cmd->add_option("--top", plan_args.top, "rows of the table")->default_val(10);

@@ -1,15 +1,26 @@
 // `meshtrain plan`: the planner (src/meshtrain/plan/) on the command line. One process, no MPI.
 #include <fmt/format.h>
 
+#include <charconv>
+
 #include "meshtrain/apps/command_errors.h"
 #include "meshtrain/apps/commands.h"
 #include "meshtrain/core/error.h"
+#include "meshtrain/plan/nearest.h"
 #include "meshtrain/plan/presets.h"
 #include "meshtrain/plan/report.h"
 #include "meshtrain/plan/search.h"
 
 namespace meshtrain {
 namespace {
+
+// --cp as a number; 0 for "auto" (every divisor), −1 when it is neither.
+std::int64_t cp_size(const std::string& text) {
+  if (text == "auto") return 0;
+  std::int64_t out = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return text.empty() || ec != std::errc() || ptr != text.data() + text.size() ? -1 : out;
+}
 
 void check_args(const PlanArgs& a) {
   std::vector<ConfigIssue> issues;
@@ -38,6 +49,10 @@ void check_args(const PlanArgs& a) {
           fmt::format("{}", a.memory_fraction), "must lie in (0, 1]", "use 0.9");
   require(a.max_micro_batch >= 1, "--max-micro-batch", fmt::format("{}", a.max_micro_batch),
           "must be ≥ 1", "use 64");
+  require(a.cp == "auto" || cp_size(a.cp) >= 1, "--cp", a.cp, "must be a number ≥ 1 or auto",
+          "use 1 (no context parallel), 4, or auto");
+  require(a.cp_comm == "auto" || a.cp_comm == "p2p" || a.cp_comm == "a2a", "--cp-comm",
+          a.cp_comm, "must be p2p, a2a or auto", "use auto (both searched)");
   if (!issues.empty()) throw ConfigError("meshtrain plan arguments", std::move(issues));
 }
 
@@ -48,11 +63,11 @@ int plan_one(const plan::ModelPreset& model, const plan::ClusterSpec& cluster,
   const std::vector<ConfigIssue> issues = plan::check_layout(model.model, layout, settings);
   if (!issues.empty()) throw ConfigError("--layout " + args.layout, issues);
   if (layout.devices() > cluster.devices()) {
-    throw ConfigError(
-        "--layout " + args.layout,
-        {{"tp × pp × dp × cp", fmt::format("{}", layout.devices()),
-          fmt::format("needs more devices than the cluster has ({})", cluster.devices()),
-          "raise --nodes or shrink the layout"}});
+    // Name the factors and show the nearest layouts that do fill the cluster (nearest.h).
+    const plan::LayoutDiagnosis d = plan::diagnose_layout(model.model, layout, settings, cluster,
+                                                          time, args.max_micro_batch);
+    fmt::print("{}", plan::format_proposals(d, layout, cluster));
+    throw ConfigError("--layout " + args.layout, d.issues);
   }
   const plan::Plan p = plan::account(model.model, layout, settings, cluster, time);
   if (args.json) {
@@ -74,7 +89,8 @@ int plan_search(const plan::ModelPreset& model, const plan::ClusterSpec& cluster
                 const plan::TrainingSettings& settings, const plan::TimeSettings& time,
                 const PlanArgs& args) {
   const plan::SearchResult result =
-      plan::search(model.model, settings, cluster, time, args.max_micro_batch);
+      plan::search(model.model, settings, cluster, time, args.max_micro_batch,
+                   {.size = cp_size(args.cp), .comm = args.cp_comm});
   if (args.json) {
     fmt::print("{}", plan::to_json(result, cluster, args.top));
     return result.ranked.empty() ? 2 : 0;
@@ -108,6 +124,12 @@ int run_plan(const PlanArgs& args) {
       throw ConfigError(args.cluster,
                         {{"nodes × devices_per_node", fmt::format("{}", cluster.devices()),
                           "must be at most 2^20 devices", "use fewer nodes"}});
+    }
+    const std::int64_t cp = cp_size(args.cp);
+    if (cp > 1 && cluster.devices() % cp != 0) {
+      throw ConfigError("--cp", {{"--cp", args.cp,
+                                  fmt::format("must divide the {} devices", cluster.devices()),
+                                  "use a divisor of the devices, or auto"}});
     }
     plan::TrainingSettings settings{
         .seq = args.seq > 0 ? args.seq : model.model.block_size,

@@ -6,6 +6,7 @@
 
 #include "meshtrain/config/validate.h"
 #include "meshtrain/plan/accounting.h"
+#include "meshtrain/plan/context_parallel.h"
 #include "meshtrain/plan/formulas.h"
 
 namespace meshtrain::plan {
@@ -31,6 +32,37 @@ std::string dp_time_formula(std::int64_t zero_stage, double g) {
     default:
       return fmt::format("m·(reduce-scatter of {}Ψ + 2 all-gathers of dΨ′), one per unit", g);
   }
+}
+
+// One axis's bytes and wire time for one pipeline stage (accounting.h, context_parallel.h).
+struct AxisCost {
+  double bytes = 0.0, seconds = 0.0;
+};
+
+AxisCost axis_cost(const std::string& axis, const Config& c, const ParameterCounts& sp,
+                   const Link& link, const TimeSettings& time, const ClusterSpec& cluster) {
+  if (axis == "dp") return {dp_bytes_per_step(c, sp), dp_time_per_step(c, sp, link, time)};
+  if (axis == "tp") return {tp_bytes_per_step(c, sp), tp_time_per_step(c, sp, link, time)};
+  if (axis == "cp") return {cp_bytes_per_step(c, sp), cp_time_per_step(c, sp, link, time)};
+  return {pp_bytes_per_step(c, sp), pp_time_per_step(c, sp, link, time, cluster.intra_node)};
+}
+
+std::string axis_formula(const std::string& axis, const Config& c, const TimeSettings& time) {
+  if (axis == "dp") return dp_time_formula(c.parallel.zero_stage, time.gradient_wire_bytes);
+  if (axis == "cp") return cp_time_formula(c);
+  if (axis == "tp") {
+    const char* k = c.training.recompute == "full" ? "6L+2" : "4L+2";
+    const char* tokens = c.parallel.cp > 1 ? "b·(s/cp)" : "b·s";
+    return c.parallel.sequence_parallel
+               ? fmt::format("m·({})·(reduce-scatter + all-gather of D = {}·h·{}): "
+                             "(N−1)/N·D/B each",
+                             k, tokens, time.activation_wire_bytes)
+               : fmt::format("m·({}) all-reduces of D = {}·h·{}: 2(N−1)/N·D/B + 2(N−1)α each", k,
+                             tokens, time.activation_wire_bytes);
+  }
+  return fmt::format("m·(sends per micro-batch) p2p of {}·h·{} (/tp with sp{}): D/B + α each",
+                     c.parallel.cp > 1 ? "b·(s/cp)" : "b·s", time.activation_wire_bytes,
+                     time.pp_scatter_gather ? "; scatter/gather: /tp, + intra-node all-gather" : "");
 }
 
 std::string gib(double bytes) {
@@ -83,12 +115,18 @@ Plan account(const ModelConfig& model, const Layout& layout, const TrainingSetti
                    settings.precision == "fp32" ? "" : ", fp32 master"),
        plan.peak.optimizer, "B");
   term("activations",
-       fmt::format("in-flight({}) · (4bs·x + L·A) + transient; A = {:.0f} B per block "
+       fmt::format("in-flight({}) · (4bs·x + L·A) + transient{}; A = {:.0f} B per block "
                    "(recompute {}, sp {})",
-                   layout.schedule, activation_bytes_per_block(c), layout.recompute,
-                   layout.sequence_parallel),
+                   layout.schedule, layout.cp > 1 ? fmt::format(", s/cp = {} tokens", m.block_size / layout.cp) : "",
+                   activation_bytes_per_block(c), layout.recompute, layout.sequence_parallel),
        plan.peak.activations, "B");
-  term("comm buffers", "ZeRO buckets / units (docs/memory.md, Communication buffers)",
+  term("comm buffers",
+       layout.cp > 1 ? fmt::format("ZeRO buckets / units over dp·cp = {}; + {} (cp {})",
+                                   layout.dp * layout.cp,
+                                   layout.cp_comm == "a2a" ? "one layer's q, k, v in flight"
+                                                           : "4 ring blocks of K,V / dK,dV",
+                                   layout.cp_comm)
+                     : "ZeRO buckets / units (docs/memory.md, Communication buffers)",
        plan.peak.comm, "B");
   term("memory per device",
        fmt::format("params + grads + optimizer + activations + comm ≤ "
@@ -96,63 +134,41 @@ Plan account(const ModelConfig& model, const Layout& layout, const TrainingSetti
                    time.usable_memory_fraction, gib(cluster.memory_bytes)),
        plan.peak.total(), "B");
 
-  // Communication per axis (the slowest stage of each axis).
+  // Communication per axis (the slowest stage of each axis). Rank order (p, d, c, t): the
+  // gradient group dp × cp is contiguous at stride tp, the cp ring sits between tp and dp.
   struct AxisSpec {
     const char* axis;
     std::int64_t size, stride;
   };
-  const AxisSpec axes[] = {{"dp", layout.dp, layout.tp * layout.cp},
+  const AxisSpec axes[] = {{"dp", layout.dp * layout.cp, layout.tp},
                            {"tp", layout.tp, 1},
-                           {"pp", layout.pp, layout.tp * layout.cp * layout.dp}};
-  double dp_s = 0.0, other_s = 0.0;
+                           {"pp", layout.pp, layout.tp * layout.cp * layout.dp},
+                           {"cp", layout.cp, layout.tp}};
+  double dp_s = 0.0, cp_s = 0.0, other_s = 0.0;
   for (const AxisSpec& a : axes) {
     if (a.size <= 1) continue;
     AxisComm ax{.axis = a.axis, .size = a.size, .link = link_of_group(a.size, a.stride, cluster)};
-    // A ring collective drives every NIC its ranks have in a node; a pipeline send is one
-    // rank's transfer to one peer, over its own NIC only (with pp_scatter_gather the tp ranks
-    // of a stage each send their part, which pp_time_per_step accounts for).
-    const Link link = ax.axis == "pp" && ax.link == LinkKind::inter_node
+    // A ring collective drives every NIC its ranks have in a node; a point-to-point message (a
+    // pipeline send, a ring-attention step) and an all-to-all's share of one rank go over that
+    // rank's own NIC only (with pp_scatter_gather the tp ranks of a stage each send their part,
+    // which pp_time_per_step accounts for).
+    const bool own_nic = ax.axis == "pp" || ax.axis == "cp";
+    const Link link = own_nic && ax.link == LinkKind::inter_node
                           ? cluster.inter_node
                           : link_of_group_bandwidth(a.size, a.stride, cluster);
-    std::string formula;
     for (const ParameterCounts& sp : counts) {
-      double bytes = 0.0, seconds = 0.0;
-      if (ax.axis == "dp") {
-        bytes = dp_bytes_per_step(c, sp);
-        seconds = dp_time_per_step(c, sp, link, time);
-        formula = dp_time_formula(layout.zero_stage, time.gradient_wire_bytes);
-      } else if (ax.axis == "tp") {
-        bytes = tp_bytes_per_step(c, sp);
-        seconds = tp_time_per_step(c, sp, link, time);
-        const char* k = layout.recompute == "full" ? "6L+2" : "4L+2";
-        formula = layout.sequence_parallel
-                      ? fmt::format(
-                            "m·({})·(reduce-scatter + all-gather of D = b·s·h·{}): "
-                            "(N−1)/N·D/B each",
-                            k, time.activation_wire_bytes)
-                      : fmt::format(
-                            "m·({}) all-reduces of D = b·s·h·{}: 2(N−1)/N·D/B + 2(N−1)α "
-                            "each",
-                            k, time.activation_wire_bytes);
-      } else {
-        bytes = pp_bytes_per_step(c, sp);
-        seconds = pp_time_per_step(c, sp, link, time, cluster.intra_node);
-        formula = fmt::format(
-            "m·(sends per micro-batch) p2p of b·s·h·{} (/tp with sp{}): D/B + α each",
-            time.activation_wire_bytes,
-            time.pp_scatter_gather ? "; scatter/gather: /tp, + intra-node all-gather" : "");
-      }
-      ax.bytes_per_step = std::max(ax.bytes_per_step, bytes);
-      ax.time_s = std::max(ax.time_s, seconds);
+      const AxisCost cost = axis_cost(ax.axis, c, sp, link, time, cluster);
+      ax.bytes_per_step = std::max(ax.bytes_per_step, cost.bytes);
+      ax.time_s = std::max(ax.time_s, cost.seconds);
     }
     term(fmt::format("{} bytes per step", ax.axis), "as ProcessGroup counts them (max over stages)",
          ax.bytes_per_step, "B");
     term(fmt::format("{} time per step", ax.axis),
-         fmt::format("{} on the {} link ({:.3g} GB/s, {:.3g} µs), N = {}", formula,
-                     link_name(ax.link), link.bandwidth_bytes_per_s / 1e9, link.latency_s * 1e6,
-                     ax.size),
+         fmt::format("{} on the {} link ({:.3g} GB/s, {:.3g} µs), N = {}",
+                     axis_formula(ax.axis, c, time), link_name(ax.link),
+                     link.bandwidth_bytes_per_s / 1e9, link.latency_s * 1e6, ax.size),
          ax.time_s, "s");
-    (ax.axis == "dp" ? dp_s : other_s) += ax.time_s;
+    (ax.axis == "dp" ? dp_s : ax.axis == "cp" ? cp_s : other_s) += ax.time_s;
     plan.comm.push_back(ax);
   }
 
@@ -175,10 +191,13 @@ Plan account(const ModelConfig& model, const Layout& layout, const TrainingSetti
   std::int64_t stage_layers = 0;
   for (const ParameterCounts& sp : counts) stage_layers = std::max(stage_layers, sp.layers);
   plan.attention_score_s =
-      attention_score_s(score_bytes, stage_layers, f(m.n_head) / f(layout.tp), layout.micro_batch,
+      // A cp rank scores its s/cp queries against all s keys: s²/cp per head, folded into the
+      // heads per rank.
+      attention_score_s(score_bytes, stage_layers, f(m.n_head) / f(layout.tp) / f(layout.cp),
+                        layout.micro_batch,
                         m.block_size, layout.accumulation, cluster.memory_bandwidth_bytes_per_s);
   plan.bubble = bubble_fraction(layout.schedule, layout.pp, layout.accumulation, layout.v);
-  plan.exposed_comm_s = other_s + (1.0 - time.dp_overlap) * dp_s;
+  plan.exposed_comm_s = other_s + (1.0 - time.cp_overlap) * cp_s + (1.0 - time.dp_overlap) * dp_s;
   plan.step_s =
       (plan.compute_s + plan.attention_score_s) / (1.0 - plan.bubble) + plan.exposed_comm_s;
   plan.tokens_per_s = tokens / plan.step_s;
@@ -206,7 +225,11 @@ Plan account(const ModelConfig& model, const Layout& layout, const TrainingSetti
                    layout.accumulation, layout.v),
        plan.bubble, "");
   term("exposed comm",
-       fmt::format("tp + pp + (1 − {:.2f})·dp (no overlap but the stated one)", time.dp_overlap),
+       layout.cp > 1 ? fmt::format("tp + pp + (1 − {:.2f})·cp + (1 − {:.2f})·dp (no overlap but "
+                                   "the stated ones)",
+                                   time.cp_overlap, time.dp_overlap)
+                     : fmt::format("tp + pp + (1 − {:.2f})·dp (no overlap but the stated one)",
+                                   time.dp_overlap),
        plan.exposed_comm_s, "s");
   term("step time", "(compute + attention-score traffic) / (1 − bubble) + exposed comm",
        plan.step_s, "s");

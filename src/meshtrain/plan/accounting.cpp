@@ -7,6 +7,7 @@
 
 #include "meshtrain/config/pipeline_rules.h"
 #include "meshtrain/config/validate.h"
+#include "meshtrain/plan/context_parallel.h"
 #include "meshtrain/plan/formulas.h"
 
 namespace meshtrain::plan {
@@ -56,9 +57,10 @@ double vocab_shard(const ModelConfig& m, std::int64_t t) {
   return f(ceil_div(m.vocab_size, t)) * f(m.n_embd);
 }
 
-// fp32 [b·s (/tp with sp), h]: StageRunner::boundary_shape (train/stage_runner.cpp).
+// fp32 [b·s/cp (/tp with sp), h]: StageRunner::boundary_shape (train/stage_runner.cpp); a cp
+// rank passes on the activations of its own s/cp tokens.
 double pp_payload_bytes(const Config& c) {
-  const double tokens = f(c.training.micro_batch) * f(c.model.block_size);
+  const double tokens = local_tokens(c);
   return tokens * f(c.model.n_embd) * 4.0 / (c.parallel.sequence_parallel ? f(c.parallel.tp) : 1.0);
 }
 
@@ -143,7 +145,10 @@ ParameterCounts stage_parameters(const Config& config, std::int64_t stage) {
 }
 
 MemoryBreakdown model_state_bytes(const Config& config, double params) {
-  const ModelStateBytes per = model_state_bytes_by_category(config);
+  // ZeRO shards over the dp × cp group: config/validate.h's per-parameter bytes with N = dp·cp.
+  Config zero_group = config;
+  zero_group.parallel.dp = reduction_group_size(config);
+  const ModelStateBytes per = model_state_bytes_by_category(zero_group);
   MemoryBreakdown out;
   out.params = per.params * params;
   out.grads = per.grads * params;
@@ -156,7 +161,8 @@ double activation_bytes_per_block(const Config& config) {
   const bool llama = m.family == "llama", sp = config.parallel.sequence_parallel;
   const double t = f(config.parallel.tp), h = f(m.n_embd), a = f(m.n_head);
   const double kv = f(kv_heads_of(m)) * h / a, F = f(ffn_hidden_of(m));
-  const double tokens = f(config.training.micro_batch) * f(m.block_size);
+  // Every term is per token of this rank: b·s/cp under context parallelism (the lse too).
+  const double tokens = local_tokens(config);
   const double stats = llama ? 1.0 : 2.0;  // RMSNorm 1/rms; LayerNorm mean and 1/σ
   const double split = sp ? t : 1.0;       // what sequence parallelism divides by t
   // docs/memory.md, "What each layer keeps": elements per token, kept in fp32 ...
@@ -185,7 +191,7 @@ double activation_peak_bytes(const Config& config, const ParameterCounts& stage_
   const ParallelConfig& p = config.parallel;
   const bool llama = m.family == "llama", sp = p.sequence_parallel;
   const double t = f(p.tp), h = f(m.n_embd), F = f(ffn_hidden_of(m));
-  const double tokens = f(config.training.micro_batch) * f(m.block_size);
+  const double tokens = local_tokens(config);
   const double x = sp ? h / t : h;  // a block input, per token
   const double g_mlp = F / t + (sp ? h : 0.0);
   const double lin = mixed(config) ? 2.0 : 4.0;
@@ -210,7 +216,8 @@ double activation_peak_bytes(const Config& config, const ParameterCounts& stage_
 }
 
 double comm_buffer_bytes(const Config& config, const ParameterCounts& sp) {
-  return tp_comm_buffer_bytes(config, sp) + dp_comm_buffer_bytes(config, sp);
+  return tp_comm_buffer_bytes(config, sp) + dp_comm_buffer_bytes(config, sp) +
+         cp_comm_buffer_bytes(config);
 }
 
 double tp_comm_buffer_bytes(const Config& config, const ParameterCounts& sp) {
@@ -219,16 +226,17 @@ double tp_comm_buffer_bytes(const Config& config, const ParameterCounts& sp) {
   // The tp group's ring scratch: one block of the activation reduce-scatter, [b·s/t, h] fp32
   // (comm/mpi_process_group.cpp); and the packed replicated gradients of the sequence-parallel
   // sum (parallel/tp/replicated_grads.h), this rank's slices of them under ZeRO ≥ 1.
-  const double block = f(config.training.micro_batch) * f(config.model.block_size) / f(p.tp) *
-                       f(config.model.n_embd);
-  const double replicated = p.zero_stage >= 1 ? sp.replicated / f(p.dp) : sp.replicated;
+  const double block = local_tokens(config) / f(p.tp) * f(config.model.n_embd);
+  const double replicated =
+      p.zero_stage >= 1 ? sp.replicated / f(reduction_group_size(config)) : sp.replicated;
   return 4.0 * block + 4.0 * replicated;
 }
 
 double dp_comm_buffer_bytes(const Config& config, const ParameterCounts& sp) {
   const std::int64_t stage = config.parallel.zero_stage;
-  const double n = f(config.parallel.dp), d = compute_bytes(config);
-  if (stage == 0 || config.parallel.dp <= 1) return 0.0;
+  // ZeRO shards over the dp × cp group (N = dp·cp).
+  const double n = f(reduction_group_size(config)), d = compute_bytes(config);
+  if (stage == 0 || reduction_group_size(config) <= 1) return 0.0;
   const double bucket = f(config.parallel.bucket_mib) * 1024.0 * 1024.0;
   const double psi_rs = std::min(sp.total, bucket / 4.0);  // reduce-scatter bucket (fp32)
   const double psi_ag = std::min(sp.total, bucket / d);    // all-gather bucket (d bytes)
@@ -242,9 +250,10 @@ double dp_comm_buffer_bytes(const Config& config, const ParameterCounts& sp) {
 }
 
 double dp_bytes_per_step(const Config& config, const ParameterCounts& sp) {
-  const double n = f(config.parallel.dp), d = compute_bytes(config);
+  // Gradients are reduced, and ZeRO shards, over the dp × cp group (N = dp·cp).
+  const double n = f(reduction_group_size(config)), d = compute_bytes(config);
   const double m = f(config.training.accumulation), psi = sp.total;
-  if (config.parallel.dp <= 1) return 0.0;
+  if (reduction_group_size(config) <= 1) return 0.0;
   switch (config.parallel.zero_stage) {
     case 0:
       return 4.0 * psi + 8.0;
@@ -265,7 +274,7 @@ double tp_tensors_per_micro_batch(const Config& config, const ParameterCounts& s
 double tp_bytes_per_step(const Config& config, const ParameterCounts& sp) {
   const ParallelConfig& p = config.parallel;
   if (p.tp <= 1) return 0.0;
-  const double n = f(config.training.micro_batch) * f(config.model.block_size);
+  const double n = local_tokens(config);
   const double D = n * f(config.model.n_embd) * 4.0;  // fp32 linear outputs, every precision
   const double tensors = tp_tensors_per_micro_batch(config, sp);
   const double per_tensor = p.sequence_parallel ? D * (1.0 + 1.0 / f(p.tp)) : D;
@@ -273,7 +282,9 @@ double tp_bytes_per_step(const Config& config, const ParameterCounts& sp) {
   // Under ZeRO ≥ 1 the sequence-parallel sum covers this rank's slices of the replicated
   // parameters only (exact when each divides by dp, else within a few elements per tensor).
   const double replicated =
-      p.sequence_parallel ? 4.0 * sp.replicated / (p.zero_stage >= 1 ? f(p.dp) : 1.0) : 0.0;
+      p.sequence_parallel
+          ? 4.0 * sp.replicated / (p.zero_stage >= 1 ? f(reduction_group_size(config)) : 1.0)
+          : 0.0;
   return f(config.training.accumulation) * (tensors * per_tensor + loss) + 8.0 + replicated;
 }
 
@@ -295,7 +306,7 @@ double pp_bytes_per_step(const Config& config, const ParameterCounts& sp) {
 
 double dp_time_per_step(const Config& c, const ParameterCounts& sp, const Link& link,
                         const TimeSettings& time) {
-  const std::int64_t n = c.parallel.dp;
+  const std::int64_t n = reduction_group_size(c);
   if (n <= 1) return 0.0;
   const double d = compute_bytes(c), m = f(c.training.accumulation), psi = sp.total;
   const double g = time.gradient_wire_bytes;  // 4: meshtrain's fp32 gradients
@@ -323,7 +334,7 @@ double tp_time_per_step(const Config& c, const ParameterCounts& sp, const Link& 
   const std::int64_t t = c.parallel.tp;
   if (t <= 1) return 0.0;
   const double B = link.bandwidth_bytes_per_s, a = link.latency_s;
-  const double n = f(c.training.micro_batch) * f(c.model.block_size);
+  const double n = local_tokens(c);
   const double D = n * f(c.model.n_embd) * time.activation_wire_bytes;
   const double per_tensor = c.parallel.sequence_parallel
                                 ? reduce_scatter_s(D, t, B, a) + all_gather_s(D, t, B, a)
@@ -339,7 +350,7 @@ double pp_time_per_step(const Config& c, const ParameterCounts& sp, const Link& 
   // With scatter/gather (and no sp, which already splits the tensor over tp) each tp rank sends
   // 1/t of the boundary tensor and the receivers all-gather it over the intra-node link.
   const double t = f(c.parallel.tp);
-  const double tokens = f(c.training.micro_batch) * f(c.model.block_size);
+  const double tokens = local_tokens(c);
   const double whole = tokens * f(c.model.n_embd) * time.activation_wire_bytes;
   const bool split = c.parallel.sequence_parallel || (time.pp_scatter_gather && t > 1.0);
   const double payload = split ? whole / t : whole;

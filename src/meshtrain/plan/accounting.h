@@ -68,8 +68,8 @@ struct MemoryBreakdown {
 
 /// Bytes per step one rank hands to the collectives of one axis, and their wire time.
 struct AxisComm {
-  std::string axis;       // "dp", "tp", "pp"
-  std::int64_t size = 1;  // ranks in the group
+  std::string axis;       // "dp" (the dp × cp gradient group), "tp", "pp", "cp"
+  std::int64_t size = 1;  // ranks in the group (dp: dp·cp)
   LinkKind link = LinkKind::intra_node;
   double bytes_per_step = 0.0;  // as ProcessGroup counts them
   double time_s = 0.0;          // ring formulas on the link, per step
@@ -79,6 +79,10 @@ struct AxisComm {
 struct TimeSettings {
   double efficiency = 0.0;  // achieved/peak FLOP/s of the compute; ≤ 0: the cluster's default
   double dp_overlap = 0.0;  // fraction of the dp time hidden behind compute, in [0, 1]
+  // Fraction of the cp time hidden behind the attention compute, in [0, 1]. Ring attention is
+  // built to overlap the next block's transfer with the current block's product; 0 charges it
+  // in full, like every other axis (the assumption of docs/planner.md).
+  double cp_overlap = 0.0;
   double usable_memory_fraction = 0.9;  // of memory_bytes a layout may use (runtime, fragmentation)
   // How the implementation puts tensors on the wire (docs/planner.md, "Wire formats"). The
   // defaults are meshtrain's; they change the times only, bytes_per_step stays what meshtrain's
@@ -107,7 +111,7 @@ struct Plan {
   std::vector<MemoryBreakdown> stages;  // one per pipeline rank
   MemoryBreakdown peak;                 // the stage with the largest total
   bool fits = false;                    // peak.total() ≤ usable fraction × memory_bytes
-  std::vector<AxisComm> comm;           // dp, tp, pp (present only when the axis is > 1)
+  std::vector<AxisComm> comm;           // dp, tp, pp, cp (present only when the axis is > 1)
   double bubble = 0.0;                  // fraction of the pipeline's step that is idle
   double compute_s = 0.0;               // per step, at the assumed efficiency
   double attention_score_s = 0.0;       // per step: memory-bound s² score traffic (0 if none)
@@ -149,7 +153,8 @@ double tp_comm_buffer_bytes(const Config& config, const ParameterCounts& stage_p
 double dp_comm_buffer_bytes(const Config& config, const ParameterCounts& stage_params);
 
 /// dp bytes per step and rank as ProcessGroup counts them (docs/memory.md, "Communication per
-/// step"), including the 8-byte loss and grad-norm reductions.
+/// step"), including the 8-byte loss and grad-norm reductions. With cp > 1 the group is dp × cp
+/// (N = dp·cp): gradients are reduced and ZeRO shards over it.
 double dp_bytes_per_step(const Config& config, const ParameterCounts& stage_params);
 
 /// Activation tensors of b·s·h crossing the tp group per micro-batch on one stage: 2 per layer

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <charconv>
+#include <functional>
 #include <map>
 
 #include "meshtrain/config/validate.h"
+#include "meshtrain/plan/context_parallel.h"
 
 namespace meshtrain::plan {
 namespace {
@@ -41,6 +43,66 @@ bool parse_bool(const std::string& key, const std::string& value) {
   bad_layout(key + "=" + value, fmt::format("{} must be true or false", key));
 }
 
+// The context-parallel sizes and modes a search tries (CpChoice in layout.h).
+std::vector<std::pair<std::int64_t, std::string>> cp_options(const CpChoice& choice,
+                                                             std::int64_t devices) {
+  std::vector<std::pair<std::int64_t, std::string>> out;
+  const std::vector<std::string> comms =
+      choice.comm == "auto" ? std::vector<std::string>{"p2p", "a2a"}
+                            : std::vector<std::string>{choice.comm};
+  for (const std::int64_t cp : choice.size == 0 ? divisors(devices)
+                                                : std::vector<std::int64_t>{choice.size}) {
+    if (cp < 1 || devices % cp != 0) continue;
+    if (cp == 1) {
+      out.emplace_back(1, "p2p");
+      continue;
+    }
+    for (const std::string& comm : comms) out.emplace_back(cp, comm);
+  }
+  return out;
+}
+
+// Every variant of one (tp, pp, dp, cp) factorisation: micro-batches, schedules, ZeRO stages,
+// recompute, sequence parallelism.
+void for_each_variant(const Layout& base, std::int64_t batch, std::int64_t max_micro_batch,
+                      const std::function<void(const Layout&)>& consider) {
+  const std::int64_t dp = base.dp;
+  std::vector<std::int64_t> micro_batches{1};
+  if (batch >= dp && batch % dp == 0) {
+    micro_batches.clear();
+    for (const std::int64_t b : divisors(batch / dp)) {
+      if (b <= max_micro_batch) micro_batches.push_back(b);
+    }
+  }
+  std::vector<std::pair<std::string, std::int64_t>> schedules{{"1f1b", 1}};
+  if (base.pp > 1) {
+    schedules = {{"1f1b", 1},  {"gpipe", 1}, {"zb_h1", 1}, {"interleaved_1f1b", 2},
+                 {"interleaved_1f1b", 3}, {"interleaved_1f1b", 4}};
+  }
+  // ZeRO shards over dp × cp: with dp·cp = 1 every stage is ZeRO-0 with extra copies.
+  const std::int64_t max_zero = dp * base.cp > 1 ? 3 : 0;
+  for (const std::int64_t b : micro_batches) {
+    for (const auto& [schedule, v] : schedules) {
+      for (std::int64_t zero = 0; zero <= max_zero; ++zero) {
+        for (const char* recompute : {"none", "selective", "full"}) {
+          for (const bool sp : {false, true}) {
+            if (sp && base.tp == 1) continue;
+            Layout l = base;
+            l.v = v;
+            l.zero_stage = zero;
+            l.micro_batch = b;
+            l.accumulation = std::max<std::int64_t>(batch / (b * dp), 1);
+            l.recompute = recompute;
+            l.sequence_parallel = sp;
+            l.schedule = schedule;
+            consider(l);
+          }
+        }
+      }
+    }
+  }
+}
+
 std::string trim(std::string s) {
   s.erase(0, s.find_first_not_of(" \t"));
   s.erase(s.find_last_not_of(" \t") + 1);
@@ -53,7 +115,7 @@ std::string to_string(const Layout& l) {
   std::string out = fmt::format("tp={} pp={}", l.tp, l.pp);
   if (l.v > 1) out += fmt::format(" v={}", l.v);
   out += fmt::format(" dp={}", l.dp);
-  if (l.cp > 1) out += fmt::format(" cp={}", l.cp);
+  if (l.cp > 1) out += fmt::format(" cp={}({})", l.cp, l.cp_comm);
   if (l.ep > 1) out += fmt::format(" ep={}", l.ep);
   out += fmt::format(" zero={} mb={} m={} rc={}", l.zero_stage, l.micro_batch, l.accumulation,
                      l.recompute);
@@ -84,6 +146,10 @@ Layout parse_layout(const std::string& text, std::int64_t global_batch) {
       l.dp = parse_int(key, value);
     else if (key == "cp")
       l.cp = parse_int(key, value);
+    else if (key == "cp_comm") {
+      if (value != "p2p" && value != "a2a") bad_layout(item, "cp_comm must be p2p or a2a");
+      l.cp_comm = value;
+    }
     else if (key == "ep")
       l.ep = parse_int(key, value);
     else if (key == "zero")
@@ -124,6 +190,7 @@ Config to_config(const ModelConfig& model, const Layout& l, const TrainingSettin
   c.parallel.pp = l.pp;
   c.parallel.dp = l.dp;
   c.parallel.cp = l.cp;
+  c.parallel.cp_comm = l.cp_comm;
   c.parallel.ep = l.ep;
   c.parallel.virtual_stages = l.v;
   c.parallel.zero_stage = l.zero_stage;
@@ -136,8 +203,20 @@ Config to_config(const ModelConfig& model, const Layout& l, const TrainingSettin
 std::vector<ConfigIssue> check_layout(const ModelConfig& model, const Layout& layout,
                                       const TrainingSettings& settings) {
   const std::int64_t devices = layout.devices();
-  return check_config(to_config(model, layout, settings),
-                      static_cast<int>(std::clamp<std::int64_t>(devices, 0, 1 << 30)));
+  const Config config = to_config(model, layout, settings);
+  std::vector<ConfigIssue> issues =
+      check_config(config, static_cast<int>(std::clamp<std::int64_t>(devices, 0, 1 << 30)));
+  // check_config refuses cp > 1 until the runtime runs it; the planner plans it under the
+  // runtime design's rules (context_parallel.h) in place of that refusal.
+  std::erase_if(issues, [](const ConfigIssue& i) {
+    return i.setting == "parallel.cp" && i.rule.starts_with("not yet supported");
+  });
+  for (ConfigIssue& rule : cp_rules(config)) {
+    const bool named = std::any_of(issues.begin(), issues.end(),
+                                   [&](const ConfigIssue& i) { return i.setting == rule.setting; });
+    if (!named) issues.push_back(std::move(rule));
+  }
+  return issues;
 }
 
 LinkKind link_of_group(std::int64_t size, std::int64_t stride, const ClusterSpec& cluster) {
@@ -159,11 +238,10 @@ Link link_of_group_bandwidth(std::int64_t size, std::int64_t stride, const Clust
 
 std::vector<Layout> enumerate_layouts(const ModelConfig& model, const TrainingSettings& settings,
                                       std::int64_t devices, std::int64_t max_micro_batch,
-                                      std::vector<Rejection>* rejected) {
+                                      std::vector<Rejection>* rejected, const CpChoice& cp_choice) {
   std::vector<Layout> out;
   std::map<std::pair<std::string, std::string>, std::int64_t> reasons;
-  const std::int64_t batch = settings.global_batch;
-  auto consider = [&](const Layout& l) {
+  const auto consider = [&](const Layout& l) {
     const std::vector<ConfigIssue> issues = check_layout(model, l, settings);
     if (issues.empty()) {
       out.push_back(l);
@@ -171,46 +249,12 @@ std::vector<Layout> enumerate_layouts(const ModelConfig& model, const TrainingSe
     }
     for (const ConfigIssue& issue : issues) ++reasons[{issue.setting, issue.rule}];
   };
-  for (const std::int64_t tp : divisors(devices)) {
-    for (const std::int64_t pp : divisors(devices / tp)) {
-      const std::int64_t dp = devices / (tp * pp);
-      std::vector<std::int64_t> micro_batches{1};
-      if (batch >= dp && batch % dp == 0) {
-        micro_batches.clear();
-        for (const std::int64_t b : divisors(batch / dp)) {
-          if (b <= max_micro_batch) micro_batches.push_back(b);
-        }
-      }
-      std::vector<std::pair<std::string, std::int64_t>> schedules{{"1f1b", 1}};
-      if (pp > 1) {
-        schedules = {{"1f1b", 1},
-                     {"gpipe", 1},
-                     {"zb_h1", 1},
-                     {"interleaved_1f1b", 2},
-                     {"interleaved_1f1b", 3},
-                     {"interleaved_1f1b", 4}};
-      }
-      for (const std::int64_t b : micro_batches) {
-        for (const auto& [schedule, v] : schedules) {
-          // ZeRO shards over dp: with dp = 1 every stage is ZeRO-0 with extra copies.
-          for (std::int64_t zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero) {
-            for (const char* recompute : {"none", "selective", "full"}) {
-              for (const bool sp : {false, true}) {
-                if (sp && tp == 1) continue;
-                consider({.tp = tp,
-                          .pp = pp,
-                          .v = v,
-                          .dp = dp,
-                          .zero_stage = zero,
-                          .micro_batch = b,
-                          .accumulation = std::max<std::int64_t>(batch / (b * dp), 1),
-                          .recompute = recompute,
-                          .sequence_parallel = sp,
-                          .schedule = schedule});
-              }
-            }
-          }
-        }
+  for (const auto& [cp, comm] : cp_options(cp_choice, devices)) {
+    for (const std::int64_t tp : divisors(devices / cp)) {
+      for (const std::int64_t pp : divisors(devices / (cp * tp))) {
+        const Layout base{.tp = tp, .pp = pp, .dp = devices / (cp * tp * pp), .cp = cp,
+                          .cp_comm = comm};
+        for_each_variant(base, settings.global_batch, max_micro_batch, consider);
       }
     }
   }

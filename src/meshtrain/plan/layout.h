@@ -29,6 +29,7 @@ struct Layout {
   std::int64_t dp = 1;
   std::int64_t cp = 1;
   std::int64_t ep = 1;
+  std::string cp_comm = "p2p";  // with cp > 1: "p2p" (ring attention) | "a2a" (Ulysses)
   std::int64_t zero_stage = 0;
   std::int64_t micro_batch = 1;    // sequences per micro-batch (b)
   std::int64_t accumulation = 1;   // micro-batches per step per dp rank (m)
@@ -47,10 +48,11 @@ struct TrainingSettings {
 };
 
 /// "tp=8 pp=4 v=1 dp=2 zero=1 mb=1 m=64 recompute=selective sp=1 1f1b" — the short form the
-/// table and the recommendation print.
+/// table and the recommendation print; with cp > 1 "cp=4(p2p)" follows dp.
 std::string to_string(const Layout& layout);
 
-/// Parses "tp=8,pp=4,dp=2,zero=1,mb=1,recompute=selective,sp=true,v=1,schedule=1f1b" (keys in
+/// Parses "tp=8,pp=4,dp=2,cp=2,cp_comm=a2a,zero=1,mb=1,recompute=selective,sp=true,v=1,
+/// schedule=1f1b" (keys in
 /// any order; missing keys keep Layout's defaults; accumulation may be given as m= or acc=,
 /// else it is derived from the global batch). Throws ConfigError (setting "--layout") for an
 /// unknown key, a malformed pair or a value that is not a number / bool / known name.
@@ -60,7 +62,9 @@ Layout parse_layout(const std::string& text, std::int64_t global_batch);
 /// parallel.* and training.* from the layout, global_batch set).
 Config to_config(const ModelConfig& model, const Layout& layout, const TrainingSettings& settings);
 
-/// check_config(to_config(...), devices) — the trainer's rules, nothing added.
+/// check_config(to_config(...), devices) — the trainer's rules — and, while check_config still
+/// refuses cp > 1 ("not yet supported"), context_parallel.h's cp_rules in place of that refusal
+/// (a cp rule is dropped when check_config already names its setting).
 std::vector<ConfigIssue> check_layout(const ModelConfig& model, const Layout& layout,
                                       const TrainingSettings& settings);
 
@@ -78,10 +82,18 @@ LinkKind link_of_group(std::int64_t size, std::int64_t stride, const ClusterSpec
 /// nodes, one with a single GPU per node (tp = 8) at 25 GB/s.
 Link link_of_group_bandwidth(std::int64_t size, std::int64_t stride, const ClusterSpec& cluster);
 
+/// Which context-parallel layouts a search considers: `size` 1 (the default: no cp, the search
+/// of before), a fixed size, or 0 for every divisor of the devices; `comm` "p2p", "a2a", or
+/// "auto" for both (cp = 1 has no comm to choose).
+struct CpChoice {
+  std::int64_t size = 1;
+  std::string comm = "p2p";
+};
+
 /// Every layout of `devices` devices for settings.global_batch that check_layout accepts:
-/// tp, pp over the divisors of devices, dp = devices/(tp·pp), cp = ep = 1 (check_config allows
-/// no other value yet), v ∈ {1} or {2, 3, 4} for interleaved_1f1b, every ZeRO stage (only 0
-/// when dp = 1: there is nothing to shard over), every
+/// cp from `cp` (CpChoice), tp, pp over the divisors of devices/cp, dp = devices/(tp·pp·cp),
+/// ep = 1, v ∈ {1} or {2, 3, 4} for interleaved_1f1b, every ZeRO stage (only 0
+/// when dp·cp = 1: there is nothing to shard over), every
 /// micro-batch dividing global_batch/dp up to `max_micro_batch`, recompute none/selective/full,
 /// sequence parallelism on/off when tp > 1, and every schedule when pp > 1 (1f1b when pp = 1).
 /// `rejected` (optional) receives, per distinct rule broken, how many candidates broke it.
@@ -92,6 +104,7 @@ struct Rejection {
 };
 std::vector<Layout> enumerate_layouts(const ModelConfig& model, const TrainingSettings& settings,
                                       std::int64_t devices, std::int64_t max_micro_batch = 64,
-                                      std::vector<Rejection>* rejected = nullptr);
+                                      std::vector<Rejection>* rejected = nullptr,
+                                      const CpChoice& cp = {});
 
 }  // namespace meshtrain::plan

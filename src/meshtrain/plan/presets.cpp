@@ -53,6 +53,14 @@ std::vector<ModelPreset> make_presets() {
   out.push_back({.name = "llama3-405b",
                  .model = llama(126, 16384, 128, 8, 53248, 128256, 8192, 500000.0),
                  .source = kLlama3});
+  // Touvron et al. 2023, "LLaMA: Open and Efficient Foundation Language Models", Table 2: the
+  // "33B" model has 32.5B parameters, dimension 6656, 52 heads, 60 layers; §2.2: SwiGLU with
+  // 2/3·4d hidden units (the released models round 17749 up to a multiple of 256: 17920), RoPE
+  // θ = 10000, the 32000-token SentencePiece vocabulary, context 2048. LongChat (LMSYS 2023)
+  // fine-tunes LLaMA models for long contexts; seed 000's "LongChat-32B" is this architecture.
+  out.push_back({.name = "llama-33b",
+                 .model = llama(60, 6656, 52, 52, 17920, 32000, 2048, 10000.0),
+                 .source = "Touvron et al. 2023 (LLaMA), Table 2"});
   // Jiang et al. 2024, "Mixtral of Experts", Table 1: 32 × 4096, 32 heads, 8 kv heads, expert
   // FFN 14336, 8 experts, top-2, vocabulary 32000, context 32768. Recorded for expert-parallel
   // planning; model_from refuses it until the planner counts MoE layers.

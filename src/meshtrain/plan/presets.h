@@ -24,7 +24,7 @@ struct ModelPreset {
   std::string source;
 };
 
-/// "gpt3-175b", "llama3-8b", "llama3-70b", "llama3-405b", "mixtral-8x7b".
+/// "gpt3-175b", "llama3-8b", "llama3-70b", "llama3-405b", "llama-33b", "mixtral-8x7b".
 const std::vector<ModelPreset>& model_presets();
 
 /// A preset by name, or a meshtrain TOML config when `name_or_path` ends in ".toml" (its

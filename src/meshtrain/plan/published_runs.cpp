@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -143,6 +144,45 @@ std::vector<PublishedCheck> check_published_runs(TimeSettings time, const Publis
     out.push_back(check_published_run(run, time, a));
   }
   return out;
+}
+
+const SeedLayoutRow& seed000_longchat() {
+  // Seed 000, §6.2 "真实生产环境配置表": 模型规模 LongChat-32B | 硬件配置 16×A100-80G | TP 2 |
+  // PP 2 | DP 4 | CP ✓ | EP × | seq_len=32768, cp_size=4, flash_attn=True | 89 samples/sec.
+  static const SeedLayoutRow row{.name = "LongChat-32B",
+                                 .model_preset = "llama-33b",
+                                 .gpus = 16,
+                                 .tp = 2,
+                                 .pp = 2,
+                                 .dp = 4,
+                                 .cp = 4,
+                                 .seq = 32768,
+                                 .global_batch = 16,
+                                 .samples_per_s = 89.0};
+  return row;
+}
+
+Layout seed_layout(const SeedLayoutRow& row) {
+  Layout l;
+  l.tp = row.tp;
+  l.pp = row.pp;
+  l.dp = row.dp;
+  l.cp = row.cp;
+  l.cp_comm = "p2p";
+  l.micro_batch = 1;
+  l.accumulation = std::max<std::int64_t>(1, row.global_batch / row.dp);
+  l.recompute = "full";
+  return l;
+}
+
+TrainingSettings seed_settings(const SeedLayoutRow& row) {
+  return {.seq = row.seq, .global_batch = row.global_batch, .precision = "bf16"};
+}
+
+ClusterSpec seed_cluster(const SeedLayoutRow& row) {
+  ClusterSpec c = cluster_from("8xA100-80GB");
+  c.nodes = row.gpus / c.devices_per_node;
+  return c;
 }
 
 std::string format_published_table(const std::vector<PublishedCheck>& checks) {

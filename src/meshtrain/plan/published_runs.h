@@ -106,4 +106,27 @@ std::vector<PublishedCheck> check_published_runs(TimeSettings time = megatron_20
 /// predicted, error, bubble, exposed communication share).
 std::string format_published_table(const std::vector<PublishedCheck>& checks);
 
+// --- Seed 000's production-configuration table (shared/seeds/000_*.txt, §6.2) ---
+
+/// The LongChat-32B row as the article prints it: 16 × A100-80G, TP 2, PP 2, DP 4, CP ✓ with
+/// cp_size 4, EP ×, seq_len 32768, flash_attn, 89 samples/s. The article gives no global
+/// batch; the check assumes 16 sequences (524,288 tokens per step, divisible by every dp the
+/// proposals use). The model: LongChat fine-tunes LLaMA, and LLaMA's "33B" (32.5B
+/// parameters) is the one near 32B — the `llama-33b` preset.
+struct SeedLayoutRow {
+  const char* name;
+  const char* model_preset;
+  std::int64_t gpus, tp, pp, dp, cp;
+  std::int64_t seq;
+  std::int64_t global_batch;  // assumed, see above
+  double samples_per_s;       // as printed
+};
+const SeedLayoutRow& seed000_longchat();
+
+/// The row's layout as printed (p2p ring attention, the article's CP; mb 1, full recompute
+/// for a 32K context), its settings (bf16) and cluster (2 nodes of 8xA100-80GB).
+Layout seed_layout(const SeedLayoutRow& row);
+TrainingSettings seed_settings(const SeedLayoutRow& row);
+ClusterSpec seed_cluster(const SeedLayoutRow& row);
+
 }  // namespace meshtrain::plan

@@ -39,6 +39,7 @@ nlohmann::ordered_json plan_json(const Plan& p, const ClusterSpec& cluster) {
                  {"v", l.v},
                  {"dp", l.dp},
                  {"cp", l.cp},
+                 {"cp_comm", l.cp_comm},
                  {"ep", l.ep},
                  {"zero_stage", l.zero_stage},
                  {"micro_batch", l.micro_batch},
@@ -85,17 +86,28 @@ nlohmann::ordered_json plan_json(const Plan& p, const ClusterSpec& cluster) {
 
 std::string format_table(const std::vector<Plan>& plans, const ClusterSpec& cluster,
                          std::size_t top) {
-  std::string out =
-      fmt::format("{:>3}  {:<64} {:>15} {:>8} {:>8} {:>8} {:>6} {:>8} {:>11} {:>5}\n", "#",
-                  "layout", "memory/device", "dp", "tp", "pp", "bubble", "step", "tokens/s", "MFU");
-  for (std::size_t i = 0; i < std::min(top, plans.size()); ++i) {
+  // The cp column (and a layout column wide enough for "cp=4(p2p)") only when a row has cp > 1,
+  // so that a table without context parallelism reads as it always did.
+  const std::size_t rows = std::min(top, plans.size());
+  std::size_t width = 64;
+  bool cp = false;
+  for (std::size_t i = 0; i < rows; ++i) cp = cp || plans[i].layout.cp > 1;
+  for (std::size_t i = 0; cp && i < rows; ++i) {
+    width = std::max(width, to_string(plans[i].layout).size());
+  }
+  std::string out = fmt::format("{:>3}  {:<{}} {:>15} {:>8} {:>8} {:>8}{} {:>6} {:>8} {:>11} {:>5}\n",
+                                "#", "layout", width, "memory/device", "dp", "tp", "pp",
+                                cp ? fmt::format(" {:>8}", "cp") : "", "bubble", "step",
+                                "tokens/s", "MFU");
+  for (std::size_t i = 0; i < rows; ++i) {
     const Plan& p = plans[i];
     out += fmt::format(
-        "{:>3}  {:<64} {:>10} {:>3.0f}% {:>8} {:>8} {:>8} {:>5.1f}% {:>8} {:>11.4g} "
+        "{:>3}  {:<{}} {:>10} {:>3.0f}% {:>8} {:>8} {:>8}{} {:>5.1f}% {:>8} {:>11.4g} "
         "{:>4.1f}%\n",
-        i + 1, to_string(p.layout), bytes_text(p.peak.total()),
+        i + 1, to_string(p.layout), width, bytes_text(p.peak.total()),
         100.0 * p.peak.total() / cluster.memory_bytes, seconds(axis_time(p, "dp")),
-        seconds(axis_time(p, "tp")), seconds(axis_time(p, "pp")), 100.0 * p.bubble,
+        seconds(axis_time(p, "tp")), seconds(axis_time(p, "pp")),
+        cp ? fmt::format(" {:>8}", seconds(axis_time(p, "cp"))) : "", 100.0 * p.bubble,
         seconds(p.step_s), p.tokens_per_s, 100.0 * p.mfu);
   }
   return out;

@@ -12,7 +12,8 @@
 
 namespace meshtrain::plan {
 
-/// Table rows: rank, layout, memory/device (GiB and % of the device), dp/tp/pp time, bubble,
+/// Table rows: rank, layout, memory/device (GiB and % of the device), dp/tp/pp time (and cp when
+/// a row has cp > 1), bubble,
 /// step time, tokens/s, MFU — the first `top` plans.
 std::string format_table(const std::vector<Plan>& plans, const ClusterSpec& cluster,
                          std::size_t top);

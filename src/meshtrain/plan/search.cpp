@@ -10,10 +10,10 @@ namespace meshtrain::plan {
 
 SearchResult search(const ModelConfig& model, const TrainingSettings& settings,
                     const ClusterSpec& cluster, const TimeSettings& time,
-                    std::int64_t max_micro_batch) {
+                    std::int64_t max_micro_batch, const CpChoice& cp) {
   SearchResult result;
   const std::vector<Layout> layouts =
-      enumerate_layouts(model, settings, cluster.devices(), max_micro_batch, &result.rejected);
+      enumerate_layouts(model, settings, cluster.devices(), max_micro_batch, &result.rejected, cp);
   for (const Rejection& r : result.rejected) result.candidates += r.count;
   result.valid = static_cast<std::int64_t>(layouts.size());
   result.candidates += result.valid;  // a rejected candidate may break several rules: ≥

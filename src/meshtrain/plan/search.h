@@ -22,10 +22,11 @@ struct SearchResult {
   Plan smallest;                    // the valid plan with the least memory (when none fits)
 };
 
-/// Searches the layouts of cluster.devices() devices. Throws ConfigError when no layout passes
+/// Searches the layouts of cluster.devices() devices (cp: which context-parallel sizes and
+/// modes; by default none). Throws ConfigError when no layout passes
 /// check_config (naming the most frequent rules broken); an empty `ranked` means none fits.
 SearchResult search(const ModelConfig& model, const TrainingSettings& settings,
                     const ClusterSpec& cluster, const TimeSettings& time = {},
-                    std::int64_t max_micro_batch = 64);
+                    std::int64_t max_micro_batch = 64, const CpChoice& cp = {});
 
 }  // namespace meshtrain::plan

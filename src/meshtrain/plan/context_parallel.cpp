@@ -1,0 +1,155 @@
+#include "meshtrain/plan/context_parallel.h"
+
+#include <fmt/format.h>
+
+#include "meshtrain/config/validate.h"
+#include "meshtrain/plan/formulas.h"
+
+namespace meshtrain::plan {
+namespace {
+
+double f(std::int64_t v) { return static_cast<double>(v); }
+
+bool ring(const Config& c) { return c.parallel.cp_comm != "a2a"; }
+
+// The width of k (and of v) on one tp rank: kv heads × head size / tp.
+double kv_local(const Config& c) {
+  const ModelConfig& m = c.model;
+  return f(kv_heads_of(m)) * f(m.n_embd) / f(m.n_head) / f(c.parallel.tp);
+}
+
+// K and V of the local tokens, fp32: the block a ring step passes on.
+double kv_block_bytes(const Config& c) { return 2.0 * local_tokens(c) * kv_local(c) * 4.0; }
+
+double sum_bytes(const std::vector<CpMessage>& messages) {
+  double out = 0.0;
+  for (const CpMessage& msg : messages) out += msg.count * msg.bytes;
+  return out;
+}
+
+}  // namespace
+
+double local_tokens(const Config& c) {
+  return f(c.training.micro_batch) * f(c.model.block_size) / f(std::max<std::int64_t>(1, c.parallel.cp));
+}
+
+std::int64_t reduction_group_size(const Config& c) {
+  return std::max<std::int64_t>(1, c.parallel.dp) * std::max<std::int64_t>(1, c.parallel.cp);
+}
+
+std::vector<ConfigIssue> cp_rules(const Config& c) {
+  const ParallelConfig& p = c.parallel;
+  const ModelConfig& m = c.model;
+  std::vector<ConfigIssue> out;
+  auto require = [&](bool ok, const char* setting, std::int64_t value, std::string rule,
+                     std::string fix) {
+    if (!ok) out.push_back({setting, fmt::format("{}", value), std::move(rule), std::move(fix)});
+  };
+  if (p.cp < 1) {
+    require(false, "parallel.cp", p.cp, "must be ≥ 1", "use 1 for no context parallel");
+    return out;
+  }
+  if (p.cp_comm != "p2p" && p.cp_comm != "a2a") {
+    out.push_back({"parallel.cp_comm", p.cp_comm,
+                   "must be p2p (ring attention) or a2a (Ulysses all-to-all)", "use p2p"});
+  }
+  if (p.cp == 1) return out;
+  require(m.block_size % (2 * p.cp) == 0, "model.block_size", m.block_size,
+          fmt::format("must be divisible by 2·parallel.cp = {}: each sequence is cut into 2·cp "
+                      "zigzag chunks",
+                      2 * p.cp),
+          fmt::format("set model.block_size to a multiple of {}", 2 * p.cp));
+  if (p.cp_comm == "a2a" && p.tp >= 1 && m.n_head % p.tp == 0) {
+    const std::int64_t heads = m.n_head / p.tp, kv = kv_heads_of(m) / p.tp;
+    require(heads % p.cp == 0, "model.n_head", m.n_head,
+            fmt::format("with parallel.cp_comm = a2a, n_head / tp = {} must be divisible by "
+                        "parallel.cp = {}: the all-to-all gives each cp rank whole heads",
+                        heads, p.cp),
+            "choose parallel.cp dividing the heads per tp rank, or parallel.cp_comm = p2p");
+    require(kv < 1 || kv % p.cp == 0, "model.n_kv_head", kv_heads_of(m),
+            fmt::format("with parallel.cp_comm = a2a, n_kv_head / tp = {} must be divisible by "
+                        "parallel.cp = {}",
+                        kv, p.cp),
+            "choose parallel.cp dividing the kv heads per tp rank, or parallel.cp_comm = p2p");
+  }
+  if (p.sequence_parallel && p.tp > 1) {
+    require((m.block_size / p.cp) % p.tp == 0, "model.block_size", m.block_size,
+            fmt::format("with sequence parallelism the s/cp = {} local tokens are split over "
+                        "parallel.tp = {}",
+                        m.block_size / p.cp, p.tp),
+            fmt::format("set model.block_size to a multiple of {}", p.cp * p.tp));
+  }
+  return out;
+}
+
+CpLayerTraffic cp_layer_traffic(const Config& c) {
+  CpLayerTraffic t;
+  const double cp = f(c.parallel.cp);
+  if (c.parallel.cp <= 1) return t;
+  const std::string& recompute = c.training.recompute;
+  if (ring(c)) {
+    const double K = kv_block_bytes(c);
+    t.forward = {{"K,V", cp - 1.0, K}};
+    t.backward = {{"K,V", cp - 1.0, K}, {"dK,dV (last hop home)", cp, K}};
+    if (recompute == "full" || recompute == "selective") {
+      t.backward.push_back({"K,V (recomputed forward)", cp - 1.0, K});
+    }
+    return t;
+  }
+  const double n = local_tokens(c), q = n * f(c.model.n_embd) / f(c.parallel.tp) * 4.0;
+  const double kv = n * kv_local(c) * 4.0;
+  t.forward = {{"q", 1.0, q}, {"k", 1.0, kv}, {"v", 1.0, kv}, {"out", 1.0, q}};
+  t.backward = {{"d out", 1.0, q}, {"dq", 1.0, q}, {"dk", 1.0, kv}, {"dv", 1.0, kv}};
+  if (recompute == "full") {
+    for (const CpMessage& msg : t.forward) {
+      t.backward.push_back({msg.what + " (recomputed forward)", msg.count, msg.bytes});
+    }
+  }
+  return t;
+}
+
+double cp_bytes_per_step(const Config& c, const ParameterCounts& sp) {
+  if (c.parallel.cp <= 1) return 0.0;
+  const CpLayerTraffic t = cp_layer_traffic(c);
+  return f(c.training.accumulation) * f(sp.layers) * (sum_bytes(t.forward) + sum_bytes(t.backward));
+}
+
+double cp_time_per_step(const Config& c, const ParameterCounts& sp, const Link& link,
+                        const TimeSettings& time) {
+  if (c.parallel.cp <= 1) return 0.0;
+  const CpLayerTraffic t = cp_layer_traffic(c);
+  const double B = link.bandwidth_bytes_per_s, a = link.latency_s;
+  const double wire = time.activation_wire_bytes / 4.0;  // the counted bytes are fp32
+  double per_layer = 0.0;
+  for (const auto* messages : {&t.forward, &t.backward}) {
+    for (const CpMessage& msg : *messages) {
+      const double one = ring(c) ? p2p_s(wire * msg.bytes, B, a)
+                                 : all_to_all_s(wire * msg.bytes, c.parallel.cp, B, a);
+      per_layer += msg.count * one;
+    }
+  }
+  return f(c.training.accumulation) * f(sp.layers) * per_layer;
+}
+
+double cp_comm_buffer_bytes(const Config& c) {
+  if (c.parallel.cp <= 1) return 0.0;
+  if (ring(c)) return 4.0 * kv_block_bytes(c);
+  const double width = f(c.model.n_embd) / f(c.parallel.tp) + 2.0 * kv_local(c);
+  return 4.0 * local_tokens(c) * width;
+}
+
+std::string cp_time_formula(const Config& c) {
+  if (ring(c)) {
+    return fmt::format(
+        "m·L·[(cp−1) fwd + (cp−1){} K,V + cp dK,dV bwd] p2p of K = 2·b·(s/cp)·(kv/t)·4 B: D/B + α "
+        "each",
+        c.training.recompute == "none" || c.training.recompute.empty() ? "" : " + (cp−1) recompute");
+  }
+  return fmt::format(
+      "m·L·{} all-to-alls (q, k, v, out; bwd d out, dq, dk, dv{}) of b·(s/cp)·(h|kv)/t·4 B: "
+      "(cp−1)/cp·D/B + (cp−1)α each",
+      c.training.recompute == "full" ? 12 : 8,
+      c.training.recompute == "full" ? "; the forward's again" : "");
+}
+
+}  // namespace meshtrain::plan
