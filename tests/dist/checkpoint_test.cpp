@@ -150,13 +150,14 @@ GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(ResumeLayout);
 // ---------------------------------------------------------------------------------------
 // Resharding: save under one layout, load under others.
 
-struct Shape5 {
+struct LayoutShape {
   std::int64_t dp, tp, pp, v, zero;
+  std::int64_t cp = 1;
 };
 
 // gpt2 (4 heads, vocabulary 65 padded under tp), 4 layers, global batch 8, 1f1b or
 // interleaved. accumulation = 8 / (dp · micro_batch) with micro_batch 1 under pp (pp ≤ m).
-Config reshard_config(const Shape5& s) {
+Config reshard_config(const LayoutShape& s) {
   const std::int64_t micro = s.pp > 1 ? 1 : 8 / s.dp;
   Config cfg = test::small_tp_config("gpt2", s.dp, s.tp, s.tp > 1, micro, 8 / (s.dp * micro));
   cfg.model.n_layer = 4;
@@ -164,14 +165,15 @@ Config reshard_config(const Shape5& s) {
   cfg.parallel.virtual_stages = s.v;
   cfg.parallel.pp_schedule = s.v > 1 ? "interleaved_1f1b" : "1f1b";
   cfg.parallel.zero_stage = s.zero;
+  cfg.parallel.cp = s.cp;
   cfg.training.max_steps = 15;
   return cfg;
 }
 
 struct ReshardCase {
   std::string name;
-  Shape5 from;
-  std::vector<Shape5> to;
+  LayoutShape from;
+  std::vector<LayoutShape> to;
 };
 
 std::vector<ReshardCase> reshard_cases() {
@@ -182,7 +184,13 @@ std::vector<ReshardCase> reshard_cases() {
                {{.dp = 4, .tp = 1, .pp = 1, .v = 1, .zero = 3},
                 {.dp = 1, .tp = 1, .pp = 1, .v = 1, .zero = 0},
                 {.dp = 2, .tp = 1, .pp = 2, .v = 2, .zero = 1},
-                {.dp = 1, .tp = 4, .pp = 1, .v = 1, .zero = 0}}}};
+                {.dp = 1, .tp = 4, .pp = 1, .v = 1, .zero = 0}}},
+              // Context parallel: saved at cp 2 (ZeRO-1 over dp × cp), loaded at cp 1 and 4.
+              {"dp2_cp2_zero1",
+               {.dp = 2, .tp = 1, .pp = 1, .v = 1, .zero = 1, .cp = 2},
+               {{.dp = 1, .tp = 1, .pp = 1, .v = 1, .zero = 0, .cp = 1},
+                {.dp = 1, .tp = 1, .pp = 1, .v = 1, .zero = 0, .cp = 4},
+                {.dp = 1, .tp = 2, .pp = 1, .v = 1, .zero = 3, .cp = 2}}}};
     case 8:
       return {{"dp2_tp2_pp2_zero3",
                {.dp = 2, .tp = 2, .pp = 2, .v = 1, .zero = 3},
@@ -216,8 +224,8 @@ TEST_P(Reshard, NextStepsMatchTheRunThatDidNotStop) {
   ASSERT_EQ(want.size(), 15u);
   const std::string checkpoint = (dir / "source" / "checkpoints" / "step-00000010").string();
 
-  for (const Shape5& to : c.to) {
-    const int size = static_cast<int>(to.dp * to.tp * to.pp);
+  for (const LayoutShape& to : c.to) {
+    const int size = static_cast<int>(to.dp * to.tp * to.pp * to.cp);
     const bool member = world->rank() < size;
     const auto sub = world->split(member ? 0 : 1, world->rank(), "world");
     if (member) {
@@ -228,8 +236,8 @@ TEST_P(Reshard, NextStepsMatchTheRunThatDidNotStop) {
       ASSERT_EQ(got.size(), 5u);
       for (std::size_t i = 0; i < got.size(); ++i) {
         EXPECT_NEAR(got[i].loss, want[10 + i].loss, kReshardRtol * want[10 + i].loss)
-            << "to dp " << to.dp << " tp " << to.tp << " pp " << to.pp << " v " << to.v << " zero "
-            << to.zero << ", step " << 11 + i;
+            << "to dp " << to.dp << " cp " << to.cp << " tp " << to.tp << " pp " << to.pp << " v "
+            << to.v << " zero " << to.zero << ", step " << 11 + i;
         // The global grad norm (before clipping) of the resharded model: every gradient
         // element, summed in the new layout's order.
         EXPECT_NEAR(got[i].grad_norm, want[10 + i].grad_norm, kReshardRtol * want[10 + i].grad_norm)

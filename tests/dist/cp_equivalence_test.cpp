@@ -83,8 +83,8 @@ std::vector<CpLayout> layouts_of_this_world() {
 Config config_of(const CpLayout& l) {
   const int dp = l.dp();
   const std::int64_t accumulation = l.pp > 1 ? 2 : 1;
-  Config c =
-      test::small_tp_config(l.family, dp, l.tp, l.sp, kGlobalBatch / dp / accumulation, accumulation);
+  Config c = test::small_tp_config(l.family, dp, l.tp, l.sp, kGlobalBatch / dp / accumulation,
+                                   accumulation);
   c.parallel.cp = l.cp;
   c.parallel.cp_comm = l.comm;
   c.parallel.pp = l.pp;
@@ -148,8 +148,8 @@ TEST_P(CpEquivalence, BytesPerStepEqualTheFormula) {
   const std::int64_t layers = m.n_layer / l.pp * config.training.accumulation;
   const std::int64_t block = n * kv * d * 4;
   if (l.comm == "p2p") {
-    const std::int64_t bytes = layers * ((l.cp - 1) * 2 * block + (l.cp - 1) * 2 * block +
-                                         l.cp * 2 * block);
+    const std::int64_t bytes =
+        layers * ((l.cp - 1) * 2 * block + (l.cp - 1) * 2 * block + l.cp * 2 * block);
     EXPECT_EQ(cp.counter(CommOp::send).bytes, bytes);
     EXPECT_EQ(cp.counter(CommOp::recv).bytes, bytes);
     EXPECT_EQ(cp.counter(CommOp::send).calls, layers * (2 * (l.cp - 1) + l.cp));

@@ -22,6 +22,7 @@
 #include "dist_env.h"
 #include "meshtrain/core/allocator.h"
 #include "meshtrain/plan/accounting.h"
+#include "meshtrain/plan/context_parallel.h"
 
 namespace meshtrain {
 namespace {
@@ -34,6 +35,8 @@ struct AgreementCase {
   std::string schedule = "1f1b";
   std::string recompute = "none";
   std::string precision = "fp32";
+  std::int64_t cp = 1, block = 32;
+  std::string cp_comm = "p2p";
 };
 
 void PrintTo(const AgreementCase& c, std::ostream* os) { *os << c.name; }
@@ -44,7 +47,8 @@ std::vector<AgreementCase> cases_of_this_world() {
       return {{.name = "single"},
               {.name = "single_selective", .recompute = "selective"},
               {.name = "single_full_llama", .family = "llama", .recompute = "full"},
-              {.name = "single_bf16", .precision = "bf16"}};
+              {.name = "single_bf16", .precision = "bf16"},
+              {.name = "single_T4096", .block = 4096}};
     case 2:
       return {{.name = "dp2_zero0", .dp = 2},
               {.name = "dp2_zero1_m2", .dp = 2, .zero = 1, .accumulation = 2},
@@ -59,18 +63,29 @@ std::vector<AgreementCase> cases_of_this_world() {
                .pp = 2,
                .v = 2,
                .accumulation = 4,
-               .schedule = "interleaved_1f1b"}};
+               .schedule = "interleaved_1f1b"},
+              // docs/memory.md "Context parallel": the activation peak per rank at T = 4096
+              // falls as 1/cp (single_T4096 is cp = 1).
+              {.name = "cp2_p2p_T4096", .cp = 2, .block = 4096},
+              {.name = "cp2_a2a_T4096", .cp = 2, .block = 4096, .cp_comm = "a2a"}};
     case 4:
       return {{.name = "tp2_dp2_zero1_sp", .dp = 2, .tp = 2, .zero = 1, .sp = true},
               {.name = "pp2_dp2_zero1_m2", .dp = 2, .pp = 2, .zero = 1, .accumulation = 2},
-              {.name = "pp2_tp2_sp_1f1b_m4", .tp = 2, .pp = 2, .accumulation = 4, .sp = true}};
+              {.name = "pp2_tp2_sp_1f1b_m4", .tp = 2, .pp = 2, .accumulation = 4, .sp = true},
+              {.name = "cp4_p2p_T4096", .cp = 4, .block = 4096},
+              {.name = "cp4_a2a_T4096", .cp = 4, .block = 4096, .cp_comm = "a2a"},
+              {.name = "cp2_dp2_zero1_llama", .family = "llama", .dp = 2, .zero = 1, .cp = 2}};
     default:
       return {};
   }
 }
 
 Config config_of(const AgreementCase& c) {
-  Config cfg = test::small_tp_config(c.family, c.dp, c.tp, c.sp, 2, c.accumulation);
+  Config cfg =
+      test::small_tp_config(c.family, c.dp, c.tp, c.sp, c.block > 32 ? 1 : 2, c.accumulation);
+  cfg.model.block_size = c.block;
+  cfg.parallel.cp = c.cp;
+  cfg.parallel.cp_comm = c.cp_comm;
   cfg.model.n_layer = 4;
   cfg.parallel.pp = c.pp;
   cfg.parallel.virtual_stages = c.v;
@@ -88,6 +103,12 @@ std::int64_t bytes_of(const ProcessGroup& group) {
   return sum;
 }
 
+// The planner counts what a cp rank sends: ring sends (each has a receive of the same size)
+// and the all-to-alls' inputs.
+std::int64_t cp_sent(const ProcessGroup& group) {
+  return group.counter(CommOp::send).bytes + group.counter(CommOp::all_to_all).bytes;
+}
+
 class PlanAgreement : public ::testing::TestWithParam<AgreementCase> {};
 
 TEST_P(PlanAgreement, BytesPerStepExactlyAndMemoryWithinFivePercent) {
@@ -96,7 +117,9 @@ TEST_P(PlanAgreement, BytesPerStepExactlyAndMemoryWithinFivePercent) {
   TrackedAllocator::instance().reset_peaks();
   Trainer trainer(config_of(c), *world, test::quiet());
   const Config& config = trainer.config();  // vocabulary resolved from the data
-  ProcessGroup& dp = trainer.mesh().group(Axis::dp);
+  // The gradient reduction runs over dp × cp (the dp group itself when cp = 1).
+  ProcessGroup& dp = c.cp > 1 ? trainer.mesh().dp_cp_group() : trainer.mesh().group(Axis::dp);
+  ProcessGroup& cp = trainer.mesh().group(Axis::cp);
   ProcessGroup& tp = trainer.mesh().group(Axis::tp);
   ProcessGroup& pp = trainer.mesh().group(Axis::pp);
   const std::int64_t stage = pp.rank();
@@ -105,6 +128,7 @@ TEST_P(PlanAgreement, BytesPerStepExactlyAndMemoryWithinFivePercent) {
   // Step 1 grows the buffers; step 2 is measured (the bytes of every step are the same).
   for (int s = 0; s < 2; ++s) {
     const std::int64_t dp0 = bytes_of(dp), tp0 = bytes_of(tp), pp0 = bytes_of(pp);
+    const std::int64_t cp0 = cp_sent(cp);
     const Trainer::Gradients g = trainer.compute_gradients(s);
     trainer.apply_update(s, g.grad_norm);
     if (s == 0) continue;
@@ -117,6 +141,8 @@ TEST_P(PlanAgreement, BytesPerStepExactlyAndMemoryWithinFivePercent) {
     EXPECT_EQ(bytes_of(pp) - pp0,
               static_cast<std::int64_t>(plan::pp_bytes_per_step(config, params)))
         << "pp bytes, stage " << stage;
+    EXPECT_EQ(cp_sent(cp) - cp0, static_cast<std::int64_t>(plan::cp_bytes_per_step(config, params)))
+        << "cp bytes sent, stage " << stage;
   }
 
   const plan::MemoryBreakdown state = plan::model_state_bytes(config, params.total);
@@ -127,8 +153,8 @@ TEST_P(PlanAgreement, BytesPerStepExactlyAndMemoryWithinFivePercent) {
   // bounds them the same way); the planner leaves them out, so under pp the measured
   // activation peak may exceed the planned one by that much on top of the 5 %.
   const double boundary =
-      static_cast<double>(config.training.micro_batch * config.model.block_size *
-                          config.model.n_embd) *
+      static_cast<double>(config.training.micro_batch * config.model.block_size /
+                          config.parallel.cp * config.model.n_embd) *
       4.0 / static_cast<double>(config.parallel.sequence_parallel ? config.parallel.tp : 1);
   const double receives = config.parallel.pp > 1
                               ? 2.0 * static_cast<double>(config.parallel.virtual_stages) * boundary

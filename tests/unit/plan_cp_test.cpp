@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "meshtrain/config/load.h"
+#include "meshtrain/config/validate.h"
 #include "meshtrain/plan/context_parallel.h"
 #include "meshtrain/plan/nearest.h"
 #include "meshtrain/plan/presets.h"
@@ -59,9 +60,9 @@ TEST(PlanCp, ZeroAndGradientsOverDpTimesCp) {
   EXPECT_EQ(reduction_group_size(c), 2);
   EXPECT_EQ(dp_bytes_per_step(c, p), 3216392.0);  // ZeRO-0: 4Ψ + 8, as at dp 2
   c.parallel.zero_stage = 1;
-  EXPECT_EQ(dp_bytes_per_step(c, p), 4824592.0);                   // 4Ψ + 4Ψ/2 + 16
+  EXPECT_EQ(dp_bytes_per_step(c, p), 4824592.0);                              // 4Ψ + 4Ψ/2 + 16
   EXPECT_EQ(model_state_bytes(c, 804096.0).optimizer, 8.0 * 804096.0 / 2.0);  // 8Ψ/N
-  EXPECT_EQ(comm_buffer_bytes(c, p) - cp_comm_buffer_bytes(c), 8040960.0);  // dp 2's ZeRO-1
+  EXPECT_EQ(comm_buffer_bytes(c, p) - cp_comm_buffer_bytes(c), 8040960.0);    // dp 2's ZeRO-1
   c.parallel.dp = 2;
   c.parallel.zero_stage = 3;
   EXPECT_EQ(model_state_bytes(c, 804096.0).grads, 4.0 * 804096.0 / 4.0);  // N = 4
@@ -135,20 +136,24 @@ TEST(PlanCp, RulesOfTheRuntimeDesign) {
     return std::count_if(issues.begin(), issues.end(),
                          [&](const ConfigIssue& i) { return i.setting == rule_setting; });
   };
+  const auto cp_rules = [](const Config& c) {
+    return check_config(
+        c, static_cast<int>(c.parallel.pp * c.parallel.dp * c.parallel.cp * c.parallel.tp));
+  };
   EXPECT_TRUE(cp_rules(gpt2(1)).empty());
-  EXPECT_TRUE(cp_rules(gpt2(4, "a2a")).empty());  // 64 % 8 == 0, 4 heads / 4
-  EXPECT_EQ(settings_of("model.block_size", cp_rules(gpt2(3))), 1);  // 64 % 6 ≠ 0
+  EXPECT_TRUE(cp_rules(gpt2(4, "a2a")).empty());                        // 64 % 8 == 0, 4 heads / 4
+  EXPECT_EQ(settings_of("model.block_size", cp_rules(gpt2(3))), 1);     // 64 % 6 ≠ 0
   EXPECT_EQ(settings_of("model.n_head", cp_rules(gpt2(8, "a2a"))), 1);  // 4 heads over 8
-  EXPECT_TRUE(cp_rules(gpt2(8, "p2p")).empty());                       // the ring needs none
+  EXPECT_TRUE(cp_rules(gpt2(8, "p2p")).empty());                        // the ring needs none
   EXPECT_EQ(settings_of("model.n_kv_head", cp_rules(llama(4, "a2a"))), 1);  // 2 kv heads over 4
   EXPECT_EQ(settings_of("parallel.cp_comm", cp_rules(gpt2(2, "ring"))), 1);
-  // check_layout plans cp > 1 (check_config's "not yet supported" gives way to these rules).
+  // check_layout plans cp > 1 under the same rules.
   const ModelPreset main_job =
       model_from(std::string(MESHTRAIN_SOURCE_DIR) + "/configs/shakespeare_char.toml");
   const TrainingSettings s{.seq = 64, .global_batch = 12, .precision = "fp32"};
   EXPECT_TRUE(check_layout(main_job.model, {.cp = 2, .accumulation = 12}, s).empty());
-  EXPECT_FALSE(check_layout(main_job.model, {.cp = 8, .cp_comm = "a2a", .accumulation = 12}, s)
-                   .empty());
+  EXPECT_FALSE(
+      check_layout(main_job.model, {.cp = 8, .cp_comm = "a2a", .accumulation = 12}, s).empty());
 }
 
 TEST(PlanCp, SearchedWhenAllowedAndPlacedBetweenTpAndDp) {
@@ -178,10 +183,9 @@ TEST(PlanCp, SearchedWhenAllowedAndPlacedBetweenTpAndDp) {
   }();
   const ModelPreset big = model_from("llama-33b");
   const TrainingSettings longctx{.seq = 32768, .global_batch = 16, .precision = "bf16"};
-  const Plan p = account(big.model,
-                         {.tp = 2, .pp = 2, .dp = 1, .cp = 4, .accumulation = 16,
-                          .recompute = "full"},
-                         longctx, a100);
+  const Plan p = account(
+      big.model, {.tp = 2, .pp = 2, .dp = 1, .cp = 4, .accumulation = 16, .recompute = "full"},
+      longctx, a100);
   ASSERT_EQ(p.comm.size(), 4u);
   EXPECT_EQ(p.comm[0].axis, "dp");
   EXPECT_EQ(p.comm[0].size, 4);  // dp × cp

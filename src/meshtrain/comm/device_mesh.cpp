@@ -107,7 +107,11 @@ DeviceMesh::DeviceMesh(const MeshShape& shape, const ProcessGroup& world)
     groups_[static_cast<std::size_t>(axis)] =
         world.split(shape.group_index(axis, rank_), rank_, std::string(meshtrain::to_string(axis)));
   }
-  dp_cp_ = world.split(shape.group_index({Axis::dp, Axis::cp}, rank_), rank_, "dp_cp");
+  // With cp = 1 the dp × cp group is the dp group itself (one set of counters, one watchdog
+  // name); every rank has the same shape, so all or none take part in the split.
+  if (shape.cp > 1) {
+    dp_cp_ = world.split(shape.group_index({Axis::dp, Axis::cp}, rank_), rank_, "dp_cp");
+  }
 }
 
 std::string DeviceMesh::describe() const {

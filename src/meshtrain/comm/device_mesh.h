@@ -59,8 +59,9 @@ class DeviceMesh {
   int rank() const noexcept { return rank_; }
   const MeshCoords& coords() const noexcept { return coords_; }
   ProcessGroup& group(Axis axis) const { return *groups_[static_cast<std::size_t>(axis)]; }
-  /// The dp × cp group (gradient reduction when context parallelism splits sequences).
-  ProcessGroup& dp_cp_group() const { return *dp_cp_; }
+  /// The dp × cp group (gradient reduction when context parallelism splits sequences): the
+  /// dp group itself when cp = 1.
+  ProcessGroup& dp_cp_group() const { return dp_cp_ ? *dp_cp_ : group(Axis::dp); }
   /// "rank 3 (pp=0 dp=1 cp=0 tp=1)" for reports.
   std::string describe() const;
 
@@ -69,7 +70,7 @@ class DeviceMesh {
   int rank_;
   MeshCoords coords_;
   std::array<std::unique_ptr<ProcessGroup>, 5> groups_;
-  std::unique_ptr<ProcessGroup> dp_cp_;
+  std::unique_ptr<ProcessGroup> dp_cp_;  // cp > 1 only
 };
 
 }  // namespace meshtrain

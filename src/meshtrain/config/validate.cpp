@@ -93,19 +93,17 @@ void check_context_parallel(const Config& c, std::vector<ConfigIssue>& issues) {
           "must be \"p2p\" (ring attention) or \"a2a\" (Ulysses all-to-all)",
           "set parallel.cp_comm = \"p2p\"");
   if (p.cp < 2) return;
-  require(issues, m.block_size < 1 || m.block_size % (2 * p.cp) == 0, "model.block_size",
-          m.block_size,
-          fmt::format("with parallel.cp = {} every sequence is cut into 2·cp = {} equal chunks "
-                      "(the zigzag split that balances causal attention), so the sequence "
-                      "length must be divisible by {}",
-                      p.cp, 2 * p.cp, 2 * p.cp),
-          fmt::format("set model.block_size to a multiple of {}, or a smaller parallel.cp",
-                      2 * p.cp));
+  require(
+      issues, m.block_size < 1 || m.block_size % (2 * p.cp) == 0, "model.block_size", m.block_size,
+      fmt::format("with parallel.cp = {} every sequence is cut into 2·cp = {} equal chunks "
+                  "(the zigzag split that balances causal attention), so the sequence "
+                  "length must be divisible by {}",
+                  p.cp, 2 * p.cp, 2 * p.cp),
+      fmt::format("set model.block_size to a multiple of {}, or a smaller parallel.cp", 2 * p.cp));
   if (p.cp_comm != "a2a" || p.tp < 1) return;
   const std::int64_t heads = m.n_head / p.tp, kv = kv_heads_of(m) / p.tp;
-  for (const auto& [name, value, local] :
-       {std::tuple{"model.n_head", m.n_head, heads},
-        std::tuple{"model.n_kv_head", kv_heads_of(m), kv}}) {
+  for (const auto& [name, value, local] : {std::tuple{"model.n_head", m.n_head, heads},
+                                           std::tuple{"model.n_kv_head", kv_heads_of(m), kv}}) {
     require(issues, local < 1 || local % p.cp == 0, name, value,
             fmt::format("parallel.cp_comm = \"a2a\" (Ulysses) gives each cp rank whole heads: "
                         "the {} per tp rank ({} / tp {} = {}) must be divisible by "
@@ -156,19 +154,19 @@ void check_parallel(const Config& c, int world_size, std::vector<ConfigIssue>& i
     // Under cp a rank holds block_size/cp tokens of every sequence (checked above to split).
     const std::int64_t cp = p.cp >= 1 ? p.cp : 1;
     if (p.sequence_parallel && (cp == 1 || m.block_size % (2 * cp) == 0)) {
-      require(issues, m.block_size < 1 || (m.block_size / cp) % p.tp == 0, "model.block_size",
-              m.block_size,
-              fmt::format("with parallel.sequence_parallel the tokens of a micro-batch are split "
-                          "over the tp ranks, so the sequence length{} must be divisible by "
-                          "parallel.tp = {} (Megatron-LM's rule: then every micro-batch size "
-                          "splits evenly)",
-                          cp > 1 ? fmt::format(" per cp rank (block_size / cp = {})",
-                                               m.block_size / cp)
-                                 : "",
-                          p.tp),
-              fmt::format("set model.block_size to a multiple of {}, or "
-                          "parallel.sequence_parallel = false",
-                          cp > 1 ? 2 * cp * p.tp : p.tp));
+      require(
+          issues, m.block_size < 1 || (m.block_size / cp) % p.tp == 0, "model.block_size",
+          m.block_size,
+          fmt::format(
+              "with parallel.sequence_parallel the tokens of a micro-batch are split "
+              "over the tp ranks, so the sequence length{} must be divisible by "
+              "parallel.tp = {} (Megatron-LM's rule: then every micro-batch size "
+              "splits evenly)",
+              cp > 1 ? fmt::format(" per cp rank (block_size / cp = {})", m.block_size / cp) : "",
+              p.tp),
+          fmt::format("set model.block_size to a multiple of {}, or "
+                      "parallel.sequence_parallel = false",
+                      cp > 1 ? 2 * cp * p.tp : p.tp));
     }
   }
   const std::int64_t ranks = p.pp * p.dp * p.cp * p.tp;

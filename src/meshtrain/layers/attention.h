@@ -65,8 +65,8 @@ class CausalSelfAttention final : public Module {
     SequenceBatch batch{0, 0};
     std::vector<Tensor> qkv_out;
     std::vector<std::int32_t> positions;
-    Tensor att_out;            // empty between forward and backward under selective recompute
-    AttentionCoreState core;   // likewise
+    Tensor att_out;           // empty between forward and backward under selective recompute
+    AttentionCoreState core;  // likewise
   };
   /// The attention core: s.qkv_out (q, k rotated) → fresh s.att_out and s.core.
   void attend(State& s) const;

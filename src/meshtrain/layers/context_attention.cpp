@@ -281,8 +281,8 @@ void to_sequences(ProcessGroup& g, const Tensor& src, const std::vector<std::int
   for (int j = 0; j < size; ++j) {
     std::int64_t col = 0;
     for (std::size_t i = 0; i < widths.size(); ++i) {
-      copy_cols(recv.f32() + j * rows * width + col, width, dsts[i] + j * widths[i],
-                dst_strides[i], rows, widths[i]);
+      copy_cols(recv.f32() + j * rows * width + col, width, dsts[i] + j * widths[i], dst_strides[i],
+                rows, widths[i]);
       col += widths[i];
     }
   }
@@ -333,8 +333,8 @@ void ulysses_backward(ProcessGroup& g, const float* dout, const AttentionCoreSta
   Tensor dqkv = Tensor::zeros({rows, width}, MemCategory::activations);
   const QkvRows whole{state.q.f32(), state.kv.f32(), state.kv.f32() + kv_heads * d, heads * d,
                       2 * kv_heads * d};
-  const QkvGradRows grads{dqkv.f32(), dqkv.f32() + heads * d,
-                          dqkv.f32() + (heads + kv_heads) * d, width, width};
+  const QkvGradRows grads{dqkv.f32(), dqkv.f32() + heads * d, dqkv.f32() + (heads + kv_heads) * d,
+                          width, width};
   kernels::attention_chunk_backward(whole, dout_heads.f32(), heads * d, state.lse.f32(),
                                     delta.f32(), grads, dims, AttentionMask::causal);
   to_sequences(g, dqkv, {heads * d, kv_heads * d, kv_heads * d}, {grad.dq, grad.dk, grad.dv},

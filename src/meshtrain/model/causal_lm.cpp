@@ -60,7 +60,8 @@ std::unique_ptr<TransformerBlock> block(const ModelConfig& c, std::int64_t i,
   }
   const std::string p = fmt::format("transformer.h.{}", i);
   return std::make_unique<TransformerBlock>(
-      norm(c, p + ".ln_1"), std::make_unique<CausalSelfAttention>(p + ".attn", attn, groups, recompute),
+      norm(c, p + ".ln_1"),
+      std::make_unique<CausalSelfAttention>(p + ".attn", attn, groups, recompute),
       norm(c, p + ".ln_2"), std::make_unique<GeluMlp>(p + ".mlp", mlp, tp), recompute);
 }
 

@@ -30,56 +30,12 @@ double sum_bytes(const std::vector<CpMessage>& messages) {
 }  // namespace
 
 double local_tokens(const Config& c) {
-  return f(c.training.micro_batch) * f(c.model.block_size) / f(std::max<std::int64_t>(1, c.parallel.cp));
+  return f(c.training.micro_batch) * f(c.model.block_size) /
+         f(std::max<std::int64_t>(1, c.parallel.cp));
 }
 
 std::int64_t reduction_group_size(const Config& c) {
   return std::max<std::int64_t>(1, c.parallel.dp) * std::max<std::int64_t>(1, c.parallel.cp);
-}
-
-std::vector<ConfigIssue> cp_rules(const Config& c) {
-  const ParallelConfig& p = c.parallel;
-  const ModelConfig& m = c.model;
-  std::vector<ConfigIssue> out;
-  auto require = [&](bool ok, const char* setting, std::int64_t value, std::string rule,
-                     std::string fix) {
-    if (!ok) out.push_back({setting, fmt::format("{}", value), std::move(rule), std::move(fix)});
-  };
-  if (p.cp < 1) {
-    require(false, "parallel.cp", p.cp, "must be ≥ 1", "use 1 for no context parallel");
-    return out;
-  }
-  if (p.cp_comm != "p2p" && p.cp_comm != "a2a") {
-    out.push_back({"parallel.cp_comm", p.cp_comm,
-                   "must be p2p (ring attention) or a2a (Ulysses all-to-all)", "use p2p"});
-  }
-  if (p.cp == 1) return out;
-  require(m.block_size % (2 * p.cp) == 0, "model.block_size", m.block_size,
-          fmt::format("must be divisible by 2·parallel.cp = {}: each sequence is cut into 2·cp "
-                      "zigzag chunks",
-                      2 * p.cp),
-          fmt::format("set model.block_size to a multiple of {}", 2 * p.cp));
-  if (p.cp_comm == "a2a" && p.tp >= 1 && m.n_head % p.tp == 0) {
-    const std::int64_t heads = m.n_head / p.tp, kv = kv_heads_of(m) / p.tp;
-    require(heads % p.cp == 0, "model.n_head", m.n_head,
-            fmt::format("with parallel.cp_comm = a2a, n_head / tp = {} must be divisible by "
-                        "parallel.cp = {}: the all-to-all gives each cp rank whole heads",
-                        heads, p.cp),
-            "choose parallel.cp dividing the heads per tp rank, or parallel.cp_comm = p2p");
-    require(kv < 1 || kv % p.cp == 0, "model.n_kv_head", kv_heads_of(m),
-            fmt::format("with parallel.cp_comm = a2a, n_kv_head / tp = {} must be divisible by "
-                        "parallel.cp = {}",
-                        kv, p.cp),
-            "choose parallel.cp dividing the kv heads per tp rank, or parallel.cp_comm = p2p");
-  }
-  if (p.sequence_parallel && p.tp > 1) {
-    require((m.block_size / p.cp) % p.tp == 0, "model.block_size", m.block_size,
-            fmt::format("with sequence parallelism the s/cp = {} local tokens are split over "
-                        "parallel.tp = {}",
-                        m.block_size / p.cp, p.tp),
-            fmt::format("set model.block_size to a multiple of {}", p.cp * p.tp));
-  }
-  return out;
 }
 
 CpLayerTraffic cp_layer_traffic(const Config& c) {
@@ -100,7 +56,9 @@ CpLayerTraffic cp_layer_traffic(const Config& c) {
   const double kv = n * kv_local(c) * 4.0;
   t.forward = {{"q", 1.0, q}, {"k", 1.0, kv}, {"v", 1.0, kv}, {"out", 1.0, q}};
   t.backward = {{"d out", 1.0, q}, {"dq", 1.0, q}, {"dk", 1.0, kv}, {"dv", 1.0, kv}};
-  if (recompute == "full") {
+  // Selective recompute drops the core's head-sharded state too, so both recomputes repeat
+  // the forward all-to-alls (layers/attention.cpp).
+  if (recompute == "full" || recompute == "selective") {
     for (const CpMessage& msg : t.forward) {
       t.backward.push_back({msg.what + " (recomputed forward)", msg.count, msg.bytes});
     }
@@ -143,7 +101,8 @@ std::string cp_time_formula(const Config& c) {
     return fmt::format(
         "m·L·[(cp−1) fwd + (cp−1){} K,V + cp dK,dV bwd] p2p of K = 2·b·(s/cp)·(kv/t)·4 B: D/B + α "
         "each",
-        c.training.recompute == "none" || c.training.recompute.empty() ? "" : " + (cp−1) recompute");
+        c.training.recompute == "none" || c.training.recompute.empty() ? ""
+                                                                       : " + (cp−1) recompute");
   }
   return fmt::format(
       "m·L·{} all-to-alls (q, k, v, out; bwd d out, dq, dk, dv{}) of b·(s/cp)·(h|kv)/t·4 B: "

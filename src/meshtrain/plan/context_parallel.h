@@ -29,14 +29,6 @@ double local_tokens(const Config& config);
 /// dp rank hold the same weights and see different tokens of the same sequences).
 std::int64_t reduction_group_size(const Config& config);
 
-/// The cp rules of the runtime design, for cp > 1 (none when cp = 1): cp ≥ 1; parallel.cp_comm
-/// "p2p" or "a2a"; block_size % (2·cp) == 0 (the zigzag chunks); a2a: n_head/tp and
-/// n_kv_head/tp divisible by cp (the all-to-all hands each cp rank whole heads); with sequence
-/// parallelism, (block_size/cp) % tp == 0 (sp splits the local tokens over tp). The planner
-/// applies them itself while config/validate.cpp still refuses cp > 1 (check_layout in
-/// layout.h); once check_config carries them, check_layout prefers its issues.
-std::vector<ConfigIssue> cp_rules(const Config& config);
-
 /// One kind of message of the cp traffic: `count` blocks of `bytes` each, per transformer
 /// block and micro-batch, as the cp group's ProcessGroup counters count them (p2p: the bytes
 /// sent; all-to-all: the input handed to the op).

@@ -47,11 +47,11 @@ bool parse_bool(const std::string& key, const std::string& value) {
 std::vector<std::pair<std::int64_t, std::string>> cp_options(const CpChoice& choice,
                                                              std::int64_t devices) {
   std::vector<std::pair<std::int64_t, std::string>> out;
-  const std::vector<std::string> comms =
-      choice.comm == "auto" ? std::vector<std::string>{"p2p", "a2a"}
-                            : std::vector<std::string>{choice.comm};
-  for (const std::int64_t cp : choice.size == 0 ? divisors(devices)
-                                                : std::vector<std::int64_t>{choice.size}) {
+  const std::vector<std::string> comms = choice.comm == "auto"
+                                             ? std::vector<std::string>{"p2p", "a2a"}
+                                             : std::vector<std::string>{choice.comm};
+  for (const std::int64_t cp :
+       choice.size == 0 ? divisors(devices) : std::vector<std::int64_t>{choice.size}) {
     if (cp < 1 || devices % cp != 0) continue;
     if (cp == 1) {
       out.emplace_back(1, "p2p");
@@ -76,8 +76,12 @@ void for_each_variant(const Layout& base, std::int64_t batch, std::int64_t max_m
   }
   std::vector<std::pair<std::string, std::int64_t>> schedules{{"1f1b", 1}};
   if (base.pp > 1) {
-    schedules = {{"1f1b", 1},  {"gpipe", 1}, {"zb_h1", 1}, {"interleaved_1f1b", 2},
-                 {"interleaved_1f1b", 3}, {"interleaved_1f1b", 4}};
+    schedules = {{"1f1b", 1},
+                 {"gpipe", 1},
+                 {"zb_h1", 1},
+                 {"interleaved_1f1b", 2},
+                 {"interleaved_1f1b", 3},
+                 {"interleaved_1f1b", 4}};
   }
   // ZeRO shards over dp × cp: with dp·cp = 1 every stage is ZeRO-0 with extra copies.
   const std::int64_t max_zero = dp * base.cp > 1 ? 3 : 0;
@@ -149,8 +153,7 @@ Layout parse_layout(const std::string& text, std::int64_t global_batch) {
     else if (key == "cp_comm") {
       if (value != "p2p" && value != "a2a") bad_layout(item, "cp_comm must be p2p or a2a");
       l.cp_comm = value;
-    }
-    else if (key == "ep")
+    } else if (key == "ep")
       l.ep = parse_int(key, value);
     else if (key == "zero")
       l.zero_stage = parse_int(key, value);
@@ -204,19 +207,7 @@ std::vector<ConfigIssue> check_layout(const ModelConfig& model, const Layout& la
                                       const TrainingSettings& settings) {
   const std::int64_t devices = layout.devices();
   const Config config = to_config(model, layout, settings);
-  std::vector<ConfigIssue> issues =
-      check_config(config, static_cast<int>(std::clamp<std::int64_t>(devices, 0, 1 << 30)));
-  // check_config refuses cp > 1 until the runtime runs it; the planner plans it under the
-  // runtime design's rules (context_parallel.h) in place of that refusal.
-  std::erase_if(issues, [](const ConfigIssue& i) {
-    return i.setting == "parallel.cp" && i.rule.starts_with("not yet supported");
-  });
-  for (ConfigIssue& rule : cp_rules(config)) {
-    const bool named = std::any_of(issues.begin(), issues.end(),
-                                   [&](const ConfigIssue& i) { return i.setting == rule.setting; });
-    if (!named) issues.push_back(std::move(rule));
-  }
-  return issues;
+  return check_config(config, static_cast<int>(std::clamp<std::int64_t>(devices, 0, 1 << 30)));
 }
 
 LinkKind link_of_group(std::int64_t size, std::int64_t stride, const ClusterSpec& cluster) {
@@ -252,8 +243,8 @@ std::vector<Layout> enumerate_layouts(const ModelConfig& model, const TrainingSe
   for (const auto& [cp, comm] : cp_options(cp_choice, devices)) {
     for (const std::int64_t tp : divisors(devices / cp)) {
       for (const std::int64_t pp : divisors(devices / (cp * tp))) {
-        const Layout base{.tp = tp, .pp = pp, .dp = devices / (cp * tp * pp), .cp = cp,
-                          .cp_comm = comm};
+        const Layout base{
+            .tp = tp, .pp = pp, .dp = devices / (cp * tp * pp), .cp = cp, .cp_comm = comm};
         for_each_variant(base, settings.global_batch, max_micro_batch, consider);
       }
     }

@@ -62,9 +62,7 @@ Layout parse_layout(const std::string& text, std::int64_t global_batch);
 /// parallel.* and training.* from the layout, global_batch set).
 Config to_config(const ModelConfig& model, const Layout& layout, const TrainingSettings& settings);
 
-/// check_config(to_config(...), devices) — the trainer's rules — and, while check_config still
-/// refuses cp > 1 ("not yet supported"), context_parallel.h's cp_rules in place of that refusal
-/// (a cp rule is dropped when check_config already names its setting).
+/// check_config(to_config(...), devices): the trainer's rules, context parallel's included.
 std::vector<ConfigIssue> check_layout(const ModelConfig& model, const Layout& layout,
                                       const TrainingSettings& settings);
 

@@ -33,9 +33,8 @@ struct MicroBatching {
 
 /// Rows of `full` ([sequences, seq_len] tokens) that cp rank `cp_rank` of `cp_size` holds, in
 /// its local order: per sequence chunk cp_rank, then chunk 2·cp_size−1−cp_rank.
-std::vector<std::int32_t> zigzag_rows(const std::vector<std::int32_t>& full,
-                                      std::int64_t sequences, std::int64_t seq_len, int cp_rank,
-                                      int cp_size);
+std::vector<std::int32_t> zigzag_rows(const std::vector<std::int32_t>& full, std::int64_t sequences,
+                                      std::int64_t seq_len, int cp_rank, int cp_size);
 
 class StageRunner final : public pp::StageRunner {
  public:

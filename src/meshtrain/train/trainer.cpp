@@ -479,9 +479,8 @@ std::vector<StepMetrics> Trainer::run() {
   for (std::int64_t step = start_step_; step < t.max_steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
     const CommCounter tp0 = comm_total(mesh_->group(Axis::tp));
-    const CommCounter dp0 = comm_total(mesh_->group(Axis::dp));
+    const CommCounter dp0 = dp_comm_total();
     const CommCounter cp0 = comm_total(mesh_->group(Axis::cp));
-    const CommCounter dp_cp0 = comm_total(mesh_->dp_cp_group());
     const double loss_scale = scaler_ ? scaler_->scale() : 1.0;  // what this step's backward uses
     const double comm0 = comm_seconds();
     const Gradients g = compute_gradients(step);
@@ -500,16 +499,14 @@ std::vector<StepMetrics> Trainer::run() {
     m.bubble = last_bubble_;
     m.peak_bytes = TrackedAllocator::instance().total().peak_bytes;
     const CommCounter tp1 = comm_total(mesh_->group(Axis::tp));
-    const CommCounter dp1 = comm_total(mesh_->group(Axis::dp));
+    const CommCounter dp1 = dp_comm_total();
     const CommCounter cp1 = comm_total(mesh_->group(Axis::cp));
-    const CommCounter dp_cp1 = comm_total(mesh_->dp_cp_group());
     m.tp_comm_bytes = tp1.bytes - tp0.bytes;
-    // Under cp the gradient reduction runs over dp × cp; it is reported as the dp traffic.
-    m.dp_comm_bytes = dp1.bytes - dp0.bytes + dp_cp1.bytes - dp_cp0.bytes;
+    m.dp_comm_bytes = dp1.bytes - dp0.bytes;
     m.cp_comm_bytes = cp1.bytes - cp0.bytes;
     m.cp_comm_s = cp1.seconds - cp0.seconds;
     m.tp_comm_s = tp1.seconds - tp0.seconds;
-    m.dp_comm_s = dp1.seconds - dp0.seconds + dp_cp1.seconds - dp_cp0.seconds;
+    m.dp_comm_s = dp1.seconds - dp0.seconds;
     if (t.straggler_interval > 0 && (step + 1) % t.straggler_interval == 0) {
       m.straggler_report = true;
       m.stragglers = straggler_report(window_steps_);
@@ -577,11 +574,23 @@ std::vector<NamedTensor> Trainer::logical_tensors() {
   return all;
 }
 
+CommCounter Trainer::dp_comm_total() const {
+  // Under cp the gradient reduction runs over dp × cp: reported as the dp traffic.
+  CommCounter sum = comm_total(mesh_->group(Axis::dp));
+  if (&mesh_->dp_cp_group() == &mesh_->group(Axis::dp)) return sum;
+  const CommCounter dp_cp = comm_total(mesh_->dp_cp_group());
+  sum.calls += dp_cp.calls;
+  sum.bytes += dp_cp.bytes;
+  sum.seconds += dp_cp.seconds;
+  return sum;
+}
+
 double Trainer::comm_seconds() const {
   double s = 0.0;
   for (const Axis axis : {Axis::tp, Axis::dp, Axis::pp, Axis::cp})
     s += comm_total(mesh_->group(axis)).seconds;
-  s += comm_total(mesh_->dp_cp_group()).seconds;
+  if (&mesh_->dp_cp_group() != &mesh_->group(Axis::dp))
+    s += comm_total(mesh_->dp_cp_group()).seconds;
   if (tied_group_) s += comm_total(*tied_group_).seconds;
   return s;
 }

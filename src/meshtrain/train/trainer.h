@@ -168,6 +168,8 @@ class Trainer {
   void log_step(const StepMetrics& m);
   /// Seconds this rank has spent inside collectives, over all its groups.
   double comm_seconds() const;
+  /// The dp group's counters plus, under cp, the dp × cp group's (the gradient reduction).
+  CommCounter dp_comm_total() const;
   /// End of a straggler window: all-gathers every rank's phase seconds, finds the stragglers.
   std::vector<Straggler> straggler_report(std::int64_t steps);
   void sum_tied_embeddings();
