@@ -66,12 +66,14 @@ void online_softmax(float* st, std::int64_t bc, std::int64_t br, std::int64_t nq
                     AttentionMask mask, std::int64_t diag, float* m, float* l, float* alpha) {
   float* m_new = alpha;  // alpha holds the new max until the factors are computed
   std::copy(m, m + nq, m_new);
+  const int n = static_cast<int>(nq), hi = static_cast<int>(br);  // ≤ kBr
   for (std::int64_t j = 0; j < bc; ++j) {
-    const std::int64_t lo = first_visible(mask, diag, j);
+    const int lo = first_visible(mask, diag, j);
     const float* s = st + j * kBr;
 #pragma omp simd
-    for (std::int64_t r = 0; r < nq; ++r) {
-      m_new[r] = (r >= lo && r < br && s[r] > m_new[r]) ? s[r] : m_new[r];
+    for (int r = 0; r < n; ++r) {
+      const bool visible = (r >= lo) & (r < hi);  // `&`, not `&&`: no branch, so it vectorises
+      m_new[r] = (visible & (s[r] > m_new[r])) ? s[r] : m_new[r];
     }
   }
   // A column that has seen no key keeps m = −inf: its factor is 1 (−inf − −inf would be NaN),
@@ -79,19 +81,23 @@ void online_softmax(float* st, std::int64_t bc, std::int64_t br, std::int64_t nq
 #pragma omp simd
   for (std::int64_t r = 0; r < nq; ++r) {
     const float mn = m_new[r];
-    const float a = m[r] == mn ? 1.0f : cpu::exp_approx(m[r] - mn);
+    const float a = cpu::exp_approx(m[r] == mn ? 0.0f : m[r] - mn);
     m[r] = mn;
     l[r] *= a;
     alpha[r] = a;
   }
   for (std::int64_t j = 0; j < bc; ++j) {
-    const std::int64_t lo = first_visible(mask, diag, j);
+    const int lo = first_visible(mask, diag, j);
     float* s = st + j * kBr;
 #pragma omp simd
-    for (std::int64_t r = 0; r < nq; ++r) {
-      const bool visible = r >= lo && r < br;
-      // A finite argument for masked entries too: exp_approx(NaN) would convert NaN to int.
-      const float p = cpu::exp_approx(visible ? s[r] - m[r] : -100.0f);
+    for (int r = 0; r < n; ++r) {
+      const bool visible = (r >= lo) & (r < hi);
+      // exp of every entry, then a select: branch-free. Masked entries get a finite argument
+      // (s − m may be −inf − −inf = NaN there, and exp_approx would convert NaN to int).
+      // The subtraction is unconditional: GCC does not if-convert (vectorise) an FP operation
+      // that only some lanes would execute (-ftrapping-math).
+      const float x = s[r] - m[r];
+      const float p = cpu::exp_approx(visible ? x : -100.0f);
       s[r] = visible ? p : 0.0f;
       l[r] += s[r];
     }
@@ -127,9 +133,11 @@ void forward_block(const ForwardTask& t, std::int64_t b, std::int64_t h, std::in
   const std::int64_t kv_end = visible_kv_end(d, t.mask, i0, br);
   for (std::int64_t j0 = 0; j0 < kv_end; j0 += kBc) {
     const std::int64_t bc = std::min(kBc, kv_end - j0), mk = round_up(bc, kMR);
-    pack_rows(k_rows + j0 * t.in.kv_stride, t.in.kv_stride, bc, hd, hdp, mk, s.kp);
-    pack_rows(v_rows + j0 * t.in.kv_stride, t.in.kv_stride, bc, hd, hdp, bc, s.vp);
-    tile_gemm({s.kp, hdp, 1}, s.qt, kBr, s.st, kBr, mk, nq, hd, false);  // Sᵀ = K·(scale·Q)ᵀ
+    const Rows k =
+        rows_operand(k_rows + j0 * t.in.kv_stride, t.in.kv_stride, bc, kBc, hd, hdp, s.kp);
+    const Rows v =
+        rows_operand(v_rows + j0 * t.in.kv_stride, t.in.kv_stride, bc, kBc, hd, hdp, s.vp);
+    tile_gemm({k.p, k.ld, 1}, s.qt, kBr, s.st, kBr, mk, nq, hd, false);  // Sᵀ = K·(scale·Q)ᵀ
     const std::int64_t diag = d.q_offset + i0 - d.kv_offset - j0;
     online_softmax(s.st, bc, br, nq, t.mask, diag, s.m, s.l, s.alpha);
     for (std::int64_t r = 0; r < br; ++r) {
@@ -139,7 +147,7 @@ void forward_block(const ForwardTask& t, std::int64_t b, std::int64_t h, std::in
 #pragma omp simd
       for (std::int64_t c = 0; c < hdp; ++c) o[c] *= a;
     }
-    tile_gemm({s.st, 1, kBr}, s.vp, hdp, s.o, hdp, mq, hdp, bc, true);  // O += P̃·V
+    tile_gemm({s.st, 1, kBr}, v.p, v.ld, s.o, hdp, mq, hdp, bc, true);  // O += P̃·V
   }
   for (std::int64_t r = 0; r < br; ++r) {  // Algorithm 1, lines 12–13
     float* o = t.out + (b * d.q_seq_rows + i0 + r) * t.out_stride + h * hd;

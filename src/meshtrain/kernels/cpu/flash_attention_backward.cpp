@@ -76,65 +76,97 @@ void load_query_block(const BackwardTask& t, std::int64_t b, std::int64_t h, Que
 /// key is masked, the query is padding or the row saw no key.
 void probs_and_dscores(float* st, float* dpt, std::int64_t bc, const QueryBlock& q,
                        AttentionMask mask, std::int64_t diag) {
+  const int n = static_cast<int>(q.nq);  // ≤ kBr; int lanes as wide as the floats
+  const float* live = q.live;
+  const float* lse = q.lse;
+  const float* delta = q.delta;
   for (std::int64_t j = 0; j < bc; ++j) {
-    const std::int64_t lo = first_visible(mask, diag, j);
+    const int lo = first_visible(mask, diag, j);
     float* s = st + j * kBr;
     float* dp = dpt + j * kBr;
 #pragma omp simd
-    for (std::int64_t r = 0; r < q.nq; ++r) {
-      const bool visible = r >= lo && q.live[r] != 0.0f;
-      const float p = visible ? cpu::exp_approx(s[r] - q.lse[r]) : 0.0f;
+    for (int r = 0; r < n; ++r) {
+      // `&` and exp-then-select, not `&&` and a conditional exp: branch-free, so it vectorises
+      // (dead rows carry lse = 0, a finite argument).
+      const bool visible = (r >= lo) & (live[r] != 0.0f);
+      const float e = cpu::exp_approx(s[r] - lse[r]);
+      const float p = visible ? e : 0.0f;
       s[r] = p;
-      dp[r] = p * (dp[r] - q.delta[r]);
+      dp[r] = p * (dp[r] - delta[r]);
     }
   }
 }
 
-/// Pass 1: dK, dV of key block kb of kv head kvh of sequence b (ACCUMULATED into grad).
+/// Pass 1's elementwise step on S and dP [mq queries, nk keys] (row stride kBc): P = exp(S −
+/// lse) and dS = P∘(dP − D), 0 where the key is masked or the row saw no key (lse = −inf).
+void probs_and_dscores_rows(float* s, float* dp, std::int64_t br, std::int64_t bc, std::int64_t nk,
+                            const float* lse, const float* delta, AttentionMask mask,
+                            std::int64_t diag) {
+  const int n = static_cast<int>(nk);  // ≤ kBc; int lanes as wide as the floats
+  for (std::int64_t r = 0; r < br; ++r) {
+    float* sr = s + r * kBc;
+    float* dpr = dp + r * kBc;
+    // Query r sees keys j < hi: causal j ≤ r + diag, full every key of the block.
+    const std::int64_t vis = mask == AttentionMask::causal ? r + diag + 1 : bc;
+    const int hi = lse[r] == kNegInf ? 0 : static_cast<int>(std::clamp<std::int64_t>(vis, 0, bc));
+    const float l = lse[r] == kNegInf ? 0.0f : lse[r], dl = delta[r];
+#pragma omp simd
+    for (int c = 0; c < n; ++c) {
+      const float e = cpu::exp_approx(sr[c] - l);  // exp then select: branch-free
+      const float p = c < hi ? e : 0.0f;
+      sr[c] = p;
+      dpr[c] = p * (dpr[c] - dl);
+    }
+  }
+}
+
+/// Pass 1: dK, dV of key block kb of kv head kvh of sequence b (ACCUMULATED into grad). Tiles
+/// are S = Q·(scale·K)ᵀ [queries, keys] here, the forward's orientation transposed: the task
+/// packs its K and V block transposed once, and every query block's Q and dO rows are GEMM
+/// operands as stored (A for S and dP, B for dK and dV), with no copy per tile.
 void backward_kv_block(const BackwardTask& t, std::int64_t b, std::int64_t kvh, std::int64_t kb) {
   const AttentionChunkDims& d = t.d;
   const std::int64_t hd = d.head_dim, hdp = t.g.hdp;
-  const std::int64_t j0 = kb * kBc, bc = std::min(kBc, d.kv_len - j0), mk = round_up(bc, kMR);
-  float* kp = cpu::thread_scratch(static_cast<std::size_t>(
-      4 * kBc * hdp + 2 * hd * kBr + 2 * kBr * hdp + 2 * kBc * kBr + 3 * kBr));
-  float* vp = kp + kBc * hdp;
-  float* dk = vp + kBc * hdp;
+  const std::int64_t j0 = kb * kBc, bc = std::min(kBc, d.kv_len - j0);
+  const std::int64_t mk = round_up(bc, kMR), nk = round_up(mk, kVec);  // ≤ kBc
+  float* kt = cpu::thread_scratch(
+      static_cast<std::size_t>(2 * hd * kBc + 2 * kBc * hdp + 2 * kBr * hdp + 2 * kBr * kBc));
+  float* vt = kt + hd * kBc;
+  float* dk = vt + hd * kBc;
   float* dv = dk + kBc * hdp;
-  float* qn = dv + kBc * hdp;  // scale·Q and dO as stored: [kBr, hdp], the B operands
+  float* qn = dv + kBc * hdp;  // Q and dO rows when they must be copied
   float* don = qn + kBr * hdp;
-  float* st = don + kBr * hdp;
-  float* dpt = st + kBc * kBr;
-  QueryBlock q{dpt + kBc * kBr, nullptr, nullptr, nullptr, nullptr, 0, 0, 0};
-  q.dot = q.qt + hd * kBr;
-  q.lse = q.dot + hd * kBr;
-  q.delta = q.lse + kBr;
-  q.live = q.delta + kBr;
+  float* s = don + kBr * hdp;
+  float* dp = s + kBr * kBc;
   const std::int64_t kv_row0 = b * d.kv_seq_rows + j0;
-  pack_rows(t.in.k + kv_row0 * t.in.kv_stride + kvh * hd, t.in.kv_stride, bc, hd, hdp, mk, kp);
-  pack_rows(t.in.v + kv_row0 * t.in.kv_stride + kvh * hd, t.in.kv_stride, bc, hd, hdp, mk, vp);
+  pack_transposed(t.in.k + kv_row0 * t.in.kv_stride + kvh * hd, t.in.kv_stride, bc, hd, t.g.scale,
+                  kBc, nk, kt);
+  pack_transposed(t.in.v + kv_row0 * t.in.kv_stride + kvh * hd, t.in.kv_stride, bc, hd, 1.0f, kBc,
+                  nk, vt);
   std::fill(dk, dk + 2 * kBc * hdp, 0.0f);  // dk and dv
   const std::int64_t first_block = visible_q_begin(d, t.mask, j0) / kBr;
   for (std::int64_t h = kvh * t.g.group; h < (kvh + 1) * t.g.group; ++h) {
     for (std::int64_t qb = first_block; qb < t.g.q_blocks; ++qb) {
-      q.i0 = qb * kBr;
-      q.br = std::min(kBr, d.q_len - q.i0);
-      q.nq = round_up(q.br, kVec);
-      load_query_block(t, b, h, q);
-      const std::int64_t row0 = b * d.q_seq_rows + q.i0;
-      pack_rows(t.in.q + row0 * t.in.q_stride + h * hd, t.in.q_stride, q.br, hd, hdp, q.br, qn);
-      pack_rows(t.dout + row0 * t.dout_stride + h * hd, t.dout_stride, q.br, hd, hdp, q.br, don);
-      tile_gemm({kp, hdp, 1}, q.qt, kBr, st, kBr, mk, q.nq, hd, false);    // Sᵀ
-      tile_gemm({vp, hdp, 1}, q.dot, kBr, dpt, kBr, mk, q.nq, hd, false);  // dPᵀ
-      probs_and_dscores(st, dpt, bc, q, t.mask, d.q_offset + q.i0 - d.kv_offset - j0);
-      tile_gemm({st, kBr, 1}, don, hdp, dv, hdp, mk, hdp, q.br, true);  // dV += Pᵀ·dO
-      tile_gemm({dpt, kBr, 1}, qn, hdp, dk, hdp, mk, hdp, q.br, true);  // dK += dSᵀ·Q
+      const std::int64_t i0 = qb * kBr, br = std::min(kBr, d.q_len - i0);
+      const std::int64_t mq = round_up(br, kMR), row0 = b * d.q_seq_rows + i0;
+      const Rows q =
+          rows_operand(t.in.q + row0 * t.in.q_stride + h * hd, t.in.q_stride, br, kBr, hd, hdp, qn);
+      const Rows dout = rows_operand(t.dout + row0 * t.dout_stride + h * hd, t.dout_stride, br, kBr,
+                                     hd, hdp, don);
+      tile_gemm({q.p, q.ld, 1}, kt, kBc, s, kBc, mq, nk, hd, false);         // S
+      tile_gemm({dout.p, dout.ld, 1}, vt, kBc, dp, kBc, mq, nk, hd, false);  // dP = dO·Vᵀ
+      const std::int64_t at = (b * d.heads + h) * d.lse_seq_len + i0;
+      probs_and_dscores_rows(s, dp, br, bc, nk, t.lse + at, t.delta + at, t.mask,
+                             d.q_offset + i0 - d.kv_offset - j0);
+      tile_gemm({s, 1, kBc}, dout.p, dout.ld, dv, hdp, mk, hdp, br, true);  // dV += Pᵀ·dO
+      tile_gemm({dp, 1, kBc}, q.p, q.ld, dk, hdp, mk, hdp, br, true);       // dK += dSᵀ·Q
     }
   }
   for (std::int64_t j = 0; j < bc; ++j) {
     float* dk_row = t.grad.dk + (kv_row0 + j) * t.grad.kv_stride + kvh * hd;
     float* dv_row = t.grad.dv + (kv_row0 + j) * t.grad.kv_stride + kvh * hd;
     for (std::int64_t c = 0; c < hd; ++c) {
-      dk_row[c] += t.g.scale * dk[j * hdp + c];
+      dk_row[c] += t.g.scale * dk[j * hdp + c];  // dK = scale·dSᵀ·Q
       dv_row[c] += dv[j * hdp + c];
     }
   }
@@ -165,12 +197,12 @@ void backward_q_block(const BackwardTask& t, std::int64_t b, std::int64_t h, std
   const std::int64_t kv_end = visible_kv_end(d, t.mask, q.i0, q.br);
   for (std::int64_t j0 = 0; j0 < kv_end; j0 += kBc) {
     const std::int64_t bc = std::min(kBc, kv_end - j0), mk = round_up(bc, kMR);
-    pack_rows(k_rows + j0 * t.in.kv_stride, t.in.kv_stride, bc, hd, hdp, mk, kp);
-    pack_rows(v_rows + j0 * t.in.kv_stride, t.in.kv_stride, bc, hd, hdp, mk, vp);
-    tile_gemm({kp, hdp, 1}, q.qt, kBr, st, kBr, mk, q.nq, hd, false);    // Sᵀ
-    tile_gemm({vp, hdp, 1}, q.dot, kBr, dpt, kBr, mk, q.nq, hd, false);  // dPᵀ
+    const Rows k = rows_operand(k_rows + j0 * t.in.kv_stride, t.in.kv_stride, bc, kBc, hd, hdp, kp);
+    const Rows v = rows_operand(v_rows + j0 * t.in.kv_stride, t.in.kv_stride, bc, kBc, hd, hdp, vp);
+    tile_gemm({k.p, k.ld, 1}, q.qt, kBr, st, kBr, mk, q.nq, hd, false);    // Sᵀ
+    tile_gemm({v.p, v.ld, 1}, q.dot, kBr, dpt, kBr, mk, q.nq, hd, false);  // dPᵀ
     probs_and_dscores(st, dpt, bc, q, t.mask, d.q_offset + q.i0 - d.kv_offset - j0);
-    tile_gemm({dpt, 1, kBr}, kp, hdp, dq, hdp, mq, hdp, bc, true);  // dQ += dS·K
+    tile_gemm({dpt, 1, kBr}, k.p, k.ld, dq, hdp, mq, hdp, bc, true);  // dQ += dS·K
   }
   for (std::int64_t r = 0; r < q.br; ++r) {
     float* dq_row = t.grad.dq + (b * d.q_seq_rows + q.i0 + r) * t.grad.q_stride + h * hd;

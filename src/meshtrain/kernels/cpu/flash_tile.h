@@ -33,12 +33,12 @@ using VecF [[gnu::vector_size(kVec * sizeof(float))]] = float;
 
 /// Rows of the micro-kernel's C tile: 4 rows × 2 vectors = 8 accumulators, which with the 2
 /// B vectors and the broadcast A value fits AVX2's 16 registers without spilling.
-inline constexpr std::int64_t kMR = 4;
+inline constexpr std::int64_t kMR = 6;
 /// Query rows (Br) and key rows (Bc) of a block (FlashAttention-2's B_r, B_c). Both are
 /// multiples of kMR and of 2·kVec (AVX-512), so every tile GEMM runs whole micro-kernels; 64
 /// keeps one [64, 64] f32 tile at 16 KiB, so a tile GEMM's three operands stay in L1/L2.
-inline constexpr std::int64_t kBr = 64;
-inline constexpr std::int64_t kBc = 64;
+inline constexpr std::int64_t kBr = 96;
+inline constexpr std::int64_t kBc = 48;
 static_assert(kBr % kMR == 0 && kBc % kMR == 0 && kBr % kVec == 0 && kBc % kVec == 0);
 
 constexpr std::int64_t round_up(std::int64_t n, std::int64_t to) { return (n + to - 1) / to * to; }
@@ -49,6 +49,10 @@ inline VecF load(const float* p) {
   return v;
 }
 inline void store(float* p, const VecF& v) { std::memcpy(p, &v, sizeof v); }
+/// Every lane = a, one vbroadcastss: x − 0 is x for every x (−0 included), so GCC drops the
+/// subtraction; `a + VecF{}` keeps an add (−0 + 0 = +0), and a lane-by-lane fill compiles to
+/// a chain of vinsertps.
+inline VecF broadcast(float a) { return a - VecF{}; }
 
 /// The A operand of a tile GEMM: element (r, p) at a[r·row + p·col]. Row-major A is {a, lda,
 /// 1}; the transpose of a row-major [k, m] buffer is {a, 1, ld}: both are broadcast one
@@ -73,7 +77,7 @@ inline void micro_kernel(MatA A, const float* b, std::int64_t ldb, float* c, std
     for (int v = 0; v < NV; ++v) bv[v] = load(b + p * ldb + v * kVec);
     const float* ap = A.a + p * A.col;
     for (std::int64_t r = 0; r < kMR; ++r) {
-      const VecF av = ap[r * A.row] + VecF{};
+      const VecF av = broadcast(ap[r * A.row]);
       for (int v = 0; v < NV; ++v) acc[r][v] += av * bv[v];
     }
   }
@@ -108,6 +112,23 @@ inline void pack_rows(const float* src, std::int64_t stride, std::int64_t n, std
   std::fill(dst + n * ld, dst + rows_padded * ld, 0.0f);
 }
 
+/// A GEMM operand of rows with `ld` floats between rows.
+struct Rows {
+  const float* p;
+  std::int64_t ld;
+};
+
+/// Rows [0, n) of src as a tile operand of hdp columns and round_up(n, kMR) rows: src itself
+/// when the block is whole (n == full, a multiple of kMR) and head_dim fills whole vectors,
+/// since then no read leaves the head's columns or the chunk's rows; else a zero-padded copy
+/// in dst. Skipping the copy saves a pass over K and V per tile.
+inline Rows rows_operand(const float* src, std::int64_t stride, std::int64_t n, std::int64_t full,
+                         std::int64_t hd, std::int64_t hdp, float* dst) {
+  if (n == full && hd == hdp) return {src, stride};
+  pack_rows(src, stride, n, hd, hdp, round_up(n, kMR), dst);
+  return {dst, hdp};
+}
+
 /// dst [hd, ld] ← scale · (rows [0, n) of src)ᵀ; columns [n, cols_padded) are zero.
 inline void pack_transposed(const float* src, std::int64_t stride, std::int64_t n, std::int64_t hd,
                             float scale, std::int64_t ld, std::int64_t cols_padded, float* dst) {
@@ -129,9 +150,12 @@ struct ChunkGeometry {
 
 /// In the tile (query block at i0, key block at j0) key row j sees query column r iff
 /// r ≥ first_visible(j): causal is kv_offset + j0 + j ≤ q_offset + i0 + r, i.e. r ≥ j − diag
-/// with diag = q_offset + i0 − kv_offset − j0.
-inline std::int64_t first_visible(AttentionMask mask, std::int64_t diag, std::int64_t j) {
-  return mask == AttentionMask::causal ? std::max<std::int64_t>(0, j - diag) : 0;
+/// with diag = q_offset + i0 − kv_offset − j0. Clamped to [0, kBr] and returned as int: the
+/// column loops compare 32-bit lanes, as wide as their floats, which GCC vectorises (64-bit
+/// compares against float lanes it does not).
+inline int first_visible(AttentionMask mask, std::int64_t diag, std::int64_t j) {
+  if (mask != AttentionMask::causal) return 0;
+  return static_cast<int>(std::clamp(j - diag, std::int64_t{0}, kBr));
 }
 
 /// Keys [0, end) of the chunk that some query of the block [i0, i0 + br) sees.
