@@ -117,13 +117,16 @@ double gemm_gflops(std::int64_t m, std::int64_t n, std::int64_t kk, bool trans_b
 }
 
 /// Per-thread scratch bytes per call. Old: forward T·d + T floats, backward 2·T·d + 2T
-/// (kernels/cpu/attention.cpp). New: the larger of the two backward passes' block scratch
-/// (Br = Bc = 64, head_dim padded to 8 floats; flash_attention_backward.cpp), which exceeds
-/// the forward's.
+/// (kernels/cpu/attention.cpp). New: the largest block scratch of the forward and the two
+/// backward passes (Br = 96, Bc = 48, head_dim padded to whole vectors, hdp; the carve-outs
+/// of flash_attention.cpp and flash_attention_backward.cpp), independent of T.
 std::int64_t scratch_bytes(bool tiled, std::int64_t T, std::int64_t hd) {
   if (!tiled) return 4 * (2 * T * hd + 2 * T);
-  const std::int64_t B = 64, hdp = (hd + 7) / 8 * 8;
-  return 4 * (4 * B * hdp + 2 * hd * B + 2 * B * hdp + 2 * B * B + 3 * B);
+  const std::int64_t br = 96, bc = 48, hdp = (hd + 7) / 8 * 8;
+  const std::int64_t fwd = hd * br + 2 * bc * hdp + bc * br + br * hdp + 3 * br;
+  const std::int64_t kv_pass = 2 * hd * bc + 2 * bc * hdp + 2 * br * hdp + 2 * br * bc;
+  const std::int64_t q_pass = 2 * bc * hdp + br * hdp + 2 * hd * br + 2 * bc * br + 3 * br;
+  return 4 * std::max({fwd, kv_pass, q_pass});
 }
 
 }  // namespace

@@ -14,11 +14,14 @@
 // recomputing S, P and dP in pass 2 (7 tile GEMMs per tile pair instead of 5); the FA-2 paper
 // instead updates dQ with atomic adds, which is neither deterministic nor available here.
 //
-// Tiles are transposed as in the forward (flash_attention.cpp): Sᵀ = K·(scale·Q)ᵀ and
-// dPᵀ = V·dOᵀ, [kBc keys, kBr queries], so K and V rows are A operands as stored, and the
-// per-query lse and D are vectors over the tile's columns. Then
-//   dS = P∘(dP − D),  dV += Pᵀ·dO,  dK += scale·dSᵀ·Q,  dQ += scale·dS·K,
-// with Pᵀ and dSᵀ read in place (row-major A for dV, dK; MatA {dst, 1, kBr} for dQ).
+// With S = scale·Q·Kᵀ, P = exp(S − lse) (Algorithm 2, lines 11–16):
+//   dV += Pᵀ·dO,  dP = dO·Vᵀ,  dS = P∘(dP − D),  dK += scale·dSᵀ·Q,  dQ += scale·dS·K.
+// Each pass lays its tiles out so that the operands it revisits per tile are read as stored:
+// pass 1 packs its K and V block transposed once and computes S and dP [queries, keys] from
+// the Q and dO rows in place; pass 2, like the forward (flash_attention.cpp), packs its Q and
+// dO block transposed once and computes Sᵀ and dPᵀ [keys, queries] from the K and V rows in
+// place. Pᵀ and dSᵀ are read through strided A operands (MatA), never copied.
+// exp is cpu::exp_approx, as in the forward, so P matches the forward's probabilities.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

@@ -25,18 +25,24 @@ namespace meshtrain::kernels::cpu::flash {
 inline constexpr std::int64_t kVec = MESHTRAIN_FLASH_VEC;
 #elif defined(__AVX512F__)
 inline constexpr std::int64_t kVec = 16;
-#else
+#elif defined(__AVX__)
 inline constexpr std::int64_t kVec = 8;
+#else  // SSE, NEON: 16-byte registers (a wider vector_size would also warn -Wpsabi there)
+inline constexpr std::int64_t kVec = 4;
 #endif
 
 using VecF [[gnu::vector_size(kVec * sizeof(float))]] = float;
 
-/// Rows of the micro-kernel's C tile: 4 rows × 2 vectors = 8 accumulators, which with the 2
-/// B vectors and the broadcast A value fits AVX2's 16 registers without spilling.
+/// Rows of the micro-kernel's C tile: 6 rows × 2 vectors = 12 accumulators, which with the 2
+/// B vectors and the broadcast A value is 15 of AVX2's 16 registers (BLIS's Haswell 6×16
+/// shape). 4 × 2 left GCC folding the B loads into every FMA (12 loads per 8 FMAs) and ran
+/// the forward at ≈ 20 GFLOP/s against ≈ 30 with 6 × 2 (attention_bench, docs/performance.md).
 inline constexpr std::int64_t kMR = 6;
 /// Query rows (Br) and key rows (Bc) of a block (FlashAttention-2's B_r, B_c). Both are
-/// multiples of kMR and of 2·kVec (AVX-512), so every tile GEMM runs whole micro-kernels; 64
-/// keeps one [64, 64] f32 tile at 16 KiB, so a tile GEMM's three operands stay in L1/L2.
+/// multiples of kMR and of 2·kVec for AVX-512 (tile GEMMs then run whole micro-kernels). A
+/// [96, 48] f32 tile is 18 KiB: the operands of one tile GEMM stay in L1/L2. 48/48, 96/48 and
+/// 96/96 measured within noise of each other; 96 queries per block halve the K/V reads per
+/// FLOP against 48, and 48 keys keep the masked half of the causal diagonal tiles small.
 inline constexpr std::int64_t kBr = 96;
 inline constexpr std::int64_t kBc = 48;
 static_assert(kBr % kMR == 0 && kBc % kMR == 0 && kBr % kVec == 0 && kBc % kVec == 0);
