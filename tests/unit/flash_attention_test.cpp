@@ -354,6 +354,8 @@ std::vector<MaskCase> mask_cases() {
       {chunk(2, 77, 65, 3, 3, 20, 64, 0), M::causal, "causal, diagonal inside a block"},
       {chunk(2, 33, 129, 4, 2, 16, 5, 200), M::full, "full (offsets ignored)"},
       {chunk(1, 20, 30, 2, 2, 8, 0, 0), M::skip, "skip"},
+      {chunk(1, 100, 110, 2, 1, 128, 20, 0), M::causal, "head_dim 128"},
+      {chunk(1, 50, 96, 2, 2, 100, 0, 0), M::full, "head_dim 100 (padded to whole vectors)"},
       {chunk(1, 0, 10, 2, 1, 8, 0, 0), M::causal, "no query rows"},
       {chunk(2, 10, 0, 2, 1, 8, 0, 0), M::full, "no keys"},
   };
