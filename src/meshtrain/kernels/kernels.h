@@ -149,6 +149,9 @@ void gqa_attention_backward(const QkvRows& in, const float* out, const float* ls
 // calls it once per layer (mask causal, offsets 0); ring attention (context parallel) calls it
 // once per (local query chunk, visiting key/value chunk) and merges the partial results by
 // log-sum-exp (attention_merge). Grouped-query heads as gqa_attention_forward.
+// CPU: kernels/cpu/flash_attention*.cpp — blocks of 96 queries × 48 keys, f32 with the same
+// exp as gqa_attention_* (< 1 ulp); every result is bitwise the same for every thread count
+// (each output element is owned by one task and summed in a fixed order; no atomics).
 
 enum class AttentionMask : std::uint8_t {
   causal,  // key j is visible to query i iff kv_offset + j ≤ q_offset + i (global positions)
@@ -201,7 +204,8 @@ void attention_delta(const float* out, const float* dout, std::int64_t stride,
 /// Backward of one chunk pair given the FINAL lse and delta of the query rows (over every key
 /// chunk, so each pair's P = exp(S − lse) is already normalised): with dS = P∘(dP − D),
 ///   dq += scale·dS·k,  dk += scale·dSᵀ·q,  dv += Pᵀ·dout   (ACCUMULATED, head columns only).
-/// dout has row stride dout_stride. Rows with lse = −inf add nothing.
+/// dout has row stride dout_stride. Rows with lse = −inf add nothing. Summed over several
+/// key chunks (ring attention) the gradients equal one call over all keys, up to f32 rounding.
 void attention_chunk_backward(const QkvRows& in, const float* dout, std::int64_t dout_stride,
                               const float* lse, const float* delta, const QkvGradRows& grad,
                               const AttentionChunkDims& dims, AttentionMask mask);

@@ -1,118 +1,243 @@
-// TEMPORARY scalar stand-in (replaced by the tiled kernel on branch cp-kernel).
+// src/meshtrain/kernels/cpu/flash_attention.cpp
+//
+// Chunk-pair attention forward, the log-sum-exp merge and D = rowsum(dO∘O) (kernels.h,
+// attention_chunk_forward / attention_merge / attention_delta); the backward is in
+// flash_attention_backward.cpp, the shared tiles in flash_tile.h.
+//
+// Forward is FlashAttention-2's Algorithm 1 (Dao 2023): one task per (sequence, query head,
+// block of kBr queries) walks the key blocks of kBc keys in order, keeping the running row max
+// m, the running sum l and the unnormalised output O of its queries in block scratch (online
+// softmax, Milakov & Gimelshein 2018), and writes O/l and lse = m + log l at the end. Nothing
+// O(T²) exists; the scratch is O(kBr·head_dim + kBc·head_dim + kBr·kBc) floats per thread.
+//
+// A tile computes Sᵀ = K·(scale·Q)ᵀ, [kBc keys, kBr queries], not S: K's rows are then the A
+// operand as they are stored (no transposed copy per key block), Qᵀ is packed once per task,
+// and the softmax statistics of the block's queries are vectors over the tile's columns, so
+// max, exp and sum vectorise without horizontal reductions. O += P·V then reads P through
+// Sᵀ's storage (MatA {st, 1, kBr}).
+//
+// exp is cpu::exp_approx (< 1 ulp, vector_math.h), the same exp as gqa_attention_forward.
+// Tasks write disjoint rows and columns and run their tile loop in a fixed order, so the result
+// is bitwise the same for every thread count (dynamic scheduling only balances the causal
+// triangle, whose query blocks see different numbers of key blocks).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
-#include <vector>
 
+#include "meshtrain/core/error.h"
+#include "meshtrain/kernels/cpu/cpu_util.h"
+#include "meshtrain/kernels/cpu/flash_tile.h"
+#include "meshtrain/kernels/cpu/vector_math.h"
 #include "meshtrain/kernels/kernels.h"
 
 namespace meshtrain::kernels {
 namespace {
-bool visible(AttentionMask m, const AttentionChunkDims& d, std::int64_t i, std::int64_t j) {
-  if (m == AttentionMask::full) return true;
-  if (m == AttentionMask::skip) return false;
-  return d.kv_offset + j <= d.q_offset + i;
+
+using namespace cpu::flash;  // NOLINT: the private tile vocabulary of this kernel
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+/// Block scratch of one forward task (floats, carved from cpu::thread_scratch).
+struct ForwardScratch {
+  float *qt, *kp, *vp, *st, *o, *m, *l, *alpha;
+  static std::size_t floats(std::int64_t hd, std::int64_t hdp) {
+    return static_cast<std::size_t>(hd * kBr + 2 * kBc * hdp + kBc * kBr + kBr * hdp + 3 * kBr);
+  }
+  static ForwardScratch carve(float* p, std::int64_t hd, std::int64_t hdp) {
+    ForwardScratch s{};
+    s.qt = p;
+    s.kp = s.qt + hd * kBr;
+    s.vp = s.kp + kBc * hdp;
+    s.st = s.vp + kBc * hdp;
+    s.o = s.st + kBc * kBr;
+    s.m = s.o + kBr * hdp;
+    s.l = s.m + kBr;
+    s.alpha = s.l + kBr;
+    return s;
+  }
+};
+
+/// Online softmax over one tile (Algorithm 1, lines 8–10). st holds Sᵀ [bc keys, nq queries]
+/// (row stride kBr), columns [br, nq) padding; on return it holds P̃ᵀ = exp(S − m_new) with 0
+/// wherever a key is masked, m is the new running max, l the rescaled running sum plus this tile's
+/// row sums, and alpha the factor e^(m_old − m_new) the caller applies to O.
+void online_softmax(float* st, std::int64_t bc, std::int64_t br, std::int64_t nq,
+                    AttentionMask mask, std::int64_t diag, float* m, float* l, float* alpha) {
+  float* m_new = alpha;  // alpha holds the new max until the factors are computed
+  std::copy(m, m + nq, m_new);
+  const int n = static_cast<int>(nq), hi = static_cast<int>(br);  // ≤ kBr
+  for (std::int64_t j = 0; j < bc; ++j) {
+    const int lo = first_visible(mask, diag, j);
+    const float* s = st + j * kBr;
+#pragma omp simd
+    for (int r = 0; r < n; ++r) {
+      const bool visible = (r >= lo) & (r < hi);  // `&`, not `&&`: no branch, so it vectorises
+      m_new[r] = (visible & (s[r] > m_new[r])) ? s[r] : m_new[r];
+    }
+  }
+  // A column that has seen no key keeps m = −inf: its factor is 1 (−inf − −inf would be NaN),
+  // its P entries are 0 below and its O and l stay 0.
+#pragma omp simd
+  for (std::int64_t r = 0; r < nq; ++r) {
+    const float mn = m_new[r];
+    const float a = cpu::exp_approx(m[r] == mn ? 0.0f : m[r] - mn);
+    m[r] = mn;
+    l[r] *= a;
+    alpha[r] = a;
+  }
+  for (std::int64_t j = 0; j < bc; ++j) {
+    const int lo = first_visible(mask, diag, j);
+    float* s = st + j * kBr;
+#pragma omp simd
+    for (int r = 0; r < n; ++r) {
+      const bool visible = (r >= lo) & (r < hi);
+      // exp of every entry, then a select: branch-free. Masked entries get a finite argument
+      // (s − m may be −inf − −inf = NaN there, and exp_approx would convert NaN to int).
+      // The subtraction is unconditional: GCC does not if-convert (vectorise) an FP operation
+      // that only some lanes would execute (-ftrapping-math).
+      const float x = s[r] - m[r];
+      const float p = cpu::exp_approx(visible ? x : -100.0f);
+      s[r] = visible ? p : 0.0f;
+      l[r] += s[r];
+    }
+  }
 }
+
+struct ForwardTask {
+  const QkvRows& in;
+  const AttentionChunkDims& d;
+  const ChunkGeometry& g;
+  AttentionMask mask;
+  float* out;
+  std::int64_t out_stride;
+  float* lse;
+};
+
+/// One (sequence b, query head h, query block qb) of Algorithm 1.
+void forward_block(const ForwardTask& t, std::int64_t b, std::int64_t h, std::int64_t qb) {
+  const AttentionChunkDims& d = t.d;
+  const std::int64_t hd = d.head_dim, hdp = t.g.hdp;
+  const std::int64_t i0 = qb * kBr, br = std::min(kBr, d.q_len - i0);
+  const std::int64_t nq = round_up(br, kVec), mq = round_up(br, kMR);
+  const std::int64_t kvh = h / t.g.group;
+  const ForwardScratch s =
+      ForwardScratch::carve(cpu::thread_scratch(ForwardScratch::floats(hd, hdp)), hd, hdp);
+  pack_transposed(t.in.q + (b * d.q_seq_rows + i0) * t.in.q_stride + h * hd, t.in.q_stride, br, hd,
+                  t.g.scale, kBr, nq, s.qt);
+  std::fill(s.o, s.o + kBr * hdp, 0.0f);
+  std::fill(s.m, s.m + kBr, kNegInf);
+  std::fill(s.l, s.l + kBr, 0.0f);
+  const float* k_rows = t.in.k + b * d.kv_seq_rows * t.in.kv_stride + kvh * hd;
+  const float* v_rows = t.in.v + b * d.kv_seq_rows * t.in.kv_stride + kvh * hd;
+  const std::int64_t kv_end = visible_kv_end(d, t.mask, i0, br);
+  for (std::int64_t j0 = 0; j0 < kv_end; j0 += kBc) {
+    const std::int64_t bc = std::min(kBc, kv_end - j0), mk = round_up(bc, kMR);
+    const Rows k =
+        rows_operand(k_rows + j0 * t.in.kv_stride, t.in.kv_stride, bc, kBc, hd, hdp, s.kp);
+    const Rows v =
+        rows_operand(v_rows + j0 * t.in.kv_stride, t.in.kv_stride, bc, kBc, hd, hdp, s.vp);
+    tile_gemm({k.p, k.ld, 1}, s.qt, kBr, s.st, kBr, mk, nq, hd, false);  // Sᵀ = K·(scale·Q)ᵀ
+    const std::int64_t diag = d.q_offset + i0 - d.kv_offset - j0;
+    online_softmax(s.st, bc, br, nq, t.mask, diag, s.m, s.l, s.alpha);
+    for (std::int64_t r = 0; r < br; ++r) {
+      if (s.alpha[r] == 1.0f) continue;
+      float* o = s.o + r * hdp;
+      const float a = s.alpha[r];
+#pragma omp simd
+      for (std::int64_t c = 0; c < hdp; ++c) o[c] *= a;
+    }
+    tile_gemm({s.st, 1, kBr}, v.p, v.ld, s.o, hdp, mq, hdp, bc, true);  // O += P̃·V
+  }
+  for (std::int64_t r = 0; r < br; ++r) {  // Algorithm 1, lines 12–13
+    float* o = t.out + (b * d.q_seq_rows + i0 + r) * t.out_stride + h * hd;
+    float* lse = t.lse + (b * d.heads + h) * d.lse_seq_len + i0 + r;
+    if (s.l[r] > 0.0f) {
+      const float inv = 1.0f / s.l[r];
+      for (std::int64_t c = 0; c < hd; ++c) o[c] = s.o[r * hdp + c] * inv;
+      *lse = s.m[r] + std::log(s.l[r]);
+    } else {  // the row saw no key
+      std::fill(o, o + hd, 0.0f);
+      *lse = kNegInf;
+    }
+  }
+}
+
 }  // namespace
 
-void attention_chunk_forward(const QkvRows& in, const AttentionChunkDims& d, AttentionMask mask,
+void attention_chunk_forward(const QkvRows& in, const AttentionChunkDims& dims, AttentionMask mask,
                              float* out, std::int64_t out_stride, float* lse) {
-  const std::int64_t group = d.heads / d.kv_heads, hd = d.head_dim;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  std::vector<float> s(static_cast<std::size_t>(d.kv_len));
-  for (std::int64_t b = 0; b < d.batch; ++b)
-    for (std::int64_t h = 0; h < d.heads; ++h)
-      for (std::int64_t i = 0; i < d.q_len; ++i) {
-        const float* q = in.q + (b * d.q_seq_rows + i) * in.q_stride + h * hd;
-        float* o = out + (b * d.q_seq_rows + i) * out_stride + h * hd;
-        float m = -std::numeric_limits<float>::infinity();
-        for (std::int64_t j = 0; j < d.kv_len; ++j) {
-          if (!visible(mask, d, i, j)) { s[j] = -std::numeric_limits<float>::infinity(); continue; }
-          const float* k = in.k + (b * d.kv_seq_rows + j) * in.kv_stride + (h / group) * hd;
-          float acc = 0;
-          for (std::int64_t c = 0; c < hd; ++c) acc += q[c] * k[c];
-          s[j] = acc * scale;
-          m = std::max(m, s[j]);
-        }
-        std::memset(o, 0, sizeof(float) * hd);
-        float* l = lse + (b * d.heads + h) * d.lse_seq_len + i;
-        if (m == -std::numeric_limits<float>::infinity()) { *l = m; continue; }
-        float sum = 0;
-        for (std::int64_t j = 0; j < d.kv_len; ++j) {
-          if (!visible(mask, d, i, j)) continue;
-          const float p = std::exp(s[j] - m);
-          sum += p;
-          const float* v = in.v + (b * d.kv_seq_rows + j) * in.kv_stride + (h / group) * hd;
-          for (std::int64_t c = 0; c < hd; ++c) o[c] += p * v[c];
-        }
-        for (std::int64_t c = 0; c < hd; ++c) o[c] /= sum;
-        *l = m + std::log(sum);
-      }
+  const ChunkGeometry g =
+      check_chunk_dims(dims, in.q_stride, in.kv_stride, out_stride, "attention_chunk_forward");
+  const ForwardTask task{in, dims, g, mask, out, out_stride, lse};
+  const std::int64_t B = dims.batch, H = dims.heads, nqb = g.q_blocks;
+  // Tiny calls (a decode step, a test with T = 1) stay on the calling thread.
+  const bool parallel = B * H * nqb > 1 && B * H * dims.q_len * dims.kv_len >= cpu::kParallelGrain;
+#pragma omp parallel for collapse(3) schedule(dynamic, 1) if (parallel)
+  for (std::int64_t b = 0; b < B; ++b) {
+    for (std::int64_t h = 0; h < H; ++h) {
+      for (std::int64_t qb = 0; qb < nqb; ++qb) forward_block(task, b, h, qb);
+    }
+  }
 }
 
 void attention_merge(float* out, std::int64_t out_stride, float* lse, const float* part_out,
-                     std::int64_t part_stride, const float* part_lse, const AttentionChunkDims& d) {
-  const std::int64_t hd = d.head_dim;
-  for (std::int64_t b = 0; b < d.batch; ++b)
-    for (std::int64_t h = 0; h < d.heads; ++h)
-      for (std::int64_t i = 0; i < d.q_len; ++i) {
-        float* l = lse + (b * d.heads + h) * d.lse_seq_len + i;
-        const float pl = part_lse[(b * d.heads + h) * d.lse_seq_len + i];
-        if (pl == -std::numeric_limits<float>::infinity()) continue;
-        float* o = out + (b * d.q_seq_rows + i) * out_stride + h * hd;
-        const float* po = part_out + (b * d.q_seq_rows + i) * part_stride + h * hd;
-        const float m = std::max(*l, pl);
-        const float a = std::exp(*l - m), c2 = std::exp(pl - m);
-        for (std::int64_t c = 0; c < hd; ++c) o[c] = (a * o[c] + c2 * po[c]) / (a + c2);
-        *l = m + std::log(a + c2);
+                     std::int64_t part_stride, const float* part_lse,
+                     const AttentionChunkDims& dims) {
+  check_query_dims(dims, "attention_merge");
+  const std::int64_t hd = dims.head_dim, C = dims.heads * hd;
+  MT_CHECK(out_stride >= C && part_stride >= C,
+           "attention_merge: row strides out={} part={} narrower than heads·head_dim={}",
+           out_stride, part_stride, C);
+  const std::int64_t B = dims.batch, H = dims.heads;
+#pragma omp parallel for collapse(2) schedule(static) if (B * dims.q_len * C >= cpu::kParallelGrain)
+  for (std::int64_t b = 0; b < B; ++b) {
+    for (std::int64_t i = 0; i < dims.q_len; ++i) {
+      const std::int64_t row = b * dims.q_seq_rows + i;
+      for (std::int64_t h = 0; h < H; ++h) {
+        const std::int64_t at = (b * H + h) * dims.lse_seq_len + i;
+        const float la = lse[at], lb = part_lse[at];
+        if (lb == kNegInf) continue;  // the part saw no key: nothing to add
+        float* o = out + row * out_stride + h * hd;
+        const float* po = part_out + row * part_stride + h * hd;
+        if (la == kNegInf) {  // this side saw no key yet: take the part as it is
+          std::copy(po, po + hd, o);
+          lse[at] = lb;
+          continue;
+        }
+        // With m the larger lse, one weight is 1 and the other e^(−|la − lb|) ≤ 1: no overflow.
+        const float mx = std::max(la, lb);
+        const float wa = std::exp(la - mx), wb = std::exp(lb - mx);
+        const float inv = 1.0f / (wa + wb);
+        const float ca = wa * inv, cb = wb * inv;
+        for (std::int64_t c = 0; c < hd; ++c) o[c] = ca * o[c] + cb * po[c];
+        lse[at] = mx + std::log(wa + wb);
       }
+    }
+  }
 }
 
 void attention_delta(const float* out, const float* dout, std::int64_t stride,
-                     const AttentionChunkDims& d, float* delta) {
-  for (std::int64_t b = 0; b < d.batch; ++b)
-    for (std::int64_t h = 0; h < d.heads; ++h)
-      for (std::int64_t i = 0; i < d.q_len; ++i) {
-        const float* o = out + (b * d.q_seq_rows + i) * stride + h * d.head_dim;
-        const float* g = dout + (b * d.q_seq_rows + i) * stride + h * d.head_dim;
-        float acc = 0;
-        for (std::int64_t c = 0; c < d.head_dim; ++c) acc += o[c] * g[c];
-        delta[(b * d.heads + h) * d.lse_seq_len + i] = acc;
+                     const AttentionChunkDims& dims, float* delta) {
+  check_query_dims(dims, "attention_delta");
+  const std::int64_t hd = dims.head_dim, C = dims.heads * hd, B = dims.batch, H = dims.heads;
+  MT_CHECK(stride >= C, "attention_delta: row stride {} narrower than heads·head_dim={}", stride,
+           C);
+  // Each entry sums its head_dim products in column order, on one thread: bitwise the same for
+  // every thread count.
+#pragma omp parallel for collapse(2) schedule(static) if (B * dims.q_len * C >= cpu::kParallelGrain)
+  for (std::int64_t b = 0; b < B; ++b) {
+    for (std::int64_t i = 0; i < dims.q_len; ++i) {
+      const std::int64_t row = b * dims.q_seq_rows + i;
+      for (std::int64_t h = 0; h < H; ++h) {
+        const float* o = out + row * stride + h * hd;
+        const float* g = dout + row * stride + h * hd;
+        float acc = 0.0f;
+        for (std::int64_t c = 0; c < hd; ++c) acc += g[c] * o[c];
+        delta[(b * H + h) * dims.lse_seq_len + i] = acc;
       }
-}
-
-void attention_chunk_backward(const QkvRows& in, const float* dout, std::int64_t dout_stride,
-                              const float* lse, const float* delta, const QkvGradRows& grad,
-                              const AttentionChunkDims& d, AttentionMask mask) {
-  const std::int64_t group = d.heads / d.kv_heads, hd = d.head_dim;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  for (std::int64_t b = 0; b < d.batch; ++b)
-    for (std::int64_t h = 0; h < d.heads; ++h)
-      for (std::int64_t i = 0; i < d.q_len; ++i) {
-        const std::int64_t li = (b * d.heads + h) * d.lse_seq_len + i;
-        if (lse[li] == -std::numeric_limits<float>::infinity()) continue;
-        const float* q = in.q + (b * d.q_seq_rows + i) * in.q_stride + h * hd;
-        const float* g = dout + (b * d.q_seq_rows + i) * dout_stride + h * hd;
-        float* dq = grad.dq + (b * d.q_seq_rows + i) * grad.q_stride + h * hd;
-        for (std::int64_t j = 0; j < d.kv_len; ++j) {
-          if (!visible(mask, d, i, j)) continue;
-          const std::int64_t kr = (b * d.kv_seq_rows + j);
-          const float* k = in.k + kr * in.kv_stride + (h / group) * hd;
-          const float* v = in.v + kr * in.kv_stride + (h / group) * hd;
-          float s = 0, dp = 0;
-          for (std::int64_t c = 0; c < hd; ++c) { s += q[c] * k[c]; dp += g[c] * v[c]; }
-          const float p = std::exp(s * scale - lse[li]);
-          const float ds = p * (dp - delta[li]) * scale;
-          float* dk = grad.dk + kr * grad.kv_stride + (h / group) * hd;
-          float* dv = grad.dv + kr * grad.kv_stride + (h / group) * hd;
-          for (std::int64_t c = 0; c < hd; ++c) {
-            dq[c] += ds * k[c];
-            dk[c] += ds * q[c];
-            dv[c] += p * g[c];
-          }
-        }
-      }
+    }
+  }
 }
 
 }  // namespace meshtrain::kernels

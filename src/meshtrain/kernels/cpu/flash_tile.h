@@ -1,0 +1,209 @@
+// src/meshtrain/kernels/cpu/flash_tile.h
+//
+// Private to kernels/cpu/flash_attention*.cpp: the block sizes, the register-blocked GEMM
+// micro-kernel, the packing of q/k/v rows into block scratch and the argument checks of the
+// chunk-pair attention kernels (kernels.h, attention_chunk_*).
+//
+// Vectors are GCC vector extensions (`vector_size`), not intrinsics: one source for AVX2
+// (8 floats, this project's AMD machines), AVX-512 (16 floats, chosen by __AVX512F__ under
+// -march=native) and anything else (GCC splits a vector it cannot hold into narrower ones, so
+// the portable fallback is the same code). MESHTRAIN_FLASH_VEC overrides the width, which lets
+// an AVX2 machine build and test the 16-wide AVX-512 layout.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "meshtrain/core/error.h"
+#include "meshtrain/kernels/kernels.h"
+
+namespace meshtrain::kernels::cpu::flash {
+
+#if defined(MESHTRAIN_FLASH_VEC)
+inline constexpr std::int64_t kVec = MESHTRAIN_FLASH_VEC;
+#elif defined(__AVX512F__)
+inline constexpr std::int64_t kVec = 16;
+#elif defined(__AVX__)
+inline constexpr std::int64_t kVec = 8;
+#else  // SSE, NEON: 16-byte registers (a wider vector_size would also warn -Wpsabi there)
+inline constexpr std::int64_t kVec = 4;
+#endif
+
+using VecF [[gnu::vector_size(kVec * sizeof(float))]] = float;
+
+/// Rows of the micro-kernel's C tile: 6 rows × 2 vectors = 12 accumulators, which with the 2
+/// B vectors and the broadcast A value is 15 of AVX2's 16 registers (BLIS's Haswell 6×16
+/// shape). 4 × 2 left GCC folding the B loads into every FMA (12 loads per 8 FMAs) and ran
+/// the forward at ≈ 20 GFLOP/s against ≈ 30 with 6 × 2 (attention_bench, docs/performance.md).
+inline constexpr std::int64_t kMR = 6;
+/// Query rows (Br) and key rows (Bc) of a block (FlashAttention-2's B_r, B_c). Both are
+/// multiples of kMR and of 2·kVec for AVX-512 (tile GEMMs then run whole micro-kernels). A
+/// [96, 48] f32 tile is 18 KiB: the operands of one tile GEMM stay in L1/L2. 48/48, 96/48 and
+/// 96/96 measured within noise of each other; 96 queries per block halve the K/V reads per
+/// FLOP against 48, and 48 keys keep the masked half of the causal diagonal tiles small.
+inline constexpr std::int64_t kBr = 96;
+inline constexpr std::int64_t kBc = 48;
+static_assert(kBr % kMR == 0 && kBc % kMR == 0 && kBr % kVec == 0 && kBc % kVec == 0);
+
+constexpr std::int64_t round_up(std::int64_t n, std::int64_t to) { return (n + to - 1) / to * to; }
+
+inline VecF load(const float* p) {
+  VecF v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store(float* p, const VecF& v) { std::memcpy(p, &v, sizeof v); }
+/// Every lane = a, one vbroadcastss: x − 0 is x for every x (−0 included), so GCC drops the
+/// subtraction; `a + VecF{}` keeps an add (−0 + 0 = +0), and a lane-by-lane fill compiles to
+/// a chain of vinsertps.
+inline VecF broadcast(float a) { return a - VecF{}; }
+
+/// The A operand of a tile GEMM: element (r, p) at a[r·row + p·col]. Row-major A is {a, lda,
+/// 1}; the transpose of a row-major [k, m] buffer is {a, 1, ld}: both are broadcast one
+/// element at a time, so the kernel needs no transposed copy of either.
+struct MatA {
+  const float* a;
+  std::int64_t row;
+  std::int64_t col;
+};
+
+/// C[kMR, NV·kVec] = (accumulate ? C : 0) + Σ_p A(r, p)·B[p, :]; B and C row-major. The
+/// products are summed in p order 0, 1, …, k−1 (one FMA chain per element).
+template <int NV>
+inline void micro_kernel(MatA A, const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
+                         std::int64_t k, bool accumulate) {
+  VecF acc[kMR][NV];
+  for (std::int64_t r = 0; r < kMR; ++r) {
+    for (int v = 0; v < NV; ++v) acc[r][v] = accumulate ? load(c + r * ldc + v * kVec) : VecF{};
+  }
+  for (std::int64_t p = 0; p < k; ++p) {
+    VecF bv[NV];
+    for (int v = 0; v < NV; ++v) bv[v] = load(b + p * ldb + v * kVec);
+    const float* ap = A.a + p * A.col;
+    for (std::int64_t r = 0; r < kMR; ++r) {
+      const VecF av = broadcast(ap[r * A.row]);
+      for (int v = 0; v < NV; ++v) acc[r][v] += av * bv[v];
+    }
+  }
+  for (std::int64_t r = 0; r < kMR; ++r) {
+    for (int v = 0; v < NV; ++v) store(c + r * ldc + v * kVec, acc[r][v]);
+  }
+}
+
+/// C[m, n] (+)= A[m, k]·B[k, n]: m a multiple of kMR, n of kVec, ldb and ldc too (B and C
+/// row-major). Every element sums its k products in order, whatever m and n.
+inline void tile_gemm(MatA A, const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
+                      std::int64_t m, std::int64_t n, std::int64_t k, bool accumulate) {
+  for (std::int64_t i = 0; i < m; i += kMR) {
+    const MatA Ai{A.a + i * A.row, A.row, A.col};
+    std::int64_t j = 0;
+    for (; j + 2 * kVec <= n; j += 2 * kVec) {
+      micro_kernel<2>(Ai, b + j, ldb, c + i * ldc + j, ldc, k, accumulate);
+    }
+    if (j < n) micro_kernel<1>(Ai, b + j, ldb, c + i * ldc + j, ldc, k, accumulate);
+  }
+}
+
+/// dst [rows_padded, ld] ← rows [0, n) of src (row stride `stride`, hd floats each); columns
+/// [hd, ld) and rows [n, rows_padded) are zero, so padding never carries stale values (or NaN)
+/// into a tile GEMM.
+inline void pack_rows(const float* src, std::int64_t stride, std::int64_t n, std::int64_t hd,
+                      std::int64_t ld, std::int64_t rows_padded, float* dst) {
+  for (std::int64_t r = 0; r < n; ++r) {
+    std::memcpy(dst + r * ld, src + r * stride, static_cast<std::size_t>(hd) * sizeof(float));
+    std::fill(dst + r * ld + hd, dst + (r + 1) * ld, 0.0f);
+  }
+  std::fill(dst + n * ld, dst + rows_padded * ld, 0.0f);
+}
+
+/// A GEMM operand of rows with `ld` floats between rows.
+struct Rows {
+  const float* p;
+  std::int64_t ld;
+};
+
+/// Rows [0, n) of src as a tile operand of hdp columns and round_up(n, kMR) rows: src itself
+/// when the block is whole (n == full, a multiple of kMR) and head_dim fills whole vectors,
+/// since then no read leaves the head's columns or the chunk's rows; else a zero-padded copy
+/// in dst. Skipping the copy saves a pass over K and V per tile.
+inline Rows rows_operand(const float* src, std::int64_t stride, std::int64_t n, std::int64_t full,
+                         std::int64_t hd, std::int64_t hdp, float* dst) {
+  if (n == full && hd == hdp) return {src, stride};
+  pack_rows(src, stride, n, hd, hdp, round_up(n, kMR), dst);
+  return {dst, hdp};
+}
+
+/// dst [hd, ld] ← scale · (rows [0, n) of src)ᵀ; columns [n, cols_padded) are zero.
+inline void pack_transposed(const float* src, std::int64_t stride, std::int64_t n, std::int64_t hd,
+                            float scale, std::int64_t ld, std::int64_t cols_padded, float* dst) {
+  for (std::int64_t r = 0; r < n; ++r) {
+    const float* s = src + r * stride;
+    for (std::int64_t c = 0; c < hd; ++c) dst[c * ld + r] = scale * s[c];
+  }
+  for (std::int64_t c = 0; c < hd; ++c)
+    std::fill(dst + c * ld + n, dst + c * ld + cols_padded, 0.0f);
+}
+
+/// The sizes every chunk kernel derives from AttentionChunkDims.
+struct ChunkGeometry {
+  std::int64_t group;  // query heads per kv head
+  std::int64_t hdp;    // head_dim rounded up to a whole vector (packed row width)
+  std::int64_t q_blocks, kv_blocks;
+  float scale;  // 1/√head_dim
+};
+
+/// In the tile (query block at i0, key block at j0) key row j sees query column r iff
+/// r ≥ first_visible(j): causal is kv_offset + j0 + j ≤ q_offset + i0 + r, i.e. r ≥ j − diag
+/// with diag = q_offset + i0 − kv_offset − j0. Clamped to [0, kBr] and returned as int: the
+/// column loops compare 32-bit lanes, as wide as their floats, which GCC vectorises (64-bit
+/// compares against float lanes it does not).
+inline int first_visible(AttentionMask mask, std::int64_t diag, std::int64_t j) {
+  if (mask != AttentionMask::causal) return 0;
+  return static_cast<int>(std::clamp(j - diag, std::int64_t{0}, kBr));
+}
+
+/// Keys [0, end) of the chunk that some query of the block [i0, i0 + br) sees.
+inline std::int64_t visible_kv_end(const AttentionChunkDims& d, AttentionMask mask, std::int64_t i0,
+                                   std::int64_t br) {
+  if (mask == AttentionMask::skip) return 0;
+  if (mask == AttentionMask::full) return d.kv_len;
+  return std::clamp(d.q_offset + i0 + br - d.kv_offset, std::int64_t{0}, d.kv_len);
+}
+
+/// Queries [begin, q_len) of the chunk that see some key of the block starting at j0.
+inline std::int64_t visible_q_begin(const AttentionChunkDims& d, AttentionMask mask,
+                                    std::int64_t j0) {
+  if (mask == AttentionMask::skip) return d.q_len;
+  if (mask == AttentionMask::full) return 0;
+  return std::clamp(d.kv_offset + j0 - d.q_offset, std::int64_t{0}, d.q_len);
+}
+
+/// MT_CHECKs the query-side dims (all that merge and delta read); `what` names the caller.
+inline void check_query_dims(const AttentionChunkDims& d, const char* what) {
+  MT_CHECK(d.batch >= 0 && d.q_len >= 0 && d.heads > 0 && d.head_dim > 0 &&
+               d.q_seq_rows >= d.q_len && d.lse_seq_len >= d.q_len,
+           "{}: bad dims batch={} q_len={} heads={} head_dim={} q_seq_rows={} lse_seq_len={}", what,
+           d.batch, d.q_len, d.heads, d.head_dim, d.q_seq_rows, d.lse_seq_len);
+}
+
+/// MT_CHECKs every dim and the row strides of q (and out/dout: q_side_stride) and k, v.
+inline ChunkGeometry check_chunk_dims(const AttentionChunkDims& d, std::int64_t q_stride,
+                                      std::int64_t kv_stride, std::int64_t q_side_stride,
+                                      const char* what) {
+  check_query_dims(d, what);
+  MT_CHECK(
+      d.kv_len >= 0 && d.kv_heads > 0 && d.heads % d.kv_heads == 0 && d.kv_seq_rows >= d.kv_len,
+      "{}: bad dims kv_len={} heads={} kv_heads={} kv_seq_rows={}", what, d.kv_len, d.heads,
+      d.kv_heads, d.kv_seq_rows);
+  MT_CHECK(q_stride >= d.heads * d.head_dim && q_side_stride >= d.heads * d.head_dim &&
+               kv_stride >= d.kv_heads * d.head_dim,
+           "{}: row strides q={} out={} kv={} narrower than heads·head_dim={} / "
+           "kv_heads·head_dim={}",
+           what, q_stride, q_side_stride, kv_stride, d.heads * d.head_dim, d.kv_heads * d.head_dim);
+  return {d.heads / d.kv_heads, round_up(d.head_dim, kVec), (d.q_len + kBr - 1) / kBr,
+          (d.kv_len + kBc - 1) / kBc, 1.0f / std::sqrt(static_cast<float>(d.head_dim))};
+}
+
+}  // namespace meshtrain::kernels::cpu::flash
