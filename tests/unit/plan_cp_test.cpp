@@ -45,10 +45,16 @@ TEST(PlanCp, ActivationsPerRankAreDividedByCp) {
   EXPECT_EQ(peak(gpt2(2)), 13615104.0);
   EXPECT_EQ(peak(gpt2(4)), 27230208.0 / 4.0);
   for (const char* recompute : {"selective", "full"}) {
-    Config one = gpt2(1), four = gpt2(4, "a2a");
+    Config one = gpt2(1), four = gpt2(4);
     one.training.recompute = four.training.recompute = recompute;
     EXPECT_EQ(peak(four), peak(one) / 4.0) << recompute;
   }
+  // Ulysses also keeps the core's head-sharded q, k|v and output: (2h + 2kv)/t fp32 elements
+  // per token and block, 4 blocks × 192 tokens × 512 × 4 B at cp 4; none under selective.
+  EXPECT_EQ(peak(gpt2(4, "a2a")) - peak(gpt2(4)), 4.0 * 192.0 * 512.0 * 4.0);
+  Config selective = gpt2(4, "a2a"), ring = gpt2(4);
+  selective.training.recompute = ring.training.recompute = "selective";
+  EXPECT_EQ(peak(selective), peak(ring));
   Config l = llama(2);
   EXPECT_EQ(peak(l), 25534464.0 / 2.0);
 }
@@ -92,8 +98,9 @@ TEST(PlanCp, RingAttentionBytesAndTime) {
   // Time: each block one message, D/B + α.
   const Link link{.bandwidth_bytes_per_s = 7.5e9, .latency_s = 13e-6};
   EXPECT_DOUBLE_EQ(cp_time_per_step(c, p, link), 16.0 * (393216.0 / 7.5e9 + 13e-6));
-  // Double buffers: 2 K,V blocks forward; backward 2 K,V + 2 dK,dV.
-  EXPECT_EQ(cp_comm_buffer_bytes(c), 4.0 * 393216.0);
+  // Backward's peak: 2 K,V blocks (double-buffered) + 3 dK,dV (this step's, the arriving
+  // partial sum, the one in flight).
+  EXPECT_EQ(cp_comm_buffer_bytes(c), 5.0 * 393216.0);
   EXPECT_EQ(cp_bytes_per_step(gpt2(1), p), 0.0);
   EXPECT_EQ(cp_comm_buffer_bytes(gpt2(1)), 0.0);
 }
@@ -107,17 +114,18 @@ TEST(PlanCp, UlyssesAllToAllBytesAndTime) {
   // Llama, 2 kv heads: k = v = 384·64·4 = 98,304; per block 2·(2·196,608 + 2·98,304).
   const Config l = llama(2, "a2a");
   EXPECT_EQ(cp_bytes_per_step(l, stage_parameters(l, 0)), 4.0 * 2.0 * 589824.0);
-  // Full recompute reruns the forward's four; selective does not (the core's inputs are kept).
+  // Both recomputes rerun the forward's four (selective drops the core's head-sharded state
+  // with its output, layers/attention.cpp).
   Config full = gpt2(2, "a2a"), sel = gpt2(2, "a2a");
   full.training.recompute = "full";
   sel.training.recompute = "selective";
   EXPECT_EQ(cp_bytes_per_step(full, p), 4.0 * 12.0 * 196608.0);
-  EXPECT_EQ(cp_bytes_per_step(sel, p), cp_bytes_per_step(c, p));
+  EXPECT_EQ(cp_bytes_per_step(sel, p), cp_bytes_per_step(full, p));
   // Time: 32 all-to-alls of 196,608 B over 2 ranks: (1/2)·D/B + α each.
   const Link link{.bandwidth_bytes_per_s = 7.5e9, .latency_s = 13e-6};
   EXPECT_DOUBLE_EQ(cp_time_per_step(c, p, link), 32.0 * (0.5 * 196608.0 / 7.5e9 + 13e-6));
-  // One layer's q, k, v in the other sharding: 4·384·(128 + 2·128).
-  EXPECT_EQ(cp_comm_buffer_bytes(c), 4.0 * 384.0 * 384.0);
+  // One layer's q, k, v in the other sharding, send and receive: 2·4·384·(128 + 2·128).
+  EXPECT_EQ(cp_comm_buffer_bytes(c), 2.0 * 4.0 * 384.0 * 384.0);
 }
 
 TEST(PlanCp, TpAndPpCarryTheLocalTokens) {

@@ -1,5 +1,6 @@
 #include "meshtrain/layers/context_attention.h"
 
+#include <chrono>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -14,6 +15,24 @@ using kernels::AttentionChunkDims;
 using kernels::AttentionMask;
 using kernels::QkvGradRows;
 using kernels::QkvRows;
+
+double compute_seconds = 0.0;  // attention_core_compute_seconds()
+
+// Adds the scope's wall time to compute_seconds: the kernel work of the core, so that the
+// ring's transfer waits (the cp group's counters) can be set against it.
+class ComputeTimer {
+ public:
+  ComputeTimer() : start_(std::chrono::steady_clock::now()) {}
+  ~ComputeTimer() {
+    compute_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+  ComputeTimer(const ComputeTimer&) = delete;
+  ComputeTimer& operator=(const ComputeTimer&) = delete;
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+};
 
 // Separate tag streams on the cp group: K|V blocks, and their dK|dV one step behind.
 constexpr int kKvTag = 71;
@@ -109,10 +128,31 @@ Hop post_hop(ProcessGroup& g, const Tensor& mine, Tensor& incoming, int tag) {
   return hop;
 }
 
-AttentionCoreState ring_forward(ProcessGroup& g, const QkvRows& in, const AttentionCoreShape& s,
-                                float* out) {
+// out, lse ⊕= the pairs of (local query halves) × (the visiting block of rank `src`), merged
+// by log-sum-exp; part, part_lse are scratch of out's and lse's shapes.
+void ring_forward_step(const QkvRows& in, const Tensor& kv, Tensor& part, Tensor& part_lse,
+                       float* out, float* lse, const AttentionCoreShape& s, int rank, int src,
+                       int size) {
   const std::int64_t hd = s.heads * s.head_dim, kvw = s.kv_heads * s.head_dim;
   const std::int64_t chunk = s.local_len / 2;
+  for (int qh = 0; qh < 2; ++qh) {
+    for (int kh = 0; kh < 2; ++kh) {
+      const RingPair p = ring_pair(s, rank, src, size, qh, kh);
+      if (p.mask == AttentionMask::skip) continue;
+      const std::int64_t q0 = qh * chunk, k0 = kh * chunk;
+      const QkvRows rows{in.q + q0 * in.q_stride, kv.f32() + k0 * 2 * kvw,
+                         kv.f32() + k0 * 2 * kvw + kvw, in.q_stride, 2 * kvw};
+      kernels::attention_chunk_forward(rows, p.dims, p.mask, part.f32() + q0 * hd, hd,
+                                       part_lse.f32() + q0);
+      kernels::attention_merge(out + q0 * hd, hd, lse + q0, part.f32() + q0 * hd, hd,
+                               part_lse.f32() + q0, p.dims);
+    }
+  }
+}
+
+AttentionCoreState ring_forward(ProcessGroup& g, const QkvRows& in, const AttentionCoreShape& s,
+                                float* out) {
+  const std::int64_t hd = s.heads * s.head_dim;
   const int rank = g.rank(), size = g.size();
   AttentionCoreState state;
   state.lse = Tensor::empty({s.sequences, s.heads, s.local_len}, MemCategory::activations);
@@ -127,18 +167,9 @@ AttentionCoreState ring_forward(ProcessGroup& g, const QkvRows& in, const Attent
     const int src = (rank - step + size) % size;
     Hop hop;
     if (step + 1 < size) hop = post_hop(g, kv, next_kv, kKvTag);  // hidden behind the compute
-    for (int qh = 0; qh < 2; ++qh) {
-      for (int kh = 0; kh < 2; ++kh) {
-        const RingPair p = ring_pair(s, rank, src, size, qh, kh);
-        if (p.mask == AttentionMask::skip) continue;
-        const std::int64_t q0 = qh * chunk, k0 = kh * chunk;
-        const QkvRows rows{in.q + q0 * in.q_stride, kv.f32() + k0 * 2 * kvw,
-                           kv.f32() + k0 * 2 * kvw + kvw, in.q_stride, 2 * kvw};
-        kernels::attention_chunk_forward(rows, p.dims, p.mask, part.f32() + q0 * hd, hd,
-                                         part_lse.f32() + q0);
-        kernels::attention_merge(out + q0 * hd, hd, lse + q0, part.f32() + q0 * hd, hd,
-                                 part_lse.f32() + q0, p.dims);
-      }
+    {
+      const ComputeTimer timer;
+      ring_forward_step(in, kv, part, part_lse, out, lse, s, rank, src, size);
     }
     hop.wait();
     std::swap(kv, next_kv);
@@ -194,8 +225,11 @@ void ring_backward(ProcessGroup& g, const QkvRows& in, const float* out, const f
     std::unique_ptr<CommRequest> dkv_recv;
     if (step > 0) dkv_recv = g.irecv(upstream.span_f32(), prev, kDkvTag);
     std::memset(dkv.f32(), 0, static_cast<std::size_t>(dkv.numel()) * sizeof(float));
-    ring_backward_step(in, dout, lse, delta.f32(), kv, grad.dq, grad.q_stride, dkv, s, rank, src,
-                       size);
+    {
+      const ComputeTimer timer;
+      ring_backward_step(in, dout, lse, delta.f32(), kv, grad.dq, grad.q_stride, dkv, s, rank,
+                         src, size);
+    }
     if (dkv_recv) {
       dkv_recv->wait();
       kernels::add_inplace(dkv.f32(), upstream.f32(), dkv.numel());
@@ -311,9 +345,12 @@ AttentionCoreState ulysses_forward(ProcessGroup& g, const QkvRows& in, const Att
   state.lse = Tensor::empty({s.sequences, heads, T}, MemCategory::activations);
   const QkvRows whole{state.q.f32(), state.kv.f32(), state.kv.f32() + kv_heads * d, heads * d,
                       2 * kv_heads * d};
-  kernels::attention_chunk_forward(whole, whole_dims(s.sequences, T, heads, kv_heads, d),
-                                   AttentionMask::causal, state.out.f32(), heads * d,
-                                   state.lse.f32());
+  {
+    const ComputeTimer timer;
+    kernels::attention_chunk_forward(whole, whole_dims(s.sequences, T, heads, kv_heads, d),
+                                     AttentionMask::causal, state.out.f32(), heads * d,
+                                     state.lse.f32());
+  }
   to_sequences(g, state.out, {heads * d}, {out}, {s.heads * d}, s);
   return state;
 }
@@ -335,13 +372,18 @@ void ulysses_backward(ProcessGroup& g, const float* dout, const AttentionCoreSta
                       2 * kv_heads * d};
   const QkvGradRows grads{dqkv.f32(), dqkv.f32() + heads * d, dqkv.f32() + (heads + kv_heads) * d,
                           width, width};
-  kernels::attention_chunk_backward(whole, dout_heads.f32(), heads * d, state.lse.f32(),
-                                    delta.f32(), grads, dims, AttentionMask::causal);
+  {
+    const ComputeTimer timer;
+    kernels::attention_chunk_backward(whole, dout_heads.f32(), heads * d, state.lse.f32(),
+                                      delta.f32(), grads, dims, AttentionMask::causal);
+  }
   to_sequences(g, dqkv, {heads * d, kv_heads * d, kv_heads * d}, {grad.dq, grad.dk, grad.dv},
                {grad.q_stride, grad.kv_stride, grad.kv_stride}, s);
 }
 
 }  // namespace
+
+double attention_core_compute_seconds() noexcept { return compute_seconds; }
 
 AttentionCoreState attention_core_forward(const ContextParallel& cp, const QkvRows& in,
                                           const AttentionCoreShape& s, float* out) {
@@ -353,6 +395,7 @@ AttentionCoreState attention_core_forward(const ContextParallel& cp, const QkvRo
   }
   AttentionCoreState state;
   state.lse = Tensor::empty({s.sequences, s.heads, s.local_len}, MemCategory::activations);
+  const ComputeTimer timer;
   kernels::attention_chunk_forward(
       in, whole_dims(s.sequences, s.local_len, s.heads, s.kv_heads, s.head_dim),
       AttentionMask::causal, out, s.heads * s.head_dim, state.lse.f32());
@@ -370,6 +413,7 @@ void attention_core_backward(const ContextParallel& cp, const QkvRows& in, const
   const AttentionChunkDims dims =
       whole_dims(s.sequences, s.local_len, s.heads, s.kv_heads, s.head_dim);
   Tensor delta = Tensor::empty(state.lse.shape(), MemCategory::activations);
+  const ComputeTimer timer;
   kernels::attention_delta(out, dout, hd, dims, delta.f32());
   zero_cols(grad.dq, grad.q_stride, s.tokens(), hd);
   zero_cols(grad.dk, grad.kv_stride, s.tokens(), kvw);

@@ -59,4 +59,9 @@ void attention_core_backward(const ContextParallel& cp, const kernels::QkvRows& 
                              const float* out, const float* dout, const AttentionCoreState& state,
                              const kernels::QkvGradRows& grad, const AttentionCoreShape& shape);
 
+/// Seconds this process has spent in the core's kernels (the tiled attention, merges, deltas)
+/// since it started: set against the cp group's wait seconds (ProcessGroup counters), it says
+/// how much of the K/V transfer the compute hid (bench/cp_bench.sh).
+double attention_core_compute_seconds() noexcept;
+
 }  // namespace meshtrain

@@ -172,9 +172,14 @@ double activation_bytes_per_block(const Config& config) {
                                + (llama ? 2.0 : 1.0) * F / t;   // gelu pre-act | gate, up
   // ... and the linear layers' inputs (docs/mixed_precision.md, "Memory": 16-bit under
   // bf16/fp16; the attention output is also kept by the output projection in 16 bits).
+  // Ulysses keeps the core's head-sharded copies of q, k|v and the output (the same number of
+  // elements as the local ones; dropped with the core's output under selective recompute).
+  const bool ulysses = config.parallel.cp > 1 && config.parallel.cp_comm == "a2a" &&
+                       config.training.recompute == "none";
+  const double fp32_all = fp32_elements + (ulysses ? (2.0 * h + 2.0 * kv) / t : 0.0);
   const double linear_inputs = 2.0 * h + F / t;  // qkv input, MLP input, the MLP's hidden output
   const double lin = mixed(config) ? 2.0 : 4.0;
-  double bytes = 4.0 * fp32_elements + lin * linear_inputs + (mixed(config) ? 2.0 * h / t : 0.0);
+  double bytes = 4.0 * fp32_all + lin * linear_inputs + (mixed(config) ? 2.0 * h / t : 0.0);
   // Selective drops the attention core's output and log-sum-exp, and under 16 bits the
   // output projection's 16-bit copy of that output with them (measured: 784 B per block and
   // token fewer on the main job in bf16 = 4(h + a) + 2h; docs/memory.md has 4(h + a) for fp32).

@@ -91,9 +91,14 @@ double cp_time_per_step(const Config& c, const ParameterCounts& sp, const Link& 
 
 double cp_comm_buffer_bytes(const Config& c) {
   if (c.parallel.cp <= 1) return 0.0;
-  if (ring(c)) return 4.0 * kv_block_bytes(c);
+  // Ring backward: the K,V block double-buffered, and three dK,dV blocks — this step's sum,
+  // the partial sum arriving from the previous rank, the one in flight to the next
+  // (layers/context_attention.cpp).
+  if (ring(c)) return 5.0 * kv_block_bytes(c);
+  // Ulysses: one layer's q, k, v in the other sharding, as the all-to-all's send and receive
+  // buffers.
   const double width = f(c.model.n_embd) / f(c.parallel.tp) + 2.0 * kv_local(c);
-  return 4.0 * local_tokens(c) * width;
+  return 2.0 * 4.0 * local_tokens(c) * width;
 }
 
 std::string cp_time_formula(const Config& c) {

@@ -17,6 +17,7 @@
 #include "meshtrain/core/staged_file.h"
 #include "meshtrain/core/system.h"
 #include "meshtrain/kernels/kernels.h"
+#include "meshtrain/layers/context_attention.h"
 #include "meshtrain/parallel/pp/simulator.h"
 #include "meshtrain/parallel/tp/gather.h"
 #include "meshtrain/train/collective_verdict.h"
@@ -481,6 +482,7 @@ std::vector<StepMetrics> Trainer::run() {
     const CommCounter tp0 = comm_total(mesh_->group(Axis::tp));
     const CommCounter dp0 = dp_comm_total();
     const CommCounter cp0 = comm_total(mesh_->group(Axis::cp));
+    const double attention0 = attention_core_compute_seconds();
     const double loss_scale = scaler_ ? scaler_->scale() : 1.0;  // what this step's backward uses
     const double comm0 = comm_seconds();
     const Gradients g = compute_gradients(step);
@@ -505,6 +507,7 @@ std::vector<StepMetrics> Trainer::run() {
     m.dp_comm_bytes = dp1.bytes - dp0.bytes;
     m.cp_comm_bytes = cp1.bytes - cp0.bytes;
     m.cp_comm_s = cp1.seconds - cp0.seconds;
+    m.attention_s = attention_core_compute_seconds() - attention0;
     m.tp_comm_s = tp1.seconds - tp0.seconds;
     m.dp_comm_s = dp1.seconds - dp0.seconds;
     if (t.straggler_interval > 0 && (step + 1) % t.straggler_interval == 0) {
@@ -738,6 +741,7 @@ void Trainer::log_step(const StepMetrics& m) {
                            {"dp_comm_s", m.dp_comm_s},
                            {"cp_comm_bytes", m.cp_comm_bytes},
                            {"cp_comm_s", m.cp_comm_s},
+                           {"attention_s", m.attention_s},
                            {"bubble", m.bubble},
                            {"predicted_bubble", predicted_bubble_},
                            {"loss_scale", m.loss_scale},

@@ -56,6 +56,10 @@ struct StepMetrics {
   double tp_comm_s = 0.0;
   double dp_comm_s = 0.0;
   double cp_comm_s = 0.0;
+  // Seconds in the attention core's kernels during the step (forward, backward, recompute;
+  // not evaluation): cp_comm_s / attention_s is the share of attention time spent waiting
+  // for K/V (p2p) or all-to-alls (a2a) that the compute did not hide.
+  double attention_s = 0.0;
   // Pipeline (pp > 1): idle fraction of this step's schedule, measured per stage as
   // 1 − (time in compute actions) / (the longest stage's action-list time), averaged over the
   // pp ranks.
