@@ -54,7 +54,7 @@ void Trainer::save_checkpoint(std::int64_t steps_done) {
   on_rank0_for_all(world_, [&] { prepare_checkpoint_dir(checkpoint_root(), steps_done); });
   world_.barrier();  // nobody writes into the directory before rank 0 has cleared it
 
-  const ProcessGroup& dp = mesh_->dp_cp_group();  // the parameters' replicas (dp × cp)
+  const ProcessGroup& replicas = grad_reduction_group(*mesh_);
   const ProcessGroup& tp = mesh_->group(Axis::tp);
   RankSnapshot snapshot{.step = steps_done,
                         .rank = world_.rank(),
@@ -62,18 +62,20 @@ void Trainer::save_checkpoint(std::int64_t steps_done) {
                         .pieces = {},
                         .state = json::object(),
                         .config_toml = {}};
-  const OptimizerShards& shards = zero_->shards();
+  const OptimizerShards& shards = optim_->shards();
+  const int zero_stage = optim_->zero().stage();
   for (std::size_t i = 0; i < shards.size(); ++i) {
     const OptimizerShard& s = shards[i];
-    // One copy of each element: dp × cp replicas (ZeRO-0) and tp replicas hold the same values.
-    const bool replica = (zero_->stage() == 0 && dp.rank() != 0) ||
+    // One copy of each element: replicas (ZeRO-0) and tp replicas hold the same values.
+    const bool replica = (zero_stage == 0 && replicas.rank() != 0) ||
                          (!s.param->is_sharded() && tp.rank() != 0) || s.param->tied_copy;
     if (replica || s.end == s.begin) continue;
-    snapshot.pieces.push_back({.name = s.param->name,
-                               .piece = piece_of(s),
-                               .master = s.master.clone(MemCategory::other),
-                               .exp_avg = optimizer_->exp_avg(i).clone(MemCategory::other),
-                               .exp_avg_sq = optimizer_->exp_avg_sq(i).clone(MemCategory::other)});
+    snapshot.pieces.push_back(
+        {.name = s.param->name,
+         .piece = piece_of(s),
+         .master = s.master.clone(MemCategory::other),
+         .exp_avg = optim_->adamw().exp_avg(i).clone(MemCategory::other),
+         .exp_avg_sq = optim_->adamw().exp_avg_sq(i).clone(MemCategory::other)});
   }
   if (world_.rank() == 0) {
     const ParallelConfig& p = config_.parallel;
@@ -99,7 +101,7 @@ void Trainer::save_checkpoint(std::int64_t steps_done) {
           {"zero_stage", p.zero_stage}}},
         {"optimizer",
          {{"name", "adamw"},
-          {"steps_taken", optimizer_->steps_taken()},
+          {"steps_taken", optim_->adamw().steps_taken()},
           {"beta1", t.beta1},
           {"beta2", t.beta2},
           {"eps", t.eps},
@@ -117,8 +119,8 @@ void Trainer::save_checkpoint(std::int64_t steps_done) {
           {"next_step", steps_done},
           {"global_batch", global_batch_of(config_)}}},
         {"rng", {{"generator", "Philox4x32-10 (counter-based)"}, {"ranks", rng}}}};
-    if (scaler_) {
-      const DynamicLossScaler::State s = scaler_->state();
+    if (const DynamicLossScaler* scaler = optim_->loss_scaler()) {
+      const DynamicLossScaler::State s = scaler->state();
       snapshot.state["loss_scaler"] = {{"scale", s.scale},
                                        {"clean_steps", s.clean_steps},
                                        {"hysteresis_left", s.hysteresis_left},
@@ -139,7 +141,7 @@ void Trainer::save_checkpoint(std::int64_t steps_done) {
 
 void Trainer::load_checkpoint(const fs::path& dir) {
   // Phase 1: every rank reads what it needs into buffers of its own; nothing is changed.
-  OptimizerShards& shards = zero_->shards();
+  OptimizerShards& shards = optim_->shards();
   std::vector<Tensor> masters, ms, vs;
   std::string error;
   std::int64_t step = 0, optimizer_steps = 0;
@@ -194,12 +196,15 @@ void Trainer::load_checkpoint(const fs::path& dir) {
   }
   for (std::size_t i = 0; i < shards.size(); ++i) {
     shards[i].master.copy_from(masters[i]);
-    optimizer_->exp_avg(i).copy_from(ms[i]);
-    optimizer_->exp_avg_sq(i).copy_from(vs[i]);
+    optim_->adamw().exp_avg(i).copy_from(ms[i]);
+    optim_->adamw().exp_avg_sq(i).copy_from(vs[i]);
   }
-  optimizer_->set_steps_taken(optimizer_steps);
-  if (scaler_ && scaler_state) scaler_->restore(*scaler_state);
-  zero_->publish_parameters();  // compute copies (16-bit, ZeRO-1/2 full values) from the masters
+  optim_->adamw().set_steps_taken(optimizer_steps);
+  if (DynamicLossScaler* scaler = optim_->loss_scaler(); scaler && scaler_state) {
+    scaler->restore(*scaler_state);
+  }
+  optim_->zero()
+      .publish_parameters();  // compute copies (16-bit, ZeRO-1/2 full values) from the masters
   start_step_ = step;
   if (world_.rank() == 0 && saved_global_batch != global_batch_of(config_)) {
     fmt::print(stderr,

@@ -1,0 +1,135 @@
+#include "meshtrain/train/model_stage.h"
+
+#include "meshtrain/layers/parameter.h"
+#include "meshtrain/parallel/pp/simulator.h"
+
+namespace meshtrain {
+namespace {
+
+// How this rank cuts a global batch into micro-batches and tokens (the one place the mesh
+// coordinates reach the data path).
+MicroBatching micro_batching(const Config& config, const DeviceMesh& mesh) {
+  const ProcessGroup& dp = mesh.group(Axis::dp);
+  return MicroBatching{.micro_batch = config.training.micro_batch,
+                       .seq_len = config.model.block_size,
+                       .microbatches = config.training.accumulation,
+                       .dp_rank = dp.rank(),
+                       .dp_size = dp.size(),
+                       .tp_size = mesh.group(Axis::tp).size(),
+                       .sequence_parallel = config.parallel.sequence_parallel,
+                       .cp_rank = mesh.group(Axis::cp).rank(),
+                       .cp_size = mesh.group(Axis::cp).size()};
+}
+
+pp::ScheduleSpec schedule_of(const Config& config) {
+  const ParallelConfig& par = config.parallel;
+  return {.name = par.pp_schedule,
+          .pp = static_cast<int>(par.pp),
+          .v = static_cast<int>(par.virtual_stages),
+          .m = static_cast<int>(config.training.accumulation)};
+}
+
+}  // namespace
+
+ModelStage::ModelStage(const Config& config, const DeviceMesh& mesh,
+                       const data::GlobalBatchSampler& train)
+    : config_(config), mesh_(mesh), batching_(micro_batching(config, mesh)) {
+  ProcessGroup& pp = mesh.group(Axis::pp);
+  {
+    const DeferParameterStorage defer;
+    const ParallelGroups groups(
+        TensorParallel{mesh.group(Axis::tp), config.parallel.sequence_parallel},
+        ContextParallel{&mesh.group(Axis::cp),
+                        config.parallel.cp_comm == "a2a" ? CpComm::a2a : CpComm::p2p});
+    stage_ = std::make_unique<PipelineStage>(
+        config, static_cast<std::uint64_t>(config.training.seed), groups, pp.rank());
+  }
+  const pp::ScheduleSpec schedule = schedule_of(config);
+  executor_ = std::make_unique<pp::PipelineExecutor>(schedule, pp);
+  predicted_bubble_ = pp::simulate(schedule).bubble_fraction;
+  runner_ = std::make_unique<StageRunner>(*stage_, train, batching_, *executor_);
+  if (pp.size() > 1 && config.model.family == "gpt2") {
+    // The first and last stage hold the tied embedding's two copies; split is collective over
+    // pp, so the middle stages take part (and get a group of their own they never use).
+    const bool ends = pp.rank() == 0 || pp.rank() == pp.size() - 1;
+    tied_group_ = pp.split(ends ? 0 : 1, pp.rank(), "embedding");
+  }
+  double count = 0.0;
+  for (const Parameter* p : stage_->parameters()) {
+    if (!p->tied_copy) count += static_cast<double>(p->logical_numel());
+  }
+  pp.all_reduce_sum(std::span<double>(&count, 1));
+  logical_parameters_ = static_cast<std::int64_t>(count);
+}
+
+std::vector<pp::ExecutedAction> ModelStage::run_step(std::int64_t step, float loss_scale) {
+  runner_->begin_step(step);
+  runner_->set_loss_scale(loss_scale);
+  std::vector<pp::ExecutedAction> actions = executor_->run_step(*runner_);
+  measure_bubble(actions);
+  return actions;
+}
+
+void ModelStage::measure_bubble(const std::vector<pp::ExecutedAction>& actions) {
+  ProcessGroup& pp = mesh_.group(Axis::pp);
+  double busy = 0.0;
+  for (const pp::ExecutedAction& a : actions) {
+    const pp::ActionKind k = a.action.kind;
+    if (k == pp::ActionKind::forward || k == pp::ActionKind::backward ||
+        k == pp::ActionKind::backward_input || k == pp::ActionKind::backward_weight) {
+      busy += a.end_s - a.start_s;
+    }
+  }
+  // Idle = the step's pipeline time (the longest stage's action list: a stage that finished
+  // early waits for it) minus this stage's compute; averaged over the stages.
+  float span = actions.empty() ? 0.0f : static_cast<float>(actions.back().end_s);
+  pp.all_reduce_max(std::span<float>(&span, 1));
+  last_bubble_ = span > 0.0f ? 1.0 - busy / static_cast<double>(span) : 0.0;
+  pp.all_reduce_sum(std::span<double>(&last_bubble_, 1));
+  last_bubble_ /= pp.size();
+}
+
+double ModelStage::evaluate_sum(const data::GlobalBatchSampler& val, std::int64_t batches) {
+  // Forward only, one micro-batch at a time through the chunks in model order: the owner of
+  // chunk g receives from the owner of g − 1 and sends to the owner of g + 1 (blocking; every
+  // rank walks the chunks in the same order, so each send meets its receive).
+  ProcessGroup& pp = mesh_.group(Axis::pp);
+  const int chunks = stage_->num_global_chunks();
+  const std::size_t tokens = static_cast<std::size_t>(batching_.micro_batch * batching_.seq_len);
+  const Shape boundary = runner_->boundary_shape();
+  std::vector<std::int32_t> inputs(tokens), targets(tokens);
+  double sum = 0.0;
+  for (std::int64_t b = 0; b < batches; ++b) {
+    for (std::int64_t a = 0; a < batching_.microbatches; ++a) {
+      const std::int64_t first =
+          data::first_sequence_of(a, batching_.dp_rank, batching_.dp_size, batching_.micro_batch);
+      val.fill(b, first, batching_.micro_batch, inputs.data(), targets.data());
+      const std::vector<std::int32_t> local_inputs = zigzag_rows(
+          inputs, batching_.micro_batch, batching_.seq_len, batching_.cp_rank, batching_.cp_size);
+      const std::vector<std::int32_t> local_targets = zigzag_rows(
+          targets, batching_.micro_batch, batching_.seq_len, batching_.cp_rank, batching_.cp_size);
+      Tensor x;
+      for (int g = 0; g < chunks; ++g) {
+        const int owner = g % pp.size();
+        if (owner != pp.rank()) continue;
+        const int prev = (g + pp.size() - 1) % pp.size(), next = (g + 1) % pp.size();
+        if (g > 0 && prev != pp.rank()) {
+          x = Tensor::empty(boundary, MemCategory::activations);
+          pp.recv(x.span_f32(), prev, g);
+        }
+        CausalLm& chunk = stage_->chunk(g / pp.size());
+        x = chunk.forward_blocks(local_inputs.data(), x, batching_.micro_batch,
+                                 batching_.local_len());
+        if (g == chunks - 1) {
+          sum += chunk.forward_head(x, local_targets.data());
+        } else if (next != pp.rank()) {
+          pp.send(x.span_f32(), next, g + 1);
+        }
+        chunk.discard();  // no backward follows: free this micro-batch's activations now
+      }
+    }
+  }
+  return sum;
+}
+
+}  // namespace meshtrain

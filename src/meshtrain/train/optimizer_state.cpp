@@ -1,0 +1,125 @@
+#include "meshtrain/train/optimizer_state.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "meshtrain/config/validate.h"
+#include "meshtrain/kernels/kernels.h"
+
+namespace meshtrain {
+namespace {
+
+DType compute_dtype(const TrainingConfig& t) {
+  return t.precision == "bf16" ? DType::bf16 : t.precision == "fp16" ? DType::f16 : DType::f32;
+}
+
+ZeroOptions zero_options(const Config& config, HfImport* import) {
+  ZeroOptions options{.stage = static_cast<int>(config.parallel.zero_stage),
+                      .compute_dtype = compute_dtype(config.training),
+                      .bucket_bytes = config.parallel.bucket_mib << 20,
+                      .seed = static_cast<std::uint64_t>(config.training.seed),
+                      .initial_values = {}};
+  if (import != nullptr) {
+    options.initial_values = [import](const Parameter& p, std::int64_t begin, std::int64_t end,
+                                      float* out) { import->fill(p, begin, end, out); };
+  }
+  return options;
+}
+
+}  // namespace
+
+// Every rank that holds a replica of the parameters: dp × cp (context parallel splits
+// sequences, not weights); the dp group itself when cp = 1.
+ProcessGroup& grad_reduction_group(const DeviceMesh& mesh) { return mesh.dp_cp_group(); }
+
+OptimizerState::OptimizerState(const Config& config, const DeviceMesh& mesh, PipelineStage& stage,
+                               HfImport* import)
+    : config_(config), mesh_(mesh) {
+  const TrainingConfig& t = config.training;
+  zero_ = std::make_unique<ZeroSharding>(stage.parameters(), stage.units(),
+                                         grad_reduction_group(mesh), zero_options(config, import));
+  stage.set_hooks(zero_.get());
+  if (t.precision == "fp16") {
+    scaler_ = std::make_unique<DynamicLossScaler>(
+        LossScalerConfig{.initial_scale = t.loss_scale_init,
+                         .growth_interval = t.loss_scale_growth_interval,
+                         .growth = t.loss_scale_growth,
+                         .backoff = t.loss_scale_backoff,
+                         .hysteresis = t.loss_scale_hysteresis});
+  }
+  replicated_grads_ = std::make_unique<ReplicatedGradSum>(zero_->shards(), mesh.group(Axis::tp),
+                                                          config.parallel.sequence_parallel);
+  optimizer_ = std::make_unique<AdamW>(
+      zero_->shards(),
+      AdamWConfig{
+          .beta1 = t.beta1, .beta2 = t.beta2, .eps = t.eps, .weight_decay = t.weight_decay});
+}
+
+void OptimizerState::reduce_gradients(const ParameterList& tied, ProcessGroup* tied_group) {
+  zero_->reduce_gradients();
+  sum_tied_embeddings(tied, tied_group);
+  replicated_grads_->all_reduce();  // sequence parallel: partial sums over tp, once per step
+}
+
+void OptimizerState::sum_tied_embeddings(const ParameterList& tied, ProcessGroup* tied_group) {
+  // On the optimizer shards' gradients: both copies have the same shape, so every dp rank
+  // owns the same slice of each (ZeRO), and the sum of slices is the slice of the sum.
+  std::vector<Tensor> grads;
+  for (const Parameter* p : tied) {
+    for (const OptimizerShard& s : zero_->shards()) {
+      if (s.param == p) grads.push_back(s.grad);
+    }
+  }
+  if (grads.empty()) return;
+  Tensor& grad = grads.front();
+  if (grads.size() == 2) kernels::add_inplace(grad.f32(), grads[1].f32(), grad.numel());
+  if (tied_group != nullptr) tied_group->all_reduce_sum(grad.span_f32());
+  if (grads.size() == 2) grads[1].copy_from(grad);
+}
+
+const Parameter* OptimizerState::first_non_finite_grad() const {
+  for (const OptimizerShard& s : zero_->shards()) {
+    const auto g = s.grad.span_f32();
+    if (std::any_of(g.begin(), g.end(), [](float x) { return !std::isfinite(x); })) {
+      return s.param;
+    }
+  }
+  return nullptr;
+}
+
+bool OptimizerState::unscale_or_skip(ProcessGroup& world) {
+  if (!scaler_) return false;
+  // Every rank must skip the same step: the flag is the MAX over the whole world (seed 000,
+  // §3.3), not over one group.
+  float found = first_non_finite_grad() != nullptr ? 1.0f : 0.0f;
+  world.all_reduce_max(std::span<float>(&found, 1));
+  const float scale = static_cast<float>(scaler_->scale());
+  skipped_ = scaler_->update(found > 0.0f);
+  if (skipped_) return true;
+  for (OptimizerShard& s : zero_->shards()) {
+    kernels::scale_inplace(s.grad.f32(), 1.0f / scale, s.grad.numel());
+  }
+  return false;
+}
+
+double OptimizerState::grad_norm() {
+  ProcessGroup& replicas = grad_reduction_group(mesh_);
+  return global_grad_norm(zero_->shards(), mesh_.group(Axis::tp), mesh_.group(Axis::pp),
+                          zero_->stage() >= 1 ? &replicas : nullptr);
+}
+
+double OptimizerState::apply_update(std::int64_t step, double grad_norm) {
+  const TrainingConfig& t = config_.training;
+  const std::int64_t decay_steps = t.lr_decay_steps > 0 ? t.lr_decay_steps : t.max_steps;
+  const double lr = lr_at(step, scaled_peak_lr(config_), t.min_lr, t.warmup_steps, decay_steps);
+  if (!skipped_) {
+    clip_grads(zero_->shards(), grad_norm, t.grad_clip);
+    optimizer_->step(lr);
+    zero_->publish_parameters();
+  }
+  skipped_ = false;
+  zero_->zero_grad();
+  return lr;
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,80 @@
+// src/meshtrain/train/optimizer_state.h
+//
+// Everything that turns the stage's gradients into a parameter update: where parameters,
+// fp32 master slices and gradients live (ZeroSharding, parallel.zero_stage), the reduction of
+// the gradients over the data-parallel ranks, the gpt2 tied embedding's sum over stages, the tp
+// sum of replicated gradients under sequence parallelism, the fp16 loss scaler, the global
+// grad norm, clipping and AdamW at the schedule's LR.
+// Uses: parallel/dp, parallel/tp, optim/, comm/. Knows nothing of schedules or data.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "meshtrain/checkpoint/hf_format.h"
+#include "meshtrain/comm/device_mesh.h"
+#include "meshtrain/config/config.h"
+#include "meshtrain/model/pipeline_stage.h"
+#include "meshtrain/optim/adamw.h"
+#include "meshtrain/optim/loss_scaler.h"
+#include "meshtrain/parallel/dp/zero.h"
+#include "meshtrain/parallel/tp/replicated_grads.h"
+
+namespace meshtrain {
+
+/// The ranks that hold the same parameters and see different tokens: gradients are reduced
+/// and ZeRO shards over them, the grad norm of a sharded optimizer state sums over them, and
+/// losses are averaged over them. The one place that names this group.
+ProcessGroup& grad_reduction_group(const DeviceMesh& mesh);
+
+class OptimizerState {
+ public:
+  /// Initialises what this rank keeps of `stage`'s deferred parameters (from `import` when
+  /// given, else from training.seed), installs the ZeRO hooks in the stage, and builds the
+  /// scaler (fp16) and AdamW over this rank's master slices. Collective over the
+  /// grad_reduction_group.
+  OptimizerState(const Config& config, const DeviceMesh& mesh, PipelineStage& stage,
+                 HfImport* import);
+  OptimizerState(const OptimizerState&) = delete;
+  OptimizerState& operator=(const OptimizerState&) = delete;
+
+  ZeroSharding& zero() { return *zero_; }
+  OptimizerShards& shards() { return zero_->shards(); }
+  AdamW& adamw() { return *optimizer_; }
+  /// fp16 only; nullptr otherwise.
+  DynamicLossScaler* loss_scaler() { return scaler_.get(); }
+  const DynamicLossScaler* loss_scaler() const { return scaler_.get(); }
+  /// The factor the next backward multiplies the loss by: the fp16 scale, 1 otherwise.
+  float loss_scale() const { return scaler_ ? static_cast<float>(scaler_->scale()) : 1.0f; }
+
+  /// After the step's backward passes: the reduction over the grad_reduction_group (ZeRO
+  /// stages 2, 3: done during backward), the sum of the tied embedding's copies (`tied`, the
+  /// stage's; `tied_group` between the first and last stage, or nullptr), and the tp sum of
+  /// the replicated parameters' partial gradients (sequence parallel).
+  void reduce_gradients(const ParameterList& tied, ProcessGroup* tied_group);
+  /// fp16: whether some rank of `world` holds a non-finite gradient (the same verdict on every
+  /// rank); updates the scale and, unless the step is skipped, unscales the gradients.
+  /// Returns true when the step is skipped. Without a scaler: false, nothing changes.
+  bool unscale_or_skip(ProcessGroup& world);
+  /// The global grad norm of the shards (every rank the same).
+  double grad_norm();
+  /// The parameter of this rank's first non-finite gradient element; nullptr when none.
+  const Parameter* first_non_finite_grad() const;
+  /// Clips with `grad_norm`, applies AdamW at the LR of step `step` (0-based), publishes the
+  /// parameters (ZeRO), zeroes the gradients; returns the LR. After a skipped step only
+  /// zeroes the gradients.
+  double apply_update(std::int64_t step, double grad_norm);
+
+ private:
+  void sum_tied_embeddings(const ParameterList& tied, ProcessGroup* tied_group);
+
+  const Config& config_;
+  const DeviceMesh& mesh_;
+  std::unique_ptr<ZeroSharding> zero_;
+  std::unique_ptr<ReplicatedGradSum> replicated_grads_;
+  std::unique_ptr<DynamicLossScaler> scaler_;
+  std::unique_ptr<AdamW> optimizer_;
+  bool skipped_ = false;  // the last unscale_or_skip skipped its step
+};
+
+}  // namespace meshtrain

@@ -1,0 +1,273 @@
+#include "meshtrain/train/reporting.h"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <nlohmann/json.hpp>
+
+#include "meshtrain/core/allocator.h"
+#include "meshtrain/core/staged_file.h"
+#include "meshtrain/layers/context_attention.h"
+
+namespace meshtrain {
+namespace {
+
+// Bytes and seconds of every operation of `group` so far.
+CommCounter comm_total(const ProcessGroup& group) {
+  CommCounter sum;
+  for (std::size_t op = 0; op < kNumCommOps; ++op) {
+    const CommCounter& c = group.counter(static_cast<CommOp>(op));
+    sum.calls += c.calls;
+    sum.bytes += c.bytes;
+    sum.seconds += c.seconds;
+  }
+  return sum;
+}
+
+std::string mib(std::int64_t bytes) {
+  return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+}
+
+}  // namespace
+
+CommSnapshot comm_snapshot(const DeviceMesh& mesh) {
+  CommCounter dp = comm_total(mesh.group(Axis::dp));
+  if (&mesh.dp_cp_group() != &mesh.group(Axis::dp)) {  // cp > 1: the gradient reduction
+    const CommCounter dp_cp = comm_total(mesh.dp_cp_group());
+    dp.calls += dp_cp.calls;
+    dp.bytes += dp_cp.bytes;
+    dp.seconds += dp_cp.seconds;
+  }
+  return {.tp = comm_total(mesh.group(Axis::tp)),
+          .dp = dp,
+          .cp = comm_total(mesh.group(Axis::cp)),
+          .attention_s = attention_core_compute_seconds()};
+}
+
+void set_comm_metrics(const CommSnapshot& before, const CommSnapshot& after, StepMetrics& m) {
+  m.tp_comm_bytes = after.tp.bytes - before.tp.bytes;
+  m.dp_comm_bytes = after.dp.bytes - before.dp.bytes;
+  m.tp_comm_s = after.tp.seconds - before.tp.seconds;
+  m.dp_comm_s = after.dp.seconds - before.dp.seconds;
+  m.cp_comm_bytes = after.cp.bytes - before.cp.bytes;
+  m.cp_comm_s = after.cp.seconds - before.cp.seconds;
+  m.attention_s = after.attention_s - before.attention_s;
+}
+
+Reporting::Reporting(const Config& config, const TrainerOptions& options, ProcessGroup& world,
+                     const DeviceMesh& mesh, const ProcessGroup* tied_group,
+                     double predicted_bubble)
+    : config_(config),
+      options_(options),
+      world_(world),
+      mesh_(mesh),
+      tied_group_(tied_group),
+      predicted_bubble_(predicted_bubble),
+      clock_([this] { return comm_seconds(); }) {
+  // Rank 0 checked before anything was allocated that the file can be written (Trainer).
+  if (world.rank() == 0 && !options.metrics_path.empty()) {
+    metrics_.open(options.metrics_path,
+                  config.checkpoint.resume.empty() ? std::ios::trunc : std::ios::app);
+  }
+}
+
+void Reporting::start_clock() {
+  world_.barrier();  // a common time origin for the trace (one clock per machine)
+  t0_ = std::chrono::steady_clock::now();
+}
+
+double Reporting::seconds_since_start() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+}
+
+double Reporting::comm_seconds() const {
+  double s = 0.0;
+  for (const Axis axis : {Axis::tp, Axis::dp, Axis::pp, Axis::cp})
+    s += comm_total(mesh_.group(axis)).seconds;
+  if (&mesh_.dp_cp_group() != &mesh_.group(Axis::dp)) s += comm_total(mesh_.dp_cp_group()).seconds;
+  if (tied_group_ != nullptr) s += comm_total(*tied_group_).seconds;
+  return s;
+}
+
+void Reporting::end_step(double comm_start) {
+  window_[Phase::comm_wait] += comm_seconds() - comm_start;
+  ++window_steps_;
+}
+
+std::vector<Straggler> Reporting::straggler_report(PhaseSeconds& runner_phases) {
+  PhaseSeconds mine = window_;
+  for (const Phase p : {Phase::data, Phase::forward, Phase::backward}) mine[p] = runner_phases[p];
+  const std::int64_t steps = window_steps_;
+  std::vector<float> in(kNumPhases);
+  for (std::size_t i = 0; i < kNumPhases; ++i) in[i] = static_cast<float>(mine.s[i]);
+  std::vector<float> all(kNumPhases * static_cast<std::size_t>(world_.size()));
+  world_.all_gather(in, all);
+  std::vector<PhaseSeconds> per_rank(static_cast<std::size_t>(world_.size()));
+  for (std::size_t r = 0; r < per_rank.size(); ++r) {
+    for (std::size_t i = 0; i < kNumPhases; ++i) per_rank[r].s[i] = all[r * kNumPhases + i];
+  }
+  window_ = {};
+  runner_phases = {};
+  window_steps_ = 0;
+  return find_stragglers(per_rank, steps, config_.training.straggler_threshold);
+}
+
+void Reporting::report_peak_memory() {
+  // Every rank's peak per category reaches rank 0 (one broadcast per rank over the world): the
+  // stages of a pipeline, and tp shards with padding, hold different amounts.
+  std::array<std::int64_t, kNumMemCategories + 1> mine{};
+  for (std::size_t c = 0; c < kNumMemCategories; ++c) {
+    mine[c] = TrackedAllocator::instance().stats(static_cast<MemCategory>(c)).peak_bytes;
+  }
+  mine[kNumMemCategories] = TrackedAllocator::instance().total().peak_bytes;
+  std::string table;
+  for (int root = 0; root < world_.size(); ++root) {
+    auto row = mine;
+    world_.broadcast(std::as_writable_bytes(std::span<std::int64_t>(row)), root);
+    const MeshCoords c = mesh_.shape().coords_of(root);
+    table += fmt::format("  {:>4}  {:>2} {:>2} {:>2}", root, c.pp, c.dp, c.tp);
+    for (std::int64_t bytes : row)
+      table += fmt::format(" {:>11.2f}", static_cast<double>(bytes) / 1048576.0);
+    table += "\n";
+  }
+  if (world_.rank() != 0 || !options_.log) return;
+  std::string header = "  rank  pp dp tp";
+  for (std::size_t c = 0; c < kNumMemCategories; ++c) {
+    header += fmt::format(" {:>11}", to_string(static_cast<MemCategory>(c)));
+  }
+  fmt::print("peak memory per rank (MiB, tracked allocator):\n{} {:>11}\n{}", header, "total",
+             table);
+}
+
+void Reporting::record_trace(std::int64_t step, double offset,
+                             const std::vector<pp::ExecutedAction>& actions) {
+  // Times relative to t0_ (after the barrier in run(), one clock per machine); outside run()
+  // (tests call compute_gradients directly) there is no origin and nothing is recorded.
+  if (options_.trace_path.empty() || step >= options_.trace_steps) return;
+  if (t0_ == std::chrono::steady_clock::time_point{}) return;
+  for (const pp::ExecutedAction& a : actions) {
+    trace_.insert(trace_.end(),
+                  {static_cast<double>(step), static_cast<double>(a.action.kind),
+                   static_cast<double>(a.action.microbatch), static_cast<double>(a.action.chunk),
+                   static_cast<double>(a.action.peer), offset + a.start_s, offset + a.end_s});
+  }
+}
+
+void Reporting::write_trace() {
+  if (options_.trace_path.empty()) return;
+  // Every rank's records reach rank 0 (one broadcast per rank over the world).
+  constexpr std::size_t kFields = 7;
+  nlohmann::json events = nlohmann::json::array();
+  for (int root = 0; root < world_.size(); ++root) {
+    std::int64_t n = static_cast<std::int64_t>(trace_.size());
+    world_.broadcast(std::as_writable_bytes(std::span<std::int64_t>(&n, 1)), root);
+    std::vector<double> records = root == world_.rank() ? trace_ : std::vector<double>();
+    records.resize(static_cast<std::size_t>(n));
+    world_.broadcast(std::as_writable_bytes(std::span<double>(records)), root);
+    if (world_.rank() != 0) continue;
+    const MeshCoords c = mesh_.shape().coords_of(root);
+    events.push_back(
+        {{"name", "process_name"},
+         {"ph", "M"},
+         {"pid", root},
+         {"args",
+          {{"name", fmt::format("rank {} (pp {}, dp {}, tp {}; peers in actions are pp ranks)",
+                                root, c.pp, c.dp, c.tp)}}}});
+    for (std::size_t i = 0; i + kFields <= records.size(); i += kFields) {
+      const pp::Action action{.kind = static_cast<pp::ActionKind>(records[i + 1]),
+                              .microbatch = static_cast<int>(records[i + 2]),
+                              .chunk = static_cast<int>(records[i + 3]),
+                              .peer = static_cast<int>(records[i + 4])};
+      events.push_back({{"name", pp::to_string(action)},
+                        {"cat", fmt::format("step {}", static_cast<int>(records[i]) + 1)},
+                        {"ph", "X"},
+                        {"pid", root},
+                        {"tid", 0},
+                        {"ts", records[i + 5] * 1e6},
+                        {"dur", (records[i + 6] - records[i + 5]) * 1e6}});
+    }
+  }
+  if (world_.rank() != 0) return;
+  const nlohmann::json trace = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
+  const std::string text = trace.dump();
+  StagedFile(options_.trace_path, std::as_bytes(std::span<const char>(text))).commit();
+  if (options_.log) fmt::print("wrote pipeline trace to {}\n", options_.trace_path);
+}
+
+void Reporting::log_step(const StepMetrics& m) {
+  if (mesh_.rank() != 0) return;
+  const TrainingConfig& t = config_.training;
+  if (options_.log && (m.step % t.log_interval == 0 || m.step == 1 || m.val_loss)) {
+    fmt::print(
+        "step {:>5}/{} | loss {:.4f} | lr {:.3e} | grad_norm {:.4f} | {:7.1f} ms | "
+        "{:>8.0f} tokens/s | MFU {:5.1f}% | peak {}{}{}{}\n",
+        m.step, t.max_steps, m.loss, m.lr, m.grad_norm, m.step_time_s * 1e3, m.tokens_per_s,
+        m.mfu * 100.0, mib(m.peak_bytes),
+        config_.training.precision == "fp16"
+            ? fmt::format(" | scale {:g}{}", m.loss_scale, m.skipped ? " (skipped)" : "")
+            : "",
+        config_.parallel.pp > 1 ? fmt::format(" | bubble {:.1f}% (schedule {:.1f}%)",
+                                              m.bubble * 100.0, predicted_bubble_ * 100.0)
+                                : "",
+        m.val_loss ? fmt::format(" | val_loss {:.4f}", *m.val_loss) : "");
+    std::fflush(stdout);
+  }
+  if (options_.log && m.straggler_report) print_stragglers(m);
+  if (metrics_.is_open()) write_metrics_line(m);
+}
+
+void Reporting::print_stragglers(const StepMetrics& m) const {
+  std::string names;
+  for (const Straggler& s : m.stragglers) {
+    const MeshCoords c = mesh_.shape().coords_of(s.rank);
+    names += fmt::format("{}rank {} (pp {} dp {} tp {}) {} {:.1f} ms/step vs median {:.1f}",
+                         names.empty() ? "" : "; ", s.rank, c.pp, c.dp, c.tp, to_string(s.phase),
+                         s.seconds * 1e3, s.median * 1e3);
+  }
+  fmt::print("straggler report, steps {}–{}: {}\n",
+             m.step - config_.training.straggler_interval + 1, m.step,
+             names.empty() ? "none" : names);
+}
+
+void Reporting::write_metrics_line(const StepMetrics& m) {
+  nlohmann::json line = {{"step", m.step},
+                         {"loss", m.loss},
+                         {"lr", m.lr},
+                         {"grad_norm", m.grad_norm},
+                         {"step_time_s", m.step_time_s},
+                         {"tokens_per_s", m.tokens_per_s},
+                         {"mfu", m.mfu},
+                         {"peak_bytes", m.peak_bytes},
+                         {"tp_comm_bytes", m.tp_comm_bytes},
+                         {"dp_comm_bytes", m.dp_comm_bytes},
+                         {"tp_comm_s", m.tp_comm_s},
+                         {"dp_comm_s", m.dp_comm_s},
+                         {"cp_comm_bytes", m.cp_comm_bytes},
+                         {"cp_comm_s", m.cp_comm_s},
+                         {"attention_s", m.attention_s},
+                         {"bubble", m.bubble},
+                         {"predicted_bubble", predicted_bubble_},
+                         {"loss_scale", m.loss_scale},
+                         {"skipped", m.skipped},
+                         {"checkpoint_s", m.checkpoint_s}};
+  for (std::size_t c = 0; c < kNumMemCategories; ++c) {
+    const auto category = static_cast<MemCategory>(c);
+    line[fmt::format("peak_bytes_{}", to_string(category))] =
+        TrackedAllocator::instance().stats(category).peak_bytes;
+  }
+  if (m.val_loss) line["val_loss"] = *m.val_loss;
+  if (m.straggler_report) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const Straggler& s : m.stragglers) {
+      list.push_back({{"rank", s.rank},
+                      {"phase", to_string(s.phase)},
+                      {"s_per_step", s.seconds},
+                      {"median_s_per_step", s.median}});
+    }
+    line["stragglers"] = list;
+  }
+  metrics_ << line.dump() << '\n';
+  metrics_.flush();
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,98 @@
+// src/meshtrain/train/reporting.h
+//
+// What a run tells the outside: the log line and the JSON metrics line of each step (rank 0),
+// the Chrome trace of the pipeline actions (every rank's records, written by rank 0), the
+// straggler window (every rank's seconds per phase, compared every
+// training.straggler_interval steps), the peak-memory table at the end, and the per-group
+// communication counters that StepMetrics reports.
+// Uses: comm/ (counters, the world), core/ (allocator stats). Knows nothing of models or
+// optimizers: it reads StepMetrics and executed actions.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <vector>
+
+#include "meshtrain/comm/device_mesh.h"
+#include "meshtrain/config/config.h"
+#include "meshtrain/parallel/pp/executor.h"
+#include "meshtrain/train/straggler.h"
+#include "meshtrain/train/trainer_options.h"
+
+namespace meshtrain {
+
+/// Bytes and seconds of every operation of each group that StepMetrics reports, so far.
+struct CommSnapshot {
+  CommCounter tp, dp, cp;  // dp: the dp group and, under cp, the dp × cp group
+  double attention_s = 0.0;  // attention_core_compute_seconds()
+};
+CommSnapshot comm_snapshot(const DeviceMesh& mesh);
+/// StepMetrics' *_comm_bytes and *_comm_s: what happened between `before` and `after`.
+void set_comm_metrics(const CommSnapshot& before, const CommSnapshot& after, StepMetrics& m);
+
+class Reporting {
+ public:
+  /// Opens options.metrics_path on rank 0 (appending when the run resumes: the steps it
+  /// repeats appear twice, the later line being the resumed run's). `tied_group` (or nullptr)
+  /// is counted in comm_seconds with the mesh's groups; `predicted_bubble` is logged beside
+  /// the measured one.
+  Reporting(const Config& config, const TrainerOptions& options, ProcessGroup& world,
+            const DeviceMesh& mesh, const ProcessGroup* tied_group, double predicted_bubble);
+  Reporting(const Reporting&) = delete;
+  Reporting& operator=(const Reporting&) = delete;
+
+  /// The time origin of the trace: a barrier over the world (one clock per machine), then now.
+  void start_clock();
+  /// Seconds since start_clock().
+  double seconds_since_start() const;
+
+  /// Seconds this rank has spent inside collectives, over all its groups.
+  double comm_seconds() const;
+  /// Times phases minus the collectives inside them (the straggler report's clock).
+  const PhaseClock& clock() const { return clock_; }
+  /// Runs `fn` as this rank's optimizer phase of the window.
+  template <typename Fn>
+  auto time_optimizer(Fn&& fn) {
+    return clock_.time(Phase::optimizer, window_, std::forward<Fn>(fn));
+  }
+  /// End of a step that started when comm_seconds() was `comm_start`: its time in collectives
+  /// goes to the window's comm_wait.
+  void end_step(double comm_start);
+  /// End of a straggler window: all-gathers every rank's phase seconds (this rank's data,
+  /// forward and backward are `runner_phases`), finds the stragglers, and clears the window
+  /// and `runner_phases`. Collective over the world.
+  std::vector<Straggler> straggler_report(PhaseSeconds& runner_phases);
+
+  /// Keeps step `step`'s actions (0-based) for the trace, shifted by `offset` seconds since
+  /// start_clock(). Only the first options.trace_steps steps, and only after start_clock().
+  void record_trace(std::int64_t step, double offset,
+                    const std::vector<pp::ExecutedAction>& actions);
+  /// Rank 0 writes every rank's recorded actions to options.trace_path (when set).
+  /// Collective over the world.
+  void write_trace();
+  /// Rank 0 prints every rank's peak bytes per memory category. Collective over the world.
+  void report_peak_memory();
+  /// The log line (rank 0, every log_interval steps, the first and evaluated ones, and the
+  /// straggler report) and the metrics line of one step.
+  void log_step(const StepMetrics& m);
+
+ private:
+  void print_stragglers(const StepMetrics& m) const;
+  void write_metrics_line(const StepMetrics& m);
+
+  const Config& config_;
+  const TrainerOptions& options_;
+  ProcessGroup& world_;
+  const DeviceMesh& mesh_;
+  const ProcessGroup* tied_group_;
+  double predicted_bubble_;
+  std::ofstream metrics_;
+  PhaseClock clock_;
+  PhaseSeconds window_;  // optimizer and comm_wait; data/forward/backward live in the runner
+  std::int64_t window_steps_ = 0;
+  std::chrono::steady_clock::time_point t0_;
+  std::vector<double> trace_;  // per action: step, kind, microbatch, chunk, peer, start, end
+};
+
+}  // namespace meshtrain

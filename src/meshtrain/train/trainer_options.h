@@ -1,0 +1,77 @@
+// src/meshtrain/train/trainer_options.h — what a Trainer is given besides its config
+// (TrainerOptions: output files, logging, the ranks sharing a node, test hooks) and what it
+// hands back per step (StepMetrics). Plain structs, shared by the trainer's parts.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "meshtrain/train/straggler.h"
+
+namespace meshtrain {
+
+struct StepMetrics {
+  std::int64_t step = 0;  // optimizer steps done, 1-based
+  double loss = 0.0;      // mean train loss of the global batch
+  double lr = 0.0;
+  double grad_norm = 0.0;  // global, before clipping
+  double step_time_s = 0.0;
+  double tokens_per_s = 0.0;    // global batch tokens / step time
+  double mfu = 0.0;             // model FLOP/s utilisation against training.peak_flops_per_core
+  std::int64_t peak_bytes = 0;  // this rank's tracked-allocator peak, all categories
+  // Bytes this rank handed to collectives during the step (training only, not evaluation),
+  // per group, counted as ProcessGroup's counters define them (all-gather: the input).
+  std::int64_t tp_comm_bytes = 0;
+  std::int64_t dp_comm_bytes = 0;  // under cp: the dp × cp group's (gradient reduction)
+  // Context parallel: K/V (ring) or all-to-all (Ulysses) bytes of the cp group.
+  std::int64_t cp_comm_bytes = 0;
+  // Seconds this rank spent inside those collectives (waiting for peers included).
+  double tp_comm_s = 0.0;
+  double dp_comm_s = 0.0;
+  double cp_comm_s = 0.0;
+  // Seconds in the attention core's kernels during the step (forward, backward, recompute;
+  // not evaluation): cp_comm_s / attention_s is the share of attention time spent waiting
+  // for K/V (p2p) or all-to-alls (a2a) that the compute did not hide.
+  double attention_s = 0.0;
+  // Pipeline (pp > 1): idle fraction of this step's schedule, measured per stage as
+  // 1 − (time in compute actions) / (the longest stage's action-list time), averaged over the
+  // pp ranks.
+  double bubble = 0.0;
+  // fp16: the loss scale this step's backward used, and whether the step was skipped because a
+  // gradient overflowed on some rank (every rank skips it). 1 and false otherwise.
+  double loss_scale = 1.0;
+  bool skipped = false;
+  // Seconds the training thread spent saving a sharded checkpoint after this step (0 when
+  // none was saved): waiting for the previous save, copying the state, and under
+  // checkpoint.async = false writing it.
+  double checkpoint_s = 0.0;
+  // Straggler report, on the steps that end a training.straggler_interval window (same on
+  // every rank): the ranks named, with their slow phase.
+  bool straggler_report = false;
+  std::vector<Straggler> stragglers;
+  std::optional<double> val_loss;
+};
+
+struct TrainerOptions {
+  std::string metrics_path;  // JSON lines on rank 0; empty = none
+  std::string trace_path;    // Chrome-trace JSON of the pipeline actions (rank 0); empty = none
+  int trace_steps = 10;      // steps recorded in the trace (the first ones)
+  bool log = true;           // one line per log_interval steps on rank 0
+  int local_ranks = 1;       // ranks of this job on this node (they share its cores)
+  // Test hook: world rank `inject_inf_rank` writes `inject_value` (inf, or NaN) into its first
+  // gradient element at step `inject_inf_step` (0-based; −1 = never), after the reductions,
+  // before the checks.
+  std::int64_t inject_inf_step = -1;
+  int inject_inf_rank = 0;
+  float inject_value = std::numeric_limits<float>::infinity();
+  // Test hook: world rank `slow_rank` (−1 = none) sleeps `slow_seconds` at the start of every
+  // call of `slow_phase` (forward or backward), to be named by the straggler report.
+  int slow_rank = -1;
+  Phase slow_phase = Phase::backward;
+  double slow_seconds = 0.0;
+};
+
+}  // namespace meshtrain
