@@ -1,8 +1,8 @@
 // DESIGN invariant 3 for context parallelism: every layout with cp ∈ {2, 4}, ring attention
 // (p2p) and Ulysses (a2a), both model families, alone and combined with tp (+sp), pp and dp
 // with ZeRO 1 and 3, equals one process at the same global batch: 20 losses, step 1's
-// gradients gathered to logical tensors, and the grad norm. The cp group's bytes per step are
-// checked against docs/context_parallel.md's formula for both modes.
+// gradients gathered to logical tensors, the grad norm, and the val loss after. The cp group's
+// bytes per step are checked against docs/context_parallel.md's formula for both modes.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -124,6 +124,9 @@ TEST_P(CpEquivalence, MatchesSingleProcessAtSameGlobalBatch) {
     EXPECT_NEAR(got.losses[s], want.losses[s], kLossRtol * std::abs(want.losses[s]))
         << "step " << s + 1;
   }
+  // Evaluation runs the same split through the forward-only schedule.
+  const double want_val = reference.evaluate();
+  EXPECT_NEAR(parallel.evaluate(), want_val, kLossRtol * want_val) << "val loss";
 }
 
 // docs/context_parallel.md: per layer and micro-batch, with n = micro_batch·T/cp local tokens

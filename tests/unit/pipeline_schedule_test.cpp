@@ -1,7 +1,8 @@
 // Tests of parallel/pp: the pipeline schedules (gpipe, 1f1b, interleaved_1f1b, zb_h1) as
 // data, proved by the simulator over a table of (pp, v, m) — dependency order, one F and one
 // backward per (micro-batch, chunk), exact bubble fractions and peak in-flight micro-batches —
-// the simulator's own error detection, and the spec rules' messages (DESIGN invariants 6, 9).
+// the simulator's own error detection, the forward-only schedule of evaluation (Pass::eval), and
+// the spec rules' messages (DESIGN invariants 6, 9).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -285,6 +286,66 @@ TEST(PipelineSchedule, PeakInFlight) {
                 *std::max_element(flat.peak_in_flight.begin(), flat.peak_in_flight.end()));
     }
   }
+}
+
+// Evaluation's forward-only lists (Pass::eval) over the whole table: the simulation completes
+// without deadlock; every (micro-batch, local chunk) has exactly one F and nothing else runs;
+// each rank's F come in (local chunk, micro-batch) order, so the model's last chunk computes
+// the losses in micro-batch order (the val loss adds them in the order evaluation always did);
+// and nothing is kept after a forward (peak in flight 1).
+TEST(PipelineSchedule, EvalScheduleRunsEveryForwardOnceInOrder) {
+  for (ScheduleSpec spec : table()) {
+    spec.pass = Pass::eval;
+    SCOPED_TRACE(label(spec) + " eval");
+    const Lists lists = lists_of(spec);
+    const SimulationResult r = simulate(spec, lists, chunk_costs(spec.v));
+    ASSERT_TRUE(r.ok) << r.error;
+    for (int s = 0; s < spec.pp; ++s) {
+      std::vector<std::pair<int, int>> order;  // (chunk, micro-batch) of each F
+      for (const Action& a : lists[s]) {
+        ASSERT_TRUE(a.kind == ActionKind::forward || a.kind == ActionKind::send_activation ||
+                    a.kind == ActionKind::recv_activation)
+            << "rank " << s << ": " << to_string(a);
+        if (a.kind == ActionKind::forward) order.emplace_back(a.chunk, a.microbatch);
+      }
+      std::vector<std::pair<int, int>> expected;
+      for (int k = 0; k < spec.v; ++k) {
+        for (int i = 0; i < spec.m; ++i) expected.emplace_back(k, i);
+      }
+      EXPECT_EQ(order, expected) << "rank " << s;
+      EXPECT_EQ(r.peak_in_flight[s], 1) << "rank " << s;
+    }
+  }
+}
+
+TEST(PipelineSchedule, EvalListsOfSmallPipelines) {
+  const ScheduleSpec two{.name = "1f1b", .pp = 2, .v = 1, .m = 2, .pass = Pass::eval};
+  EXPECT_EQ(text_of(schedule_for(two, 0)), "F0.0 SA0.0>1 F1.0 SA1.0>1");
+  EXPECT_EQ(text_of(schedule_for(two, 1)), "RA0.0<0 F0.0 RA1.0<0 F1.0");
+  // Interleaved, pp = 2, v = 2: rank 0 holds global chunks 0 and 2, so its second chunk waits
+  // for rank 1's first.
+  const ScheduleSpec v2{.name = "interleaved_1f1b", .pp = 2, .v = 2, .m = 2, .pass = Pass::eval};
+  EXPECT_EQ(text_of(schedule_for(v2, 0)),
+            "F0.0 SA0.0>1 F1.0 SA1.0>1 RA0.1<1 F0.1 SA0.1>1 RA1.1<1 F1.1 SA1.1>1");
+  EXPECT_EQ(text_of(schedule_for(v2, 1)),
+            "RA0.0<0 F0.0 SA0.0>0 RA1.0<0 F1.0 SA1.0>0 RA0.1<0 F0.1 RA1.1<0 F1.1");
+}
+
+TEST(PipelineSimulator, EvalListWithABackwardOrAMissingForwardIsRejected) {
+  const ScheduleSpec spec{.name = "1f1b", .pp = 2, .v = 1, .m = 2, .pass = Pass::eval};
+  Lists with_backward = lists_of(spec);
+  with_backward[1].push_back({ActionKind::backward, 0, 0, -1});
+  const SimulationResult r = simulate(spec, with_backward);
+  EXPECT_FALSE(r.ok);
+  EXPECT_HAS(r.error, "rank 1, action BW0.0");
+  EXPECT_HAS(r.error, "no backward");
+  Lists missing = lists_of(spec);
+  missing[1].resize(2);  // RA0.0 F0.0: micro-batch 1 never reaches the last stage
+  missing[0].resize(2);  // F0.0 SA0.0
+  const SimulationResult m = simulate(spec, missing);
+  EXPECT_FALSE(m.ok);
+  EXPECT_HAS(m.error, "micro-batch 1");
+  EXPECT_HAS(m.error, "has no F");
 }
 
 TEST(PipelineSimulator, TimelineOfOneFOneB) {

@@ -32,7 +32,7 @@ pp::ScheduleSpec schedule_of(const Config& config) {
 }  // namespace
 
 ModelStage::ModelStage(const Config& config, const DeviceMesh& mesh,
-                       const data::GlobalBatchSampler& train)
+                       const data::GlobalBatchSampler& train, const data::GlobalBatchSampler& val)
     : config_(config), mesh_(mesh), batching_(micro_batching(config, mesh)) {
   ProcessGroup& pp = mesh.group(Axis::pp);
   {
@@ -48,6 +48,10 @@ ModelStage::ModelStage(const Config& config, const DeviceMesh& mesh,
   executor_ = std::make_unique<pp::PipelineExecutor>(schedule, pp);
   predicted_bubble_ = pp::simulate(schedule).bubble_fraction;
   runner_ = std::make_unique<StageRunner>(*stage_, train, batching_, *executor_);
+  pp::ScheduleSpec eval = schedule;
+  eval.pass = pp::Pass::eval;
+  eval_executor_ = std::make_unique<pp::PipelineExecutor>(eval, pp);
+  eval_runner_ = std::make_unique<EvalRunner>(*stage_, val, batching_);
   if (pp.size() > 1 && config.model.family == "gpt2") {
     // The first and last stage hold the tied embedding's two copies; split is collective over
     // pp, so the middle stages take part (and get a group of their own they never use).
@@ -89,47 +93,12 @@ void ModelStage::measure_bubble(const std::vector<pp::ExecutedAction>& actions) 
   last_bubble_ /= pp.size();
 }
 
-double ModelStage::evaluate_sum(const data::GlobalBatchSampler& val, std::int64_t batches) {
-  // Forward only, one micro-batch at a time through the chunks in model order: the owner of
-  // chunk g receives from the owner of g − 1 and sends to the owner of g + 1 (blocking; every
-  // rank walks the chunks in the same order, so each send meets its receive).
-  ProcessGroup& pp = mesh_.group(Axis::pp);
-  const int chunks = stage_->num_global_chunks();
-  const std::size_t tokens = static_cast<std::size_t>(batching_.micro_batch * batching_.seq_len);
-  const Shape boundary = runner_->boundary_shape();
-  std::vector<std::int32_t> inputs(tokens), targets(tokens);
-  double sum = 0.0;
+double ModelStage::evaluate_sum(std::int64_t batches) {
   for (std::int64_t b = 0; b < batches; ++b) {
-    for (std::int64_t a = 0; a < batching_.microbatches; ++a) {
-      const std::int64_t first =
-          data::first_sequence_of(a, batching_.dp_rank, batching_.dp_size, batching_.micro_batch);
-      val.fill(b, first, batching_.micro_batch, inputs.data(), targets.data());
-      const std::vector<std::int32_t> local_inputs = zigzag_rows(
-          inputs, batching_.micro_batch, batching_.seq_len, batching_.cp_rank, batching_.cp_size);
-      const std::vector<std::int32_t> local_targets = zigzag_rows(
-          targets, batching_.micro_batch, batching_.seq_len, batching_.cp_rank, batching_.cp_size);
-      Tensor x;
-      for (int g = 0; g < chunks; ++g) {
-        const int owner = g % pp.size();
-        if (owner != pp.rank()) continue;
-        const int prev = (g + pp.size() - 1) % pp.size(), next = (g + 1) % pp.size();
-        if (g > 0 && prev != pp.rank()) {
-          x = Tensor::empty(boundary, MemCategory::activations);
-          pp.recv(x.span_f32(), prev, g);
-        }
-        CausalLm& chunk = stage_->chunk(g / pp.size());
-        x = chunk.forward_blocks(local_inputs.data(), x, batching_.micro_batch,
-                                 batching_.local_len());
-        if (g == chunks - 1) {
-          sum += chunk.forward_head(x, local_targets.data());
-        } else if (next != pp.rank()) {
-          pp.send(x.span_f32(), next, g + 1);
-        }
-        chunk.discard();  // no backward follows: free this micro-batch's activations now
-      }
-    }
+    eval_runner_->begin_batch(b);
+    eval_executor_->run_step(*eval_runner_);
   }
-  return sum;
+  return eval_runner_->take_loss_sum();
 }
 
 }  // namespace meshtrain

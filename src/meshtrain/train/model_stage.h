@@ -4,7 +4,8 @@
 // shards), the schedule's executor over the pp group, the StageRunner that feeds the
 // executor's actions with micro-batches of the training sampler, and, for gpt2 over several
 // stages, the group of the first and last stage that sum the tied embedding's gradients. It
-// runs one step's schedule and measures its bubble, and the forward-only evaluation.
+// runs one step's schedule and measures its bubble, and evaluation through a forward-only
+// schedule of the same executor.
 // Uses: model/, parallel/pp, comm/, data/. Knows nothing of optimizers or output files.
 #pragma once
 
@@ -25,9 +26,11 @@ class ModelStage {
  public:
   /// Builds the chunks of this rank's pp coordinate WITHOUT parameter storage (ZeroSharding
   /// gives each rank what it keeps, so no memory category peaks above its steady state), the
-  /// executor of parallel.pp_schedule over training.accumulation micro-batches, and the runner
-  /// over `train`. Collective over pp (the tied group's split, the parameter count).
-  ModelStage(const Config& config, const DeviceMesh& mesh, const data::GlobalBatchSampler& train);
+  /// executor of parallel.pp_schedule over training.accumulation micro-batches with its runner
+  /// over `train`, and the forward-only executor of evaluation with its runner over `val`.
+  /// Collective over pp (the tied group's split, the parameter count).
+  ModelStage(const Config& config, const DeviceMesh& mesh, const data::GlobalBatchSampler& train,
+             const data::GlobalBatchSampler& val);
   ModelStage(const ModelStage&) = delete;
   ModelStage& operator=(const ModelStage&) = delete;
 
@@ -48,9 +51,10 @@ class ModelStage {
   /// them, backward multiplying the loss by `loss_scale`; returns this rank's actions, timed.
   /// Collective over pp.
   std::vector<pp::ExecutedAction> run_step(std::int64_t step, float loss_scale);
-  /// Σ of the val losses of this rank's micro-batches of global batches [0, batches) of `val`
-  /// (non-zero on the last stage only). Forward only. Collective over pp.
-  double evaluate_sum(const data::GlobalBatchSampler& val, std::int64_t batches);
+  /// Σ of the val losses of this rank's micro-batches of val global batches [0, batches),
+  /// added in (batch, micro-batch) order (non-zero on the last stage only): per batch one run
+  /// of the Pass::eval schedule (parallel/pp/schedule.h). Collective over pp.
+  double evaluate_sum(std::int64_t batches);
 
  private:
   void measure_bubble(const std::vector<pp::ExecutedAction>& actions);
@@ -61,6 +65,8 @@ class ModelStage {
   std::unique_ptr<PipelineStage> stage_;
   std::unique_ptr<pp::PipelineExecutor> executor_;
   std::unique_ptr<StageRunner> runner_;
+  std::unique_ptr<pp::PipelineExecutor> eval_executor_;
+  std::unique_ptr<EvalRunner> eval_runner_;
   std::unique_ptr<ProcessGroup> tied_group_;
   std::int64_t logical_parameters_ = 0;
   double predicted_bubble_ = 0.0;

@@ -19,17 +19,12 @@ std::vector<std::int32_t> zigzag_rows(const std::vector<std::int32_t>& full, std
   return out;
 }
 
-StageRunner::StageRunner(PipelineStage& stage, const data::GlobalBatchSampler& sampler,
-                         const MicroBatching& batching, const pp::PipelineExecutor& executor)
-    : stage_(stage), sampler_(sampler), batching_(batching), executor_(executor) {}
-
-void StageRunner::begin_step(std::int64_t step) {
+void MicroBatchReader::begin(std::int64_t step) {
   step_ = step;
-  loss_sum_ = 0.0;
   data_.clear();
 }
 
-void StageRunner::fill(int microbatch) {
+void MicroBatchReader::fill(int microbatch) {
   auto& [tokens, targets] = data_[microbatch];
   if (!tokens.empty()) return;
   const std::size_t n = static_cast<std::size_t>(batching_.micro_batch * batching_.seq_len);
@@ -44,14 +39,29 @@ void StageRunner::fill(int microbatch) {
                         batching_.cp_size);
 }
 
-const std::vector<std::int32_t>& StageRunner::tokens(int microbatch) {
+const std::vector<std::int32_t>& MicroBatchReader::tokens(int microbatch) {
   fill(microbatch);
   return data_[microbatch].first;
 }
 
-const std::vector<std::int32_t>& StageRunner::targets(int microbatch) {
+const std::vector<std::int32_t>& MicroBatchReader::targets(int microbatch) {
   fill(microbatch);
   return data_[microbatch].second;
+}
+
+Shape boundary_shape_of(PipelineStage& stage, const MicroBatching& batching) {
+  const std::int64_t tokens = batching.micro_batch * batching.local_len();
+  return {batching.sequence_parallel ? tokens / batching.tp_size : tokens,
+          stage.chunk(0).config().n_embd};
+}
+
+StageRunner::StageRunner(PipelineStage& stage, const data::GlobalBatchSampler& sampler,
+                         const MicroBatching& batching, const pp::PipelineExecutor& executor)
+    : stage_(stage), batching_(batching), reader_(sampler, batching), executor_(executor) {}
+
+void StageRunner::begin_step(std::int64_t step) {
+  reader_.begin(step);
+  loss_sum_ = 0.0;
 }
 
 void StageRunner::delay(Phase phase) const {
@@ -63,17 +73,17 @@ Tensor StageRunner::forward(int microbatch, int chunk, const Tensor& input) {
   CausalLm& model = stage_.chunk(chunk);
   const bool first = model.layout().has_embedding;
   if (first || model.layout().has_head) {
-    clock_.time(Phase::data, phases_, [&] { fill(microbatch); });
+    clock_.time(Phase::data, phases_, [&] { reader_.fill(microbatch); });
   }
   return clock_.time(Phase::forward, phases_, [&] {
     delay(Phase::forward);
-    const Tensor h = model.forward_blocks(first ? tokens(microbatch).data() : nullptr, input,
-                                          batching_.micro_batch, batching_.local_len());
+    const Tensor h = model.forward_blocks(first ? reader_.tokens(microbatch).data() : nullptr,
+                                          input, batching_.micro_batch, batching_.local_len());
     if (!model.layout().has_head) return h;
     // A non-finite loss is reported by the trainer after the step, on every rank at once:
     // thrown here, on the last stage only, it would leave the other stages waiting for its
     // gradients.
-    loss_sum_ += model.forward_head(h, targets(microbatch).data());
+    loss_sum_ += model.forward_head(h, reader_.targets(microbatch).data());
     return Tensor();
   });
 }
@@ -103,10 +113,37 @@ void StageRunner::backward_weight(int microbatch, int chunk) {
               [&] { weight_grads_.run(executor_.slot_of(microbatch, chunk)); });
 }
 
-Shape StageRunner::boundary_shape() const {
-  const std::int64_t tokens = batching_.micro_batch * batching_.local_len();
-  return {batching_.sequence_parallel ? tokens / batching_.tp_size : tokens,
-          stage_.chunk(0).config().n_embd};
+Shape StageRunner::boundary_shape() const { return boundary_shape_of(stage_, batching_); }
+
+EvalRunner::EvalRunner(PipelineStage& stage, const data::GlobalBatchSampler& sampler,
+                       const MicroBatching& batching)
+    : stage_(stage), batching_(batching), reader_(sampler, batching) {}
+
+Tensor EvalRunner::forward(int microbatch, int chunk, const Tensor& input) {
+  CausalLm& model = stage_.chunk(chunk);
+  const bool first = model.layout().has_embedding;
+  Tensor h = model.forward_blocks(first ? reader_.tokens(microbatch).data() : nullptr, input,
+                                  batching_.micro_batch, batching_.local_len());
+  if (model.layout().has_head) {
+    loss_sum_ += model.forward_head(h, reader_.targets(microbatch).data());
+    h = Tensor();
+  }
+  model.discard();  // no backward follows: free this micro-batch's activations now
+  return h;
 }
+
+Tensor EvalRunner::backward(int microbatch, int chunk, const Tensor& /*grad_output*/,
+                            bool /*weight_grads*/) {
+  MT_CHECK(false, "evaluation runs no backward (asked for micro-batch {}, chunk {})", microbatch,
+           chunk);
+  return Tensor();
+}
+
+void EvalRunner::backward_weight(int microbatch, int chunk) {
+  MT_CHECK(false, "evaluation runs no backward (asked for W of micro-batch {}, chunk {})",
+           microbatch, chunk);
+}
+
+Shape EvalRunner::boundary_shape() const { return boundary_shape_of(stage_, batching_); }
 
 }  // namespace meshtrain

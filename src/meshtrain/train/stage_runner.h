@@ -2,12 +2,14 @@
 // forward and backward of one (micro-batch, chunk) of this rank's PipelineStage, reading the
 // micro-batch's tokens and targets from the global-batch sampler (first and last chunk only),
 // summing the micro-batch losses on the last stage, and deferring weight gradients to W for
-// zero-bubble schedules (layers/weight_grad_queue.h).
+// zero-bubble schedules (layers/weight_grad_queue.h). EvalRunner is evaluation's side: the
+// forwards of a Pass::eval schedule over the val sampler, each freeing its activations.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <map>
+#include <utility>
 #include <vector>
 
 #include "meshtrain/data/sampler.h"
@@ -36,6 +38,30 @@ struct MicroBatching {
 std::vector<std::int32_t> zigzag_rows(const std::vector<std::int32_t>& full, std::int64_t sequences,
                                       std::int64_t seq_len, int cp_rank, int cp_size);
 
+/// This rank's micro-batches of one global batch, each read from the sampler once, when its
+/// first or last chunk asks for it.
+class MicroBatchReader {
+ public:
+  MicroBatchReader(const data::GlobalBatchSampler& sampler, const MicroBatching& batching)
+      : sampler_(sampler), batching_(batching) {}
+  /// Reads global batch `step` from now on.
+  void begin(std::int64_t step);
+  /// Reads micro-batch `microbatch` of the batch unless it was read already.
+  void fill(int microbatch);
+  /// [micro_batch, seq_len] i32 tokens and targets (the tokens shifted left by one).
+  const std::vector<std::int32_t>& tokens(int microbatch);
+  const std::vector<std::int32_t>& targets(int microbatch);
+
+ private:
+  const data::GlobalBatchSampler& sampler_;
+  MicroBatching batching_;
+  std::int64_t step_ = 0;
+  std::map<int, std::pair<std::vector<std::int32_t>, std::vector<std::int32_t>>> data_;
+};
+
+/// [tokens, C] between chunks, [tokens/tp, C] under sequence parallelism (f32).
+Shape boundary_shape_of(PipelineStage& stage, const MicroBatching& batching);
+
 class StageRunner final : public pp::StageRunner {
  public:
   StageRunner(PipelineStage& stage, const data::GlobalBatchSampler& sampler,
@@ -59,24 +85,45 @@ class StageRunner final : public pp::StageRunner {
   Shape boundary_shape() const override;
 
  private:
-  const std::vector<std::int32_t>& tokens(int microbatch);
-  const std::vector<std::int32_t>& targets(int microbatch);
-  void fill(int microbatch);
   Tensor backward_untimed(int chunk, const Tensor& grad_output, bool weight_grads);
 
   PipelineStage& stage_;
-  const data::GlobalBatchSampler& sampler_;
   MicroBatching batching_;
+  MicroBatchReader reader_;
   const pp::PipelineExecutor& executor_;
   WeightGradQueue weight_grads_;
-  std::int64_t step_ = 0;
   double loss_sum_ = 0.0;
   float loss_scale_ = 1.0f;
   PhaseClock clock_;
   PhaseSeconds phases_;
   std::array<double, kNumPhases> delay_{};
   void delay(Phase phase) const;
-  std::map<int, std::pair<std::vector<std::int32_t>, std::vector<std::int32_t>>> data_;
+};
+
+/// Evaluation through the executor (a Pass::eval schedule): F of (micro-batch, chunk) runs the
+/// chunk's forward on the val micro-batch, adds the loss on the model's last chunk, and frees
+/// the chunk's activations at once (no backward follows). Has no backward.
+class EvalRunner final : public pp::StageRunner {
+ public:
+  EvalRunner(PipelineStage& stage, const data::GlobalBatchSampler& sampler,
+             const MicroBatching& batching);
+
+  /// Reads global batch `batch` from now on; the loss sum goes on.
+  void begin_batch(std::int64_t batch) { reader_.begin(batch); }
+  /// Σ of the micro-batch losses computed here since the last call (non-zero on the last
+  /// stage only), in the order they were computed; clears it.
+  double take_loss_sum() { return std::exchange(loss_sum_, 0.0); }
+
+  Tensor forward(int microbatch, int chunk, const Tensor& input) override;
+  Tensor backward(int microbatch, int chunk, const Tensor& grad_output, bool weight_grads) override;
+  void backward_weight(int microbatch, int chunk) override;
+  Shape boundary_shape() const override;
+
+ private:
+  PipelineStage& stage_;
+  MicroBatching batching_;
+  MicroBatchReader reader_;
+  double loss_sum_ = 0.0;
 };
 
 }  // namespace meshtrain

@@ -160,7 +160,7 @@ Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
   set_check_context(mesh_->describe());
   threads_ = threads_per_rank(config_, options_.local_ranks);
   kernels::set_num_threads(threads_);
-  model_ = std::make_unique<ModelStage>(config_, *mesh_, data_->train());
+  model_ = std::make_unique<ModelStage>(config_, *mesh_, data_->train(), data_->val());
   optim_ = std::make_unique<OptimizerState>(config_, *mesh_, model_->stage(), import.get());
   if (import && options_.log && world.rank() == 0) {
     fmt::print("initialised the parameters from {}\n", config_.checkpoint.init_from);
@@ -219,8 +219,7 @@ double Trainer::apply_update(std::int64_t step, double grad_norm) {
 
 double Trainer::evaluate() {
   const TrainingConfig& t = config_.training;
-  const double sum =
-      sum_over_stages_and_replicas(*mesh_, model_->evaluate_sum(data_->val(), t.eval_batches));
+  const double sum = sum_over_stages_and_replicas(*mesh_, model_->evaluate_sum(t.eval_batches));
   return sum /
          static_cast<double>(t.eval_batches * t.accumulation * grad_reduction_group(*mesh_).size());
 }

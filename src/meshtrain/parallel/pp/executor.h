@@ -5,9 +5,10 @@
 // gradients cross stages with non-blocking point-to-point messages: each receive is posted
 // while the compute action before the one that needs it runs (so a transfer overlaps compute);
 // sends are posted without waiting (their buffers are freed as they complete, the rest waited
-// for at the end of the step), so two stages that both send first never block each other. Every compute action runs inside the activation slot of its
-// (micro-batch, chunk), so the layers keep each in-flight micro-batch's activations apart.
-// What it knows: ProcessGroup, Tensor, the schedule. What it does not: models, optimizers.
+// for at the end of the step), so two stages that both send first never block each other. Every
+// compute action runs inside the activation slot of its (micro-batch, chunk), so the layers keep
+// each in-flight micro-batch's activations apart. What it knows: ProcessGroup, Tensor, the
+// schedule. What it does not: models, optimizers.
 #pragma once
 
 #include <map>

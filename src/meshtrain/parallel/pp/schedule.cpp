@@ -1,8 +1,9 @@
 // src/meshtrain/parallel/pp/schedule.cpp
 //
 // The rules every schedule spec obeys (check_schedule), the dispatch to the families
-// (schedule_flush.cpp: gpipe, 1f1b, zb_h1; schedule_interleaved.cpp), the list builder that
-// adds each compute's send/recv, and the text form of an action.
+// (schedule_flush.cpp: gpipe, 1f1b, zb_h1; schedule_interleaved.cpp), the forward-only list of
+// evaluation, the list builder that adds each compute's send/recv, and the text form of an
+// action.
 #include "meshtrain/parallel/pp/schedule.h"
 
 #include <fmt/format.h>
@@ -25,10 +26,19 @@ std::vector<Action> schedule_for(const ScheduleSpec& spec, int stage) {
   if (!issues.empty()) throw ConfigError("pipeline schedule", std::move(issues));
   MT_CHECK(stage >= 0 && stage < spec.pp, "schedule_for: stage {} is outside [0, {})", stage,
            spec.pp);
+  if (spec.pass == Pass::eval) return eval_schedule(spec, stage);
   if (spec.name == "gpipe") return detail::gpipe_schedule(spec, stage);
   if (spec.name == "1f1b") return detail::one_f_one_b_schedule(spec, stage);
   if (spec.name == "zb_h1") return detail::zb_h1_schedule(spec, stage);
   return detail::interleaved_1f1b_schedule(spec, stage);
+}
+
+std::vector<Action> eval_schedule(const ScheduleSpec& spec, int stage) {
+  detail::ListBuilder list(spec.pp, spec.v, stage);
+  for (int chunk = 0; chunk < spec.v; ++chunk) {
+    for (int i = 0; i < spec.m; ++i) list.forward(i, chunk);
+  }
+  return list.take();
 }
 
 std::string to_string(const Action& a) {

@@ -40,11 +40,18 @@ struct Action {
   bool operator==(const Action&) const = default;
 };
 
+// What a list runs: a training step (forwards and backwards as the schedule `name` orders
+// them), or an evaluation pass — forwards only, with their sends and recvs, over the same model
+// chunks (eval_schedule below); no backward follows, so each activation can be freed as soon
+// as its forward is done.
+enum class Pass : std::uint8_t { train, eval };
+
 struct ScheduleSpec {
   std::string name;  // "gpipe" | "1f1b" | "interleaved_1f1b" | "zb_h1"
   int pp = 1;        // pipeline stages (ranks)
   int v = 1;         // model chunks per rank (virtual stages); > 1 only for interleaved_1f1b
-  int m = 1;         // micro-batches per optimizer step
+  int m = 1;         // micro-batches per optimizer step (per evaluation batch under Pass::eval)
+  Pass pass = Pass::train;
 };
 
 /// Every reason `spec` cannot run (unknown name, pp/v/m < 1, v ≠ 1 for a non-interleaved
@@ -53,9 +60,18 @@ struct ScheduleSpec {
 /// training.accumulation, which is m), its value, the rule and a fix. Empty when valid.
 std::vector<ConfigIssue> check_schedule(const ScheduleSpec& spec);
 
-/// The ordered actions of pipeline rank `stage` ∈ [0, pp). Throws ConfigError when
-/// check_schedule(spec) is not empty.
+/// The ordered actions of pipeline rank `stage` ∈ [0, pp): the schedule `spec.name` under
+/// Pass::train, eval_schedule under Pass::eval. Throws ConfigError when check_schedule(spec) is
+/// not empty.
 std::vector<Action> schedule_for(const ScheduleSpec& spec, int stage);
+
+/// Forward-only (Pass::eval) actions of rank `stage`: for each local chunk k in order, F of
+/// micro-batches 0 … m−1 (each with its recv before and send after), GPipe's forward half.
+/// Deadlock-free for every pp, v, m: F(i, g) waits only for F(i, g − 1), which comes earlier
+/// in the order (local chunk, micro-batch, rank) that every list follows. The last chunk runs
+/// the micro-batches in order 0 … m−1, so its losses add up in micro-batch order. Nothing is
+/// kept: peak in flight 1 (the runner frees a forward's activations when it ends).
+std::vector<Action> eval_schedule(const ScheduleSpec& spec, int stage);
 
 /// "F3.1" style text of one action (kind, micro-batch, chunk, peer), for errors and traces:
 /// F forward, BW fused backward, B backward_input, W backward_weight, then micro-batch.chunk

@@ -43,6 +43,11 @@ struct Message {
   Action action;
 };
 
+bool is_forward_pass(ActionKind k) {
+  return k == ActionKind::forward || k == ActionKind::send_activation ||
+         k == ActionKind::recv_activation;
+}
+
 using MessageKey =
     std::tuple<bool /*grad*/, int /*mb*/, int /*to chunk*/, int /*from*/, int /*to*/>;
 
@@ -53,6 +58,7 @@ class Simulation {
       : p_(spec.pp),
         v_(spec.v),
         m_(spec.m),
+        eval_(spec.pass == Pass::eval),
         lists_(lists),
         costs_(costs),
         next_(lists.size(), 0),
@@ -114,6 +120,9 @@ class Simulation {
         }
         if (a.chunk < 0 || a.chunk >= v_) {
           return fail(r, a, fmt::format("local chunk outside [0, {})", v_));
+        }
+        if (eval_ && !is_forward_pass(a.kind)) {
+          return fail(r, a, "an evaluation (forward-only) list has no backward and no gradients");
         }
         const int g = global(r, a.chunk);
         int want = -1;
@@ -221,7 +230,8 @@ class Simulation {
           return fail(rank, a, fmt::format("F before the F of global chunk {}", g - 1));
         }
         u.forward_end = now + costs_.forward;
-        result_.peak_in_flight[rank] = std::max(result_.peak_in_flight[rank], ++alive_[rank]);
+        result_.peak_in_flight[rank] = std::max(result_.peak_in_flight[rank], alive_[rank] + 1);
+        if (!eval_) ++alive_[rank];  // evaluation frees the activations when F ends
         break;
       }
       case ActionKind::backward:
@@ -283,6 +293,7 @@ class Simulation {
       for (int g = 0; g <= last(); ++g) {
         const UnitState& u = unit(i, g);
         const char* missing = !u.forward_end               ? "F"
+                              : eval_                      ? nullptr
                               : !u.input_grad_end          ? "backward"
                               : !u.fused && !u.weight_done ? "W"
                                                            : nullptr;
@@ -298,6 +309,7 @@ class Simulation {
   }
 
   int p_, v_, m_;
+  bool eval_;  // Pass::eval: forwards only, nothing kept after a forward
   const std::vector<std::vector<Action>>& lists_;
   ActionCosts costs_;
   std::vector<UnitState> units_;

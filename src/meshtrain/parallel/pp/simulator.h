@@ -7,7 +7,9 @@
 // every send meets exactly one recv and vice versa; F of (i, g) comes after F of (i, g − 1) and
 // its recv, B after the F of the same (i, g) and after B of (i, g + 1), W after its B; each
 // (micro-batch, chunk) has exactly one F and one backward (fused B, or B then W); no deadlock
-// (when no rank can move, the simulation stops with the stuck actions of every rank).
+// (when no rank can move, the simulation stops with the stuck actions of every rank). Under
+// Pass::eval a list holds forwards and activation messages only, and each (micro-batch, chunk)
+// needs exactly one F.
 #pragma once
 
 #include <string>
@@ -40,7 +42,7 @@ struct SimulationResult {
   /// Σ over ranks of idle time / (pp · makespan): idle = makespan − busy of that rank.
   double bubble_fraction = 0.0;
   /// Per rank: the most micro-batches (× chunks) alive at once — F started, last backward
-  /// (fused B, or W) not finished.
+  /// (fused B, or W) not finished; under Pass::eval one F's, so 1.
   std::vector<int> peak_in_flight;
   std::vector<std::vector<SimulatedAction>> timeline;  // per rank, in execution order
 };
