@@ -112,6 +112,12 @@ Tensor pack_kv(const QkvRows& in, const AttentionCoreShape& s) {
 // into `incoming`.
 struct Hop {
   std::unique_ptr<CommRequest> send, recv;
+  // MPI moves a large message only inside MPI calls (the rendezvous protocol): testing the
+  // requests between two kernel calls lets the transfer advance while this rank computes.
+  void progress() const {
+    if (send) send->test();
+    if (recv) recv->test();
+  }
   void wait() {
     if (send) send->wait();
     if (recv) recv->wait();
@@ -132,7 +138,7 @@ Hop post_hop(ProcessGroup& g, const Tensor& mine, Tensor& incoming, int tag) {
 // by log-sum-exp; part, part_lse are scratch of out's and lse's shapes.
 void ring_forward_step(const QkvRows& in, const Tensor& kv, Tensor& part, Tensor& part_lse,
                        float* out, float* lse, const AttentionCoreShape& s, int rank, int src,
-                       int size) {
+                       int size, const Hop& hop) {
   const std::int64_t hd = s.heads * s.head_dim, kvw = s.kv_heads * s.head_dim;
   const std::int64_t chunk = s.local_len / 2;
   for (int qh = 0; qh < 2; ++qh) {
@@ -146,6 +152,7 @@ void ring_forward_step(const QkvRows& in, const Tensor& kv, Tensor& part, Tensor
                                        part_lse.f32() + q0);
       kernels::attention_merge(out + q0 * hd, hd, lse + q0, part.f32() + q0 * hd, hd,
                                part_lse.f32() + q0, p.dims);
+      hop.progress();
     }
   }
 }
@@ -169,7 +176,7 @@ AttentionCoreState ring_forward(ProcessGroup& g, const QkvRows& in, const Attent
     if (step + 1 < size) hop = post_hop(g, kv, next_kv, kKvTag);  // hidden behind the compute
     {
       const ComputeTimer timer;
-      ring_forward_step(in, kv, part, part_lse, out, lse, s, rank, src, size);
+      ring_forward_step(in, kv, part, part_lse, out, lse, s, rank, src, size, hop);
     }
     hop.wait();
     std::swap(kv, next_kv);
@@ -177,10 +184,13 @@ AttentionCoreState ring_forward(ProcessGroup& g, const QkvRows& in, const Attent
   return state;
 }
 
-// dq += and dkv (the visiting block's [tokens, 2·kv_width] gradient) += of one ring step.
+// dq += and dkv (the visiting block's [tokens, 2·kv_width] gradient) += of one ring step;
+// `progress` is called between kernel calls (Hop::progress).
+template <typename Progress>
 void ring_backward_step(const QkvRows& in, const float* dout, const float* lse, const float* delta,
                         const Tensor& kv, float* dq, std::int64_t dq_stride, Tensor& dkv,
-                        const AttentionCoreShape& s, int rank, int src, int size) {
+                        const AttentionCoreShape& s, int rank, int src, int size,
+                        const Progress& progress) {
   const std::int64_t hd = s.heads * s.head_dim, kvw = s.kv_heads * s.head_dim;
   const std::int64_t chunk = s.local_len / 2;
   for (int qh = 0; qh < 2; ++qh) {
@@ -194,6 +204,7 @@ void ring_backward_step(const QkvRows& in, const float* dout, const float* lse, 
       const QkvGradRows grads{dq + q0 * dq_stride, dkv0, dkv0 + kvw, dq_stride, 2 * kvw};
       kernels::attention_chunk_backward(rows, dout + q0 * hd, hd, lse + q0, delta + q0, grads,
                                         p.dims, p.mask);
+      progress();
     }
   }
 }
@@ -228,7 +239,11 @@ void ring_backward(ProcessGroup& g, const QkvRows& in, const float* out, const f
     {
       const ComputeTimer timer;
       ring_backward_step(in, dout, lse, delta.f32(), kv, grad.dq, grad.q_stride, dkv, s, rank,
-                         src, size);
+                         src, size, [&] {
+                           hop.progress();
+                           if (dkv_recv) dkv_recv->test();
+                           if (dkv_send) dkv_send->test();
+                         });
     }
     if (dkv_recv) {
       dkv_recv->wait();
