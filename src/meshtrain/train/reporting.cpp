@@ -125,13 +125,13 @@ void Reporting::report_peak_memory() {
     auto row = mine;
     world_.broadcast(std::as_writable_bytes(std::span<std::int64_t>(row)), root);
     const MeshCoords c = mesh_.shape().coords_of(root);
-    table += fmt::format("  {:>4}  {:>2} {:>2} {:>2}", root, c.pp, c.dp, c.tp);
+    table += fmt::format("  {:>4}  {:>2} {:>2} {:>2} {:>2}", root, c.pp, c.dp, c.cp, c.tp);
     for (std::int64_t bytes : row)
       table += fmt::format(" {:>11.2f}", static_cast<double>(bytes) / 1048576.0);
     table += "\n";
   }
   if (world_.rank() != 0 || !options_.log) return;
-  std::string header = "  rank  pp dp tp";
+  std::string header = "  rank  pp dp cp tp";
   for (std::size_t c = 0; c < kNumMemCategories; ++c) {
     header += fmt::format(" {:>11}", to_string(static_cast<MemCategory>(c)));
   }
@@ -171,8 +171,9 @@ void Reporting::write_trace() {
          {"ph", "M"},
          {"pid", root},
          {"args",
-          {{"name", fmt::format("rank {} (pp {}, dp {}, tp {}; peers in actions are pp ranks)",
-                                root, c.pp, c.dp, c.tp)}}}});
+          {{"name",
+            fmt::format("rank {} (pp {}, dp {}, cp {}, tp {}; peers in actions are pp ranks)", root,
+                        c.pp, c.dp, c.cp, c.tp)}}}});
     for (std::size_t i = 0; i + kFields <= records.size(); i += kFields) {
       const pp::Action action{.kind = static_cast<pp::ActionKind>(records[i + 1]),
                               .microbatch = static_cast<int>(records[i + 2]),
@@ -220,9 +221,9 @@ void Reporting::print_stragglers(const StepMetrics& m) const {
   std::string names;
   for (const Straggler& s : m.stragglers) {
     const MeshCoords c = mesh_.shape().coords_of(s.rank);
-    names += fmt::format("{}rank {} (pp {} dp {} tp {}) {} {:.1f} ms/step vs median {:.1f}",
-                         names.empty() ? "" : "; ", s.rank, c.pp, c.dp, c.tp, to_string(s.phase),
-                         s.seconds * 1e3, s.median * 1e3);
+    names += fmt::format("{}rank {} (pp {} dp {} cp {} tp {}) {} {:.1f} ms/step vs median {:.1f}",
+                         names.empty() ? "" : "; ", s.rank, c.pp, c.dp, c.cp, c.tp,
+                         to_string(s.phase), s.seconds * 1e3, s.median * 1e3);
   }
   fmt::print("straggler report, steps {}–{}: {}\n",
              m.step - config_.training.straggler_interval + 1, m.step,
