@@ -134,12 +134,13 @@ Hop post_hop(ProcessGroup& g, const Tensor& mine, Tensor& incoming, int tag) {
   return hop;
 }
 
-// out, lse ⊕= the pairs of (local query halves) × (the visiting block of rank `src`), merged
-// by log-sum-exp; part, part_lse are scratch of out's and lse's shapes.
-void ring_forward_step(const QkvRows& in, const Tensor& kv, Tensor& part, Tensor& part_lse,
-                       float* out, float* lse, const AttentionCoreShape& s, int rank, int src,
-                       int size, const Hop& hop) {
-  const std::int64_t hd = s.heads * s.head_dim, kvw = s.kv_heads * s.head_dim;
+// Calls fn(pair, q0, k0, rows) for every non-skipped pair of (local query half) × (half of
+// the visiting K|V block `kv` of rank `src`): q0 and k0 are the halves' first local rows,
+// rows the kernel's view of them.
+template <typename Fn>
+void for_each_ring_pair(const QkvRows& in, const Tensor& kv, const AttentionCoreShape& s, int rank,
+                        int src, int size, const Fn& fn) {
+  const std::int64_t kvw = s.kv_heads * s.head_dim;
   const std::int64_t chunk = s.local_len / 2;
   for (int qh = 0; qh < 2; ++qh) {
     for (int kh = 0; kh < 2; ++kh) {
@@ -148,13 +149,25 @@ void ring_forward_step(const QkvRows& in, const Tensor& kv, Tensor& part, Tensor
       const std::int64_t q0 = qh * chunk, k0 = kh * chunk;
       const QkvRows rows{in.q + q0 * in.q_stride, kv.f32() + k0 * 2 * kvw,
                          kv.f32() + k0 * 2 * kvw + kvw, in.q_stride, 2 * kvw};
-      kernels::attention_chunk_forward(rows, p.dims, p.mask, part.f32() + q0 * hd, hd,
-                                       part_lse.f32() + q0);
-      kernels::attention_merge(out + q0 * hd, hd, lse + q0, part.f32() + q0 * hd, hd,
-                               part_lse.f32() + q0, p.dims);
-      hop.progress();
+      fn(p, q0, k0, rows);
     }
   }
+}
+
+// out, lse ⊕= the pairs of one ring step, merged by log-sum-exp; part, part_lse are scratch of
+// out's and lse's shapes.
+void ring_forward_step(const QkvRows& in, const Tensor& kv, Tensor& part, Tensor& part_lse,
+                       float* out, float* lse, const AttentionCoreShape& s, int rank, int src,
+                       int size, const Hop& hop) {
+  const std::int64_t hd = s.heads * s.head_dim;
+  for_each_ring_pair(in, kv, s, rank, src, size,
+                     [&](const RingPair& p, std::int64_t q0, std::int64_t, const QkvRows& rows) {
+                       kernels::attention_chunk_forward(rows, p.dims, p.mask, part.f32() + q0 * hd,
+                                                        hd, part_lse.f32() + q0);
+                       kernels::attention_merge(out + q0 * hd, hd, lse + q0, part.f32() + q0 * hd,
+                                                hd, part_lse.f32() + q0, p.dims);
+                       hop.progress();
+                     });
 }
 
 AttentionCoreState ring_forward(ProcessGroup& g, const QkvRows& in, const AttentionCoreShape& s,
@@ -192,21 +205,15 @@ void ring_backward_step(const QkvRows& in, const float* dout, const float* lse, 
                         const AttentionCoreShape& s, int rank, int src, int size,
                         const Progress& progress) {
   const std::int64_t hd = s.heads * s.head_dim, kvw = s.kv_heads * s.head_dim;
-  const std::int64_t chunk = s.local_len / 2;
-  for (int qh = 0; qh < 2; ++qh) {
-    for (int kh = 0; kh < 2; ++kh) {
-      const RingPair p = ring_pair(s, rank, src, size, qh, kh);
-      if (p.mask == AttentionMask::skip) continue;
-      const std::int64_t q0 = qh * chunk, k0 = kh * chunk;
-      const QkvRows rows{in.q + q0 * in.q_stride, kv.f32() + k0 * 2 * kvw,
-                         kv.f32() + k0 * 2 * kvw + kvw, in.q_stride, 2 * kvw};
-      float* dkv0 = dkv.f32() + k0 * 2 * kvw;
-      const QkvGradRows grads{dq + q0 * dq_stride, dkv0, dkv0 + kvw, dq_stride, 2 * kvw};
-      kernels::attention_chunk_backward(rows, dout + q0 * hd, hd, lse + q0, delta + q0, grads,
-                                        p.dims, p.mask);
-      progress();
-    }
-  }
+  for_each_ring_pair(
+      in, kv, s, rank, src, size,
+      [&](const RingPair& p, std::int64_t q0, std::int64_t k0, const QkvRows& rows) {
+        float* dkv0 = dkv.f32() + k0 * 2 * kvw;
+        const QkvGradRows grads{dq + q0 * dq_stride, dkv0, dkv0 + kvw, dq_stride, 2 * kvw};
+        kernels::attention_chunk_backward(rows, dout + q0 * hd, hd, lse + q0, delta + q0, grads,
+                                          p.dims, p.mask);
+        progress();
+      });
 }
 
 void ring_backward(ProcessGroup& g, const QkvRows& in, const float* out, const float* dout,
@@ -238,8 +245,8 @@ void ring_backward(ProcessGroup& g, const QkvRows& in, const float* out, const f
     std::memset(dkv.f32(), 0, static_cast<std::size_t>(dkv.numel()) * sizeof(float));
     {
       const ComputeTimer timer;
-      ring_backward_step(in, dout, lse, delta.f32(), kv, grad.dq, grad.q_stride, dkv, s, rank,
-                         src, size, [&] {
+      ring_backward_step(in, dout, lse, delta.f32(), kv, grad.dq, grad.q_stride, dkv, s, rank, src,
+                         size, [&] {
                            hop.progress();
                            if (dkv_recv) dkv_recv->test();
                            if (dkv_send) dkv_send->test();
