@@ -52,13 +52,14 @@ struct CpLayout {
   int zero = 0;
   std::string recompute = "none";
   std::string precision = "fp32";  // the reference runs in the same precision
+  std::string schedule = "1f1b";   // pp > 1
   int dp() const { return test::launched_world_size() / (cp * tp * pp); }
 };
 
 std::string name_of(const CpLayout& l) {
   std::string n = l.family + "_cp" + std::to_string(l.cp) + "_" + l.comm;
   if (l.tp > 1) n += "_tp" + std::to_string(l.tp) + (l.sp ? "sp" : "");
-  if (l.pp > 1) n += "_pp" + std::to_string(l.pp);
+  if (l.pp > 1) n += "_pp" + std::to_string(l.pp) + (l.schedule == "1f1b" ? "" : "_" + l.schedule);
   if (l.dp() > 1) n += "_dp" + std::to_string(l.dp()) + "_zero" + std::to_string(l.zero);
   if (l.recompute != "none") n += "_" + l.recompute;
   if (l.precision != "fp32") n += "_" + l.precision;
@@ -85,6 +86,8 @@ std::vector<CpLayout> layouts_of_this_world() {
         out.push_back({f, 2, c, 1, false, 2});
         out.push_back({f, 2, c, 1, false, 1, 1});
         out.push_back({f, 2, c, 1, false, 1, 3});
+        out.push_back(
+            {f, 2, c, 1, false, 2, 0, "none", "fp32", f == "gpt2" ? "interleaved_1f1b" : "zb_h1"});
       }
       if (world == 8) {
         out.push_back({f, 2, c, 2, true, 1, 1});
@@ -106,6 +109,11 @@ Config config_of(const CpLayout& l) {
   c.parallel.zero_stage = l.zero;
   c.training.recompute = l.recompute;
   c.training.precision = l.precision;
+  c.parallel.pp_schedule = l.schedule;
+  if (l.schedule == "interleaved_1f1b") {  // 2 chunks per rank: 4 chunks of one layer
+    c.parallel.virtual_stages = 2;
+    c.model.n_layer = 4;
+  }
   return c;
 }
 
