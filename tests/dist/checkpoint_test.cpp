@@ -54,6 +54,8 @@ struct ResumeCase {
   std::string schedule = "1f1b";
   std::string precision = "fp32";
   bool async = true;
+  std::int64_t cp = 1;
+  std::string cp_comm = "p2p";
 };
 
 Config resume_config(const ResumeCase& c) {
@@ -61,6 +63,8 @@ Config resume_config(const ResumeCase& c) {
   Config cfg = test::small_tp_config(c.family, c.dp, c.tp, c.sp, 8 / (c.dp * c.accumulation),
                                      c.accumulation);
   cfg.model.n_layer = 4;
+  cfg.parallel.cp = c.cp;
+  cfg.parallel.cp_comm = c.cp_comm;
   cfg.parallel.pp = c.pp;
   cfg.parallel.virtual_stages = c.v;
   cfg.parallel.pp_schedule = c.schedule;
@@ -88,7 +92,9 @@ std::vector<ResumeCase> resume_cases() {
                .pp = 2,
                .v = 2,
                .accumulation = 4,
-               .schedule = "interleaved_1f1b"}};
+               .schedule = "interleaved_1f1b"},
+              {.name = "cp2_p2p_llama", .family = "llama", .cp = 2},
+              {.name = "cp2_a2a", .cp = 2, .cp_comm = "a2a"}};
     case 4:
       return {{.name = "dp2_tp2_sp_zero3", .dp = 2, .tp = 2, .zero = 3, .sp = true},
               {.name = "pp2_dp2_zero1_interleaved",
@@ -103,7 +109,8 @@ std::vector<ResumeCase> resume_cases() {
                .tp = 2,
                .pp = 2,
                .accumulation = 4,
-               .sp = true}};
+               .sp = true},
+              {.name = "dp2_cp2_zero3", .dp = 2, .zero = 3, .cp = 2}};
     default:
       return {};
   }
