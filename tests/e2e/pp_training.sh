@@ -31,8 +31,8 @@ check() {  # check <name> <expected layout text> <schedule>
   grep -qF -- "$layout" "$WORK/$name.log" || { echo "$name: no '$layout' in the log"; cat "$WORK/$name.log"; exit 1; }
   grep -qE "bubble [0-9.]+% \(schedule [0-9.]+%\)" "$WORK/$name.log" ||
     { echo "$name: the log does not report the bubble"; cat "$WORK/$name.log"; exit 1; }
-  # The per-rank memory report: one row per rank, its pp/dp/tp coordinates and 7 figures.
-  [[ $(grep -A5 "peak memory per rank" "$WORK/$name.log" | grep -cE "^ +[0-3] +[01] +[01] +[01]( +[0-9.]+){7}$") -eq 4 ]] ||
+  # The per-rank memory report: one row per rank, its pp/dp/cp/tp coordinates and 7 figures.
+  [[ $(grep -A5 "peak memory per rank" "$WORK/$name.log" | grep -cE "^ +[0-3] +[01] +[01] +0 +[01]( +[0-9.]+){7}$") -eq 4 ]] ||
     { echo "$name: no per-rank memory report"; cat "$WORK/$name.log"; exit 1; }
   /usr/bin/python3 - "$WORK/$name" "$name" "$schedule" <<'PY'
 import json, sys
