@@ -37,7 +37,7 @@ TP2=(--parallel.tp 2 --parallel.sequence_parallel true --training.micro_batch 24
 "${MPI[@]}" "$BIN" train "$CONFIG" "${COMMON[@]}" "${TP2[@]}" --checkpoint.dir "$WORK/tp2" \
   --checkpoint.resume auto --metrics "$WORK/offline.jsonl" >"$WORK/offline.log" 2>&1 ||
   { cat "$WORK/offline.log"; exit 1; }
-grep -q "resumed from $OUT at step 10 (saved with dp=1 tp=2" "$WORK/offline.log" ||
+grep -q "resumed from $OUT at step 10 (saved with dp=1 cp=1 tp=2" "$WORK/offline.log" ||
   { echo "FAIL: the tp 2 run did not resume from the resharded checkpoint"; cat "$WORK/offline.log"; exit 1; }
 "${MPI[@]}" "$BIN" train "$CONFIG" "${COMMON[@]}" "${TP2[@]}" --checkpoint.dir "$WORK/online" \
   --checkpoint.resume "$SRC" --metrics "$WORK/online.jsonl" >"$WORK/online.log" 2>&1 ||

@@ -220,9 +220,11 @@ void Trainer::load_checkpoint(const fs::path& dir) {
                step, config_.training.max_steps);
   }
   if (world_.rank() == 0 && options_.log) {
-    fmt::print("resumed from {} at step {} (saved with dp={} tp={} pp={} v={} zero_stage={})\n",
-               dir.string(), step, mesh.value("dp", 0), mesh.value("tp", 0), mesh.value("pp", 0),
-               mesh.value("virtual_stages", 0), mesh.value("zero_stage", 0));
+    // Checkpoints from before context parallel have no "cp": they were saved at cp = 1.
+    fmt::print(
+        "resumed from {} at step {} (saved with dp={} cp={} tp={} pp={} v={} zero_stage={})\n",
+        dir.string(), step, mesh.value("dp", 0), mesh.value("cp", 1), mesh.value("tp", 0),
+        mesh.value("pp", 0), mesh.value("virtual_stages", 0), mesh.value("zero_stage", 0));
   }
 }
 
