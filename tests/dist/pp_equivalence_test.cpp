@@ -178,9 +178,17 @@ namespace {
 // for W) and with tensor + sequence parallelism: selective (the attention core, whose output
 // the row-parallel projection reads again in W) and full are bitwise the run without
 // recompute, for both families (gpt2's fused q/k/v shard and llama's separate ones).
-TEST(PipelineRecompute, SelectiveAndFullAreBitwiseWithinPipelineAndTensorParallel) {
+// Instantiated only where its layouts exist: pp 2 at np 2, pp 2 × tp 2 + sp at np 4.
+std::vector<int> recompute_worlds() {
+  const int world = test::launched_world_size();
+  return world == 2 || world == 4 ? std::vector<int>{world} : std::vector<int>{};
+}
+
+class PipelineRecompute : public ::testing::TestWithParam<int> {};
+
+TEST_P(PipelineRecompute, SelectiveAndFullAreBitwiseWithinPipelineAndTensorParallel) {
   const auto world = test::runtime().world_group();
-  if (world->size() != 2 && world->size() != 4) return;  // layouts for 2 and 4 ranks
+  ASSERT_EQ(world->size(), GetParam());
   for (const std::string family : {"gpt2", "llama"}) {
     auto config = [&](const std::string& recompute) {
       const int tp = world->size() == 4 ? 2 : 1;
@@ -206,6 +214,9 @@ TEST(PipelineRecompute, SelectiveAndFullAreBitwiseWithinPipelineAndTensorParalle
     }
   }
 }
+
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(PipelineRecompute);
+INSTANTIATE_TEST_SUITE_P(Worlds, PipelineRecompute, ::testing::ValuesIn(recompute_worlds()));
 
 }  // namespace
 }  // namespace meshtrain
