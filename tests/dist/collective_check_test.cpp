@@ -65,6 +65,18 @@ TEST(CollectiveCheck, MismatchedSizeOperationOrRootStopsEveryRank) {
   text = error_of([&] { world->broadcast(b, me == 0 ? 0 : 1); });
   EXPECT_NE(text.find("broadcast(bytes) of 16 elements, root 0"), std::string::npos) << text;
   EXPECT_NE(text.find("broadcast(bytes) of 16 elements, root 1"), std::string::npos) << text;
+  // all_to_allv whose last rank expects one element more from rank 0 than rank 0 sends: named,
+  // on every rank, before any data moves.
+  std::vector<std::int64_t> send(static_cast<std::size_t>(n), 2), recv(send);
+  if (me == n - 1) recv[0] = 3;
+  std::vector<float> in(static_cast<std::size_t>(2 * n), 1.0f);
+  std::vector<float> out(me == n - 1 ? static_cast<std::size_t>(2 * n + 1) : in.size());
+  text = error_of([&] { world->all_to_allv(in, send, out, recv); });
+  EXPECT_NE(text.find("mismatched all_to_allv counts on world"), std::string::npos) << text;
+  EXPECT_NE(text.find(fmt::format("group rank 0 sends 2 elements to group rank {}, which expects 3",
+                                  n - 1)),
+            std::string::npos)
+      << text;
   // The group still works after the rejected calls (none of them ran).
   std::vector<float> w(3, 2.0f);
   EXPECT_EQ(error_of([&] { world->all_reduce_sum(w); }), "");

@@ -102,6 +102,28 @@ TEST(ProcessGroup, CollectivesOnRankValuedInputs) {
   for (int q = 0; q < n; ++q)
     EXPECT_EQ(a2a_out[static_cast<std::size_t>(q)], static_cast<float>(100 * q + r));
 
+  // all_to_allv: rank r sends q + r + 1 elements to rank q, valued 1000·r + 100·q + i, so
+  // from rank q it receives r + q + 1 elements 1000·q + 100·r + i.
+  std::vector<std::int64_t> send_counts, recv_counts;
+  std::vector<float> v_in;
+  for (int q = 0; q < n; ++q) {
+    send_counts.push_back(q + r + 1);
+    recv_counts.push_back(r + q + 1);
+    for (int i = 0; i < q + r + 1; ++i) v_in.push_back(static_cast<float>(1000 * r + 100 * q + i));
+  }
+  std::vector<float> v_out(static_cast<std::size_t>(n * r + n * (n + 1) / 2));
+  const std::int64_t a2a_bytes_before = world->counter(CommOp::all_to_all).bytes;
+  world->all_to_allv(v_in, send_counts, v_out, recv_counts);
+  std::size_t at = 0;
+  for (int q = 0; q < n; ++q) {
+    for (int i = 0; i < r + q + 1; ++i, ++at) {
+      EXPECT_EQ(v_out[at], static_cast<float>(1000 * q + 100 * r + i)) << "from " << q << " #" << i;
+    }
+  }
+  EXPECT_EQ(at, v_out.size());
+  EXPECT_EQ(world->counter(CommOp::all_to_all).bytes - a2a_bytes_before,
+            n > 1 ? static_cast<std::int64_t>(v_in.size() * sizeof(float)) : 0);
+
   if (n > 1) {  // a ring of send/recv: even ranks send first, odd ranks receive first
     std::vector<float> out{static_cast<float>(r)}, in{-1.0f};
     const int next = (r + 1) % n, prev = (r + n - 1) % n;

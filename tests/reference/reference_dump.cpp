@@ -117,7 +117,7 @@ int run(const std::string& out_path, const std::string& variant, ProcessGroup& s
     model.zero_grad();
     const float loss = model.forward(tokens.i32(), targets.i32(), kBatch, T);
     model.backward(1.0f);
-    const double norm = global_grad_norm(model.parameters(), self, self);
+    const double norm = global_grad_norm(model.parameters());
     for (const Parameter* p : model.parameters()) {
       if (k == 1) out.push_back({"grad." + p->name, p->grad.clone(MemCategory::other)});
       out.push_back({fmt::format("opt.grad{}.{}", k, p->name), p->grad.clone(MemCategory::other)});

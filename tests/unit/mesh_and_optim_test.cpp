@@ -100,6 +100,40 @@ TEST(MeshShape, AxesAreOrthogonalOverATableOfMeshesUpTo64Ranks) {
   EXPECT_GT(meshes, 200);
 }
 
+// Expert data parallel: ep × edp is the dp × cp group (each dp × cp rank is in exactly one ep
+// group and one edp group, which meet in it), and an edp group holds one ep rank (d mod ep).
+TEST(MeshShape, ExpertDataParallelGroupsTileTheDataParallelGroups) {
+  for (const MeshShape shape : {MeshShape{.pp = 1, .dp = 4, .cp = 1, .tp = 1, .ep = 2},
+                                MeshShape{.pp = 2, .dp = 4, .cp = 2, .tp = 2, .ep = 4},
+                                MeshShape{.pp = 1, .dp = 8, .cp = 2, .tp = 1, .ep = 2},
+                                MeshShape{.pp = 2, .dp = 2, .cp = 1, .tp = 2, .ep = 1}}) {
+    SCOPED_TRACE(shape.to_string());
+    const auto edp = shape.expert_dp_groups();
+    EXPECT_TRUE(partitions_world(edp, shape.world_size()));
+    for (int rank = 0; rank < shape.world_size(); ++rank) {
+      const std::vector<int>& mine = edp[static_cast<std::size_t>(shape.expert_dp_group_index(rank))];
+      ASSERT_EQ(static_cast<int>(mine.size()), shape.dp * shape.cp / shape.ep);
+      ASSERT_TRUE(std::is_sorted(mine.begin(), mine.end()));
+      const MeshCoords me = shape.coords_of(rank);
+      for (int other : mine) {
+        const MeshCoords c = shape.coords_of(other);
+        ASSERT_TRUE(c.pp == me.pp && c.tp == me.tp && c.dp % shape.ep == me.dp % shape.ep);
+      }
+      const std::vector<int> ep = group_of(shape, Axis::ep, rank);
+      std::vector<int> common;
+      std::set_intersection(mine.begin(), mine.end(), ep.begin(), ep.end(),
+                            std::back_inserter(common));
+      ASSERT_EQ(common, std::vector<int>{rank});
+    }
+    if (shape.ep == 1) {
+      EXPECT_EQ(edp, shape.groups({Axis::dp, Axis::cp}));
+    }
+  }
+  // dp 4, ep 2: experts of ep rank 0 on dp 0 and 2, of ep rank 1 on dp 1 and 3.
+  const MeshShape worked{.pp = 1, .dp = 4, .cp = 1, .tp = 1, .ep = 2};
+  EXPECT_EQ(worked.expert_dp_groups(), (std::vector<std::vector<int>>{{0, 2}, {1, 3}}));
+}
+
 TEST(MeshShape, DataParallelGroupsOfAWorkedExample) {
   const MeshShape shape{.pp = 2, .dp = 2, .cp = 1, .tp = 2};  // 8 ranks
   const std::vector<std::vector<int>> expected{{0, 2}, {1, 3}, {4, 6}, {5, 7}};

@@ -12,6 +12,7 @@
 #include "meshtrain/config/validate.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/core/staged_file.h"
+#include "meshtrain/layers/placement.h"
 #include "meshtrain/model/pipeline_stage.h"
 #include "meshtrain/parallel/dp/zero.h"
 
@@ -26,7 +27,12 @@ std::filesystem::path reshard_checkpoint(const std::filesystem::path& src, const
                                        "leave the model settings as the checkpoint has them"}});
   }
   const ParallelConfig& par = target.parallel;
-  const int world = static_cast<int>(par.dp * par.tp * par.pp * par.cp * par.ep);
+  const MeshShape shape{.pp = static_cast<int>(par.pp),
+                        .dp = static_cast<int>(par.dp),
+                        .cp = static_cast<int>(par.cp),
+                        .tp = static_cast<int>(par.tp),
+                        .ep = static_cast<int>(par.ep)};
+  const int world = shape.world_size();  // ep is carved out of dp
   validate_or_throw(target, world);
 
   const std::int64_t step = reader.step();
@@ -50,11 +56,6 @@ std::filesystem::path reshard_checkpoint(const std::filesystem::path& src, const
                            .keep_last = std::numeric_limits<std::int64_t>::max(),
                            .async = false,
                            .finalize_timeout_s = 1.0});
-  const MeshShape shape{.pp = static_cast<int>(par.pp),
-                        .dp = static_cast<int>(par.dp),
-                        .cp = static_cast<int>(par.cp),
-                        .tp = static_cast<int>(par.tp),
-                        .ep = static_cast<int>(par.ep)};
   const bool low = target.training.precision != "fp32";
   const int zero = static_cast<int>(par.zero_stage);
   nlohmann::json state = reader.state();
@@ -86,16 +87,13 @@ std::filesystem::path reshard_checkpoint(const std::filesystem::path& src, const
                             .pieces = {},
                             .state = rank == 0 ? state : nlohmann::json::object(),
                             .config_toml = rank == 0 ? to_toml(target) : std::string()};
+      const PlacementRanks ranks = placement_ranks(shape, rank);
       for (const Parameter* p : stage->parameters()) {
         // The same rule as Trainer::save_checkpoint: one copy of every element.
-        // Replicas of the parameters are the dp × cp ranks (group rank d·cp + c, as DeviceMesh
-        // orders the dp × cp group), which ZeRO shards over.
-        const int replica = c.dp * static_cast<int>(par.cp) + c.cp;
-        if (p->tied_copy || (zero == 0 && replica != 0) || (!p->is_sharded() && c.tp != 0)) {
-          continue;
-        }
-        const auto [begin, end] = zero_owned_range(zero, shape_numel(p->local_shape()), replica,
-                                                   static_cast<int>(par.dp * par.cp), low);
+        if (!counts_this_copy(*p, ranks, zero >= 1)) continue;
+        const auto [begin, end] =
+            zero_owned_range(zero, shape_numel(p->local_shape()), ranks.replica(p->replicas),
+                             replica_count(shape, p->replicas), low);
         if (begin == end) continue;
         const ShardPiece piece{.slice = p->shard, .begin = begin, .end = end};
         PieceState s{.name = p->name,

@@ -93,6 +93,19 @@ std::vector<std::vector<int>> MeshShape::groups(Axis axis) const {
   return out;
 }
 
+int MeshShape::expert_dp_group_index(int rank) const {
+  const MeshCoords c = coords_of(rank);
+  return (c.pp * ep + c.dp % ep) * tp + c.tp;
+}
+
+std::vector<std::vector<int>> MeshShape::expert_dp_groups() const {
+  std::vector<std::vector<int>> out(static_cast<std::size_t>(pp * ep * tp));
+  for (int rank = 0; rank < world_size(); ++rank) {
+    out[static_cast<std::size_t>(expert_dp_group_index(rank))].push_back(rank);
+  }
+  return out;
+}
+
 std::string MeshShape::to_string() const {
   return fmt::format("pp={} dp={} cp={} tp={} ep={}", pp, dp, cp, tp, ep);
 }
@@ -112,6 +125,7 @@ DeviceMesh::DeviceMesh(const MeshShape& shape, const ProcessGroup& world)
   if (shape.cp > 1) {
     dp_cp_ = world.split(shape.group_index({Axis::dp, Axis::cp}, rank_), rank_, "dp_cp");
   }
+  if (shape.ep > 1) edp_ = world.split(shape.expert_dp_group_index(rank_), rank_, "edp");
 }
 
 std::string DeviceMesh::describe() const {

@@ -46,6 +46,12 @@ struct MeshShape {
   /// axis, in ascending rank order. `axes` ⊆ {pp, dp, cp, tp}; MT_CHECK otherwise.
   std::vector<std::vector<int>> groups(std::initializer_list<Axis> axes) const;
   int group_index(std::initializer_list<Axis> axes, int rank) const;
+  /// The expert-data-parallel groups (Megatron-core's expert data parallel): the dp × cp ranks
+  /// with the same ep rank (d mod ep), which hold the same experts and see different tokens,
+  /// (dp·cp)/ep ranks each, in ascending rank order (group rank (d div ep)·cp + c). Equal to
+  /// groups({dp, cp}) when ep = 1.
+  std::vector<std::vector<int>> expert_dp_groups() const;
+  int expert_dp_group_index(int rank) const;
   std::string to_string() const;
 };
 
@@ -62,6 +68,9 @@ class DeviceMesh {
   /// The dp × cp group (gradient reduction when context parallelism splits sequences): the
   /// dp group itself when cp = 1.
   ProcessGroup& dp_cp_group() const { return dp_cp_ ? *dp_cp_ : group(Axis::dp); }
+  /// The expert-data-parallel group (MeshShape::expert_dp_groups): experts' gradients are
+  /// reduced and their ZeRO state sliced over it. The dp × cp group itself when ep = 1.
+  ProcessGroup& expert_dp_group() const { return edp_ ? *edp_ : dp_cp_group(); }
   /// "rank 3 (pp=0 dp=1 cp=0 tp=1)" for reports.
   std::string describe() const;
 
@@ -71,6 +80,7 @@ class DeviceMesh {
   MeshCoords coords_;
   std::array<std::unique_ptr<ProcessGroup>, 5> groups_;
   std::unique_ptr<ProcessGroup> dp_cp_;  // cp > 1 only
+  std::unique_ptr<ProcessGroup> edp_;    // ep > 1 only
 };
 
 }  // namespace meshtrain

@@ -133,6 +133,26 @@ void MpiProcessGroup::do_all_to_all(std::span<const float> in, std::span<float> 
       "MPI_Alltoall");
 }
 
+void MpiProcessGroup::do_all_to_allv(std::span<const float> in,
+                                     std::span<const std::int64_t> send_counts,
+                                     std::span<float> out,
+                                     std::span<const std::int64_t> recv_counts) {
+  const auto n = static_cast<std::size_t>(size());
+  std::vector<int> sc(n), sd(n), rc(n), rd(n);
+  std::int64_t s_at = 0, r_at = 0;
+  for (std::size_t r = 0; r < n; ++r) {
+    sc[r] = count_of(static_cast<std::size_t>(send_counts[r]));
+    rc[r] = count_of(static_cast<std::size_t>(recv_counts[r]));
+    sd[r] = count_of(static_cast<std::size_t>(s_at));
+    rd[r] = count_of(static_cast<std::size_t>(r_at));
+    s_at += send_counts[r];
+    r_at += recv_counts[r];
+  }
+  check_mpi(MPI_Alltoallv(in.data(), sc.data(), sd.data(), MPI_FLOAT, out.data(), rc.data(),
+                          rd.data(), MPI_FLOAT, comm_.get()),
+            "MPI_Alltoallv");
+}
+
 void MpiProcessGroup::do_send(std::span<const float> x, int peer, int tag) {
   check_mpi(MPI_Send(x.data(), count_of(x.size()), MPI_FLOAT, peer, tag, comm_.get()), "MPI_Send");
 }

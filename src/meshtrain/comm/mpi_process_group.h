@@ -47,6 +47,8 @@ class MpiProcessGroup final : public ProcessGroup {
   void do_reduce_scatter_sum(std::span<const float> in, std::span<float> out) override;
   void do_all_gather(std::span<const float> in, std::span<float> out) override;
   void do_all_to_all(std::span<const float> in, std::span<float> out) override;
+  void do_all_to_allv(std::span<const float> in, std::span<const std::int64_t> send_counts,
+                      std::span<float> out, std::span<const std::int64_t> recv_counts) override;
   void do_send(std::span<const float> x, int peer, int tag) override;
   void do_recv(std::span<float> x, int peer, int tag) override;
   std::unique_ptr<CommRequest> do_isend(std::span<const float> x, int peer, int tag) override;

@@ -122,7 +122,7 @@ namespace {
 std::atomic<bool> debug_checks_on{false};
 
 // The collectives OpGuard numbers, by the index it is given.
-constexpr std::array<std::string_view, 9> kCallNames = {"all_reduce_sum(f32)",
+constexpr std::array<std::string_view, 10> kCallNames = {"all_reduce_sum(f32)",
                                                         "all_reduce_sum(f64)",
                                                         "all_reduce_max(f32)",
                                                         "broadcast(bytes)",
@@ -130,7 +130,8 @@ constexpr std::array<std::string_view, 9> kCallNames = {"all_reduce_sum(f32)",
                                                         "reduce_scatter_sum(f32)",
                                                         "all_gather(f32)",
                                                         "all_to_all(f32)",
-                                                        "iall_gather(f32)"};
+                                                        "iall_gather(f32)",
+                                                        "all_to_allv(f32)"};
 
 }  // namespace
 
@@ -234,6 +235,63 @@ void ProcessGroup::all_to_all(std::span<const float> in, std::span<float> out) {
   }
   const OpGuard guard(*this, CommOp::all_to_all, 7, in.size(), in.size_bytes(), -1);
   do_all_to_all(in, out);
+}
+
+void ProcessGroup::all_to_allv(std::span<const float> in, std::span<const std::int64_t> send_counts,
+                               std::span<float> out, std::span<const std::int64_t> recv_counts) {
+  const auto n = static_cast<std::size_t>(size());
+  MT_CHECK(send_counts.size() == n && recv_counts.size() == n,
+           "all_to_allv on {}: {} send and {} receive counts for {} ranks", name_,
+           send_counts.size(), recv_counts.size(), n);
+  std::int64_t sent = 0, received = 0;
+  for (std::size_t r = 0; r < n; ++r) {
+    MT_CHECK(send_counts[r] >= 0 && recv_counts[r] >= 0, "all_to_allv on {}: negative count",
+             name_);
+    sent += send_counts[r];
+    received += recv_counts[r];
+  }
+  MT_CHECK(static_cast<std::int64_t>(in.size()) == sent &&
+               static_cast<std::int64_t>(out.size()) == received,
+           "all_to_allv on {}: input {} elements for counts summing to {}, output {} for {}",
+           name_, in.size(), sent, out.size(), received);
+  if (size() == 1) {
+    std::copy(in.begin(), in.end(), out.begin());
+    return;
+  }
+  // The call check compares the number of counts (the sizes differ by rank, legitimately).
+  const OpGuard guard(*this, CommOp::all_to_all, 9, n, in.size_bytes(), -1);
+  check_counts(send_counts, recv_counts);
+  do_all_to_allv(in, send_counts, out, recv_counts);
+}
+
+void ProcessGroup::check_counts(std::span<const std::int64_t> send_counts,
+                                std::span<const std::int64_t> recv_counts) {
+  if (!debug_checks_on) return;
+  // Row r of the summed table: rank r's send counts, then its receive counts; every rank
+  // checks every pair, so all reach the same verdict.
+  const auto n = static_cast<std::size_t>(size());
+  std::vector<double> table(2 * n * n, 0.0);
+  double* mine = table.data() + 2 * n * static_cast<std::size_t>(rank_);
+  for (std::size_t r = 0; r < n; ++r) {
+    mine[r] = static_cast<double>(send_counts[r]);
+    mine[n + r] = static_cast<double>(recv_counts[r]);
+  }
+  do_all_reduce_sum(std::span<double>(table));
+  std::string pairs;
+  for (std::size_t a = 0; a < n; ++a) {
+    for (std::size_t b = 0; b < n; ++b) {
+      const double sends = table[2 * n * a + b], expects = table[2 * n * b + n + a];
+      if (sends == expects) continue;
+      pairs += fmt::format("\n  group rank {} sends {} elements to group rank {}, which expects {}",
+                           a, static_cast<std::int64_t>(sends), b,
+                           static_cast<std::int64_t>(expects));
+    }
+  }
+  if (pairs.empty()) return;
+  throw Error(fmt::format(
+      "mismatched all_to_allv counts on {} (parallel.debug_collectives):{}\nfix the code path "
+      "that computes the receive counts: they must come from the exchanged send counts",
+      name_, pairs));
 }
 
 void ProcessGroup::send(std::span<const float> x, int peer, int tag) {

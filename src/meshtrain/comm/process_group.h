@@ -84,6 +84,16 @@ class ProcessGroup {
   void all_gather(std::span<const float> in, std::span<float> out);
   /// in [size() · n] → out [size() · n]: out's slice r is rank r's input slice rank().
   void all_to_all(std::span<const float> in, std::span<float> out);
+  /// Variable-size all-to-all (MPI_Alltoallv): `in` holds send_counts[r] elements for group
+  /// rank r, back to back in rank order; `out` receives recv_counts[r] elements from rank r,
+  /// back to back in rank order. recv_counts[r] must be rank r's send_counts[rank()] (exchange
+  /// the counts first, e.g. with all_to_all): MT_CHECKs only this rank's own sizes (in, out
+  /// against the sums, counts ≥ 0, one count per rank). Counted as all_to_all, with this
+  /// rank's input bytes. In debug mode (set_debug_checks) the ranks also compare every pair of
+  /// counts and all throw, naming the pairs that differ, instead of hanging or truncating.
+  /// Expert parallelism's token dispatch and combine run on it.
+  void all_to_allv(std::span<const float> in, std::span<const std::int64_t> send_counts,
+                   std::span<float> out, std::span<const std::int64_t> recv_counts);
   /// Point to point with group rank `peer`; `tag` separates concurrent streams.
   void send(std::span<const float> x, int peer, int tag);
   void recv(std::span<float> x, int peer, int tag);
@@ -132,6 +142,9 @@ class ProcessGroup {
   virtual void do_reduce_scatter_sum(std::span<const float> in, std::span<float> out) = 0;
   virtual void do_all_gather(std::span<const float> in, std::span<float> out) = 0;
   virtual void do_all_to_all(std::span<const float> in, std::span<float> out) = 0;
+  virtual void do_all_to_allv(std::span<const float> in, std::span<const std::int64_t> send_counts,
+                              std::span<float> out,
+                              std::span<const std::int64_t> recv_counts) = 0;
   virtual void do_send(std::span<const float> x, int peer, int tag) = 0;
   virtual void do_recv(std::span<float> x, int peer, int tag) = 0;
   virtual std::unique_ptr<CommRequest> do_isend(std::span<const float> x, int peer, int tag) = 0;
@@ -166,6 +179,9 @@ class ProcessGroup {
   };
   // Compares the collective with the other ranks' in debug mode (see set_debug_checks).
   void check_call(int call, std::size_t elements, int root);
+  // all_to_allv's debug check: every rank's send counts against its peers' receive counts.
+  void check_counts(std::span<const std::int64_t> send_counts,
+                    std::span<const std::int64_t> recv_counts);
   std::uint64_t collective_seq_ = 0;
   // Point-to-point operations per peer (group rank): the watchdog's sequence numbers.
   std::vector<std::uint64_t> sent_, received_;

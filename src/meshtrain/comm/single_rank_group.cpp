@@ -39,6 +39,10 @@ class DetachedGroup final : public ProcessGroup {
   void do_reduce_scatter_sum(std::span<const float>, std::span<float>) override { unreachable(); }
   void do_all_gather(std::span<const float>, std::span<float>) override { unreachable(); }
   void do_all_to_all(std::span<const float>, std::span<float>) override { unreachable(); }
+  void do_all_to_allv(std::span<const float>, std::span<const std::int64_t>, std::span<float>,
+                      std::span<const std::int64_t>) override {
+    unreachable();
+  }
   void do_send(std::span<const float>, int, int) override { unreachable(); }
   void do_recv(std::span<float>, int, int) override { unreachable(); }
   std::unique_ptr<CommRequest> do_isend(std::span<const float>, int, int) override {

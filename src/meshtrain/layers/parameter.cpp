@@ -25,6 +25,10 @@ Shape checked_local_shape(const ShardSlice& s) {
 
 }  // namespace
 
+std::string_view to_string(ReplicaGroup group) {
+  return group == ReplicaGroup::expert ? "expert" : "dense";
+}
+
 ShardSlice whole(const Shape& logical) {
   const std::int64_t n = logical.empty() ? 1 : logical[0];
   return ShardSlice{

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "meshtrain/core/tensor.h"
@@ -55,6 +56,23 @@ struct ShardRun {
 /// Every run of `slice`, in increasing local order; together they cover each real element once.
 std::vector<ShardRun> runs_of(const ShardSlice& slice);
 
+/// The ranks that hold the same elements of a parameter and see different tokens: its gradient
+/// is reduced over them, its optimizer state ZeRO-sliced over them, and one of them counts its
+/// elements in the grad norm and saves them (layers/placement.h).
+enum class ReplicaGroup : std::uint8_t {
+  dense,   // dp × cp: every weight outside the experts (grad_reduction_group)
+  expert,  // expert data parallel, (dp·cp)/ep ranks: an expert's weights, which the other ep
+           // ranks of its dp × cp group do not hold (Megatron-core's expert data parallel)
+};
+std::string_view to_string(ReplicaGroup group);
+
+/// A parameter's placement on the device mesh, one entry per axis (as PyTorch DTensor's
+/// placements, Megatron-core's expert/allreduce parameter flags):
+///   tp      sharded along shard.dim (the even split) when is_sharded(), else replicated;
+///   ep      an expert's weights (replicas = expert) live on the one ep rank that holds the
+///           expert; every other parameter is replicated over ep;
+///   pp      held by the stage that builds it (tied_copy: gpt2's second copy on the last stage);
+///   dp, cp  replicated over its replica group, which reduces its gradient.
 struct Parameter {
   std::string name;  // Hugging Face name, e.g. "transformer.h.0.attn.c_attn.weight"
   // f32, MemCategory::params, local shape of `shard`. Under mixed precision the trainer may
@@ -70,6 +88,7 @@ struct Parameter {
   // stage, tied to the token embedding on the first): same name and values; its gradient is
   // summed with the original's each step, and it is left out of the grad norm and checkpoints.
   bool tied_copy = false;
+  ReplicaGroup replicas = ReplicaGroup::dense;  // see Placement above
 
   /// The whole logical tensor of `shape`; value set by initialize(), grad zeroed.
   Parameter(std::string name, Shape shape, InitKind init, float init_std = 0.0f);
@@ -77,7 +96,8 @@ struct Parameter {
   Parameter(std::string name, ShardSlice shard, InitKind init, float init_std = 0.0f);
 
   /// True when this rank holds less than the whole logical tensor (sharded over tp); false
-  /// for a parameter replicated over tp, whose copies must stay bit-identical.
+  /// for a parameter replicated over tp, whose copies must stay bit-identical (or, under
+  /// sequence parallelism, are summed over tp: parallel/tp/replicated_grads.h).
   bool is_sharded() const;
   /// Elements of the logical tensor (padding excluded).
   std::int64_t logical_numel() const;

@@ -1,5 +1,6 @@
 #include "meshtrain/optim/adamw.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -37,22 +38,34 @@ void AdamW::step(double lr) {
   }
 }
 
-double global_grad_norm(const ParameterList& params, ProcessGroup& tp, ProcessGroup& pp) {
-  return global_grad_norm(whole_shards(params), tp, pp, nullptr);
+double global_grad_norm(const ParameterList& params) {
+  double sum = 0.0;
+  for (const Parameter* p : params) {
+    if (!p->tied_copy) sum += kernels::sum_squares(p->grad.f32(), p->grad.numel());
+  }
+  return std::sqrt(sum);
 }
 
-double global_grad_norm(const OptimizerShards& shards, ProcessGroup& tp, ProcessGroup& pp,
-                        ProcessGroup* dp) {
+double global_grad_norm(const OptimizerShards& shards, const PlacementGroups& groups,
+                        bool zero_sliced) {
+  // Without ZeRO and without experts every dp × cp replica holds the same gradients, so each
+  // counts them as replica 0 would and the all-reduce over dp × cp is skipped (it would add
+  // zeros): the step's dp traffic stays exactly the gradient reduction.
+  const bool replicas_differ =
+      zero_sliced || std::any_of(shards.begin(), shards.end(), [](const OptimizerShard& s) {
+        return s.param->replicas == ReplicaGroup::expert;
+      });
+  PlacementRanks ranks = groups.ranks();
+  if (!replicas_differ) ranks.dense = ranks.expert = 0;
   double sum = 0.0;
   for (const OptimizerShard& s : shards) {
-    const Parameter* p = s.param;
-    if (!p->tied_copy && (p->is_sharded() || tp.rank() == 0)) {
+    if (counts_this_copy(*s.param, ranks, zero_sliced)) {
       sum += kernels::sum_squares(s.grad.f32(), s.grad.numel());
     }
   }
-  if (dp) dp->all_reduce_sum(std::span<double>(&sum, 1));
-  tp.all_reduce_sum(std::span<double>(&sum, 1));
-  pp.all_reduce_sum(std::span<double>(&sum, 1));
+  if (replicas_differ) groups.dense.all_reduce_sum(std::span<double>(&sum, 1));
+  groups.tp.all_reduce_sum(std::span<double>(&sum, 1));
+  groups.pp.all_reduce_sum(std::span<double>(&sum, 1));
   return std::sqrt(sum);
 }
 

@@ -9,6 +9,7 @@
 #include "meshtrain/comm/process_group.h"
 #include "meshtrain/core/tensor.h"
 #include "meshtrain/layers/parameter.h"
+#include "meshtrain/layers/placement.h"
 
 namespace meshtrain {
 
@@ -43,18 +44,17 @@ class AdamW {
 };
 
 /// √(Σ over every logical parameter of Σ grad²), accumulated in double, counting each logical
-/// element once (Megatron-LM's rule, Shoeybi et al. 2019): a parameter sharded over `tp`
-/// contributes its shard on every tp rank, a parameter replicated over tp only on tp rank 0, a
-/// tied copy (Parameter::tied_copy) nowhere; one all-reduce over tp and one over `pp` (every
-/// pipeline stage holds different layers) add them up, so every rank gets the same number.
-/// Padding is zero and adds nothing. Gradients must already be reduced over dp (identical
-/// there).
-double global_grad_norm(const ParameterList& params, ProcessGroup& tp, ProcessGroup& pp);
-/// The same over optimizer shards. When the shards split parameters over data-parallel ranks
-/// (ZeRO), pass that group as `dp`: each rank adds its own slices and one more all-reduce
-/// (over dp) completes the sum; nullptr when every dp rank holds the whole gradient.
-double global_grad_norm(const OptimizerShards& shards, ProcessGroup& tp, ProcessGroup& pp,
-                        ProcessGroup* dp);
+/// element once (Megatron-LM's rule, Shoeybi et al. 2019, generalised to any placement): each
+/// rank adds the squares of the shards whose copy counts (counts_this_copy,
+/// layers/placement.h), then all-reduces over dp × cp, tp and pp — together the world —
+/// add them up, so every rank gets the same number (the dp × cp one is skipped when every
+/// replica holds the same gradients: no ZeRO and no experts). Padding is zero and adds nothing.
+/// Gradients must already be reduced over their replica groups. `zero_sliced`: the shards are
+/// ZeRO slices (stage ≥ 1), each replica holding a disjoint part.
+double global_grad_norm(const OptimizerShards& shards, const PlacementGroups& groups,
+                        bool zero_sliced);
+/// The same for whole parameters of one process (no sharding, no replicas).
+double global_grad_norm(const ParameterList& params);
 
 /// Scales every gradient by max_norm / norm when norm > max_norm (torch.nn.utils.
 /// clip_grad_norm_, which adds 1e-6 to the norm); max_norm ≤ 0 disables clipping.

@@ -32,12 +32,25 @@ ZeroOptions zero_options(const Config& config, HfImport* import) {
 // sequences, not weights); the dp group itself when cp = 1.
 ProcessGroup& grad_reduction_group(const DeviceMesh& mesh) { return mesh.dp_cp_group(); }
 
+ProcessGroup& replica_group(const DeviceMesh& mesh, ReplicaGroup g) {
+  return g == ReplicaGroup::expert ? mesh.expert_dp_group() : grad_reduction_group(mesh);
+}
+
+PlacementGroups placement_groups(const DeviceMesh& mesh) {
+  return {.tp = mesh.group(Axis::tp),
+          .pp = mesh.group(Axis::pp),
+          .dense = replica_group(mesh, ReplicaGroup::dense),
+          .expert = replica_group(mesh, ReplicaGroup::expert)};
+}
+
 OptimizerState::OptimizerState(const Config& config, const DeviceMesh& mesh, PipelineStage& stage,
                                HfImport* import)
     : config_(config), mesh_(mesh) {
   const TrainingConfig& t = config.training;
-  zero_ = std::make_unique<ZeroSharding>(stage.parameters(), stage.units(),
-                                         grad_reduction_group(mesh), zero_options(config, import));
+  zero_ = std::make_unique<ZeroGroups>(
+      stage.parameters(), stage.units(),
+      [&mesh](ReplicaGroup g) -> ProcessGroup& { return replica_group(mesh, g); },
+      zero_options(config, import));
   stage.set_hooks(zero_.get());
   if (t.precision == "fp16") {
     scaler_ = std::make_unique<DynamicLossScaler>(
@@ -103,9 +116,7 @@ bool OptimizerState::unscale_or_skip(ProcessGroup& world) {
 }
 
 double OptimizerState::grad_norm() {
-  ProcessGroup& replicas = grad_reduction_group(mesh_);
-  return global_grad_norm(zero_->shards(), mesh_.group(Axis::tp), mesh_.group(Axis::pp),
-                          zero_->stage() >= 1 ? &replicas : nullptr);
+  return global_grad_norm(zero_->shards(), placement_groups(mesh_), zero_->stage() >= 1);
 }
 
 double OptimizerState::apply_update(std::int64_t step, double grad_norm) {

@@ -17,7 +17,7 @@
 #include "meshtrain/model/pipeline_stage.h"
 #include "meshtrain/optim/adamw.h"
 #include "meshtrain/optim/loss_scaler.h"
-#include "meshtrain/parallel/dp/zero.h"
+#include "meshtrain/parallel/dp/zero_groups.h"
 #include "meshtrain/parallel/tp/replicated_grads.h"
 
 namespace meshtrain {
@@ -26,6 +26,11 @@ namespace meshtrain {
 /// and ZeRO shards over them, the grad norm of a sharded optimizer state sums over them, and
 /// losses are averaged over them. The one place that names this group.
 ProcessGroup& grad_reduction_group(const DeviceMesh& mesh);
+/// The ranks a parameter of replica group `g` is reduced and ZeRO-sliced over: the
+/// grad_reduction_group for dense weights, the expert-data-parallel group for experts'.
+ProcessGroup& replica_group(const DeviceMesh& mesh, ReplicaGroup g);
+/// This rank's groups for placements (layers/placement.h).
+PlacementGroups placement_groups(const DeviceMesh& mesh);
 
 class OptimizerState {
  public:
@@ -38,7 +43,7 @@ class OptimizerState {
   OptimizerState(const OptimizerState&) = delete;
   OptimizerState& operator=(const OptimizerState&) = delete;
 
-  ZeroSharding& zero() { return *zero_; }
+  ZeroGroups& zero() { return *zero_; }
   OptimizerShards& shards() { return zero_->shards(); }
   AdamW& adamw() { return *optimizer_; }
   /// fp16 only; nullptr otherwise.
@@ -70,7 +75,7 @@ class OptimizerState {
 
   const Config& config_;
   const DeviceMesh& mesh_;
-  std::unique_ptr<ZeroSharding> zero_;
+  std::unique_ptr<ZeroGroups> zero_;
   std::unique_ptr<ReplicatedGradSum> replicated_grads_;
   std::unique_ptr<DynamicLossScaler> scaler_;
   std::unique_ptr<AdamW> optimizer_;

@@ -91,7 +91,7 @@ class Trainer {
   std::int64_t logical_parameters() const { return model_->logical_parameters(); }
   const pp::PipelineExecutor& executor() const { return model_->executor(); }
   /// Where parameters, master weights and gradients live (parallel.zero_stage).
-  ZeroSharding& zero() { return optim_->zero(); }
+  ZeroGroups& zero() { return optim_->zero(); }
   /// fp16 only; nullptr otherwise.
   const DynamicLossScaler* loss_scaler() const { return optim_->loss_scaler(); }
   const DeviceMesh& mesh() const { return *mesh_; }

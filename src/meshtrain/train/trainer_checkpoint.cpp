@@ -54,8 +54,7 @@ void Trainer::save_checkpoint(std::int64_t steps_done) {
   on_rank0_for_all(world_, [&] { prepare_checkpoint_dir(checkpoint_root(), steps_done); });
   world_.barrier();  // nobody writes into the directory before rank 0 has cleared it
 
-  const ProcessGroup& replicas = grad_reduction_group(*mesh_);
-  const ProcessGroup& tp = mesh_->group(Axis::tp);
+  const PlacementRanks ranks = placement_groups(*mesh_).ranks();
   RankSnapshot snapshot{.step = steps_done,
                         .rank = world_.rank(),
                         .world = world_.size(),
@@ -66,10 +65,8 @@ void Trainer::save_checkpoint(std::int64_t steps_done) {
   const int zero_stage = optim_->zero().stage();
   for (std::size_t i = 0; i < shards.size(); ++i) {
     const OptimizerShard& s = shards[i];
-    // One copy of each element: replicas (ZeRO-0) and tp replicas hold the same values.
-    const bool replica = (zero_stage == 0 && replicas.rank() != 0) ||
-                         (!s.param->is_sharded() && tp.rank() != 0) || s.param->tied_copy;
-    if (replica || s.end == s.begin) continue;
+    // One copy of each element (layers/placement.h).
+    if (!counts_this_copy(*s.param, ranks, zero_stage >= 1) || s.end == s.begin) continue;
     snapshot.pieces.push_back(
         {.name = s.param->name,
          .piece = piece_of(s),

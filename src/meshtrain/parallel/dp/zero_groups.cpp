@@ -1,0 +1,96 @@
+#include "meshtrain/parallel/dp/zero_groups.h"
+
+#include <algorithm>
+
+#include "meshtrain/core/error.h"
+
+namespace meshtrain {
+namespace {
+
+ParameterList in_group(const ParameterList& params, ReplicaGroup g) {
+  ParameterList out;
+  std::copy_if(params.begin(), params.end(), std::back_inserter(out),
+               [g](const Parameter* p) { return p->replicas == g; });
+  return out;
+}
+
+}  // namespace
+
+ZeroGroups::ZeroGroups(const ParameterList& params, const std::vector<ParameterList>& units,
+                       const std::function<ProcessGroup&(ReplicaGroup)>& group_of,
+                       const ZeroOptions& options)
+    : stage_(options.stage) {
+  for (const ReplicaGroup g : {ReplicaGroup::dense, ReplicaGroup::expert}) {
+    const ParameterList mine = in_group(params, g);
+    if (mine.empty()) continue;
+    std::vector<ParameterList> unit_parts;
+    for (const ParameterList& unit : units) {
+      ParameterList part = in_group(unit, g);
+      if (!part.empty()) unit_parts.push_back(std::move(part));
+    }
+    groups_.push_back(
+        {g, std::make_unique<ZeroSharding>(mine, std::move(unit_parts), group_of(g), options)});
+    for (const OptimizerShard& s : groups_.back().zero->shards()) shards_.push_back(s);
+  }
+}
+
+const ParameterList* ZeroGroups::part(const ParameterList* unit, std::size_t i) {
+  if (unit == nullptr) return nullptr;
+  auto [it, added] = parts_.try_emplace({unit, i});
+  if (added) it->second = in_group(*unit, groups_[i].kind);
+  return it->second.empty() ? nullptr : &it->second;
+}
+
+ZeroSharding& ZeroGroups::of(const Parameter& p) {
+  for (Group& g : groups_) {
+    if (g.kind == p.replicas) return *g.zero;
+  }
+  MT_CHECK(false, "{}: its replica group ({}) has no ZeRO state", p.name, to_string(p.replicas));
+  return *groups_.front().zero;  // not reached: MT_CHECK aborts
+}
+
+void ZeroGroups::reduce_gradients() {
+  for (Group& g : groups_) g.zero->reduce_gradients();
+}
+
+void ZeroGroups::publish_parameters() {
+  for (Group& g : groups_) g.zero->publish_parameters();
+}
+
+void ZeroGroups::zero_grad() {
+  for (Group& g : groups_) g.zero->zero_grad();
+}
+
+Tensor ZeroGroups::gather_master(const Parameter& p) { return of(p).gather_master(p); }
+Tensor ZeroGroups::gather_grad(const Parameter& p) { return of(p).gather_grad(p); }
+
+// A group sees only the units that hold some of its parameters, and as `next` the next unit
+// that the model names if it holds some (else no prefetch: a gather on demand).
+template <typename Call>
+void ZeroGroups::each_part(const ParameterList& unit, Call&& call) {
+  for (std::size_t i = 0; i < groups_.size(); ++i) {
+    if (const ParameterList* u = part(&unit, i)) call(*groups_[i].zero, *u, i);
+  }
+}
+
+void ZeroGroups::before_forward(const ParameterList& unit, const ParameterList* next) {
+  each_part(unit, [&](ZeroSharding& z, const ParameterList& u, std::size_t i) {
+    z.before_forward(u, part(next, i));
+  });
+}
+
+void ZeroGroups::after_forward(const ParameterList& unit) {
+  each_part(unit, [](ZeroSharding& z, const ParameterList& u, std::size_t) { z.after_forward(u); });
+}
+
+void ZeroGroups::before_backward(const ParameterList& unit, const ParameterList* next) {
+  each_part(unit, [&](ZeroSharding& z, const ParameterList& u, std::size_t i) {
+    z.before_backward(u, part(next, i));
+  });
+}
+
+void ZeroGroups::after_backward(const ParameterList& unit) {
+  each_part(unit, [](ZeroSharding& z, const ParameterList& u, std::size_t) { z.after_backward(u); });
+}
+
+}  // namespace meshtrain
