@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "meshtrain/core/allocator.h"
@@ -12,6 +13,18 @@
 
 namespace meshtrain {
 namespace {
+
+// The GCC 12 wrong-code case the top-level CMakeLists.txt works around (-fno-tree-slp-vectorize):
+// under -march=native on an AVX-512 machine these initialisers came out as one broadcast.
+TEST(Toolchain, ConstantInitialisersKeepEveryElement) {
+  const std::vector<std::int64_t> a{3, 3, 0, 0};
+  EXPECT_EQ(a[2], 0);
+  EXPECT_EQ(a[3], 0);
+  const std::vector<int> b{3, 3, 3, 3, 0, 0, 0, 0};
+  EXPECT_EQ(b[4] + b[5] + b[6] + b[7], 0);
+  const std::vector<double> c{3, 3, 0, 0};
+  EXPECT_EQ(c[2] + c[3], 0.0);
+}
 
 TEST(TrackedAllocator, CountsCurrentAndPeakPerCategoryAndReusesFreedBlocks) {
   TrackedAllocator& alloc = TrackedAllocator::instance();
