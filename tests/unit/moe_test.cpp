@@ -61,6 +61,35 @@ Vec& ref_param(RefMoe& r, std::size_t i) {
   return which == 0 ? r.w1[e] : which == 1 ? r.w3[e] : r.w2[e];
 }
 
+// Capacity: per expert, its (token, slot) assignments in token order; over-full experts keep
+// the highest weights (ties: earlier token) or the earliest tokens. Counts the dropped ones.
+std::vector<std::vector<bool>> ref_kept(const RefMoe& m,
+                                        const std::vector<std::vector<std::int64_t>>& chosen,
+                                        const std::vector<Vec>& weight, std::int64_t& dropped) {
+  const auto N = static_cast<std::int64_t>(chosen.size());
+  const std::int64_t k = m.k, E = m.E;
+  std::vector<std::vector<bool>> kept(N, std::vector<bool>(k, true));
+  if (m.opt.moe_capacity_factor == 0) return kept;
+  const auto cap = static_cast<std::size_t>(std::ceil(
+      static_cast<double>(N * k) / static_cast<double>(E) * m.opt.moe_capacity_factor));
+  for (std::int64_t e = 0; e < E; ++e) {
+    std::vector<std::pair<std::int64_t, std::int64_t>> mine;
+    for (std::int64_t n = 0; n < N; ++n)
+      for (std::int64_t j = 0; j < k; ++j)
+        if (chosen[n][j] == e) mine.push_back({n, j});
+    if (m.opt.moe_token_drop_policy == MoeTokenDropPolicy::probs) {
+      std::stable_sort(mine.begin(), mine.end(), [&](auto a, auto b) {
+        return weight[a.first][a.second] > weight[b.first][b.second];
+      });
+    }
+    for (std::size_t i = cap; i < mine.size(); ++i) {
+      kept[mine[i].first][mine[i].second] = false;
+      ++dropped;
+    }
+  }
+  return kept;
+}
+
 RefOut ref_forward(const RefMoe& m, const Vec& x, std::int64_t N) {
   const std::int64_t C = m.C, E = m.E, k = m.k, F = m.F;
   const auto Nd = static_cast<double>(N), Ed = static_cast<double>(E);
@@ -96,28 +125,7 @@ RefOut ref_forward(const RefMoe& m, const Vec& x, std::int64_t N) {
                (prob_sum[e] / Nd);
   }
   out.z *= m.opt.moe_z_loss_coeff;
-  // Capacity: per expert, its (token, slot) assignments in token order; over-full experts keep
-  // the highest weights (ties: earlier token) or the earliest tokens.
-  std::vector<std::vector<bool>> kept(N, std::vector<bool>(k, true));
-  if (m.opt.moe_capacity_factor > 0) {
-    const auto cap = static_cast<std::size_t>(
-        std::ceil(Nd * kd / Ed * m.opt.moe_capacity_factor));
-    for (std::int64_t e = 0; e < E; ++e) {
-      std::vector<std::pair<std::int64_t, std::int64_t>> mine;
-      for (std::int64_t n = 0; n < N; ++n)
-        for (std::int64_t j = 0; j < k; ++j)
-          if (chosen[n][j] == e) mine.push_back({n, j});
-      if (m.opt.moe_token_drop_policy == MoeTokenDropPolicy::probs) {
-        std::stable_sort(mine.begin(), mine.end(), [&](auto a, auto b) {
-          return weight[a.first][a.second] > weight[b.first][b.second];
-        });
-      }
-      for (std::size_t i = cap; i < mine.size(); ++i) {
-        kept[mine[i].first][mine[i].second] = false;
-        ++out.dropped;
-      }
-    }
-  }
+  const std::vector<std::vector<bool>> kept = ref_kept(m, chosen, weight, out.dropped);
   out.y.assign(N * C, 0.0);
   for (std::int64_t n = 0; n < N; ++n) {
     for (std::int64_t j = 0; j < k; ++j) {
