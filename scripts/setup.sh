@@ -12,7 +12,35 @@ PACKAGES=(
   libfmt-dev libspdlog-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-torch python3-numpy   # PyTorch reference tests and bench (/usr/bin/python3)
+  python3-pip                           # installs PYDEPS below
 )
+
+# Python packages the reference tests import beyond Debian's: Hugging Face transformers'
+# MixtralSparseMoeBlock (tests/reference/moe_reference.py). transformers 4.36.2 is a version
+# that runs on Debian's torch 1.13. The list is its whole dependency closure, pinned, installed
+# with --no-deps into the repository's ignored .pydeps/ (the CTest test sets PYTHONPATH), so pip
+# never brings its own numpy: pip's numpy breaks Debian's torch; Debian's numpy is used.
+PYDEPS=(
+  transformers==4.36.2 tokenizers==0.15.2 safetensors==0.8.0 huggingface-hub==0.36.2
+  hf-xet==1.8.0 filelock==4.3.1 fsspec==2026.9.0 packaging==26.4 pyyaml==6.0.4
+  regex==2026.11.19 requests==2.34.2 certifi==2026.10.19.post1 charset-normalizer==3.5.3
+  idna==3.20 urllib3==2.8.0 tqdm==4.70.1 typing-extensions==4.16.0
+)
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+
+# Idempotent: skipped when .pydeps holds exactly these pins (its .pins stamp).
+install_pydeps() {
+  local dir="$ROOT/.pydeps"
+  if [[ -f "$dir/.pins" && "$(cat "$dir/.pins")" == "${PYDEPS[*]}" ]]; then
+    echo "setup: .pydeps up to date (${#PYDEPS[@]} pinned packages)"
+    return
+  fi
+  echo "setup: installing ${PYDEPS[*]} into $dir"
+  rm -rf "$dir"
+  /usr/bin/python3 -m pip install --quiet --disable-pip-version-check --no-deps \
+    --no-warn-script-location --target "$dir" "${PYDEPS[@]}"
+  echo "${PYDEPS[*]}" >"$dir/.pins"
+}
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -20,6 +48,7 @@ for p in "${PACKAGES[@]}"; do
 done
 if ((${#missing[@]} == 0)); then
   echo "setup: all ${#PACKAGES[@]} packages present"
+  install_pydeps
   exit 0
 fi
 SUDO=""
@@ -28,3 +57,4 @@ echo "setup: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+install_pydeps

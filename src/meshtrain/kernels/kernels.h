@@ -240,6 +240,57 @@ void swiglu_backward(const float* gate, const float* up, const float* dout, floa
                      float* dup, std::int64_t n);
 
 // ---------------------------------------------------------------------------------------------
+// Sparse mixture of experts (Mixtral, Jiang et al. 2024, §2.1; Hugging Face
+// MixtralSparseMoeBlock): the router's softmax and top-k, the row permutation into and out of
+// the per-expert packed buffer, and the router's backward. A token n has k assignments
+// a = n·k + j (j = 0 … k−1, by decreasing router probability); the layer maps each kept
+// assignment to one row of the packed buffer (assign_row[a] ≥ 0) and a dropped one to −1
+// (layers/moe_routing.h). Every output row is owned by one task and summed in a fixed order,
+// so results are bitwise the same for every thread count.
+
+///   logits [N, E] f32   →   probs [N, E] = softmax(logits) per row, lse [N] = log Σ exp(logits),
+///   top_expert [N, k] i32: the k experts of largest probability, in decreasing order (ties: the
+///   lower expert index first, as a stable sort), top_weight [N, k] = their probabilities
+///   divided by their sum (Mixtral's renormalisation). All overwritten. MT_CHECKs 1 ≤ k ≤ E.
+void moe_router_forward(const float* logits, std::int64_t N, std::int64_t E, std::int64_t k,
+                        float* probs, float* lse, std::int32_t* top_expert, float* top_weight);
+
+/// The router's backward, dlogits [N, E] overwritten, as the sum of three terms:
+///   top-k weights: w = softmax over the chosen logits, so with g = d_weight [N, k] (∂L/∂w; 0
+///     for a dropped assignment) dlogits[n, e_j] += w_j·(g_j − Σ_i w_i·g_i), other experts 0;
+///   load balancing (aux_dprob [E] or nullptr): ∂L/∂probs[n, i] = aux_dprob[i] for every n, so
+///     dlogits[n, i] += p_i·(aux_dprob[i] − Σ_j p_j·aux_dprob[j]) (softmax backward);
+///   z-loss (z_scale = 0: none): dlogits[n, i] += z_scale·lse[n]·p_i (∂lse/∂logits = probs).
+void moe_router_backward(const float* probs, const float* lse, const std::int32_t* top_expert,
+                         const float* top_weight, const float* d_weight, const float* aux_dprob,
+                         float z_scale, float* dlogits, std::int64_t N, std::int64_t E,
+                         std::int64_t k);
+
+///   x [N, C], row_token [rows] (0 ≤ token < N)   →   packed [rows, C] overwritten:
+///   packed[r] = x[row_token[r]] (the dispatch permutation).
+void moe_gather_rows(const float* x, const std::int32_t* row_token, float* packed,
+                     std::int64_t rows, std::int64_t C);
+
+///   packed [rows, C] (the experts' outputs), assign_row [N·k], weight [N·k]   →   y [N, C]
+///   overwritten: y[n] = Σ_j weight[n·k+j]·packed[assign_row[n·k+j]] over kept assignments, in
+///   order j = 0 … k−1 (a token with none gets a zero row).
+void moe_combine_forward(const float* packed, const std::int32_t* assign_row, const float* weight,
+                         float* y, std::int64_t N, std::int64_t k, std::int64_t C);
+
+/// Backward of moe_combine_forward:  dy [N, C], packed [rows, C] (forward's experts' outputs)  →
+///   d_packed [rows, C]: d_packed[assign_row[a]] = weight[a]·dy[n] (rows no assignment names
+///   are left untouched; the layer's dispatch names every row once);
+///   d_weight [N·k]: ⟨dy[n], packed[assign_row[a]]⟩, 0 for a dropped assignment. Overwritten.
+void moe_combine_backward(const float* dy, const float* packed, const std::int32_t* assign_row,
+                          const float* weight, float* d_packed, float* d_weight, std::int64_t N,
+                          std::int64_t k, std::int64_t C);
+
+///   d_packed [rows, C], assign_row [N·k]   →   dx [N, C] ACCUMULATED: dx[n] += Σ_j
+///   d_packed[assign_row[n·k+j]] over kept assignments (the transpose of moe_gather_rows).
+void moe_scatter_add_rows(const float* d_packed, const std::int32_t* assign_row, float* dx,
+                          std::int64_t N, std::int64_t k, std::int64_t C);
+
+// ---------------------------------------------------------------------------------------------
 // Softmax cross-entropy over the vocabulary (PyTorch F.cross_entropy, no label smoothing),
 // in vocabulary-parallel pieces (Megatron-LM's VocabParallelCrossEntropy, Shoeybi et al. 2019,
 // §3): a rank holds logits [rows, V_local] for vocabulary ids [first, first + valid); columns

@@ -1,0 +1,221 @@
+#include "meshtrain/layers/moe.h"
+
+#include <fmt/format.h>
+
+#include <utility>
+
+#include "meshtrain/core/error.h"
+#include "meshtrain/kernels/kernels.h"
+#include "meshtrain/layers/autocast.h"
+#include "meshtrain/layers/weight_grad_queue.h"
+
+namespace meshtrain {
+
+// ---------------------------------------------------------------------------------------------
+// GroupedSwiGluExperts
+
+GroupedSwiGluExperts::GroupedSwiGluExperts(const std::string& prefix, std::int64_t first,
+                                           std::int64_t count, std::int64_t n_embd,
+                                           std::int64_t hidden, float init_std,
+                                           float proj_init_std)
+    : n_embd_(n_embd), hidden_(hidden) {
+  MT_CHECK(first >= 0 && count >= 1 && n_embd >= 1 && hidden >= 1,
+           "{}: experts [{}, +{}) of C={} F={}", prefix, first, count, n_embd, hidden);
+  experts_.reserve(static_cast<std::size_t>(count));
+  for (std::int64_t j = first; j < first + count; ++j) {
+    const std::string e = fmt::format("{}.{}", prefix, j);
+    experts_.push_back(
+        Expert{.w1 = Parameter(e + ".w1.weight", Shape{hidden, n_embd}, InitKind::normal, init_std),
+               .w3 = Parameter(e + ".w3.weight", Shape{hidden, n_embd}, InitKind::normal, init_std),
+               .w2 = Parameter(e + ".w2.weight", Shape{n_embd, hidden}, InitKind::normal,
+                               proj_init_std)});
+  }
+}
+
+Tensor GroupedSwiGluExperts::forward(const Tensor& packed, std::span<const std::int64_t> counts) {
+  MT_CHECK(packed.ndim() == 2 && packed.dim(1) == n_embd_ && counts.size() == experts_.size(),
+           "{}: packed {} with {} counts for {} experts of C={}", experts_.front().w1.name,
+           to_string(packed.shape()), counts.size(), experts_.size(), n_embd_);
+  State& s = *saved_;
+  s.offsets.assign(1, 0);
+  for (const std::int64_t c : counts) s.offsets.push_back(s.offsets.back() + c);
+  const std::int64_t rows = packed.dim(0);
+  MT_CHECK(s.offsets.back() == rows, "{}: counts sum to {}, packed has {} rows",
+           experts_.front().w1.name, s.offsets.back(), rows);
+  s.gate = Tensor::empty({rows, hidden_}, MemCategory::activations);
+  s.up = Tensor::empty({rows, hidden_}, MemCategory::activations);
+  Tensor out = Tensor::empty({rows, n_embd_}, MemCategory::activations);
+  s.x_in.assign(experts_.size(), Tensor());
+  s.act_in.assign(experts_.size(), Tensor());
+  for (std::size_t e = 0; e < experts_.size(); ++e) {
+    const std::int64_t begin = s.offsets[e], end = s.offsets[e + 1];
+    if (begin == end) continue;  // no rows: no GEMM (and nothing kept)
+    Expert& ex = experts_[e];
+    s.x_in[e] = matmul_input(packed.rows(begin, end), ex.w1);
+    Tensor gate = s.gate.rows(begin, end), up = s.up.rows(begin, end);
+    autocast_linear_forward(s.x_in[e], ex.w1, nullptr, gate);
+    autocast_linear_forward(s.x_in[e], ex.w3, nullptr, up);
+    Tensor act = Tensor::empty(gate.shape(), MemCategory::activations);
+    kernels::swiglu_forward(gate.f32(), up.f32(), act.f32(), act.numel());
+    s.act_in[e] = matmul_input(act, ex.w2);
+    Tensor y = out.rows(begin, end);
+    autocast_linear_forward(s.act_in[e], ex.w2, nullptr, y);
+  }
+  return out;
+}
+
+Tensor GroupedSwiGluExperts::backward(const Tensor& d_out) {
+  State s = saved_.take(experts_.front().w1.name);
+  const std::int64_t rows = s.offsets.back();
+  MT_CHECK(d_out.ndim() == 2 && d_out.dim(0) == rows && d_out.dim(1) == n_embd_,
+           "{}: gradient {} for [{}, {}]", experts_.front().w1.name, to_string(d_out.shape()), rows,
+           n_embd_);
+  Tensor d_packed = Tensor::empty({rows, n_embd_}, MemCategory::activations);
+  for (std::size_t e = 0; e < experts_.size(); ++e) {
+    const std::int64_t begin = s.offsets[e], end = s.offsets[e + 1], n = end - begin;
+    if (n == 0) continue;
+    Expert& ex = experts_[e];
+    Tensor d_act = Tensor::empty({n, hidden_}, MemCategory::activations);
+    linear_backward_or_defer(s.act_in[e], ex.w2, d_out.rows(begin, end), d_act.f32(), nullptr,
+                             {n, hidden_, n_embd_});
+    // In place, as SwiGluMlp: gate and up become their gradients (a deferred w1/w3 gradient
+    // keeps them until W).
+    Tensor gate = s.gate.rows(begin, end), up = s.up.rows(begin, end);
+    kernels::swiglu_backward(gate.f32(), up.f32(), d_act.f32(), gate.f32(), up.f32(),
+                             gate.numel());
+    Tensor dx = d_packed.rows(begin, end);
+    linear_backward_or_defer(s.x_in[e], ex.w1, gate, dx.f32(), nullptr, {n, n_embd_, hidden_});
+    Tensor dx_up = Tensor::empty({n, n_embd_}, MemCategory::activations);
+    linear_backward_or_defer(s.x_in[e], ex.w3, up, dx_up.f32(), nullptr, {n, n_embd_, hidden_});
+    kernels::add_inplace(dx.f32(), dx_up.f32(), dx.numel());
+  }
+  return d_packed;
+}
+
+ParameterList GroupedSwiGluExperts::parameters() {
+  ParameterList out;
+  for (Expert& e : experts_) {
+    for (Parameter* p : {&e.w1, &e.w3, &e.w2}) out.push_back(p);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// SparseMoeBlock
+
+namespace {
+
+const MoeShape& checked(const std::string& prefix, const MoeShape& s, const MoeOptions& o) {
+  MT_CHECK(s.n_embd >= 1 && s.moe_ffn_hidden >= 1 && s.moe_experts >= 1 && s.moe_top_k >= 1 &&
+               s.moe_top_k <= s.moe_experts,
+           "{}: MoE with C={} F={} E={} top_k={} (need C, F ≥ 1 and 1 ≤ top_k ≤ E)", prefix,
+           s.n_embd, s.moe_ffn_hidden, s.moe_experts, s.moe_top_k);
+  MT_CHECK(o.moe_capacity_factor >= 0.0 && o.moe_aux_loss_coeff >= 0.0 && o.moe_z_loss_coeff >= 0.0,
+           "{}: MoE capacity factor {}, aux coeff {}, z coeff {} (each ≥ 0)", prefix,
+           o.moe_capacity_factor, o.moe_aux_loss_coeff, o.moe_z_loss_coeff);
+  return s;
+}
+
+}  // namespace
+
+SparseMoeBlock::SparseMoeBlock(const std::string& prefix, const MoeShape& shape,
+                               const MoeOptions& options)
+    : shape_(checked(prefix, shape, options)),
+      options_(options),
+      gate_(prefix + ".block_sparse_moe.gate.weight", Shape{shape.moe_experts, shape.n_embd},
+            InitKind::normal, shape.init_std),
+      experts_(prefix + ".block_sparse_moe.experts", 0, shape.moe_experts, shape.n_embd,
+               shape.moe_ffn_hidden, shape.init_std, shape.proj_init_std) {}
+
+Tensor SparseMoeBlock::forward(const Tensor& x, const SequenceBatch& /*batch*/) {
+  const std::int64_t C = shape_.n_embd, E = shape_.moe_experts, k = shape_.moe_top_k;
+  MT_CHECK(x.ndim() == 2 && x.dim(1) == C && x.dtype() == DType::f32,
+           "{}: input {} {} expected [tokens, {}] f32", gate_.name, to_string(x.shape()),
+           to_string(x.dtype()), C);
+  const std::int64_t N = x.dim(0);
+  State& s = *saved_;
+  s.x = x;
+  // 1. Route, in f32 whatever the router weight's dtype (the router is not a matmul autocast
+  // rounds: top-k choices are discontinuous in the logits).
+  const Tensor wg = value_f32(gate_);
+  Tensor logits = Tensor::empty({N, E}, MemCategory::activations);
+  kernels::linear_forward(x.f32(), wg.f32(), nullptr, logits.f32(), {N, C, E});
+  s.probs = Tensor::empty({N, E}, MemCategory::activations);
+  s.lse = Tensor::empty({N}, MemCategory::activations);
+  s.top_expert = Tensor::empty({N, k}, MemCategory::activations, DType::i32);
+  s.top_weight = Tensor::empty({N, k}, MemCategory::activations);
+  kernels::moe_router_forward(logits.f32(), N, E, k, s.probs.f32(), s.lse.f32(),
+                              s.top_expert.i32(), s.top_weight.f32());
+  last_logits_ = std::move(logits);
+  // 2. Dispatch: counts per expert and the packed row order (the exchange point under ep).
+  const auto nk = static_cast<std::size_t>(N * k);
+  s.dispatch = plan_moe_dispatch(
+      {s.top_expert.i32(), nk}, {s.top_weight.f32(), nk}, N, k, E,
+      moe_expert_capacity(N, k, E, options_.moe_capacity_factor), options_.moe_token_drop_policy);
+  s.losses = moe_router_losses(s.probs.f32(), s.lse.f32(), s.dispatch.routed, N, k,
+                               options_.moe_aux_loss_coeff, options_.moe_z_loss_coeff);
+  Tensor packed = Tensor::empty({s.dispatch.rows(), C}, MemCategory::activations);
+  kernels::moe_gather_rows(x.f32(), s.dispatch.row_token.data(), packed.f32(), s.dispatch.rows(),
+                           C);
+  // 3. Experts, 4. combine.
+  s.expert_out = experts_.forward(packed, s.dispatch.counts);
+  Tensor y = Tensor::empty({N, C}, MemCategory::activations);
+  kernels::moe_combine_forward(s.expert_out.f32(), s.dispatch.assign_row.data(),
+                               s.top_weight.f32(), y.f32(), N, k, C);
+  stats_ = MoeStats{.tokens = N,
+                    .capacity = s.dispatch.capacity,
+                    .routed_per_expert = s.dispatch.routed,
+                    .tokens_per_expert = s.dispatch.counts,
+                    .dropped = s.dispatch.dropped(),
+                    .dropped_fraction = N == 0 ? 0.0
+                                               : static_cast<double>(s.dispatch.dropped()) /
+                                                     static_cast<double>(N * k),
+                    .losses = s.losses};
+  return y;
+}
+
+Tensor SparseMoeBlock::backward(const Tensor& dy) {
+  const std::int64_t C = shape_.n_embd, E = shape_.moe_experts, k = shape_.moe_top_k;
+  State s = saved_.take(gate_.name);
+  const std::int64_t N = s.x.dim(0);
+  MT_CHECK(dy.ndim() == 2 && dy.dim(0) == N && dy.dim(1) == C, "{}: gradient {} for [{}, {}]",
+           gate_.name, to_string(dy.shape()), N, C);
+  const MoeDispatch& d = s.dispatch;
+  // Combine: the experts' output gradients and ∂L/∂weight per assignment.
+  Tensor d_out = Tensor::empty({d.rows(), C}, MemCategory::activations);
+  Tensor d_weight = Tensor::empty({N, k}, MemCategory::activations);
+  kernels::moe_combine_backward(dy.f32(), s.expert_out.f32(), d.assign_row.data(),
+                                s.top_weight.f32(), d_out.f32(), d_weight.f32(), N, k, C);
+  s.expert_out = Tensor();
+  // Router: top-k weights + aux + z through the softmax, then the f32 linear (at once: the
+  // router is not among the deferred matmuls, like a norm weight's gradient).
+  Tensor dlogits = Tensor::empty({N, E}, MemCategory::activations);
+  std::vector<float> aux_dprob = s.losses.aux_dprob;
+  for (float& a : aux_dprob) a = static_cast<float>(a * loss_grad_scale_);
+  const auto z_scale = static_cast<float>(s.losses.z_scale * loss_grad_scale_);
+  kernels::moe_router_backward(s.probs.f32(), s.lse.f32(), s.top_expert.i32(),
+                               s.top_weight.f32(), d_weight.f32(),
+                               aux_dprob.empty() ? nullptr : aux_dprob.data(), z_scale,
+                               dlogits.f32(), N, E, k);
+  const Tensor wg = value_f32(gate_);
+  Tensor dx = Tensor::empty({N, C}, MemCategory::activations);
+  kernels::linear_backward(s.x.f32(), wg.f32(), dlogits.f32(), dx.f32(), gate_.grad.f32(), nullptr,
+                           {N, C, E});
+  // Experts, then the un-permutation of their input gradients onto the tokens.
+  const Tensor d_packed = experts_.backward(d_out);
+  kernels::moe_scatter_add_rows(d_packed.f32(), d.assign_row.data(), dx.f32(), N, k, C);
+  return dx;
+}
+
+ParameterList SparseMoeBlock::parameters() {
+  ParameterList out{&gate_};
+  for (Parameter* p : experts_.parameters()) out.push_back(p);
+  return out;
+}
+
+void SparseMoeBlock::discard() {
+  saved_.release();
+  experts_.discard();
+}
+
+}  // namespace meshtrain

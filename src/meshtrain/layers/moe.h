@@ -1,0 +1,155 @@
+// src/meshtrain/layers/moe.h — the sparse mixture-of-experts feed-forward block of Mixtral
+// (Jiang et al. 2024, §2.1; Hugging Face MixtralSparseMoeBlock), with the expert capacity and
+// token dropping of Switch Transformer (Fedus et al. 2021, §2.2) as Megatron-LM offers it, the
+// Switch load-balancing loss and the ST-MoE router z-loss (Zoph et al. 2022, eq. 5). The math,
+// the capacity rule and what is reported: docs/moe.md.
+//
+// Parameters (Hugging Face Mixtral names and layouts, one Parameter per expert weight so that
+// expert parallel can place experts on ep ranks by name):
+//   <prefix>.block_sparse_moe.gate.weight        [E, C]  router, no bias
+//   <prefix>.block_sparse_moe.experts.{j}.w1.weight  [F, C]  gate projection
+//   <prefix>.block_sparse_moe.experts.{j}.w3.weight  [F, C]  up projection
+//   <prefix>.block_sparse_moe.experts.{j}.w2.weight  [C, F]  down projection
+//
+// Forward of x [N, C] f32 (N = the micro-batch's tokens as this layer sees them):
+//   1. route:    logits = x·Wgᵀ (f32: a 16-bit router weight is widened), probs = softmax,
+//                top-k experts, weights renormalised to sum 1 per token;
+//   2. dispatch: plan_moe_dispatch (moe_routing.h) — per-expert counts, capacity dropping,
+//                the packed row order (by expert, token order within an expert); gather x's
+//                rows into packed [rows, C];
+//   3. experts:  GroupedSwiGluExperts on contiguous row blocks, one GEMM per weight and expert;
+//   4. combine:  y[n] = Σ_j w_j·expert_j(x[n]) over the token's kept assignments (a dropped one
+//                contributes 0: the token still passes through the block's residual).
+// Expert parallel inserts its all-to-all between 2 and 3 (exchange counts, then rows) and
+// between 3 and 4 (rows back); the counts and the row order are all it needs.
+//
+// Single rank: tp = 1 and ep = 1 here; experts of this layer are all local.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "meshtrain/layers/activation_slots.h"
+#include "meshtrain/layers/module.h"
+#include "meshtrain/layers/moe_routing.h"
+
+namespace meshtrain {
+
+struct MoeShape {
+  std::int64_t n_embd;          // C
+  std::int64_t moe_experts;     // E ≥ 1
+  std::int64_t moe_top_k;       // k, 1 ≤ k ≤ E
+  std::int64_t moe_ffn_hidden;  // F, each expert's SwiGLU width
+  float init_std;               // router, w1 and w3
+  float proj_init_std;          // w2
+};
+
+/// Megatron-LM's moe_* settings of the same names.
+struct MoeOptions {
+  /// 0 = dropless; else each expert keeps at most moe_expert_capacity(N, k, E, factor)
+  /// assignments of the N tokens of a forward (moe_routing.h).
+  double moe_capacity_factor = 0.0;
+  MoeTokenDropPolicy moe_token_drop_policy = MoeTokenDropPolicy::probs;
+  double moe_aux_loss_coeff = 0.0;  // Switch load-balancing loss coefficient
+  double moe_z_loss_coeff = 0.0;    // ST-MoE router z-loss coefficient
+};
+
+/// What the last forward (any activation slot) routed, for logging and metrics.
+struct MoeStats {
+  std::int64_t tokens = 0;
+  std::optional<std::int64_t> capacity;          // nullopt: dropless
+  std::vector<std::int64_t> routed_per_expert;   // [E] assignments chosen, before dropping
+  std::vector<std::int64_t> tokens_per_expert;   // [E] assignments computed, after dropping
+  std::int64_t dropped = 0;                      // assignments dropped
+  double dropped_fraction = 0.0;                 // dropped / (N·k); 0 when N = 0
+  MoeRouterLosses losses;                        // load balance, aux, z (values)
+};
+
+/// The experts of one MoE layer run as a grouped pass: rows [offsets[e], offsets[e+1]) of a
+/// packed buffer go through expert e's SwiGLU, silu(x·w1ᵀ)·(x·w3ᵀ)·w2ᵀ (Shazeer 2020). Each
+/// weight is read by the autocast rule (layers/autocast.h): a 16-bit expert multiplies its rows
+/// rounded to its dtype with f32 accumulation. Experts [first, first + count) of the layer are
+/// named experts.{first + i} (first = 0, count = E on one rank).
+class GroupedSwiGluExperts {
+ public:
+  GroupedSwiGluExperts(const std::string& prefix, std::int64_t first, std::int64_t count,
+                       std::int64_t n_embd, std::int64_t hidden, float init_std,
+                       float proj_init_std);
+
+  /// packed [rows, C] f32, counts [count] rows per expert (Σ = rows) → [rows, C] f32. Keeps
+  /// the rows as each expert's matmul reads them, gate and up [rows, F] f32 and the activation
+  /// in the current activation slot.
+  Tensor forward(const Tensor& packed, std::span<const std::int64_t> counts);
+  /// d_out [rows, C] → d_packed [rows, C] (overwritten); accumulates every expert's weight
+  /// gradients (deferred inside DeferWeightGrads); frees the slot's state.
+  Tensor backward(const Tensor& d_out);
+  void discard() { saved_.release(); }
+  ParameterList parameters();
+
+ private:
+  struct Expert {
+    Parameter w1, w3, w2;
+  };
+  std::int64_t n_embd_, hidden_;
+  std::vector<Expert> experts_;
+  struct State {
+    std::vector<std::int64_t> offsets;  // [count + 1]
+    std::vector<Tensor> x_in;           // per expert: its rows as w1/w3 read them
+    std::vector<Tensor> act_in;         // per expert: silu(gate)·up as w2 reads it
+    Tensor gate, up;                    // [rows, F] f32
+  };
+  Saved<State> saved_;
+};
+
+class SparseMoeBlock final : public Module {
+ public:
+  /// `prefix` is the decoder layer's, e.g. "model.layers.3". MT_CHECKs the shape (E ≥ 1,
+  /// 1 ≤ k ≤ E, C, F ≥ 1) and options (capacity factor and coefficients ≥ 0); the config
+  /// reports them first as ConfigErrors.
+  SparseMoeBlock(const std::string& prefix, const MoeShape& shape, const MoeOptions& options);
+
+  /// x [N, C] f32 → y [N, C] f32. Keeps x, the router's probs [N, E], lse [N], top-k experts
+  /// and weights [N, k], the dispatch plan and the experts' packed outputs [rows, C] in the
+  /// current activation slot (plus the experts' own state); updates stats().
+  Tensor forward(const Tensor& x, const SequenceBatch& batch) override;
+  /// dy [N, C] → dx [N, C]. Accumulates the router's and experts' gradients, including those
+  /// of the aux and z losses (scaled by loss_grad_scale()), exactly; frees the slot's state.
+  Tensor backward(const Tensor& dy) override;
+  /// Router, then experts 0 … E−1 as w1, w3, w2 each.
+  ParameterList parameters() override;
+  void discard() override;
+
+  /// The aux and z losses are added to the model's loss: their gradients enter backward
+  /// multiplied by this factor, which the trainer sets to what multiplies the main loss's
+  /// gradient (loss scale / micro-batches; Megatron-LM's MoEAuxLossAutoScaler). Default 1.
+  void set_loss_grad_scale(double scale) { loss_grad_scale_ = scale; }
+  double loss_grad_scale() const { return loss_grad_scale_; }
+  const MoeStats& stats() const { return stats_; }
+  const MoeShape& shape() const { return shape_; }
+  const MoeOptions& options() const { return options_; }
+  /// Router logits [N, E] of the last forward in the current slot (tests and the reference).
+  const Tensor& last_logits() const { return last_logits_; }
+
+ private:
+  MoeShape shape_;
+  MoeOptions options_;
+  Parameter gate_;
+  GroupedSwiGluExperts experts_;
+  double loss_grad_scale_ = 1.0;
+  MoeStats stats_;
+  Tensor last_logits_;
+  struct State {
+    Tensor x;                       // [N, C] f32 (shared with the caller's input)
+    Tensor probs, lse;              // [N, E], [N]
+    Tensor top_expert, top_weight;  // [N, k] i32, f32
+    MoeDispatch dispatch;
+    Tensor expert_out;  // [rows, C]
+    MoeRouterLosses losses;
+  };
+  Saved<State> saved_;
+};
+
+}  // namespace meshtrain
