@@ -1,9 +1,9 @@
 // ZeroGroups (issue 14, the placement step): dense parameters are reduced and ZeRO-sliced over
-// dp × cp, experts' over the expert-data-parallel group, and the grad norm counts every logical
-// element once — checked at every ZeRO stage on a world of dp = 2 or 4 with ep = 2, with
+// dp × cp, experts' over the expert-data-parallel group (their sum divided by dp × cp), and the
+// grad norm counts every logical element once — checked at every ZeRO stage on a world of dp = 2 or 4 with ep = 2, with
 // synthetic parameters whose gradients are known functions of the rank. Reducing an expert
-// over dp × cp (mixing two experts) or counting an expert's copy on every edp rank moves the
-// gathered gradient or the norm far outside the tolerance.
+// over dp × cp (mixing two experts), dividing it by the edp size (× ep) or counting an expert's
+// copy on every edp rank moves the gathered gradient or the norm far outside the tolerance.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -21,7 +21,7 @@ namespace {
 
 constexpr std::int64_t kDense = 10, kExpert = 7;  // odd sizes: ZeRO slices are padded
 
-// What rank r adds to element i of a gradient: the mean over ranks R is mean(R)/2 + i/100.
+// What rank r adds to element i of a gradient.
 float grad_of(int rank, std::int64_t i) {
   return 0.5f * static_cast<float>(rank + 1) + 0.01f * static_cast<float>(i);
 }
@@ -45,7 +45,9 @@ TEST_P(ZeroGroupsStage, ReducesEachParameterOverItsReplicaGroupAndCountsItOnce) 
   const ParameterList params{&dense, &expert};
   const std::vector<ParameterList> units{params};
   ZeroGroups zero(params, units,
-                  [&mesh](ReplicaGroup g) -> ProcessGroup& { return replica_group(mesh, g); },
+                  [&mesh](ReplicaGroup g) {
+                    return ZeroGroup{replica_group(mesh, g), grad_reduction_group(mesh).size()};
+                  },
                   ZeroOptions{.stage = stage,
                               .compute_dtype = DType::f32,
                               .bucket_bytes = 4 << 20,
@@ -60,35 +62,32 @@ TEST_P(ZeroGroupsStage, ReducesEachParameterOverItsReplicaGroupAndCountsItOnce) 
   zero.after_backward(units[0]);
   zero.reduce_gradients();
 
-  // Dense: the mean over all dp ranks. Expert of ep rank e: the mean over dp ranks d ≡ e
-  // (mod 2), i.e. ranks e, e + 2, ….
-  double dense_rank_mean = 0.0, expert_rank_mean = 0.0;
-  int in_edp = 0;
-  for (int r = 0; r < dp; ++r) {
-    dense_rank_mean += (r + 1) / static_cast<double>(dp);
-    if (r % 2 == ep_rank) {
-      expert_rank_mean += r + 1;
-      ++in_edp;
-    }
-  }
-  expert_rank_mean /= in_edp;
+  // Dense: the mean over all dp ranks. Expert of ep rank e: the sum over its edp ranks d ≡ e
+  // (mod 2) — an owner's gradient already holds its ep group's tokens — divided by dp × cp
+  // (= dp here), not by the edp size (ZeroGroup::mean_over).
+  const auto dense_value = [&](std::int64_t i) {
+    double v = 0.0;
+    for (int r = 0; r < dp; ++r) v += grad_of(r, i);
+    return v / dp;
+  };
+  const auto expert_value = [&](int e, std::int64_t i) {
+    double v = 0.0;
+    for (int r = e; r < dp; r += 2) v += grad_of(r, i);
+    return v / dp;
+  };
   const Tensor dense_grad = zero.gather_grad(dense), expert_grad = zero.gather_grad(expert);
   for (std::int64_t i = 0; i < kDense; ++i) {
-    EXPECT_NEAR(dense_grad.f32()[i], 0.5 * dense_rank_mean + 0.01 * static_cast<double>(i), 4e-6) << "dense " << i;
+    EXPECT_NEAR(dense_grad.f32()[i], dense_value(i), 4e-6) << "dense " << i;
   }
   for (std::int64_t i = 0; i < kExpert; ++i) {
-    EXPECT_NEAR(expert_grad.f32()[i], 0.5 * expert_rank_mean + 0.01 * static_cast<double>(i), 4e-6) << "expert " << i;
+    EXPECT_NEAR(expert_grad.f32()[i], expert_value(ep_rank, i), 4e-6) << "expert " << i;
   }
 
   // The norm: the dense gradient once, and each of the 2 experts once.
   double want = 0.0;
-  for (std::int64_t i = 0; i < kDense; ++i) want += std::pow(0.5 * dense_rank_mean + 0.01 * static_cast<double>(i), 2);
+  for (std::int64_t i = 0; i < kDense; ++i) want += std::pow(dense_value(i), 2);
   for (int e = 0; e < 2; ++e) {
-    double mean = 0.0;
-    int n = 0;
-    for (int r = e; r < dp; r += 2, ++n) mean += r + 1;
-    mean /= n;
-    for (std::int64_t i = 0; i < kExpert; ++i) want += std::pow(0.5 * mean + 0.01 * static_cast<double>(i), 2);
+    for (std::int64_t i = 0; i < kExpert; ++i) want += std::pow(expert_value(e, i), 2);
   }
   const double norm = global_grad_norm(zero.shards(), placement_groups(mesh), stage >= 1);
   EXPECT_NEAR(norm, std::sqrt(want), 1e-6 * std::sqrt(want));

@@ -105,7 +105,10 @@ ParameterList GroupedSwiGluExperts::parameters() {
 
 namespace {
 
-const MoeShape& checked(const std::string& prefix, const MoeShape& s, const MoeOptions& o) {
+const MoeShape& checked(const std::string& prefix, const MoeShape& s, const MoeOptions& o,
+                        const ExpertParallel& ep) {
+  MT_CHECK(s.moe_experts % ep.size() == 0, "{}: {} experts over ep = {}", prefix, s.moe_experts,
+           ep.size());
   MT_CHECK(s.n_embd >= 1 && s.moe_ffn_hidden >= 1 && s.moe_experts >= 1 && s.moe_top_k >= 1 &&
                s.moe_top_k <= s.moe_experts,
            "{}: MoE with C={} F={} E={} top_k={} (need C, F ≥ 1 and 1 ≤ top_k ≤ E)", prefix,
@@ -119,13 +122,32 @@ const MoeShape& checked(const std::string& prefix, const MoeShape& s, const MoeO
 }  // namespace
 
 SparseMoeBlock::SparseMoeBlock(const std::string& prefix, const MoeShape& shape,
-                               const MoeOptions& options)
-    : shape_(checked(prefix, shape, options)),
+                               const MoeOptions& options, ExpertParallel ep)
+    : shape_(checked(prefix, shape, options, ep)),
       options_(options),
+      ep_(ep),
       gate_(prefix + ".block_sparse_moe.gate.weight", Shape{shape.moe_experts, shape.n_embd},
             InitKind::normal, shape.init_std),
-      experts_(prefix + ".block_sparse_moe.experts", 0, shape.moe_experts, shape.n_embd,
-               shape.moe_ffn_hidden, shape.init_std, shape.proj_init_std) {}
+      experts_(prefix + ".block_sparse_moe.experts", ep.rank() * (shape.moe_experts / ep.size()),
+               shape.moe_experts / ep.size(), shape.n_embd, shape.moe_ffn_hidden, shape.init_std,
+               shape.proj_init_std) {
+  if (ep.size() > 1) {
+    for (Parameter* p : experts_.parameters()) p->replicas = ReplicaGroup::expert;
+  }
+}
+
+Tensor SparseMoeBlock::run_experts(const Tensor& packed, EpExchange& exchange) {
+  if (ep_.size() == 1) return experts_.forward(packed, saved_->dispatch.counts);
+  exchange = plan_ep_exchange(*ep_.group, saved_->dispatch.counts);
+  const Tensor local = ep_dispatch(*ep_.group, exchange, packed);
+  return ep_combine(*ep_.group, exchange, experts_.forward(local, exchange.local_counts));
+}
+
+Tensor SparseMoeBlock::experts_backward(const Tensor& d_out, const EpExchange& exchange) {
+  if (ep_.size() == 1) return experts_.backward(d_out);
+  const Tensor d_local = ep_dispatch(*ep_.group, exchange, d_out);
+  return ep_combine(*ep_.group, exchange, experts_.backward(d_local));
+}
 
 Tensor SparseMoeBlock::forward(const Tensor& x, const SequenceBatch& /*batch*/) {
   const std::int64_t C = shape_.n_embd, E = shape_.moe_experts, k = shape_.moe_top_k;
@@ -158,7 +180,7 @@ Tensor SparseMoeBlock::forward(const Tensor& x, const SequenceBatch& /*batch*/) 
   kernels::moe_gather_rows(x.f32(), s.dispatch.row_token.data(), packed.f32(), s.dispatch.rows(),
                            C);
   // 3. Experts, 4. combine.
-  s.expert_out = experts_.forward(packed, s.dispatch.counts);
+  s.expert_out = run_experts(packed, s.exchange);
   Tensor y = Tensor::empty({N, C}, MemCategory::activations);
   kernels::moe_combine_forward(s.expert_out.f32(), s.dispatch.assign_row.data(),
                                s.top_weight.f32(), y.f32(), N, k, C);
@@ -202,7 +224,7 @@ Tensor SparseMoeBlock::backward(const Tensor& dy) {
   kernels::linear_backward(s.x.f32(), wg.f32(), dlogits.f32(), dx.f32(), gate_.grad.f32(), nullptr,
                            {N, C, E});
   // Experts, then the un-permutation of their input gradients onto the tokens.
-  const Tensor d_packed = experts_.backward(d_out);
+  const Tensor d_packed = experts_backward(d_out, s.exchange);
   kernels::moe_scatter_add_rows(d_packed.f32(), d.assign_row.data(), dx.f32(), N, k, C);
   return dx;
 }

@@ -20,10 +20,11 @@
 //   3. experts:  GroupedSwiGluExperts on contiguous row blocks, one GEMM per weight and expert;
 //   4. combine:  y[n] = Σ_j w_j·expert_j(x[n]) over the token's kept assignments (a dropped one
 //                contributes 0: the token still passes through the block's residual).
-// Expert parallel inserts its all-to-all between 2 and 3 (exchange counts, then rows) and
-// between 3 and 4 (rows back); the counts and the row order are all it needs.
-//
-// Single rank: tp = 1 and ep = 1 here; experts of this layer are all local.
+// Expert parallel (ep > 1) inserts its all-to-all between 2 and 3 (exchange counts, then rows)
+// and between 3 and 4 (rows back): layers/expert_parallel.h. Ep rank e then holds experts
+// [e·E/ep, (e+1)·E/ep) (their Parameters have replicas = ReplicaGroup::expert: reduced over
+// the expert-data-parallel group), the router is replicated, and each rank routes, drops and
+// combines its own tokens (capacity from its own N, the same on every rank of a layout).
 #pragma once
 
 #include <cstdint>
@@ -33,8 +34,10 @@
 #include <vector>
 
 #include "meshtrain/layers/activation_slots.h"
+#include "meshtrain/layers/expert_parallel.h"
 #include "meshtrain/layers/module.h"
 #include "meshtrain/layers/moe_routing.h"
+#include "meshtrain/layers/parallel_groups.h"
 
 namespace meshtrain {
 
@@ -72,7 +75,8 @@ struct MoeStats {
 /// packed buffer go through expert e's SwiGLU, silu(x·w1ᵀ)·(x·w3ᵀ)·w2ᵀ (Shazeer 2020). Each
 /// weight is read by the autocast rule (layers/autocast.h): a 16-bit expert multiplies its rows
 /// rounded to its dtype with f32 accumulation. Experts [first, first + count) of the layer are
-/// named experts.{first + i} (first = 0, count = E on one rank).
+/// named experts.{first + i} (one rank: first = 0, count = E; ep rank e of ep: first = e·E/ep,
+/// count = E/ep).
 class GroupedSwiGluExperts {
  public:
   GroupedSwiGluExperts(const std::string& prefix, std::int64_t first, std::int64_t count,
@@ -107,9 +111,10 @@ class GroupedSwiGluExperts {
 class SparseMoeBlock final : public Module {
  public:
   /// `prefix` is the decoder layer's, e.g. "model.layers.3". MT_CHECKs the shape (E ≥ 1,
-  /// 1 ≤ k ≤ E, C, F ≥ 1) and options (capacity factor and coefficients ≥ 0); the config
-  /// reports them first as ConfigErrors.
-  SparseMoeBlock(const std::string& prefix, const MoeShape& shape, const MoeOptions& options);
+  /// 1 ≤ k ≤ E, C, F ≥ 1, E % ep == 0) and options (capacity factor and coefficients ≥ 0); the
+  /// config reports them first as ConfigErrors. This rank builds experts of its ep rank only.
+  SparseMoeBlock(const std::string& prefix, const MoeShape& shape, const MoeOptions& options,
+                 ExpertParallel ep = {});
 
   /// x [N, C] f32 → y [N, C] f32. Keeps x, the router's probs [N, E], lse [N], top-k experts
   /// and weights [N, k], the dispatch plan and the experts' packed outputs [rows, C] in the
@@ -118,7 +123,7 @@ class SparseMoeBlock final : public Module {
   /// dy [N, C] → dx [N, C]. Accumulates the router's and experts' gradients, including those
   /// of the aux and z losses (scaled by loss_grad_scale()), exactly; frees the slot's state.
   Tensor backward(const Tensor& dy) override;
-  /// Router, then experts 0 … E−1 as w1, w3, w2 each.
+  /// Router, then this rank's experts in index order as w1, w3, w2 each.
   ParameterList parameters() override;
   void discard() override;
 
@@ -134,8 +139,15 @@ class SparseMoeBlock final : public Module {
   const Tensor& last_logits() const { return last_logits_; }
 
  private:
+  /// Steps 3 (and the exchange around it, ep > 1): packed rows → their experts' outputs, in
+  /// this rank's packed order; `exchange` receives the plan backward reuses.
+  Tensor run_experts(const Tensor& packed, EpExchange& exchange);
+  /// d_out in packed order → d_packed in packed order, through the owners' experts.
+  Tensor experts_backward(const Tensor& d_out, const EpExchange& exchange);
+
   MoeShape shape_;
   MoeOptions options_;
+  ExpertParallel ep_;
   Parameter gate_;
   GroupedSwiGluExperts experts_;
   double loss_grad_scale_ = 1.0;
@@ -146,7 +158,8 @@ class SparseMoeBlock final : public Module {
     Tensor probs, lse;              // [N, E], [N]
     Tensor top_expert, top_weight;  // [N, k] i32, f32
     MoeDispatch dispatch;
-    Tensor expert_out;  // [rows, C]
+    EpExchange exchange;  // ep > 1
+    Tensor expert_out;    // [rows, C], in this rank's packed order
     MoeRouterLosses losses;
   };
   Saved<State> saved_;

@@ -48,14 +48,27 @@ inline int zigzag_chunk(int half, int rank, int size) noexcept {
   return half == 0 ? rank : 2 * size - 1 - rank;
 }
 
-/// Every group a layer may communicate over. Implicitly made from a TensorParallel (cp = 1),
-/// so single-dimension call sites stay as they are.
+/// The expert-parallel group a MoE layer's experts are spread over (nullptr: ep = 1): ep rank
+/// e holds experts [e·E/ep, (e+1)·E/ep) and its tokens travel to the other experts' owners by
+/// all-to-all (layers/expert_parallel.h). The ep ranks are consecutive dp ranks of one dp × cp
+/// group (comm/device_mesh.h).
+struct ExpertParallel {
+  ProcessGroup* group = nullptr;
+
+  int size() const noexcept { return group ? group->size() : 1; }
+  int rank() const noexcept { return group ? group->rank() : 0; }
+};
+
+/// Every group a layer may communicate over. Implicitly made from a TensorParallel (cp = 1,
+/// ep = 1), so single-dimension call sites stay as they are.
 struct ParallelGroups {
   TensorParallel tp;
   ContextParallel cp;
+  ExpertParallel ep;
 
-  ParallelGroups(const TensorParallel& tp_, ContextParallel cp_ = {})  // NOLINT: implicit
-      : tp(tp_), cp(cp_) {}
+  ParallelGroups(const TensorParallel& tp_, ContextParallel cp_ = {},  // NOLINT: implicit
+                 ExpertParallel ep_ = {})
+      : tp(tp_), cp(cp_), ep(ep_) {}
 };
 
 }  // namespace meshtrain

@@ -49,7 +49,9 @@ OptimizerState::OptimizerState(const Config& config, const DeviceMesh& mesh, Pip
   const TrainingConfig& t = config.training;
   zero_ = std::make_unique<ZeroGroups>(
       stage.parameters(), stage.units(),
-      [&mesh](ReplicaGroup g) -> ProcessGroup& { return replica_group(mesh, g); },
+      [&mesh](ReplicaGroup g) {
+        return ZeroGroup{replica_group(mesh, g), grad_reduction_group(mesh).size()};
+      },
       zero_options(config, import));
   stage.set_hooks(zero_.get());
   if (t.precision == "fp16") {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "meshtrain/core/error.h"
+#include "meshtrain/kernels/kernels.h"
 
 namespace meshtrain {
 namespace {
@@ -17,7 +18,7 @@ ParameterList in_group(const ParameterList& params, ReplicaGroup g) {
 }  // namespace
 
 ZeroGroups::ZeroGroups(const ParameterList& params, const std::vector<ParameterList>& units,
-                       const std::function<ProcessGroup&(ReplicaGroup)>& group_of,
+                       const std::function<ZeroGroup(ReplicaGroup)>& group_of,
                        const ZeroOptions& options)
     : stage_(options.stage) {
   for (const ReplicaGroup g : {ReplicaGroup::dense, ReplicaGroup::expert}) {
@@ -28,8 +29,12 @@ ZeroGroups::ZeroGroups(const ParameterList& params, const std::vector<ParameterL
       ParameterList part = in_group(unit, g);
       if (!part.empty()) unit_parts.push_back(std::move(part));
     }
+    const ZeroGroup where = group_of(g);
+    MT_CHECK(where.mean_over >= where.ranks.size(), "{} group {}: mean over {} ranks",
+             to_string(g), where.ranks.name(), where.mean_over);
     groups_.push_back(
-        {g, std::make_unique<ZeroSharding>(mine, std::move(unit_parts), group_of(g), options)});
+        {g, std::make_unique<ZeroSharding>(mine, std::move(unit_parts), where.ranks, options),
+         static_cast<float>(where.ranks.size()) / static_cast<float>(where.mean_over)});
     for (const OptimizerShard& s : groups_.back().zero->shards()) shards_.push_back(s);
   }
 }
@@ -50,7 +55,13 @@ ZeroSharding& ZeroGroups::of(const Parameter& p) {
 }
 
 void ZeroGroups::reduce_gradients() {
-  for (Group& g : groups_) g.zero->reduce_gradients();
+  for (Group& g : groups_) {
+    g.zero->reduce_gradients();
+    if (g.rescale == 1.0f) continue;
+    for (OptimizerShard& s : g.zero->shards()) {
+      kernels::scale_inplace(s.grad.f32(), g.rescale, s.grad.numel());
+    }
+  }
 }
 
 void ZeroGroups::publish_parameters() {

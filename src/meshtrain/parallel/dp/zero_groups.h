@@ -18,21 +18,31 @@
 
 namespace meshtrain {
 
+/// Where one replica group's ZeRO runs. `mean_over`: how many ranks' contributions the reduced
+/// gradient averages. A dense weight's is its group's size; an expert's owner has already
+/// summed the tokens of its whole ep group (the all-to-all brought them), so its gradient is
+/// the mean over dp × cp ranks, ep times its expert-data-parallel group (dividing by the edp
+/// size alone is the "expert gradients × ep" bug).
+struct ZeroGroup {
+  ProcessGroup& ranks;
+  int mean_over;
+};
+
 class ZeroGroups final : public ParameterHooks {
  public:
   /// As ZeroSharding's constructor, for `params` of any replica groups: the parameters (and
   /// each unit) are split by p.replicas, and the ZeroSharding of group g runs over
-  /// `group_of(g)`. Collective over each group that has parameters, dense first.
+  /// `group_of(g).ranks`. Collective over each group that has parameters, dense first.
   ZeroGroups(const ParameterList& params, const std::vector<ParameterList>& units,
-             const std::function<ProcessGroup&(ReplicaGroup)>& group_of,
-             const ZeroOptions& options);
+             const std::function<ZeroGroup(ReplicaGroup)>& group_of, const ZeroOptions& options);
 
   /// Every group's shards, dense first (the order AdamW's moments and checkpoints follow).
   /// Handles to the groups' own tensors: stepping them updates the groups' masters.
   OptimizerShards& shards() noexcept { return shards_; }
   int stage() const noexcept { return stage_; }
 
-  /// ZeroSharding's, on every group in order (each collective over its own group).
+  /// ZeroSharding's, on every group in order (each collective over its own group); then each
+  /// group's shards are scaled from the mean over its ranks to the mean over `mean_over`.
   void reduce_gradients();
   void publish_parameters();
   void zero_grad();
@@ -49,6 +59,7 @@ class ZeroGroups final : public ParameterHooks {
   struct Group {
     ReplicaGroup kind;
     std::unique_ptr<ZeroSharding> zero;
+    float rescale;  // group size / mean_over
   };
   /// The part of `unit` (a model's unit list, by address) in group i: cached, so a hook sees
   /// the same list object every time (ZeroSharding matches its stage-3 prefetch by address).
