@@ -55,7 +55,7 @@ std::filesystem::path reshard_checkpoint(const std::filesystem::path& src, const
                         .cp = static_cast<int>(par.cp),
                         .tp = static_cast<int>(par.tp),
                         .ep = static_cast<int>(par.ep)};
-  const bool low = target.training.precision != "fp32";
+  const bool low = target.training.precision != Precision::fp32;
   const int zero = static_cast<int>(par.zero_stage);
   nlohmann::json state = reader.state();
   state["mesh"] = {{"world", world},
