@@ -48,14 +48,14 @@ fs::path shared_temp_dir(ProcessGroup& group) {
 
 struct ResumeCase {
   std::string name;
-  std::string family = "gpt2";
+  ModelFamily family = ModelFamily::gpt2;
   std::int64_t dp = 1, tp = 1, pp = 1, v = 1, zero = 0, accumulation = 1;
   bool sp = false;
-  std::string schedule = "1f1b";
-  std::string precision = "fp32";
+  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
+  Precision precision = Precision::fp32;
   bool async = true;
   std::int64_t cp = 1;
-  std::string cp_comm = "p2p";
+  CpCommMode cp_comm = CpCommMode::p2p;
 };
 
 Config resume_config(const ResumeCase& c) {
@@ -80,21 +80,21 @@ std::vector<ResumeCase> resume_cases() {
   switch (test::launched_world_size()) {
     case 1:
       return {{.name = "single"},
-              {.name = "single_fp16_accumulation", .accumulation = 2, .precision = "fp16"},
-              {.name = "single_bf16_sync", .precision = "bf16", .async = false}};
+              {.name = "single_fp16_accumulation", .accumulation = 2, .precision = Precision::fp16},
+              {.name = "single_bf16_sync", .precision = Precision::bf16, .async = false}};
     case 2:
       return {{.name = "dp2_zero0_accumulation", .dp = 2, .accumulation = 2},
               {.name = "dp2_zero1", .dp = 2, .zero = 1},
               {.name = "dp2_zero3_accumulation", .dp = 2, .zero = 3, .accumulation = 2},
-              {.name = "tp2_sp_llama", .family = "llama", .tp = 2, .sp = true},
+              {.name = "tp2_sp_llama", .family = ModelFamily::llama, .tp = 2, .sp = true},
               {.name = "pp2_1f1b", .pp = 2, .accumulation = 4},
               {.name = "pp2_interleaved",
                .pp = 2,
                .v = 2,
                .accumulation = 4,
-               .schedule = "interleaved_1f1b"},
-              {.name = "cp2_p2p_llama", .family = "llama", .cp = 2},
-              {.name = "cp2_a2a", .cp = 2, .cp_comm = "a2a"}};
+               .schedule = PipelineSchedule::interleaved_1f1b},
+              {.name = "cp2_p2p_llama", .family = ModelFamily::llama, .cp = 2},
+              {.name = "cp2_a2a", .cp = 2, .cp_comm = CpCommMode::a2a}};
     case 4:
       return {{.name = "dp2_tp2_sp_zero3", .dp = 2, .tp = 2, .zero = 3, .sp = true},
               {.name = "pp2_dp2_zero1_interleaved",
@@ -103,9 +103,9 @@ std::vector<ResumeCase> resume_cases() {
                .v = 2,
                .zero = 1,
                .accumulation = 2,
-               .schedule = "interleaved_1f1b"},
+               .schedule = PipelineSchedule::interleaved_1f1b},
               {.name = "pp2_tp2_sp_1f1b_llama",
-               .family = "llama",
+               .family = ModelFamily::llama,
                .tp = 2,
                .pp = 2,
                .accumulation = 4,
@@ -166,11 +166,13 @@ struct LayoutShape {
 // interleaved. accumulation = 8 / (dp · micro_batch) with micro_batch 1 under pp (pp ≤ m).
 Config reshard_config(const LayoutShape& s) {
   const std::int64_t micro = s.pp > 1 ? 1 : 8 / s.dp;
-  Config cfg = test::small_tp_config("gpt2", s.dp, s.tp, s.tp > 1, micro, 8 / (s.dp * micro));
+  Config cfg =
+      test::small_tp_config(ModelFamily::gpt2, s.dp, s.tp, s.tp > 1, micro, 8 / (s.dp * micro));
   cfg.model.n_layer = 4;
   cfg.parallel.pp = s.pp;
   cfg.parallel.virtual_stages = s.v;
-  cfg.parallel.pp_schedule = s.v > 1 ? "interleaved_1f1b" : "1f1b";
+  cfg.parallel.pp_schedule =
+      s.v > 1 ? PipelineSchedule::interleaved_1f1b : PipelineSchedule::one_f_one_b;
   cfg.parallel.zero_stage = s.zero;
   cfg.parallel.cp = s.cp;
   cfg.training.max_steps = 15;

@@ -43,26 +43,30 @@ constexpr double kBf16LossRtol = 1e-3;
 constexpr double kBf16GradRtol = 2e-3;
 
 struct CpLayout {
-  std::string family;
+  ModelFamily family;
   int cp;
-  std::string comm;  // "p2p" | "a2a"
+  CpCommMode comm;
   int tp = 1;
   bool sp = false;
   int pp = 1;
   int zero = 0;
-  std::string recompute = "none";
-  std::string precision = "fp32";  // the reference runs in the same precision
-  std::string schedule = "1f1b";   // pp > 1
+  RecomputeMode recompute = RecomputeMode::none;
+  Precision precision = Precision::fp32;  // the reference runs in the same precision
+  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;  // pp > 1
   int dp() const { return test::launched_world_size() / (cp * tp * pp); }
 };
 
 std::string name_of(const CpLayout& l) {
-  std::string n = l.family + "_cp" + std::to_string(l.cp) + "_" + l.comm;
+  std::string n = std::string(to_string(l.family)) + "_cp" + std::to_string(l.cp) + "_" +
+                  std::string(to_string(l.comm));
   if (l.tp > 1) n += "_tp" + std::to_string(l.tp) + (l.sp ? "sp" : "");
-  if (l.pp > 1) n += "_pp" + std::to_string(l.pp) + (l.schedule == "1f1b" ? "" : "_" + l.schedule);
+  if (l.pp > 1)
+    n += "_pp" + std::to_string(l.pp) +
+         (l.schedule == PipelineSchedule::one_f_one_b ? ""
+                                                      : "_" + std::string(to_string(l.schedule)));
   if (l.dp() > 1) n += "_dp" + std::to_string(l.dp()) + "_zero" + std::to_string(l.zero);
-  if (l.recompute != "none") n += "_" + l.recompute;
-  if (l.precision != "fp32") n += "_" + l.precision;
+  if (l.recompute != RecomputeMode::none) n += "_" + std::string(to_string(l.recompute));
+  if (l.precision != Precision::fp32) n += "_" + std::string(to_string(l.precision));
   return n;
 }
 
@@ -72,13 +76,16 @@ std::string name_of(const CpLayout& l) {
 std::vector<CpLayout> layouts_of_this_world() {
   const int world = test::launched_world_size();
   std::vector<CpLayout> out;
-  for (const char* family : {"gpt2", "llama"}) {
-    for (const char* comm : {"p2p", "a2a"}) {
-      const std::string f = family, c = comm;
+  using enum ModelFamily;
+  using enum RecomputeMode;
+  using enum Precision;
+  using enum PipelineSchedule;
+  for (const ModelFamily f : {gpt2, llama}) {
+    for (const CpCommMode c : {CpCommMode::p2p, CpCommMode::a2a}) {
       if (world == 2) {
         out.push_back({f, 2, c});
-        out.push_back({f, 2, c, 1, false, 1, 0, f == "gpt2" ? "selective" : "full"});
-        out.push_back({f, 2, c, 1, false, 1, 0, "none", "bf16"});
+        out.push_back({f, 2, c, 1, false, 1, 0, f == gpt2 ? selective : full});
+        out.push_back({f, 2, c, 1, false, 1, 0, none, bf16});
       }
       if (world == 4) {
         out.push_back({f, 4, c});
@@ -86,12 +93,11 @@ std::vector<CpLayout> layouts_of_this_world() {
         out.push_back({f, 2, c, 1, false, 2});
         out.push_back({f, 2, c, 1, false, 1, 1});
         out.push_back({f, 2, c, 1, false, 1, 3});
-        out.push_back(
-            {f, 2, c, 1, false, 2, 0, "none", "fp32", f == "gpt2" ? "interleaved_1f1b" : "zb_h1"});
+        out.push_back({f, 2, c, 1, false, 2, 0, none, fp32, f == gpt2 ? interleaved_1f1b : zb_h1});
       }
       if (world == 8) {
         out.push_back({f, 2, c, 2, true, 1, 1});
-        if (c == "p2p") out.push_back({f, 4, c, 2, false});
+        if (c == CpCommMode::p2p) out.push_back({f, 4, c, 2, false});
       }
     }
   }
@@ -110,7 +116,8 @@ Config config_of(const CpLayout& l) {
   c.training.recompute = l.recompute;
   c.training.precision = l.precision;
   c.parallel.pp_schedule = l.schedule;
-  if (l.schedule == "interleaved_1f1b") {  // 2 chunks per rank: 4 chunks of one layer
+  if (l.schedule ==
+      PipelineSchedule::interleaved_1f1b) {  // 2 chunks per rank: 4 chunks of one layer
     c.parallel.virtual_stages = 2;
     c.model.n_layer = 4;
   }
@@ -133,7 +140,7 @@ TEST_P(CpEquivalence, MatchesSingleProcessAtSameGlobalBatch) {
 
   const TrainedRun want = test::train_steps(reference, kSteps);
   const TrainedRun got = test::train_steps(parallel, kSteps);
-  const bool bf16 = l.precision == "bf16";
+  const bool bf16 = l.precision == Precision::bf16;
   const double grad_rtol = bf16 ? kBf16GradRtol : kGradRtol;
   const double norm_rtol = bf16 ? kBf16GradRtol : kNormRtol;
   const double loss_rtol = bf16 ? kBf16LossRtol : kLossRtol;
@@ -180,8 +187,8 @@ TEST_P(CpEquivalence, BytesPerStepEqualTheFormula) {
   const std::int64_t layers = m.n_layer / l.pp * config.training.accumulation;
   const std::int64_t block = n * kv * d * 4;
   // Selective and full recompute run the core's forward again in backward.
-  const std::int64_t forwards = l.recompute == "none" ? 1 : 2;
-  if (l.comm == "p2p") {
+  const std::int64_t forwards = l.recompute == RecomputeMode::none ? 1 : 2;
+  if (l.comm == CpCommMode::p2p) {
     const std::int64_t bytes =
         layers * (forwards * (l.cp - 1) * 2 * block + (l.cp - 1) * 2 * block + l.cp * 2 * block);
     EXPECT_EQ(cp.counter(CommOp::send).bytes, bytes);

@@ -33,12 +33,12 @@ namespace {
 using test::quiet;
 
 // (family, tp, dp, zero stage, pp)
-using Layout = std::tuple<std::string, int, int, int, int>;
+using Layout = std::tuple<ModelFamily, int, int, int, int>;
 
 std::vector<Layout> layouts_of_this_world() {
   const int world = test::launched_world_size();
   std::vector<Layout> out;
-  for (const std::string family : {"gpt2", "llama"}) {
+  for (const ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama}) {
     if (world == 1) out.emplace_back(family, 1, 1, 0, 1);
     if (world == 2) {
       out.emplace_back(family, 2, 1, 0, 1);
@@ -160,7 +160,7 @@ TEST_P(ExportImport, NonFiniteValueFailsOnEveryRank) {
   Config from_file = config;
   from_file.checkpoint.init_from = file.string();
   const std::string tensor =
-      config.model.family == "llama" ? "model.norm.weight" : "transformer.ln_f.weight";
+      config.model.family == ModelFamily::llama ? "model.norm.weight" : "transformer.ln_f.weight";
   try {
     Trainer imported(from_file, *world, quiet());
     ADD_FAILURE() << "rank " << world->rank() << " accepted a file holding a NaN";
@@ -177,7 +177,7 @@ TEST_P(ExportImport, NonFiniteValueFailsOnEveryRank) {
 
 std::string layout_name(const ::testing::TestParamInfo<Layout>& param) {
   const auto& [family, tp, dp, zero, pp] = param.param;
-  return family + "_tp" + std::to_string(tp) + "_dp" + std::to_string(dp) + "_zero" +
+  return std::string(to_string(family)) + "_tp" + std::to_string(tp) + "_dp" + std::to_string(dp) + "_zero" +
          std::to_string(zero) + "_pp" + std::to_string(pp);
 }
 

@@ -28,7 +28,7 @@ struct Result {
   std::vector<Tensor> grads;  // logical tensors, replicated ones summed over tp under SP
 };
 
-Result run_bf16(const std::string& family, ProcessGroup& group, bool sequence_parallel) {
+Result run_bf16(ModelFamily family, ProcessGroup& group, bool sequence_parallel) {
   ModelConfig mc =
       test::small_tp_config(family, 1, group.size(), sequence_parallel, kBatch, 1).model;
   mc.vocab_size = 65;  // not divisible by tp: padding rows in the vocabulary shards
@@ -52,7 +52,7 @@ Result run_bf16(const std::string& family, ProcessGroup& group, bool sequence_pa
   return r;
 }
 
-using Case = std::tuple<std::string, bool>;  // family, sequence parallel
+using Case = std::tuple<ModelFamily, bool>;  // family, sequence parallel
 
 class MixedPrecisionTp : public ::testing::TestWithParam<Case> {};
 
@@ -83,7 +83,7 @@ TEST_P(MixedPrecisionTp, Bf16AtTpEqualsBf16AtTp1) {
   EXPECT_LT(rel, 1e-3) << "‖g_tp − g_tp1‖ / ‖g_tp1‖";
   if (rt.world_rank() == 0) {
     std::printf("%s tp=%d sp=%d bf16: loss %.7f vs %.7f (rel %.2e), grads rel %.2e\n",
-                family.c_str(), rt.world_size(), sp ? 1 : 0, got.loss, want.loss,
+                std::string(to_string(family)).c_str(), rt.world_size(), sp ? 1 : 0, got.loss, want.loss,
                 std::abs(got.loss - want.loss) / want.loss, rel);
   }
 }
@@ -95,7 +95,7 @@ std::vector<Case> cases_of_this_world() {
   const int world = test::launched_world_size();
   std::vector<Case> out;
   if (world > 4) return out;
-  for (const char* family : {"gpt2", "llama"}) {
+  for (const ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama}) {
     for (bool sp : {false, true}) out.emplace_back(family, sp);
   }
   return out;

@@ -29,14 +29,14 @@ namespace {
 
 struct AgreementCase {
   std::string name;
-  std::string family = "gpt2";
+  ModelFamily family = ModelFamily::gpt2;
   std::int64_t dp = 1, tp = 1, pp = 1, v = 1, zero = 0, accumulation = 1;
   bool sp = false;
-  std::string schedule = "1f1b";
-  std::string recompute = "none";
-  std::string precision = "fp32";
+  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
+  RecomputeMode recompute = RecomputeMode::none;
+  Precision precision = Precision::fp32;
   std::int64_t cp = 1, block = 32;
-  std::string cp_comm = "p2p";
+  CpCommMode cp_comm = CpCommMode::p2p;
 };
 
 void PrintTo(const AgreementCase& c, std::ostream* os) { *os << c.name; }
@@ -45,36 +45,43 @@ std::vector<AgreementCase> cases_of_this_world() {
   switch (test::launched_world_size()) {
     case 1:
       return {{.name = "single"},
-              {.name = "single_selective", .recompute = "selective"},
-              {.name = "single_full_llama", .family = "llama", .recompute = "full"},
-              {.name = "single_bf16", .precision = "bf16"},
+              {.name = "single_selective", .recompute = RecomputeMode::selective},
+              {.name = "single_full_llama",
+               .family = ModelFamily::llama,
+               .recompute = RecomputeMode::full},
+              {.name = "single_bf16", .precision = Precision::bf16},
               {.name = "single_T4096", .block = 4096}};
     case 2:
-      return {{.name = "dp2_zero0", .dp = 2},
-              {.name = "dp2_zero1_m2", .dp = 2, .zero = 1, .accumulation = 2},
-              {.name = "dp2_zero2_m2", .dp = 2, .zero = 2, .accumulation = 2},
-              {.name = "dp2_zero3_m2", .dp = 2, .zero = 3, .accumulation = 2},
-              {.name = "dp2_zero3_bf16", .dp = 2, .zero = 3, .precision = "bf16"},
-              {.name = "tp2", .tp = 2},
-              {.name = "tp2_sp_llama", .family = "llama", .tp = 2, .sp = true},
-              {.name = "pp2_1f1b_m4", .pp = 2, .accumulation = 4},
-              {.name = "pp2_gpipe_m2", .pp = 2, .accumulation = 2, .schedule = "gpipe"},
-              {.name = "pp2_interleaved_m4",
-               .pp = 2,
-               .v = 2,
-               .accumulation = 4,
-               .schedule = "interleaved_1f1b"},
-              // docs/memory.md "Context parallel": the activation peak per rank at T = 4096
-              // falls as 1/cp (single_T4096 is cp = 1).
-              {.name = "cp2_p2p_T4096", .cp = 2, .block = 4096},
-              {.name = "cp2_a2a_T4096", .cp = 2, .block = 4096, .cp_comm = "a2a"}};
+      return {
+          {.name = "dp2_zero0", .dp = 2},
+          {.name = "dp2_zero1_m2", .dp = 2, .zero = 1, .accumulation = 2},
+          {.name = "dp2_zero2_m2", .dp = 2, .zero = 2, .accumulation = 2},
+          {.name = "dp2_zero3_m2", .dp = 2, .zero = 3, .accumulation = 2},
+          {.name = "dp2_zero3_bf16", .dp = 2, .zero = 3, .precision = Precision::bf16},
+          {.name = "tp2", .tp = 2},
+          {.name = "tp2_sp_llama", .family = ModelFamily::llama, .tp = 2, .sp = true},
+          {.name = "pp2_1f1b_m4", .pp = 2, .accumulation = 4},
+          {.name = "pp2_gpipe_m2", .pp = 2, .accumulation = 2, .schedule = PipelineSchedule::gpipe},
+          {.name = "pp2_interleaved_m4",
+           .pp = 2,
+           .v = 2,
+           .accumulation = 4,
+           .schedule = PipelineSchedule::interleaved_1f1b},
+          // docs/memory.md "Context parallel": the activation peak per rank at T = 4096
+          // falls as 1/cp (single_T4096 is cp = 1).
+          {.name = "cp2_p2p_T4096", .cp = 2, .block = 4096},
+          {.name = "cp2_a2a_T4096", .cp = 2, .block = 4096, .cp_comm = CpCommMode::a2a}};
     case 4:
       return {{.name = "tp2_dp2_zero1_sp", .dp = 2, .tp = 2, .zero = 1, .sp = true},
               {.name = "pp2_dp2_zero1_m2", .dp = 2, .pp = 2, .zero = 1, .accumulation = 2},
               {.name = "pp2_tp2_sp_1f1b_m4", .tp = 2, .pp = 2, .accumulation = 4, .sp = true},
               {.name = "cp4_p2p_T4096", .cp = 4, .block = 4096},
-              {.name = "cp4_a2a_T4096", .cp = 4, .block = 4096, .cp_comm = "a2a"},
-              {.name = "cp2_dp2_zero1_llama", .family = "llama", .dp = 2, .zero = 1, .cp = 2}};
+              {.name = "cp4_a2a_T4096", .cp = 4, .block = 4096, .cp_comm = CpCommMode::a2a},
+              {.name = "cp2_dp2_zero1_llama",
+               .family = ModelFamily::llama,
+               .dp = 2,
+               .zero = 1,
+               .cp = 2}};
     default:
       return {};
   }

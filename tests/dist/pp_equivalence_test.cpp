@@ -36,14 +36,15 @@ constexpr double kNormRtol = 1e-6;
 constexpr double kLossRtol = 1e-5;
 
 struct PpLayout {
-  std::string family;
-  std::string schedule;
+  ModelFamily family;
+  PipelineSchedule schedule;
   int pp, v, tp, dp;
   bool sp;
 };
 
 std::string name_of(const PpLayout& l) {
-  std::string s = l.family + "_" + l.schedule + "_pp" + std::to_string(l.pp);
+  std::string s = std::string(to_string(l.family)) + "_" + std::string(to_string(l.schedule)) +
+                  "_pp" + std::to_string(l.pp);
   if (l.v > 1) s += "_v" + std::to_string(l.v);
   if (l.tp > 1) s += "_tp" + std::to_string(l.tp) + (l.sp ? "sp" : "");
   if (l.dp > 1) s += "_dp" + std::to_string(l.dp);
@@ -56,19 +57,20 @@ std::string name_of(const PpLayout& l) {
 std::vector<PpLayout> layouts_of_this_world() {
   const int world = test::launched_world_size();
   std::vector<PpLayout> out;
-  for (const char* family : {"gpt2", "llama"}) {
+  using enum PipelineSchedule;
+  for (const ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama}) {
     if (world == 2 || world == 4) {
-      for (const char* schedule : {"gpipe", "1f1b", "interleaved_1f1b", "zb_h1"}) {
-        const int v = std::string(schedule) == "interleaved_1f1b" ? 2 : 1;
+      for (const PipelineSchedule schedule : {gpipe, one_f_one_b, interleaved_1f1b, zb_h1}) {
+        const int v = schedule == interleaved_1f1b ? 2 : 1;
         out.push_back({family, schedule, world, v, 1, 1, false});
       }
     }
     if (world == 4) {
-      out.push_back({family, "1f1b", 2, 1, 2, 1, true});
-      out.push_back({family, "zb_h1", 2, 1, 2, 1, false});
-      out.push_back({family, "interleaved_1f1b", 2, 2, 1, 2, false});
+      out.push_back({family, one_f_one_b, 2, 1, 2, 1, true});
+      out.push_back({family, zb_h1, 2, 1, 2, 1, false});
+      out.push_back({family, interleaved_1f1b, 2, 2, 1, 2, false});
     }
-    if (world == 8) out.push_back({family, "1f1b", 2, 1, 2, 2, true});
+    if (world == 8) out.push_back({family, one_f_one_b, 2, 1, 2, 2, true});
   }
   return out;
 }
@@ -91,7 +93,7 @@ TEST_P(PipelineLayout, MatchesSingleProcessAtSameGlobalBatch) {
   const PpLayout& l = GetParam();
   MpiRuntime& rt = test::runtime();
   const auto self = rt.self_group();
-  Config one = pp_config({l.family, "1f1b", 1, 1, 1, 1, false});
+  Config one = pp_config({l.family, PipelineSchedule::one_f_one_b, 1, 1, 1, 1, false});
   one.training.micro_batch = kGlobalBatch;
   one.training.accumulation = 1;
   Trainer reference(one, *self, quiet());
@@ -126,7 +128,7 @@ TEST_P(PipelineLayout, MatchesSingleProcessAtSameGlobalBatch) {
   }
 
   // gpt2: the first stage's token embedding and the last stage's copy, bit for bit.
-  if (l.family == "gpt2") {
+  if (l.family == ModelFamily::gpt2) {
     ProcessGroup& pp = parallel.mesh().group(Axis::pp);
     const Parameter* mine = nullptr;
     for (const Parameter* p : parallel.stage().tied_embeddings()) mine = p;
@@ -189,19 +191,19 @@ class PipelineRecompute : public ::testing::TestWithParam<int> {};
 TEST_P(PipelineRecompute, SelectiveAndFullAreBitwiseWithinPipelineAndTensorParallel) {
   const auto world = test::runtime().world_group();
   ASSERT_EQ(world->size(), GetParam());
-  for (const std::string family : {"gpt2", "llama"}) {
-    auto config = [&](const std::string& recompute) {
+  for (const ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama}) {
+    auto config = [&](RecomputeMode recompute) {
       const int tp = world->size() == 4 ? 2 : 1;
       Config c = test::small_tp_config(family, 1, tp, tp > 1, 2, kMicrobatches);
       c.model.n_layer = 4;
       c.parallel.pp = 2;
-      c.parallel.pp_schedule = "zb_h1";
+      c.parallel.pp_schedule = PipelineSchedule::zb_h1;
       c.training.recompute = recompute;
       return c;
     };
-    Trainer none(config("none"), *world, quiet());
+    Trainer none(config(RecomputeMode::none), *world, quiet());
     const TrainedRun a = test::train_steps(none, 5);
-    for (const std::string mode : {"selective", "full"}) {
+    for (const RecomputeMode mode : {RecomputeMode::selective, RecomputeMode::full}) {
       Trainer other(config(mode), *world, quiet());
       const TrainedRun b = test::train_steps(other, 5);
       EXPECT_EQ(a.losses, b.losses) << family << ", " << mode;

@@ -18,9 +18,9 @@ namespace meshtrain {
 namespace {
 
 // Activation bytes above the level before the step, at the step's peak, on this rank.
-std::int64_t peak_step_activations(const std::string& schedule, std::int64_t m) {
+std::int64_t peak_step_activations(PipelineSchedule schedule, std::int64_t m) {
   const auto world = test::runtime().world_group();
-  Config c = test::small_tp_config("gpt2", 1, 1, false, 2, m);
+  Config c = test::small_tp_config(ModelFamily::gpt2, 1, 1, false, 2, m);
   c.parallel.pp = world->size();
   c.model.n_layer = 2 * world->size();
   c.parallel.pp_schedule = schedule;
@@ -48,8 +48,8 @@ TEST(PipelineMemory, OneFOneBKeepsAtMostPpMinusStageMicroBatchesAliveGPipeAll) {
   const int in_flight = pp - stage;                    // 1F1B's bound on this stage
   std::vector<std::int64_t> gpipe{0}, one_f_one_b{0};  // index m = micro-batches
   for (std::int64_t m = 1; m <= pp + 2; ++m) {
-    gpipe.push_back(peak_step_activations("gpipe", m));
-    one_f_one_b.push_back(peak_step_activations("1f1b", m));
+    gpipe.push_back(peak_step_activations(PipelineSchedule::gpipe, m));
+    one_f_one_b.push_back(peak_step_activations(PipelineSchedule::one_f_one_b, m));
   }
   // GPipe keeps every micro-batch: the peak grows by the same amount per micro-batch.
   const std::int64_t per_microbatch = gpipe[3] - gpipe[2];
@@ -73,7 +73,7 @@ TEST(PipelineMemory, OneFOneBKeepsAtMostPpMinusStageMicroBatchesAliveGPipeAll) {
 // micro-batches' activations at once.
 TEST(EvaluationMemory, EvaluateKeepsNoActivations) {
   const auto world = test::runtime().world_group();
-  Config c = test::small_tp_config("gpt2", 1, 1, false, 2, 3);
+  Config c = test::small_tp_config(ModelFamily::gpt2, 1, 1, false, 2, 3);
   c.parallel.pp = world->size();
   c.model.n_layer = 2 * world->size();
   Trainer trainer(c, *world, test::quiet());

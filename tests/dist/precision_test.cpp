@@ -33,7 +33,7 @@ TEST_P(ScalerAgreement, EveryRankSkipsTheOverflowingStepAndKeepsTheSameScale) {
   MpiRuntime& rt = test::runtime();
   const int dp = rt.world_size();
   Config c = test::small_config(dp, 2, 2);
-  c.training.precision = "fp16";
+  c.training.precision = Precision::fp16;
   c.training.loss_scale_init = 1024.0;
   c.training.loss_scale_growth_interval = 3;
   c.training.loss_scale_hysteresis = 1;

@@ -42,7 +42,7 @@ constexpr double kLossRtol = 1e-5;
 TrainedRun train(Trainer& trainer) { return test::train_steps(trainer, kSteps); }
 
 // (family, tp, sequence parallel); dp = world size / tp.
-using Layout = std::tuple<std::string, int, bool>;
+using Layout = std::tuple<ModelFamily, int, bool>;
 
 // The layouts of this mpirun's world size, known before MPI starts (GoogleTest instantiates
 // parameters during static initialisation; OpenMPI puts the size in the environment):
@@ -50,7 +50,7 @@ using Layout = std::tuple<std::string, int, bool>;
 std::vector<Layout> layouts_of_this_world() {
   const int world = test::launched_world_size();
   std::vector<Layout> out;
-  for (const char* family : {"gpt2", "llama"}) {
+  for (const ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama}) {
     for (int tp : {2, 4}) {
       if (world % tp != 0 || world / tp > 2) continue;
       for (bool sp : {false, true}) out.emplace_back(family, tp, sp);
@@ -136,8 +136,8 @@ TEST_P(TpLayout, MatchesSingleProcessAtSameGlobalBatch) {
 // parallelism, one all-reduce of the replicated parameters' gradients.
 // Full recompute runs each block's forward again in backward, its two tp collectives included:
 // 6L + 2 tensors per micro-batch (plan/accounting.cpp's tp_bytes_per_step counts the same).
-void check_tp_bytes_per_step(const std::string& family, std::int64_t dp, std::int64_t tp, bool sp,
-                             const std::string& recompute) {
+void check_tp_bytes_per_step(ModelFamily family, std::int64_t dp, std::int64_t tp, bool sp,
+                             RecomputeMode recompute) {
   constexpr std::int64_t kAccumulation = 2;
   const auto world = test::runtime().world_group();
   Config config =
@@ -154,7 +154,7 @@ void check_tp_bytes_per_step(const std::string& family, std::int64_t dp, std::in
 
   const std::int64_t n = config.training.micro_batch * config.model.block_size;
   const std::int64_t D = n * config.model.n_embd * 4;
-  const std::int64_t tensors = (recompute == "full" ? 6 : 4) * config.model.n_layer + 2;
+  const std::int64_t tensors = (recompute == RecomputeMode::full ? 6 : 4) * config.model.n_layer + 2;
   const std::int64_t loss_bytes = kAccumulation * 3 * n * 4;
   const CommCounter& ar = tp_group.counter(CommOp::all_reduce);
   const CommCounter& rs = tp_group.counter(CommOp::reduce_scatter);
@@ -176,17 +176,17 @@ void check_tp_bytes_per_step(const std::string& family, std::int64_t dp, std::in
 
 TEST_P(TpLayout, BytesPerStepEqualTheFormula) {
   const auto& [family, tp, sp] = GetParam();
-  check_tp_bytes_per_step(family, dp_, tp, sp, "none");
+  check_tp_bytes_per_step(family, dp_, tp, sp, RecomputeMode::none);
 }
 
 TEST_P(TpLayout, BytesPerStepWithFullRecomputeEqualTheFormula) {
   const auto& [family, tp, sp] = GetParam();
-  check_tp_bytes_per_step(family, dp_, tp, sp, "full");
+  check_tp_bytes_per_step(family, dp_, tp, sp, RecomputeMode::full);
 }
 
 std::string layout_name(const ::testing::TestParamInfo<Layout>& info) {
   const auto& [family, tp, sp] = info.param;
-  return family + "_tp" + std::to_string(tp) + (sp ? "_sp" : "");
+  return std::string(to_string(family)) + "_tp" + std::to_string(tp) + (sp ? "_sp" : "");
 }
 
 // np 1 has no tensor-parallel layout.

@@ -161,8 +161,8 @@ TEST(ZeroMemory, ModelStateBytesPerRankFollowTheFormulas) {
   MpiRuntime& rt = test::runtime();
   const int dp = rt.world_size();
   const auto world = rt.world_group();
-  for (const char* precision : {"fp32", "bf16"}) {
-    const bool mixed = std::string(precision) != "fp32";
+  for (const Precision precision : {Precision::fp32, Precision::bf16}) {
+    const bool mixed = precision != Precision::fp32;
     for (int stage = 0; stage <= 3; ++stage) {
       const std::int64_t before = model_state_bytes();
       TrackedAllocator& alloc = TrackedAllocator::instance();
@@ -245,7 +245,7 @@ TEST(ZeroMixedPrecision, Bf16AndFp16StagesMatchStageZero) {
   MpiRuntime& rt = test::runtime();
   const int dp = rt.world_size();
   const auto world = rt.world_group();
-  for (const char* precision : {"bf16", "fp16"}) {
+  for (const Precision precision : {Precision::bf16, Precision::fp16}) {
     std::vector<double> ref;
     for (int stage = 0; stage <= 3; ++stage) {
       Config c = odd_config(dp, 1, 1, stage);

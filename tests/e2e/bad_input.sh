@@ -63,7 +63,7 @@ expect "unwritable trace file" 2 "--trace = /proc/meshtrain_trace.json" -- \
 expect "context parallel with a block size 2·cp does not divide" 2 "model.block_size = 63" -- \
   mpirun --oversubscribe -np 2 "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.cp 2 \
   --model.block_size 63
-expect "unknown cp_comm" 2 'parallel.cp_comm = "ring"' -- \
+expect "unknown cp_comm" 2 'parallel.cp_comm = ring' -- \
   mpirun --oversubscribe -np 2 "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.cp 2 \
   --parallel.cp_comm ring
 expect "Ulysses with heads cp does not divide" 2 "model.n_head = 6" -- \

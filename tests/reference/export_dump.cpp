@@ -46,7 +46,7 @@ int run(const std::filesystem::path& out, const std::string& variant) {
   mc.vocab_size = 65;
   mc.bias = variant == "gpt2";
   if (variant == "llama") {
-    mc.family = "llama";
+    mc.family = ModelFamily::llama;
     mc.n_kv_head = 2;
     mc.ffn_hidden = 96;
     mc.rope_theta = 500.0;  // not the default: config.json must carry it

@@ -79,7 +79,7 @@ int run(const std::string& out_path, const std::string& variant, ProcessGroup& s
   mc.vocab_size = 65;
   mc.bias = variant == "gpt2";
   if (variant == "llama") {
-    mc.family = "llama";
+    mc.family = ModelFamily::llama;
     mc.n_kv_head = 2;
     mc.ffn_hidden = 96;  // not 4·C: the SwiGLU hidden size is its own setting
     mc.rope_theta = 10000.0;

@@ -47,16 +47,16 @@ inline Config small_config(std::int64_t dp, std::int64_t micro_batch, std::int64
   return c;
 }
 
-/// The tensor-parallel tests' model: `family` "gpt2" (4 heads) or "llama" (8 heads sharing 4
+/// The tensor-parallel tests' model: `family` gpt2 (4 heads) or llama (8 heads sharing 4
 /// kv heads, SwiGLU of 96, untied head), 2 layers, 32 features, 32 tokens per sequence, so
 /// heads, kv heads, MLP features and sequence divide by tp ∈ {1, 2, 4}; the vocabulary (65) does
 /// not, so padding is exercised.
-inline Config small_tp_config(const std::string& family, std::int64_t dp, std::int64_t tp,
+inline Config small_tp_config(ModelFamily family, std::int64_t dp, std::int64_t tp,
                               bool sequence_parallel, std::int64_t micro_batch,
                               std::int64_t accumulation) {
   Config c = small_config(dp, micro_batch, accumulation);
   c.model.family = family;
-  if (family == "llama") {
+  if (family == ModelFamily::llama) {
     c.model.n_head = 8;
     c.model.n_kv_head = 4;
     c.model.ffn_hidden = 96;

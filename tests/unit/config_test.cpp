@@ -1,5 +1,6 @@
 // Tests of config/: TOML loading, command-line overrides, and every validation rule's message
 // (setting, value, rule, fix), all before anything is allocated (DESIGN invariant 9).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "meshtrain/config/load.h"
 #include "meshtrain/config/validate.h"
@@ -19,6 +21,16 @@ std::string issues_text(const Config& c, int world) {
   return format_config_issues(c.source, check_config(c, world));
 }
 
+// The rendered ConfigError of loading `toml` with `overrides` ("" when it loads).
+std::string load_error(const std::string& toml, const std::vector<Override>& overrides = {}) {
+  try {
+    load_config_text(toml, "t.toml", overrides);
+  } catch (const ConfigError& e) {
+    return format_config_issues("t.toml", e.issues());
+  }
+  return "";
+}
+
 TEST(ConfigLoad, TomlThenOverridesInOrder) {
   const Config c = load_config_text(
       "[model]\nn_layer = 6\n[training]\nlr = 3e-4\nlr_scaling = \"sqrt\"\n", "t.toml",
@@ -26,7 +38,7 @@ TEST(ConfigLoad, TomlThenOverridesInOrder) {
   EXPECT_EQ(c.model.n_layer, 2);
   EXPECT_EQ(c.training.max_steps, 7);
   EXPECT_DOUBLE_EQ(c.training.lr, 3e-4);
-  EXPECT_EQ(c.training.lr_scaling, "sqrt");
+  EXPECT_EQ(c.training.lr_scaling, LrScaling::sqrt);
   EXPECT_FALSE(c.model.bias);
   EXPECT_EQ(c.model.n_head, 4);  // default kept
 }
@@ -118,14 +130,12 @@ TEST(ConfigValidate, OtherParallelSizesAreNotYetSupportedAndBadValuesAreCollecte
   Config c;
   c.parallel.ep = 2;  // expert parallel is not yet supported (tp, pp and cp are)
   c.model.dropout = 0.1;
-  c.training.lr_scaling = "cubic";
   c.training.min_lr = 1.0;
   const auto issues = check_config(c, 2);
   std::vector<std::string> settings;
   for (const auto& i : issues) settings.push_back(i.setting);
   EXPECT_NE(std::find(settings.begin(), settings.end(), "parallel.ep"), settings.end());
   EXPECT_NE(std::find(settings.begin(), settings.end(), "model.dropout"), settings.end());
-  EXPECT_NE(std::find(settings.begin(), settings.end(), "training.lr_scaling"), settings.end());
   EXPECT_NE(std::find(settings.begin(), settings.end(), "training.min_lr"), settings.end());
   EXPECT_NE(issues_text(c, 2).find("not yet supported"), std::string::npos);
 }
@@ -143,16 +153,13 @@ TEST(ConfigValidate, ContextParallelRulesNameSettingValueRuleAndFix) {
   c.model.block_size = 64;
   EXPECT_TRUE(check_config(c, 4).empty()) << issues_text(c, 4);
 
-  c.parallel.cp_comm = "ring";
-  text = issues_text(c, 4);
-  EXPECT_NE(text.find("parallel.cp_comm = \"ring\""), std::string::npos) << text;
-  c.parallel.cp_comm = "a2a";
+  c.parallel.cp_comm = CpCommMode::a2a;
   c.model.n_head = 6;
   c.model.n_embd = 192;  // 6 heads per tp rank do not split over cp = 4
   text = issues_text(c, 4);
   EXPECT_NE(text.find("model.n_head = 6"), std::string::npos) << text;
   EXPECT_NE(text.find("cp_comm = \"p2p\""), std::string::npos) << text;
-  c.parallel.cp_comm = "p2p";  // ring attention has no head rule
+  c.parallel.cp_comm = CpCommMode::p2p;  // ring attention has no head rule
   EXPECT_TRUE(check_config(c, 4).empty()) << issues_text(c, 4);
 
   Config sp;
@@ -184,11 +191,11 @@ TEST(ConfigValidate, BatchSizeLearningRateScalingRules) {
   c.training.micro_batch = 12;
   c.parallel.dp = 4;  // global batch 48
   c.training.lr_base_batch = 12;
-  c.training.lr_scaling = "linear";
+  c.training.lr_scaling = LrScaling::linear;
   EXPECT_DOUBLE_EQ(scaled_peak_lr(c), 4e-3);
-  c.training.lr_scaling = "sqrt";
+  c.training.lr_scaling = LrScaling::sqrt;
   EXPECT_DOUBLE_EQ(scaled_peak_lr(c), 2e-3);
-  c.training.lr_scaling = "none";
+  c.training.lr_scaling = LrScaling::none;
   EXPECT_DOUBLE_EQ(scaled_peak_lr(c), 1e-3);
 }
 
@@ -247,7 +254,7 @@ bool has(const std::string& text, std::string_view part) {
 // A Llama-family config valid on one rank: bias off (the Config default is on, for gpt2).
 Config llama() {
   Config c;
-  c.model.family = "llama";
+  c.model.family = ModelFamily::llama;
   c.model.bias = false;
   return c;
 }
@@ -385,12 +392,10 @@ TEST(ConfigValidate, KvHeadsMustDivideHeads) {
 }
 
 TEST(ConfigValidate, UnknownFamilyNamesTheKnownOnes) {
-  Config c;
-  c.model.family = "bert";
-  const std::string text = issues_text(c, 1);
-  EXPECT_TRUE(has(text, "model.family = bert")) << text;
-  EXPECT_TRUE(has(text, "gpt2, llama")) << text;
-  EXPECT_TRUE(has(text, "fix:  set model.family = \"gpt2\" or \"llama\"")) << text;
+  const std::string text = load_error("[model]\nfamily = \"bert\"\n");
+  EXPECT_TRUE(has(text, "model.family = 'bert'")) << text;
+  EXPECT_TRUE(has(text, "gpt2 (LayerNorm, GELU, learned positions), llama (")) << text;
+  EXPECT_TRUE(has(text, "fix:  set model.family = \"gpt2\" (or llama)")) << text;
 }
 
 TEST(ConfigValidate, WorldSizeMismatchWithTensorParallelSuggestsTheRightDp) {
@@ -461,7 +466,7 @@ TEST(ConfigValidate, FfnHiddenAndKvHeadsFollowTheFamilyRulesUnlessSet) {
   EXPECT_EQ(ffn_hidden_of(m), 512);  // 4·C
   m.n_embd = 768;
   EXPECT_EQ(ffn_hidden_of(m), 3072);
-  m.family = "llama";
+  m.family = ModelFamily::llama;
   EXPECT_EQ(ffn_hidden_of(m), 2048);  // 2/3·3072 = 2048, already a multiple of 256
   m.n_embd = 128;
   EXPECT_EQ(ffn_hidden_of(m), 512);  // 2/3·512 = 341 → 512
@@ -471,7 +476,7 @@ TEST(ConfigValidate, FfnHiddenAndKvHeadsFollowTheFamilyRulesUnlessSet) {
   EXPECT_EQ(ffn_hidden_of(m), 11008);  // Llama 7B: 2/3·16384 = 10922 → 11008
   m.ffn_hidden = 352;
   EXPECT_EQ(ffn_hidden_of(m), 352);  // an explicit size wins
-  m.family = "gpt2";
+  m.family = ModelFamily::gpt2;
   EXPECT_EQ(ffn_hidden_of(m), 352);
   EXPECT_EQ(kv_heads_of(m), 4);  // 0 = n_head
   m.n_kv_head = 2;
@@ -492,7 +497,7 @@ TEST(ConfigLoad, NewModelAndParallelKeysLoadFromAFileAndFromOverrides) {
   }
   const Config f = load_config_file(path);
   fs::remove(path);
-  EXPECT_EQ(f.model.family, "llama");
+  EXPECT_EQ(f.model.family, ModelFamily::llama);
   EXPECT_EQ(f.model.n_kv_head, 2);
   EXPECT_EQ(f.model.ffn_hidden, 384);
   EXPECT_DOUBLE_EQ(f.model.norm_eps, 1e-6);
@@ -534,7 +539,7 @@ TEST(ConfigLoad, NewKeysWithTheWrongTypeAreReported) {
 TEST(ConfigLoad, LlamaShakespeareConfigLoadsAndValidatesOnOneRankAndWithTp2) {
   const auto path = std::filesystem::path(MESHTRAIN_SOURCE_DIR) / "configs/llama_shakespeare.toml";
   Config c = load_config_file(path);
-  EXPECT_EQ(c.model.family, "llama");
+  EXPECT_EQ(c.model.family, ModelFamily::llama);
   EXPECT_EQ(c.model.n_kv_head, 2);
   EXPECT_EQ(c.model.ffn_hidden, 352);
   EXPECT_FALSE(c.model.bias);
@@ -559,15 +564,19 @@ namespace {
 
 TEST(ConfigValidate, RecomputeIsNoneSelectiveOrFull) {
   Config c;
-  for (const char* mode : {"none", "selective", "full"}) {
+  for (const auto& [mode, name, what] : kRecomputeModeNames) {
     c.training.recompute = mode;
-    EXPECT_TRUE(check_config(c, 1).empty()) << mode;
+    EXPECT_TRUE(check_config(c, 1).empty()) << name;
   }
-  c.training.recompute = "everything";
-  const std::string text = format_config_issues(c.source, check_config(c, 1));
+  const std::string text = load_error("", {{"training.recompute", "everything"}});
   EXPECT_NE(text.find("training.recompute = everything"), std::string::npos) << text;
-  EXPECT_NE(text.find("must be \"none\", \"selective\" or \"full\""), std::string::npos) << text;
-  EXPECT_NE(text.find("fix:  set training.recompute = \"selective\""), std::string::npos) << text;
+  EXPECT_NE(text.find("must be one of: none (keep every activation), selective (the attention "
+                      "core), full (whole blocks)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("fix:  pass --training.recompute none (or selective, full)"),
+            std::string::npos)
+      << text;
 }
 
 TEST(ConfigValidate, ZeroStageIsZeroToThreeAndTwoOrThreeRejectsZbH1) {
@@ -584,7 +593,7 @@ TEST(ConfigValidate, ZeroStageIsZeroToThreeAndTwoOrThreeRejectsZbH1) {
   c.parallel.pp = 2;
   c.model.n_layer = 4;
   c.training.accumulation = 4;
-  c.parallel.pp_schedule = "zb_h1";
+  c.parallel.pp_schedule = PipelineSchedule::zb_h1;
   text = format_config_issues(c.source, check_config(c, 2));
   EXPECT_NE(text.find("zb_h1 computes the weight gradients later"), std::string::npos) << text;
   c.parallel.zero_stage = 1;
@@ -593,15 +602,14 @@ TEST(ConfigValidate, ZeroStageIsZeroToThreeAndTwoOrThreeRejectsZbH1) {
 
 TEST(ConfigValidate, PrecisionAndFp16LossScalerSettings) {
   Config c;
-  for (const char* precision : {"fp32", "bf16", "fp16"}) {
+  for (const auto& [precision, name, what] : kPrecisionNames) {
     c.training.precision = precision;
-    EXPECT_TRUE(check_config(c, 1).empty()) << precision;
+    EXPECT_TRUE(check_config(c, 1).empty()) << name;
   }
-  c.training.precision = "fp8";
-  std::string text = format_config_issues(c.source, check_config(c, 1));
+  std::string text = load_error("", {{"training.precision", "fp8"}});
   EXPECT_NE(text.find("training.precision = fp8"), std::string::npos) << text;
   // Scaler settings that cannot work are rejected under fp16, each by name.
-  c.training.precision = "fp16";
+  c.training.precision = Precision::fp16;
   c.training.loss_scale_init = 0.0;
   c.training.loss_scale_growth = 1e300;
   c.training.loss_scale_backoff = 1.5;
@@ -617,7 +625,7 @@ TEST(ConfigValidate, PrecisionAndFp16LossScalerSettings) {
     EXPECT_NE(text.find(key), std::string::npos) << key << "\n" << text;
   }
   // The same settings do not matter in bf16 (no scaler).
-  c.training.precision = "bf16";
+  c.training.precision = Precision::bf16;
   EXPECT_TRUE(check_config(c, 1).empty());
 }
 
@@ -628,13 +636,13 @@ TEST(ConfigValidate, ModelStateBytesPerParameterFollowTheZeroFormulas) {
   const double want_mixed[] = {18.0, 6.0 + 12.0 / 4, 2.0 + 16.0 / 4, 16.0 / 4};
   for (int stage = 0; stage <= 3; ++stage) {
     c.parallel.zero_stage = stage;
-    c.training.precision = "fp32";
+    c.training.precision = Precision::fp32;
     EXPECT_DOUBLE_EQ(model_state_bytes_per_parameter(c), want_fp32[stage]) << stage;
-    c.training.precision = "bf16";
+    c.training.precision = Precision::bf16;
     EXPECT_DOUBLE_EQ(model_state_bytes_per_parameter(c), want_mixed[stage]) << stage;
   }
   // A model the memory check refuses at ZeRO-0 fits once ZeRO-3 shards its state.
-  c.training.precision = "fp32";
+  c.training.precision = Precision::fp32;
   c.model.n_layer = 24;
   c.model.n_embd = 2048;
   c.model.vocab_size = 65;
@@ -684,6 +692,72 @@ TEST(ConfigCheck, ResilienceSettingsAreRejectedWithTheirRule) {
   c.checkpoint.init_from = "hf/model.safetensors";
   const std::string both = format_config_issues(c.source, check_config(c, 1));
   EXPECT_NE(both.find("cannot be combined with checkpoint.resume"), std::string::npos) << both;
+}
+
+}  // namespace
+}  // namespace meshtrain
+
+// The named settings are scoped enums parsed when loaded: an unknown name, in TOML or on the
+// command line, is a ConfigError naming the setting and its value, listing the allowed names,
+// and giving a fix; a known name loads, and to_toml writes the name back.
+namespace meshtrain {
+namespace {
+
+struct EnumSetting {
+  const char* section;
+  const char* name;
+  const char* bad;
+  std::vector<std::string> allowed;
+};
+
+TEST(ConfigLoad, BadEnumNamesAreConfigErrorsListingTheAllowedNames) {
+  const EnumSetting settings[] = {
+      {"model", "family", "bert", {"gpt2", "llama"}},
+      {"training", "precision", "fp8", {"fp32", "bf16", "fp16"}},
+      {"training", "recompute", "attention", {"none", "selective", "full"}},
+      {"training", "lr_scaling", "cubic", {"none", "linear", "sqrt"}},
+      {"parallel", "cp_comm", "ring", {"p2p", "a2a"}},
+      {"parallel", "pp_schedule", "pipedream", {"gpipe", "1f1b", "interleaved_1f1b", "zb_h1"}},
+  };
+  for (const EnumSetting& s : settings) {
+    const std::string key = fmt::format("{}.{}", s.section, s.name);
+    SCOPED_TRACE(key);
+    const std::string from_toml =
+        load_error(fmt::format("[{}]\n{} = \"{}\"\n", s.section, s.name, s.bad));
+    const std::string from_cli = load_error("", {{key, s.bad}});
+    EXPECT_TRUE(has(from_toml, fmt::format("{} = '{}'", key, s.bad))) << from_toml;
+    EXPECT_TRUE(has(from_cli, fmt::format("{} = {}", key, s.bad))) << from_cli;
+    for (const std::string& text : {from_toml, from_cli}) {
+      EXPECT_TRUE(has(text, "must be one of: ")) << text;
+      for (const std::string& name : s.allowed) EXPECT_TRUE(has(text, name + " (")) << text;
+    }
+    EXPECT_TRUE(has(from_toml, fmt::format("fix:  set {} = \"", key))) << from_toml;
+    EXPECT_TRUE(has(from_cli, fmt::format("fix:  pass --{} ", key))) << from_cli;
+    // A number instead of a name is as wrong.
+    EXPECT_TRUE(
+        has(load_error(fmt::format("[{}]\n{} = 3\n", s.section, s.name)), "must be one of: "));
+    // Every allowed name loads, and to_toml writes it back as the same string.
+    for (const std::string& name : s.allowed) {
+      const Config c = load_config_text("", "t.toml", {{key, name}});
+      EXPECT_TRUE(has(to_toml(c), fmt::format("{} = \"{}\"", s.name, name))) << name;
+      EXPECT_NO_THROW(load_config_text(to_toml(c), "round trip"));
+    }
+  }
+}
+
+TEST(ConfigEnums, NamesRoundTripAndJsonWritesTheName) {
+  EXPECT_EQ(to_string(PipelineSchedule::one_f_one_b), "1f1b");
+  EXPECT_EQ(parse_enum<PipelineSchedule>("interleaved_1f1b"), PipelineSchedule::interleaved_1f1b);
+  EXPECT_EQ(parse_enum<Precision>("BF16"), std::nullopt);  // names are exact
+  for (const auto& [value, name, what] : kCpCommModeNames) {
+    EXPECT_EQ(parse_enum<CpCommMode>(to_string(value)), value) << name;
+  }
+  // Checkpoint metadata and metrics put these into JSON: the name, never the number.
+  const nlohmann::json j = {{"pp_schedule", PipelineSchedule::zb_h1},
+                            {"precision", Precision::bf16}};
+  EXPECT_EQ(j.dump(), R"({"pp_schedule":"zb_h1","precision":"bf16"})");
+  EXPECT_EQ(j.at("pp_schedule").get<PipelineSchedule>(), PipelineSchedule::zb_h1);
+  EXPECT_THROW(nlohmann::json("zb_h2").get<PipelineSchedule>(), std::invalid_argument);
 }
 
 }  // namespace

@@ -15,7 +15,7 @@
 namespace meshtrain {
 namespace {
 
-ModelConfig tiny(const std::string& family, bool bias) {
+ModelConfig tiny(ModelFamily family, bool bias) {
   ModelConfig m;
   m.family = family;
   m.n_layer = 1;
@@ -24,7 +24,7 @@ ModelConfig tiny(const std::string& family, bool bias) {
   m.block_size = 4;
   m.vocab_size = 5;
   m.bias = bias;
-  if (family == "llama") {
+  if (family == ModelFamily::llama) {
     m.n_kv_head = 1;
     m.ffn_hidden = 12;
   }
@@ -39,7 +39,7 @@ const HfTensor* find(const std::vector<HfTensor>& specs, const std::string& hf_n
 }
 
 TEST(HfFormat, Gpt2Conv1DWeightsAreTransposedAndBiasFreeModelsGetZeroBiases) {
-  const std::vector<HfTensor> specs = hf_tensors(tiny("gpt2", false));
+  const std::vector<HfTensor> specs = hf_tensors(tiny(ModelFamily::gpt2, false));
   const HfTensor* c_attn = find(specs, "transformer.h.0.attn.c_attn.weight");
   ASSERT_NE(c_attn, nullptr);
   EXPECT_TRUE(c_attn->transposed);
@@ -61,7 +61,7 @@ TEST(HfFormat, Gpt2Conv1DWeightsAreTransposedAndBiasFreeModelsGetZeroBiases) {
 }
 
 TEST(HfFormat, LlamaKeepsNamesAndLayouts) {
-  const std::vector<HfTensor> specs = hf_tensors(tiny("llama", false));
+  const std::vector<HfTensor> specs = hf_tensors(tiny(ModelFamily::llama, false));
   for (const HfTensor& s : specs) {
     EXPECT_EQ(s.hf_name, s.name);
     EXPECT_FALSE(s.transposed) << s.name;
@@ -82,13 +82,13 @@ TEST(HfFormat, ToHfAndBackIsTheIdentityAndTransposes) {
 }
 
 TEST(HfFormat, ConfigJsonCarriesTheSizes) {
-  const auto gpt2 = nlohmann::json::parse(hf_config_json(tiny("gpt2", true)));
+  const auto gpt2 = nlohmann::json::parse(hf_config_json(tiny(ModelFamily::gpt2, true)));
   EXPECT_EQ(gpt2["model_type"], "gpt2");
   EXPECT_EQ(gpt2["n_embd"], 8);
   EXPECT_EQ(gpt2["n_inner"], 32);
   EXPECT_EQ(gpt2["n_positions"], 4);
   EXPECT_EQ(gpt2["tie_word_embeddings"], true);
-  const auto llama = nlohmann::json::parse(hf_config_json(tiny("llama", false)));
+  const auto llama = nlohmann::json::parse(hf_config_json(tiny(ModelFamily::llama, false)));
   EXPECT_EQ(llama["model_type"], "llama");
   EXPECT_EQ(llama["num_key_value_heads"], 1);
   EXPECT_EQ(llama["intermediate_size"], 12);
@@ -99,7 +99,7 @@ TEST(HfFormat, ExportRejectsAMissingParameterAndImportANonZeroBiasOfABiasFreeMod
   const auto dir = std::filesystem::temp_directory_path() / "meshtrain_hf_format_test";
   std::filesystem::create_directories(dir);
   Config config;
-  config.model = tiny("gpt2", false);
+  config.model = tiny(ModelFamily::gpt2, false);
   std::vector<NamedTensor> logical;
   for (const HfTensor& s : hf_tensors(config.model)) {
     if (!s.name.empty()) logical.push_back({s.name, Tensor::zeros(s.shape, MemCategory::other)});
@@ -123,7 +123,7 @@ TEST(HfFormat, ExportRejectsAMissingParameterAndImportANonZeroBiasOfABiasFreeMod
   export_hf(with_bias, config, dir / "biased.safetensors");
   EXPECT_TRUE(std::filesystem::exists(dir / "config.json"));
   HfImport(dir / "biased.safetensors", config.model).check_values();
-  const HfImport bias_free(dir / "biased.safetensors", tiny("gpt2", false));
+  const HfImport bias_free(dir / "biased.safetensors", tiny(ModelFamily::gpt2, false));
   try {
     bias_free.check_values();
     ADD_FAILURE() << "a non-zero bias was accepted by a bias-free model";

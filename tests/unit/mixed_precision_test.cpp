@@ -342,7 +342,7 @@ struct ModelRun {
   std::vector<std::string> names;
 };
 
-ModelRun run_model(const std::string& family, DType dtype, float loss_scale) {
+ModelRun run_model(ModelFamily family, DType dtype, float loss_scale) {
   const auto one = single_rank_group("tp");
   ModelConfig mc = test::small_tp_config(family, 1, 1, false, 4, 1).model;
   mc.vocab_size = 65;
@@ -412,9 +412,9 @@ struct Tolerances {
   double per_grad;  // the same for each parameter alone
 };
 
-void expect_close_to_f32(const std::string& family, DType dtype, float loss_scale,
+void expect_close_to_f32(ModelFamily family, DType dtype, float loss_scale,
                          const Tolerances& tol) {
-  SCOPED_TRACE(family + " " + std::string(to_string(dtype)));
+  SCOPED_TRACE(std::string(to_string(family)) + " " + std::string(to_string(dtype)));
   const ModelRun want = run_model(family, DType::f32, 1.0f);
   const ModelRun got = run_model(family, dtype, loss_scale);
   const double loss_error = std::abs(got.loss - want.loss) / want.loss;
@@ -436,7 +436,7 @@ void expect_close_to_f32(const std::string& family, DType dtype, float loss_scal
   std::printf(
       "%s %s: loss %.6f vs %.6f (rel %.2e), grads rel %.2e (worst %s %.2e), "
       "activation peak %lld vs %lld B (%.2f)\n",
-      family.c_str(), std::string(to_string(dtype)).c_str(), got.loss, want.loss, loss_error,
+      std::string(to_string(family)).c_str(), std::string(to_string(dtype)).c_str(), got.loss, want.loss, loss_error,
       grad_error, worst_name.c_str(), worst, static_cast<long long>(got.activation_peak),
       static_cast<long long>(want.activation_peak),
       static_cast<double>(got.activation_peak) / static_cast<double>(want.activation_peak));
@@ -461,16 +461,16 @@ constexpr Tolerances kF16{.loss = 3e-5, .grads = 1.2e-3, .per_grad = 4e-3};
 constexpr float kF16LossScale = 1024.0f;
 
 TEST(MixedPrecisionModel, Gpt2Bf16MatchesF32) {
-  expect_close_to_f32("gpt2", DType::bf16, 1.0f, kBf16);
+  expect_close_to_f32(ModelFamily::gpt2, DType::bf16, 1.0f, kBf16);
 }
 TEST(MixedPrecisionModel, LlamaBf16MatchesF32) {
-  expect_close_to_f32("llama", DType::bf16, 1.0f, kBf16);
+  expect_close_to_f32(ModelFamily::llama, DType::bf16, 1.0f, kBf16);
 }
 TEST(MixedPrecisionModel, Gpt2F16MatchesF32) {
-  expect_close_to_f32("gpt2", DType::f16, kF16LossScale, kF16);
+  expect_close_to_f32(ModelFamily::gpt2, DType::f16, kF16LossScale, kF16);
 }
 TEST(MixedPrecisionModel, LlamaF16MatchesF32) {
-  expect_close_to_f32("llama", DType::f16, kF16LossScale, kF16);
+  expect_close_to_f32(ModelFamily::llama, DType::f16, kF16LossScale, kF16);
 }
 
 }  // namespace

@@ -11,7 +11,7 @@
 namespace meshtrain {
 namespace {
 
-Config pipeline(std::int64_t layers, std::int64_t pp, std::int64_t v, const std::string& schedule,
+Config pipeline(std::int64_t layers, std::int64_t pp, std::int64_t v, PipelineSchedule schedule,
                 std::int64_t m) {
   Config c;
   c.model.n_layer = layers;
@@ -29,7 +29,7 @@ std::string issues_of(const Config& c) {
 TEST(PipelineRules, EvenSplitGivesTheFirstChunksTheRemainderAndCoversEveryLayer) {
   for (std::int64_t layers = 1; layers <= 13; ++layers) {
     for (std::int64_t chunks = 1; chunks <= layers; ++chunks) {
-      Config c = pipeline(layers, chunks, 1, "1f1b", 1);
+      Config c = pipeline(layers, chunks, 1, PipelineSchedule::one_f_one_b, 1);
       const std::vector<std::int64_t> split = layers_per_chunk(c);
       ASSERT_EQ(static_cast<std::int64_t>(split.size()), chunks);
       EXPECT_EQ(std::accumulate(split.begin(), split.end(), std::int64_t{0}), layers);
@@ -38,12 +38,12 @@ TEST(PipelineRules, EvenSplitGivesTheFirstChunksTheRemainderAndCoversEveryLayer)
       }
     }
   }
-  EXPECT_EQ(layers_per_chunk(pipeline(8, 2, 2, "interleaved_1f1b", 4)),
+  EXPECT_EQ(layers_per_chunk(pipeline(8, 2, 2, PipelineSchedule::interleaved_1f1b, 4)),
             (std::vector<std::int64_t>{2, 2, 2, 2}));
 }
 
 TEST(PipelineRules, ExplicitSplitIsUsedAndEveryBadOneIsAnError) {
-  Config c = pipeline(6, 2, 1, "1f1b", 2);
+  Config c = pipeline(6, 2, 1, PipelineSchedule::one_f_one_b, 2);
   c.parallel.pp_layers = "4, 2";
   EXPECT_EQ(layers_per_chunk(c), (std::vector<std::int64_t>{4, 2}));
   EXPECT_TRUE(check_config(c, 2).empty()) << issues_of(c);
@@ -58,7 +58,7 @@ TEST(PipelineRules, ExplicitSplitIsUsedAndEveryBadOneIsAnError) {
 }
 
 TEST(PipelineRules, TooFewLayersForTheChunksIsAnError) {
-  const Config c = pipeline(3, 2, 2, "interleaved_1f1b", 2);
+  const Config c = pipeline(3, 2, 2, PipelineSchedule::interleaved_1f1b, 2);
   const std::string text = issues_of(c);
   EXPECT_NE(text.find("model.n_layer = 3"), std::string::npos) << text;
   EXPECT_NE(text.find("pp × virtual_stages = 4"), std::string::npos) << text;
@@ -66,14 +66,15 @@ TEST(PipelineRules, TooFewLayersForTheChunksIsAnError) {
 }
 
 TEST(PipelineRules, ScheduleRulesReachCheckConfig) {
-  EXPECT_NE(issues_of(pipeline(4, 2, 1, "pipedream", 2)).find("parallel.pp_schedule = pipedream"),
+  EXPECT_NE(issues_of(pipeline(4, 2, 2, PipelineSchedule::one_f_one_b, 2))
+                .find("parallel.virtual_stages = 2"),
             std::string::npos);
-  EXPECT_NE(issues_of(pipeline(4, 2, 2, "1f1b", 2)).find("parallel.virtual_stages = 2"),
+  EXPECT_NE(issues_of(pipeline(4, 2, 2, PipelineSchedule::interleaved_1f1b, 3))
+                .find("training.accumulation = 3"),
             std::string::npos);
-  EXPECT_NE(issues_of(pipeline(4, 2, 2, "interleaved_1f1b", 3)).find("training.accumulation = 3"),
-            std::string::npos);
-  for (const std::string& name : pipeline_schedule_names()) {
-    const std::int64_t v = name == "interleaved_1f1b" ? 2 : 1;
+  // An unknown schedule name is rejected when loaded (config_test, BadEnumNames...).
+  for (const auto& [name, text, what] : kPipelineScheduleNames) {
+    const std::int64_t v = name == PipelineSchedule::interleaved_1f1b ? 2 : 1;
     const Config c = pipeline(8, 2, v, name, 4);
     EXPECT_TRUE(check_config(c, 2).empty()) << name << ": " << issues_of(c);
   }

@@ -38,7 +38,7 @@ std::string text_of(const std::vector<Action>& list) {
 // Every valid spec of the table: pp 1–8, m 1–32, v 1–3.
 std::vector<ScheduleSpec> table() {
   std::vector<ScheduleSpec> specs;
-  for (const char* name : {"gpipe", "1f1b", "interleaved_1f1b", "zb_h1"}) {
+  for (const auto& [name, text, what] : kPipelineScheduleNames) {
     for (int pp = 1; pp <= 8; ++pp) {
       for (int v = 1; v <= 3; ++v) {
         for (int m = 1; m <= 32; ++m) {
@@ -52,7 +52,7 @@ std::vector<ScheduleSpec> table() {
 }
 
 std::string label(const ScheduleSpec& s) {
-  return s.name + " pp=" + std::to_string(s.pp) + " v=" + std::to_string(s.v) +
+  return std::string(to_string(s.name)) + " pp=" + std::to_string(s.pp) + " v=" + std::to_string(s.v) +
          " m=" + std::to_string(s.m);
 }
 
@@ -80,22 +80,22 @@ TEST(PipelineSchedule, ToStringFormat) {
 }
 
 TEST(PipelineSchedule, ListsOfSmallPipelines) {
-  EXPECT_EQ(text_of(schedule_for({"gpipe", 2, 1, 2}, 0)),
+  EXPECT_EQ(text_of(schedule_for({PipelineSchedule::gpipe, 2, 1, 2}, 0)),
             "F0.0 SA0.0>1 F1.0 SA1.0>1 RG1.0<1 BW1.0 RG0.0<1 BW0.0");
-  EXPECT_EQ(text_of(schedule_for({"1f1b", 2, 1, 3}, 0)),
+  EXPECT_EQ(text_of(schedule_for({PipelineSchedule::one_f_one_b, 2, 1, 3}, 0)),
             "F0.0 SA0.0>1 F1.0 SA1.0>1 RG0.0<1 BW0.0 F2.0 SA2.0>1 RG1.0<1 BW1.0 RG2.0<1 BW2.0");
-  EXPECT_EQ(text_of(schedule_for({"1f1b", 2, 1, 3}, 1)),
+  EXPECT_EQ(text_of(schedule_for({PipelineSchedule::one_f_one_b, 2, 1, 3}, 1)),
             "RA0.0<0 F0.0 BW0.0 SG0.0>0 RA1.0<0 F1.0 BW1.0 SG1.0>0 RA2.0<0 F2.0 BW2.0 SG2.0>0");
   // zb_h1: stage 0 runs W right after B, stage 1 keeps one W pending.
-  EXPECT_EQ(text_of(schedule_for({"zb_h1", 2, 1, 3}, 0)),
+  EXPECT_EQ(text_of(schedule_for({PipelineSchedule::zb_h1, 2, 1, 3}, 0)),
             "F0.0 SA0.0>1 F1.0 SA1.0>1 RG0.0<1 B0.0 W0.0 F2.0 SA2.0>1 RG1.0<1 B1.0 W1.0 RG2.0<1 "
             "B2.0 W2.0");
-  EXPECT_EQ(text_of(schedule_for({"zb_h1", 2, 1, 3}, 1)),
+  EXPECT_EQ(text_of(schedule_for({PipelineSchedule::zb_h1, 2, 1, 3}, 1)),
             "RA0.0<0 F0.0 B0.0 SG0.0>0 RA1.0<0 F1.0 B1.0 SG1.0>0 W0.0 RA2.0<0 F2.0 B2.0 SG2.0>0 "
             "W1.0 W2.0");
   // interleaved, pp = 2, v = 2, m = 4: rank 1 holds global chunks 1 and 3; groups of pp = 2
   // micro-batches per chunk; 2 warm-up forward steps on rank 1 ((v − 1)·pp).
-  EXPECT_EQ(text_of(schedule_for({"interleaved_1f1b", 2, 2, 4}, 1)),
+  EXPECT_EQ(text_of(schedule_for({PipelineSchedule::interleaved_1f1b, 2, 2, 4}, 1)),
             "RA0.0<0 F0.0 SA0.0>0 RA1.0<0 F1.0 SA1.0>0 RA0.1<0 F0.1 BW0.1 SG0.1>0 RA1.1<0 F1.1 "
             "BW1.1 SG1.1>0 RA2.0<0 F2.0 SA2.0>0 RG0.0<0 BW0.0 SG0.0>0 RA3.0<0 F3.0 SA3.0>0 "
             "RG1.0<0 BW1.0 SG1.0>0 RA2.1<0 F2.1 BW2.1 SG2.1>0 RA3.1<0 F3.1 BW3.1 SG3.1>0 RG2.0<0 "
@@ -110,7 +110,7 @@ TEST(PipelineSchedule, EveryValidSpecSimulatesWithOneForwardAndBackwardPerChunk)
   ASSERT_EQ(specs.size(), 3u * 8 * 32 + 106);  // gpipe, 1f1b, zb_h1; interleaved
   for (const ScheduleSpec& spec : specs) {
     SCOPED_TRACE(label(spec));
-    const bool split = spec.name == "zb_h1";
+    const bool split = spec.name == PipelineSchedule::zb_h1;
     const Lists lists = lists_of(spec);
     const SimulationResult r = simulate(spec, lists, chunk_costs(spec.v));
     ASSERT_TRUE(r.ok) << r.error;
@@ -179,7 +179,8 @@ TEST(PipelineSchedule, EveryValidSpecSimulatesWithOneForwardAndBackwardPerChunk)
 TEST(PipelineSchedule, GPipeAndOneFOneBBubbleIsTextbookFormula) {
   int checked = 0;
   for (const ScheduleSpec& spec : table()) {
-    if (spec.name != "gpipe" && spec.name != "1f1b") continue;
+    if (spec.name != PipelineSchedule::gpipe && spec.name != PipelineSchedule::one_f_one_b)
+      continue;
     SCOPED_TRACE(label(spec));
     const SimulationResult r = simulate(spec);
     ASSERT_TRUE(r.ok) << r.error;
@@ -197,14 +198,14 @@ TEST(PipelineSchedule, GPipeAndOneFOneBBubbleIsTextbookFormula) {
 TEST(PipelineSchedule, InterleavedBubbleShrinksByV) {
   int checked = 0;
   for (const ScheduleSpec& spec : table()) {
-    if (spec.name != "interleaved_1f1b") continue;
+    if (spec.name != PipelineSchedule::interleaved_1f1b) continue;
     SCOPED_TRACE(label(spec));
     const SimulationResult r = simulate(spec, chunk_costs(spec.v));
     ASSERT_TRUE(r.ok) << r.error;
     const double p = spec.pp, m = spec.m, v = spec.v;
     EXPECT_NEAR(r.makespan, 3 * m + 3 * (p - 1) / v, 1e-9);
     EXPECT_NEAR(r.bubble_fraction, (p - 1) / (v * m + p - 1), 1e-12);
-    const SimulationResult flat = simulate({"1f1b", spec.pp, 1, spec.m});
+    const SimulationResult flat = simulate({PipelineSchedule::one_f_one_b, spec.pp, 1, spec.m});
     EXPECT_LT(r.bubble_fraction, flat.bubble_fraction);
     ++checked;
   }
@@ -216,7 +217,7 @@ TEST(PipelineSchedule, InterleavedBubbleShrinksByV) {
 // idle 3(p−1). With m < p: makespan 2(m+p) − 1. Strictly below 1F1B for every pp ≥ 2.
 TEST(PipelineSchedule, ZbH1BubbleIsTheH1Formula) {
   for (const ScheduleSpec& spec : table()) {
-    if (spec.name != "zb_h1") continue;
+    if (spec.name != PipelineSchedule::zb_h1) continue;
     SCOPED_TRACE(label(spec));
     const SimulationResult r = simulate(spec);
     ASSERT_TRUE(r.ok) << r.error;
@@ -227,7 +228,7 @@ TEST(PipelineSchedule, ZbH1BubbleIsTheH1Formula) {
     if (spec.m >= spec.pp) {
       EXPECT_NEAR(r.bubble_fraction, (p - 1) / (3 * m + p - 1), 1e-12);
     }
-    const SimulationResult flat = simulate({"1f1b", spec.pp, 1, spec.m});
+    const SimulationResult flat = simulate({PipelineSchedule::one_f_one_b, spec.pp, 1, spec.m});
     if (spec.pp >= 2) {
       EXPECT_LT(r.bubble_fraction, flat.bubble_fraction);
     } else {
@@ -252,7 +253,7 @@ TEST(PipelineSchedule, ZbH1IdleIsPaperFormulaWhenWIsShortest) {
       for (int m = pp; m <= 32; ++m) {
         SCOPED_TRACE(::testing::Message()
                      << "F=" << c.f << " B=" << c.b << " W=" << c.w << " pp=" << pp << " m=" << m);
-        const SimulationResult r = simulate({"zb_h1", pp, 1, m}, costs);
+        const SimulationResult r = simulate({PipelineSchedule::zb_h1, pp, 1, m}, costs);
         ASSERT_TRUE(r.ok) << r.error;
         EXPECT_NEAR(r.makespan - m * (c.f + c.b + c.w), (pp - 1) * (c.f + c.b - c.w), 1e-9);
       }
@@ -273,15 +274,15 @@ TEST(PipelineSchedule, PeakInFlight) {
     const int p = spec.pp, m = spec.m, v = spec.v;
     for (int s = 0; s < p; ++s) {
       int expected = 0;
-      if (spec.name == "gpipe") expected = m;
-      if (spec.name == "1f1b") expected = std::min(p - s, m);
-      if (spec.name == "zb_h1") expected = std::min(p, m);
-      if (spec.name == "interleaved_1f1b")
+      if (spec.name == PipelineSchedule::gpipe) expected = m;
+      if (spec.name == PipelineSchedule::one_f_one_b) expected = std::min(p - s, m);
+      if (spec.name == PipelineSchedule::zb_h1) expected = std::min(p, m);
+      if (spec.name == PipelineSchedule::interleaved_1f1b)
         expected = std::min(2 * (p - s - 1) + (v - 1) * p + 1, v * m);
       EXPECT_EQ(r.peak_in_flight[s], expected) << "rank " << s;
     }
-    if (spec.name == "zb_h1") {
-      const SimulationResult flat = simulate({"1f1b", p, 1, m});
+    if (spec.name == PipelineSchedule::zb_h1) {
+      const SimulationResult flat = simulate({PipelineSchedule::one_f_one_b, p, 1, m});
       EXPECT_EQ(*std::max_element(r.peak_in_flight.begin(), r.peak_in_flight.end()),
                 *std::max_element(flat.peak_in_flight.begin(), flat.peak_in_flight.end()));
     }
@@ -319,12 +320,14 @@ TEST(PipelineSchedule, EvalScheduleRunsEveryForwardOnceInOrder) {
 }
 
 TEST(PipelineSchedule, EvalListsOfSmallPipelines) {
-  const ScheduleSpec two{.name = "1f1b", .pp = 2, .v = 1, .m = 2, .pass = Pass::eval};
+  const ScheduleSpec two{
+      .name = PipelineSchedule::one_f_one_b, .pp = 2, .v = 1, .m = 2, .pass = Pass::eval};
   EXPECT_EQ(text_of(schedule_for(two, 0)), "F0.0 SA0.0>1 F1.0 SA1.0>1");
   EXPECT_EQ(text_of(schedule_for(two, 1)), "RA0.0<0 F0.0 RA1.0<0 F1.0");
   // Interleaved, pp = 2, v = 2: rank 0 holds global chunks 0 and 2, so its second chunk waits
   // for rank 1's first.
-  const ScheduleSpec v2{.name = "interleaved_1f1b", .pp = 2, .v = 2, .m = 2, .pass = Pass::eval};
+  const ScheduleSpec v2{
+      .name = PipelineSchedule::interleaved_1f1b, .pp = 2, .v = 2, .m = 2, .pass = Pass::eval};
   EXPECT_EQ(text_of(schedule_for(v2, 0)),
             "F0.0 SA0.0>1 F1.0 SA1.0>1 RA0.1<1 F0.1 SA0.1>1 RA1.1<1 F1.1 SA1.1>1");
   EXPECT_EQ(text_of(schedule_for(v2, 1)),
@@ -332,7 +335,8 @@ TEST(PipelineSchedule, EvalListsOfSmallPipelines) {
 }
 
 TEST(PipelineSimulator, EvalListWithABackwardOrAMissingForwardIsRejected) {
-  const ScheduleSpec spec{.name = "1f1b", .pp = 2, .v = 1, .m = 2, .pass = Pass::eval};
+  const ScheduleSpec spec{
+      .name = PipelineSchedule::one_f_one_b, .pp = 2, .v = 1, .m = 2, .pass = Pass::eval};
   Lists with_backward = lists_of(spec);
   with_backward[1].push_back({ActionKind::backward, 0, 0, -1});
   const SimulationResult r = simulate(spec, with_backward);
@@ -349,13 +353,13 @@ TEST(PipelineSimulator, EvalListWithABackwardOrAMissingForwardIsRejected) {
 }
 
 TEST(PipelineSimulator, TimelineOfOneFOneB) {
-  const SimulationResult r = simulate({"1f1b", 2, 1, 2});
+  const SimulationResult r = simulate({PipelineSchedule::one_f_one_b, 2, 1, 2});
   ASSERT_TRUE(r.ok) << r.error;
   EXPECT_EQ(render_timeline(r), "rank 0 |FF..BB.BB|\nrank 1 |.FBBFBB..|\n");
   ASSERT_EQ(r.timeline[1].size(), 8u);
   EXPECT_EQ(to_string(r.timeline[1][0].action), "RA0.0<0");
   EXPECT_EQ(r.timeline[1][0].end, 1.0);  // waited for rank 0's F0.0
-  const SimulationResult zb = simulate({"zb_h1", 3, 1, 4});
+  const SimulationResult zb = simulate({PipelineSchedule::zb_h1, 3, 1, 4});
   ASSERT_TRUE(zb.ok) << zb.error;
   EXPECT_EQ(render_timeline(zb),
             "rank 0 |FFF..BWFBWBWBW|\n"
@@ -367,7 +371,7 @@ TEST(PipelineSimulator, TimelineOfOneFOneB) {
 
 // Runs `lists` for (pp, m) with v = 1 and returns the error; fails the test if it was ok.
 std::string error_of(int pp, int m, const Lists& lists) {
-  const SimulationResult r = simulate({"1f1b", pp, 1, m}, lists);
+  const SimulationResult r = simulate({PipelineSchedule::one_f_one_b, pp, 1, m}, lists);
   EXPECT_FALSE(r.ok);
   return r.error;
 }
@@ -397,14 +401,14 @@ TEST(PipelineSimulator, DetectsDeadlockWhenBothRanksRecvFirst) {
 }
 
 TEST(PipelineSimulator, DetectsMissingRecv) {
-  Lists lists = lists_of({"1f1b", 2, 1, 2});
+  Lists lists = lists_of({PipelineSchedule::one_f_one_b, 2, 1, 2});
   erase_action(lists[1], "RA1.0<0");
   const std::string error = error_of(2, 2, lists);
   EXPECT_HAS(error, "rank 1, action F1.0");
   EXPECT_HAS(error, "F before the recv of its input activation");
 
   // A send nobody receives (rank 0 lost both the recv and the backward that needs it).
-  lists = lists_of({"1f1b", 2, 1, 2});
+  lists = lists_of({PipelineSchedule::one_f_one_b, 2, 1, 2});
   erase_action(lists[0], "RG1.0<1");
   erase_action(lists[0], "BW1.0");
   EXPECT_HAS(error_of(2, 2, lists), "rank 1, action SG1.0>0");
@@ -412,7 +416,7 @@ TEST(PipelineSimulator, DetectsMissingRecv) {
 }
 
 TEST(PipelineSimulator, DetectsDuplicatedForward) {
-  Lists lists = lists_of({"gpipe", 3, 1, 2});
+  Lists lists = lists_of({PipelineSchedule::gpipe, 3, 1, 2});
   lists[2].insert(lists[2].begin() + 2, Action{ActionKind::forward, 0, 0, -1});
   const std::string error = error_of(3, 2, lists);
   EXPECT_HAS(error, "rank 2, action F0.0 (#2 of its list)");
@@ -420,7 +424,7 @@ TEST(PipelineSimulator, DetectsDuplicatedForward) {
 }
 
 TEST(PipelineSimulator, DetectsBackwardBeforeForward) {
-  Lists lists = lists_of({"1f1b", 2, 1, 2});
+  Lists lists = lists_of({PipelineSchedule::one_f_one_b, 2, 1, 2});
   // Rank 1 (last stage, needs no gradient): BW1.0 moved in front of its F1.0.
   erase_action(lists[1], "BW1.0");
   auto f1 = std::find(lists[1].begin(), lists[1].end(), Action{ActionKind::forward, 1, 0, -1});
@@ -431,16 +435,16 @@ TEST(PipelineSimulator, DetectsBackwardBeforeForward) {
 }
 
 TEST(PipelineSimulator, DetectsWrongPeerMissingWeightAndSendBeforeCompute) {
-  Lists lists = lists_of({"1f1b", 3, 1, 1});
+  Lists lists = lists_of({PipelineSchedule::one_f_one_b, 3, 1, 1});
   lists[0][1].peer = 2;  // SA0.0 to rank 2 instead of rank 1
   EXPECT_HAS(error_of(3, 1, lists), ("wrong peer: the activation of global chunk 0 goes to "
                                      "rank 1"));
 
-  lists = lists_of({"zb_h1", 2, 1, 2});
+  lists = lists_of({PipelineSchedule::zb_h1, 2, 1, 2});
   erase_action(lists[1], "W1.0");
   EXPECT_HAS(error_of(2, 2, lists), "micro-batch 1, local chunk 0 (global 1) has no W");
 
-  lists = lists_of({"1f1b", 2, 1, 1});
+  lists = lists_of({PipelineSchedule::one_f_one_b, 2, 1, 1});
   std::swap(lists[0][0], lists[0][1]);  // SA0.0 before F0.0
   EXPECT_HAS(error_of(2, 1, lists), "send of an activation before its F");
 }
@@ -457,32 +461,35 @@ struct BadSpec {
 
 TEST(PipelineSchedule, CheckScheduleNamesSettingValueRuleAndFix) {
   const BadSpec cases[] = {
-      {{"pipedream", 2, 1, 4},
-       "parallel.pp_schedule",
-       "pipedream",
-       "unknown pipeline schedule",
-       "\"1f1b\""},
-      {{"1f1b", 0, 1, 4}, "parallel.pp", "0", "must be ≥ 1", "use 1"},
-      {{"gpipe", 2, 1, 0}, "training.accumulation", "0", "must be ≥ 1", "at least"},
-      {{"zb_h1", 2, 0, 4}, "parallel.virtual_stages", "0", "must be ≥ 1", "use 1"},
-      {{"1f1b", 2, 2, 4},
+      {{PipelineSchedule::one_f_one_b, 0, 1, 4}, "parallel.pp", "0", "must be ≥ 1", "use 1"},
+      {{PipelineSchedule::gpipe, 2, 1, 0}, "training.accumulation", "0", "must be ≥ 1", "at least"},
+      {{PipelineSchedule::zb_h1, 2, 0, 4}, "parallel.virtual_stages", "0", "must be ≥ 1", "use 1"},
+      {{PipelineSchedule::one_f_one_b, 2, 2, 4},
        "parallel.virtual_stages",
        "2",
        "only interleaved_1f1b",
        "parallel.virtual_stages = 1"},
-      {{"zb_h1", 4, 3, 8}, "parallel.virtual_stages", "3", "zb_h1 needs 1", "interleaved_1f1b"},
-      {{"interleaved_1f1b", 2, 1, 4},
+      {{PipelineSchedule::zb_h1, 4, 3, 8},
+       "parallel.virtual_stages",
+       "3",
+       "zb_h1 needs 1",
+       "interleaved_1f1b"},
+      {{PipelineSchedule::interleaved_1f1b, 2, 1, 4},
        "parallel.virtual_stages",
        "1",
        "≥ 2 model chunks",
        "parallel.virtual_stages = 2"},
-      {{"interleaved_1f1b", 1, 2, 4}, "parallel.pp", "1", "needs ≥ 2 stages", "parallel.pp ≥ 2"},
-      {{"interleaved_1f1b", 4, 2, 6},
+      {{PipelineSchedule::interleaved_1f1b, 1, 2, 4},
+       "parallel.pp",
+       "1",
+       "needs ≥ 2 stages",
+       "parallel.pp ≥ 2"},
+      {{PipelineSchedule::interleaved_1f1b, 4, 2, 6},
        "training.accumulation",
        "6",
        "must be a multiple of 4",
        "set training.accumulation to 4 or 8"},
-      {{"interleaved_1f1b", 4, 2, 2},
+      {{PipelineSchedule::interleaved_1f1b, 4, 2, 2},
        "training.accumulation",
        "2",
        "groups of parallel.pp = 4",
@@ -505,18 +512,18 @@ TEST(PipelineSchedule, CheckScheduleNamesSettingValueRuleAndFix) {
     }
     EXPECT_THROW(simulate(c.spec), ConfigError);
   }
-  // Everything wrong at once: every issue is reported.
-  const std::vector<ConfigIssue> all = check_schedule({"x", 0, 0, 0});
-  ASSERT_EQ(all.size(), 4u);
-  EXPECT_EQ(all[0].setting, "parallel.pp_schedule");
-  EXPECT_EQ(all[1].setting, "parallel.pp");
-  EXPECT_EQ(all[2].setting, "parallel.virtual_stages");
-  EXPECT_EQ(all[3].setting, "training.accumulation");
+  // Everything wrong at once: every issue is reported. (An unknown schedule name cannot reach
+  // a ScheduleSpec: it is a config error when loaded, config_test's BadEnumNames...)
+  const std::vector<ConfigIssue> all = check_schedule({PipelineSchedule::gpipe, 0, 0, 0});
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[0].setting, "parallel.pp");
+  EXPECT_EQ(all[1].setting, "parallel.virtual_stages");
+  EXPECT_EQ(all[2].setting, "training.accumulation");
   // The valid corners.
-  EXPECT_TRUE(check_schedule({"gpipe", 1, 1, 1}).empty());
-  EXPECT_TRUE(check_schedule({"1f1b", 8, 1, 1}).empty());
-  EXPECT_TRUE(check_schedule({"zb_h1", 8, 1, 3}).empty());
-  EXPECT_TRUE(check_schedule({"interleaved_1f1b", 2, 2, 2}).empty());
+  EXPECT_TRUE(check_schedule({PipelineSchedule::gpipe, 1, 1, 1}).empty());
+  EXPECT_TRUE(check_schedule({PipelineSchedule::one_f_one_b, 8, 1, 1}).empty());
+  EXPECT_TRUE(check_schedule({PipelineSchedule::zb_h1, 8, 1, 3}).empty());
+  EXPECT_TRUE(check_schedule({PipelineSchedule::interleaved_1f1b, 2, 2, 2}).empty());
 }
 
 }  // namespace

@@ -13,7 +13,7 @@ namespace meshtrain::plan {
 namespace {
 
 Config main_job(std::int64_t dp, std::int64_t zero, std::int64_t micro_batch,
-                std::int64_t accumulation, const std::string& precision = "fp32") {
+                std::int64_t accumulation, Precision precision = Precision::fp32) {
   Config c = load_config_file(std::string(MESHTRAIN_SOURCE_DIR) + "/configs/shakespeare_char.toml");
   c.model.vocab_size = 65;
   c.parallel.dp = dp;
@@ -37,7 +37,7 @@ TEST(PlanAccounting, MainJobParameters) {
 TEST(PlanAccounting, SeedThirteenBillionModelState) {
   // Seed 002: 13B in fp16: 26 GB of weights; fp32 master + Adam m, v: ≈ 156 GB.
   Config c;
-  c.training.precision = "fp16";
+  c.training.precision = Precision::fp16;
   const MemoryBreakdown m = model_state_bytes(c, 13e9);
   EXPECT_DOUBLE_EQ(m.params, 26e9);
   EXPECT_DOUBLE_EQ(m.optimizer, 156e9);
@@ -49,12 +49,12 @@ TEST(PlanAccounting, ModelStateEqualsTheMeasuredPeaks) {
   const double expected_bf16[] = {14473728, 9649152, 8040960, 6432768};
   const double expected_fp32[] = {12865536, 9649152, 8040960, 6432768};
   for (std::int64_t s = 0; s <= 3; ++s) {
-    const Config bf16 = main_job(2, s, 6, 1, "bf16"), fp32 = main_job(2, s, 6, 1);
+    const Config bf16 = main_job(2, s, 6, 1, Precision::bf16), fp32 = main_job(2, s, 6, 1);
     EXPECT_EQ(model_state_bytes(bf16, 804096.0).total(), expected_bf16[s]) << "stage " << s;
     EXPECT_EQ(model_state_bytes(fp32, 804096.0).total(), expected_fp32[s]) << "stage " << s;
     EXPECT_EQ(model_state_bytes_by_category(fp32).total(), model_state_bytes_per_parameter(fp32));
   }
-  EXPECT_EQ(model_state_bytes(main_job(2, 3, 6, 1, "bf16"), 804096.0).params, 0.0);
+  EXPECT_EQ(model_state_bytes(main_job(2, 3, 6, 1, Precision::bf16), 804096.0).params, 0.0);
   EXPECT_EQ(model_state_bytes(main_job(2, 3, 6, 1), 804096.0).params, 1608192.0);
 }
 
@@ -63,7 +63,7 @@ TEST(PlanAccounting, DpBytesPerStepEqualTheByteCounters) {
   const double fp32_m1[] = {3216392, 4824592, 4824592, 6466064};
   const double bf16_m1[] = {3216392, 4020496, 4020496, 4841232};
   for (std::int64_t s = 0; s <= 3; ++s) {
-    const Config fp32 = main_job(2, s, 6, 1), bf16 = main_job(2, s, 6, 1, "bf16");
+    const Config fp32 = main_job(2, s, 6, 1), bf16 = main_job(2, s, 6, 1, Precision::bf16);
     EXPECT_EQ(dp_bytes_per_step(fp32, stage_parameters(fp32, 0)), fp32_m1[s]) << "stage " << s;
     EXPECT_EQ(dp_bytes_per_step(bf16, stage_parameters(bf16, 0)), bf16_m1[s]) << "stage " << s;
   }
@@ -81,7 +81,7 @@ TEST(PlanAccounting, CommBuffersEqualTheMeasuredPeaks) {
   const double fp32[] = {0, 8040960, 6039040, 4364288};
   const double bf16[] = {0, 6432768, 3626752, 3379968};
   for (std::int64_t s = 0; s <= 3; ++s) {
-    const Config a = main_job(2, s, 6, 1), b = main_job(2, s, 6, 1, "bf16");
+    const Config a = main_job(2, s, 6, 1), b = main_job(2, s, 6, 1, Precision::bf16);
     EXPECT_EQ(comm_buffer_bytes(a, stage_parameters(a, 0)), fp32[s]) << "stage " << s;
     EXPECT_EQ(comm_buffer_bytes(b, stage_parameters(b, 0)), bf16[s]) << "stage " << s;
   }
@@ -93,10 +93,10 @@ TEST(PlanAccounting, ActivationPeaksEqualTheMeasuredPeaks) {
   Config c = main_job(1, 0, 12, 1);
   EXPECT_EQ(activation_bytes_per_block(c), 6316032.0);
   EXPECT_EQ(peak(c), 27230208.0);
-  c.training.recompute = "selective";
+  c.training.recompute = RecomputeMode::selective;
   EXPECT_EQ(activation_bytes_per_block(c), 5910528.0);
   EXPECT_EQ(peak(c), 25608192.0);
-  c.training.recompute = "full";
+  c.training.recompute = RecomputeMode::full;
   EXPECT_EQ(activation_bytes_per_block(c), 393216.0);
   EXPECT_EQ(peak(c), 9461760.0);
   EXPECT_EQ(peak(main_job(2, 0, 6, 1)), 13615104.0);
@@ -106,18 +106,18 @@ TEST(PlanAccounting, ActivationPeaksEqualTheMeasuredPeaks) {
   EXPECT_EQ(peak(tp), 17092608.0);  // G_head = 292 > G_mlp = 256
   tp.parallel.sequence_parallel = true;
   EXPECT_EQ(peak(tp), 15581184.0);
-  tp.training.recompute = "selective";
+  tp.training.recompute = RecomputeMode::selective;
   EXPECT_EQ(peak(tp), 14770176.0);
-  tp.training.recompute = "full";
+  tp.training.recompute = RecomputeMode::full;
   EXPECT_EQ(peak(tp), 5517312.0);
 
   Config llama =
       load_config_file(std::string(MESHTRAIN_SOURCE_DIR) + "/configs/llama_shakespeare.toml");
   llama.model.vocab_size = 65;
   EXPECT_EQ(peak(llama), 25534464.0);
-  llama.training.recompute = "selective";
+  llama.training.recompute = RecomputeMode::selective;
   EXPECT_EQ(peak(llama), 23912448.0);
-  llama.training.recompute = "full";
+  llama.training.recompute = RecomputeMode::full;
   EXPECT_EQ(peak(llama), 8669184.0);
 }
 
@@ -129,16 +129,16 @@ TEST(PlanAccounting, Bf16ActivationPeaksNearTheMeasuredPeaks) {
   // low (−8.5 %). The bounds catch a wrong rule (all in fp32 would be +15 %, everything halved −43
   // %).
   auto peak = [](Config c) { return activation_peak_bytes(c, stage_parameters(c, 0), 0); };
-  Config c = main_job(1, 0, 12, 1, "bf16");
+  Config c = main_job(1, 0, 12, 1, Precision::bf16);
   EXPECT_NEAR(peak(c), 23691264.0, 0.025 * 23691264.0);
-  c.training.recompute = "selective";
+  c.training.recompute = RecomputeMode::selective;
   EXPECT_NEAR(peak(c), 21282816.0, 0.025 * 21282816.0);
-  c.training.recompute = "full";
+  c.training.recompute = RecomputeMode::full;
   EXPECT_NEAR(peak(c), 9265152.0, 0.09 * 9265152.0);
-  EXPECT_NEAR(peak(main_job(2, 0, 6, 1, "bf16")), 11845632.0, 0.025 * 11845632.0);
+  EXPECT_NEAR(peak(main_job(2, 0, 6, 1, Precision::bf16)), 11845632.0, 0.025 * 11845632.0);
   // The selective saving itself is exact: 4 blocks × 768 tokens × (4(h + a) + 2h) bytes.
-  Config none = main_job(1, 0, 12, 1, "bf16"), selective = none;
-  selective.training.recompute = "selective";
+  Config none = main_job(1, 0, 12, 1, Precision::bf16), selective = none;
+  selective.training.recompute = RecomputeMode::selective;
   EXPECT_EQ(peak(none) - peak(selective), 23691264.0 - 21282816.0);
 }
 
@@ -153,7 +153,7 @@ TEST(PlanAccounting, PipelineMultipliesTheSavedActivations) {
   const double per_block = activation_bytes_per_block(c), x = 4.0 * 768 * 128;
   // 1F1B, stage 0 of 2: two micro-batches of (x + 2 blocks), plus G_mlp = 512 per token.
   EXPECT_EQ(activation_peak_bytes(c, first, 0), 2.0 * (x + 2.0 * per_block) + 4.0 * 768 * 512);
-  c.parallel.pp_schedule = "gpipe";
+  c.parallel.pp_schedule = PipelineSchedule::gpipe;
   EXPECT_EQ(activation_peak_bytes(c, first, 0), 8.0 * (x + 2.0 * per_block) + 4.0 * 768 * 512);
 }
 
@@ -214,10 +214,10 @@ TEST(PlanAccounting, StepTimeIsComputeOverBubblePlusExposedComm) {
                       .zero_stage = 1,
                       .micro_batch = 1,
                       .accumulation = 512,
-                      .recompute = "selective",
+                      .recompute = RecomputeMode::selective,
                       .sequence_parallel = true,
-                      .schedule = "1f1b"};
-  const TrainingSettings settings{.seq = 4096, .global_batch = 1024, .precision = "bf16"};
+                      .schedule = PipelineSchedule::one_f_one_b};
+  const TrainingSettings settings{.seq = 4096, .global_batch = 1024, .precision = Precision::bf16};
   ASSERT_TRUE(check_layout(model.model, layout, settings).empty());
   const Plan p = account(model.model, layout, settings, cluster);
   EXPECT_DOUBLE_EQ(p.step_s, p.compute_s / (1.0 - p.bubble) + p.exposed_comm_s);

@@ -19,18 +19,18 @@
 namespace meshtrain::plan {
 namespace {
 
-Config job(const std::string& file, std::int64_t cp, const std::string& comm = "p2p") {
+Config job(const std::string& file, std::int64_t cp, CpCommMode comm = CpCommMode::p2p) {
   Config c = load_config_file(std::string(MESHTRAIN_SOURCE_DIR) + "/configs/" + file);
   c.model.vocab_size = 65;
   c.parallel.cp = cp;
   c.parallel.cp_comm = comm;
-  c.training.precision = "fp32";
+  c.training.precision = Precision::fp32;
   return c;
 }
-Config gpt2(std::int64_t cp, const std::string& comm = "p2p") {
+Config gpt2(std::int64_t cp, CpCommMode comm = CpCommMode::p2p) {
   return job("shakespeare_char.toml", cp, comm);
 }
-Config llama(std::int64_t cp, const std::string& comm = "p2p") {
+Config llama(std::int64_t cp, CpCommMode comm = CpCommMode::p2p) {
   return job("llama_shakespeare.toml", cp, comm);
 }
 
@@ -44,16 +44,16 @@ TEST(PlanCp, ActivationsPerRankAreDividedByCp) {
   EXPECT_EQ(activation_bytes_per_block(gpt2(2)), 6316032.0 / 2.0);
   EXPECT_EQ(peak(gpt2(2)), 13615104.0);
   EXPECT_EQ(peak(gpt2(4)), 27230208.0 / 4.0);
-  for (const char* recompute : {"selective", "full"}) {
+  for (const RecomputeMode recompute : {RecomputeMode::selective, RecomputeMode::full}) {
     Config one = gpt2(1), four = gpt2(4);
     one.training.recompute = four.training.recompute = recompute;
     EXPECT_EQ(peak(four), peak(one) / 4.0) << recompute;
   }
   // Ulysses also keeps the core's head-sharded q, k|v and output: (2h + 2kv)/t fp32 elements
   // per token and block, 4 blocks × 192 tokens × 512 × 4 B at cp 4; none under selective.
-  EXPECT_EQ(peak(gpt2(4, "a2a")) - peak(gpt2(4)), 4.0 * 192.0 * 512.0 * 4.0);
-  Config selective = gpt2(4, "a2a"), ring = gpt2(4);
-  selective.training.recompute = ring.training.recompute = "selective";
+  EXPECT_EQ(peak(gpt2(4, CpCommMode::a2a)) - peak(gpt2(4)), 4.0 * 192.0 * 512.0 * 4.0);
+  Config selective = gpt2(4, CpCommMode::a2a), ring = gpt2(4);
+  selective.training.recompute = ring.training.recompute = RecomputeMode::selective;
   EXPECT_EQ(peak(selective), peak(ring));
   Config l = llama(2);
   EXPECT_EQ(peak(l), 25534464.0 / 2.0);
@@ -88,7 +88,7 @@ TEST(PlanCp, RingAttentionBytesAndTime) {
   EXPECT_EQ(cp_bytes_per_step(gpt2(4), p), 4.0 * 10.0 * 196608.0);
   // Recompute (selective or full) reruns the forward ring: + (cp−1) per block.
   Config sel = gpt2(2);
-  sel.training.recompute = "selective";
+  sel.training.recompute = RecomputeMode::selective;
   EXPECT_EQ(cp_bytes_per_step(sel, p), 4.0 * 5.0 * 393216.0);
   // m = 3 micro-batches triple it; Llama's 2 kv heads halve K (kv = 64).
   Config m3 = gpt2(2);
@@ -108,17 +108,17 @@ TEST(PlanCp, RingAttentionBytesAndTime) {
 TEST(PlanCp, UlyssesAllToAllBytesAndTime) {
   // cp 2, gpt2: q = out = 384·128·4 = 196,608 B, k = v = 196,608 B (kv = h); forward 4 ops,
   // backward 4: 8 × 196,608 per block, 4 blocks.
-  const Config c = gpt2(2, "a2a");
+  const Config c = gpt2(2, CpCommMode::a2a);
   const ParameterCounts p = stage_parameters(c, 0);
   EXPECT_EQ(cp_bytes_per_step(c, p), 4.0 * 8.0 * 196608.0);
   // Llama, 2 kv heads: k = v = 384·64·4 = 98,304; per block 2·(2·196,608 + 2·98,304).
-  const Config l = llama(2, "a2a");
+  const Config l = llama(2, CpCommMode::a2a);
   EXPECT_EQ(cp_bytes_per_step(l, stage_parameters(l, 0)), 4.0 * 2.0 * 589824.0);
   // Both recomputes rerun the forward's four (selective drops the core's head-sharded state
   // with its output, layers/attention.cpp).
-  Config full = gpt2(2, "a2a"), sel = gpt2(2, "a2a");
-  full.training.recompute = "full";
-  sel.training.recompute = "selective";
+  Config full = gpt2(2, CpCommMode::a2a), sel = gpt2(2, CpCommMode::a2a);
+  full.training.recompute = RecomputeMode::full;
+  sel.training.recompute = RecomputeMode::selective;
   EXPECT_EQ(cp_bytes_per_step(full, p), 4.0 * 12.0 * 196608.0);
   EXPECT_EQ(cp_bytes_per_step(sel, p), cp_bytes_per_step(full, p));
   // Time: 32 all-to-alls of 196,608 B over 2 ranks: (1/2)·D/B + α each.
@@ -149,35 +149,37 @@ TEST(PlanCp, RulesOfTheRuntimeDesign) {
         c, static_cast<int>(c.parallel.pp * c.parallel.dp * c.parallel.cp * c.parallel.tp));
   };
   EXPECT_TRUE(cp_rules(gpt2(1)).empty());
-  EXPECT_TRUE(cp_rules(gpt2(4, "a2a")).empty());                        // 64 % 8 == 0, 4 heads / 4
-  EXPECT_EQ(settings_of("model.block_size", cp_rules(gpt2(3))), 1);     // 64 % 6 ≠ 0
-  EXPECT_EQ(settings_of("model.n_head", cp_rules(gpt2(8, "a2a"))), 1);  // 4 heads over 8
-  EXPECT_TRUE(cp_rules(gpt2(8, "p2p")).empty());                        // the ring needs none
-  EXPECT_EQ(settings_of("model.n_kv_head", cp_rules(llama(4, "a2a"))), 1);  // 2 kv heads over 4
-  EXPECT_EQ(settings_of("parallel.cp_comm", cp_rules(gpt2(2, "ring"))), 1);
+  EXPECT_TRUE(cp_rules(gpt2(4, CpCommMode::a2a)).empty());           // 64 % 8 == 0, 4 heads / 4
+  EXPECT_EQ(settings_of("model.block_size", cp_rules(gpt2(3))), 1);  // 64 % 6 ≠ 0
+  EXPECT_EQ(settings_of("model.n_head", cp_rules(gpt2(8, CpCommMode::a2a))), 1);  // 4 heads over 8
+  EXPECT_TRUE(cp_rules(gpt2(8, CpCommMode::p2p)).empty());  // the ring needs none
+  EXPECT_EQ(settings_of("model.n_kv_head", cp_rules(llama(4, CpCommMode::a2a))),
+            1);  // 2 kv heads over 4
+  // An unknown parallel.cp_comm is rejected when loaded (config_test, BadEnumNames...).
   // check_layout plans cp > 1 under the same rules.
   const ModelPreset main_job =
       model_from(std::string(MESHTRAIN_SOURCE_DIR) + "/configs/shakespeare_char.toml");
-  const TrainingSettings s{.seq = 64, .global_batch = 12, .precision = "fp32"};
+  const TrainingSettings s{.seq = 64, .global_batch = 12, .precision = Precision::fp32};
   EXPECT_TRUE(check_layout(main_job.model, {.cp = 2, .accumulation = 12}, s).empty());
   EXPECT_FALSE(
-      check_layout(main_job.model, {.cp = 8, .cp_comm = "a2a", .accumulation = 12}, s).empty());
+      check_layout(main_job.model, {.cp = 8, .cp_comm = CpCommMode::a2a, .accumulation = 12}, s)
+          .empty());
 }
 
 TEST(PlanCp, SearchedWhenAllowedAndPlacedBetweenTpAndDp) {
   const ModelPreset main_job =
       model_from(std::string(MESHTRAIN_SOURCE_DIR) + "/configs/shakespeare_char.toml");
-  const TrainingSettings s{.seq = 64, .global_batch = 16, .precision = "fp32"};
+  const TrainingSettings s{.seq = 64, .global_batch = 16, .precision = Precision::fp32};
   const std::vector<Layout> plain = enumerate_layouts(main_job.model, s, 8, 64);
   EXPECT_TRUE(std::all_of(plain.begin(), plain.end(), [](const Layout& l) { return l.cp == 1; }));
   const std::vector<Layout> with_cp =
-      enumerate_layouts(main_job.model, s, 8, 64, nullptr, {.size = 0, .comm = "auto"});
+      enumerate_layouts(main_job.model, s, 8, 64, nullptr, {.size = 0, .comm = std::nullopt});
   bool a2a = false, p2p = false;
   for (const Layout& l : with_cp) {
     EXPECT_EQ(l.devices(), 8);
     EXPECT_TRUE(check_layout(main_job.model, l, s).empty()) << to_string(l);
-    a2a = a2a || (l.cp > 1 && l.cp_comm == "a2a");
-    p2p = p2p || (l.cp > 1 && l.cp_comm == "p2p");
+    a2a = a2a || (l.cp > 1 && l.cp_comm == CpCommMode::a2a);
+    p2p = p2p || (l.cp > 1 && l.cp_comm == CpCommMode::p2p);
   }
   EXPECT_TRUE(a2a && p2p);
   EXPECT_EQ(with_cp.size() - plain.size(),
@@ -190,9 +192,10 @@ TEST(PlanCp, SearchedWhenAllowedAndPlacedBetweenTpAndDp) {
     return c;
   }();
   const ModelPreset big = model_from("llama-33b");
-  const TrainingSettings longctx{.seq = 32768, .global_batch = 16, .precision = "bf16"};
+  const TrainingSettings longctx{.seq = 32768, .global_batch = 16, .precision = Precision::bf16};
   const Plan p = account(
-      big.model, {.tp = 2, .pp = 2, .dp = 1, .cp = 4, .accumulation = 16, .recompute = "full"},
+      big.model,
+      {.tp = 2, .pp = 2, .dp = 1, .cp = 4, .accumulation = 16, .recompute = RecomputeMode::full},
       longctx, a100);
   ASSERT_EQ(p.comm.size(), 4u);
   EXPECT_EQ(p.comm[0].axis, "dp");

@@ -35,26 +35,26 @@ TEST(PlanFormulas, RingCollectivesIncludingLatency) {
 }
 
 TEST(PlanFormulas, PipelineBubblePerSchedule) {
-  EXPECT_DOUBLE_EQ(bubble_fraction("1f1b", 4, 8, 1), 3.0 / 11.0);
-  EXPECT_DOUBLE_EQ(bubble_fraction("gpipe", 4, 8, 1), 3.0 / 11.0);
-  EXPECT_DOUBLE_EQ(bubble_fraction("interleaved_1f1b", 4, 8, 2), 3.0 / 19.0);
-  EXPECT_DOUBLE_EQ(bubble_fraction("zb_h1", 4, 8, 1), 3.0 / 27.0);
-  EXPECT_DOUBLE_EQ(bubble_fraction("1f1b", 1, 8, 1), 0.0);
+  EXPECT_DOUBLE_EQ(bubble_fraction(PipelineSchedule::one_f_one_b, 4, 8, 1), 3.0 / 11.0);
+  EXPECT_DOUBLE_EQ(bubble_fraction(PipelineSchedule::gpipe, 4, 8, 1), 3.0 / 11.0);
+  EXPECT_DOUBLE_EQ(bubble_fraction(PipelineSchedule::interleaved_1f1b, 4, 8, 2), 3.0 / 19.0);
+  EXPECT_DOUBLE_EQ(bubble_fraction(PipelineSchedule::zb_h1, 4, 8, 1), 3.0 / 27.0);
+  EXPECT_DOUBLE_EQ(bubble_fraction(PipelineSchedule::one_f_one_b, 1, 8, 1), 0.0);
   // A deep pipeline: p = 64 stages, m = 48 micro-batches.
-  EXPECT_DOUBLE_EQ(bubble_fraction("1f1b", 64, 48, 1), 63.0 / 111.0);
-  EXPECT_THROW(bubble_fraction("pipedream", 4, 8, 1), std::invalid_argument);
-  EXPECT_EQ(bubble_formula("interleaved_1f1b"), "(p−1)/(v·m+p−1)");
+  EXPECT_DOUBLE_EQ(bubble_fraction(PipelineSchedule::one_f_one_b, 64, 48, 1), 63.0 / 111.0);
+  // An unknown schedule name is a config error when loaded (config_test, BadEnumNames...).
+  EXPECT_EQ(bubble_formula(PipelineSchedule::interleaved_1f1b), "(p−1)/(v·m+p−1)");
 }
 
 TEST(PlanFormulas, MicroBatchesInFlightPerStage) {
-  EXPECT_EQ(in_flight_micro_batches("1f1b", 4, 0, 8, 1), 4.0);
-  EXPECT_EQ(in_flight_micro_batches("1f1b", 4, 3, 8, 1), 1.0);
-  EXPECT_EQ(in_flight_micro_batches("1f1b", 4, 0, 2, 1), 2.0);
-  EXPECT_EQ(in_flight_micro_batches("gpipe", 4, 2, 8, 1), 8.0);
-  EXPECT_EQ(in_flight_micro_batches("zb_h1", 4, 3, 8, 1), 4.0);
+  EXPECT_EQ(in_flight_micro_batches(PipelineSchedule::one_f_one_b, 4, 0, 8, 1), 4.0);
+  EXPECT_EQ(in_flight_micro_batches(PipelineSchedule::one_f_one_b, 4, 3, 8, 1), 1.0);
+  EXPECT_EQ(in_flight_micro_batches(PipelineSchedule::one_f_one_b, 4, 0, 2, 1), 2.0);
+  EXPECT_EQ(in_flight_micro_batches(PipelineSchedule::gpipe, 4, 2, 8, 1), 8.0);
+  EXPECT_EQ(in_flight_micro_batches(PipelineSchedule::zb_h1, 4, 3, 8, 1), 4.0);
   // Interleaved, stage 0 of 4, v = 2: 2·3 + 1·4 + 1 = 11 chunk-micro-batches of half a stage.
-  EXPECT_EQ(in_flight_micro_batches("interleaved_1f1b", 4, 0, 8, 2), 5.5);
-  EXPECT_EQ(in_flight_micro_batches("1f1b", 1, 0, 8, 1), 1.0);
+  EXPECT_EQ(in_flight_micro_batches(PipelineSchedule::interleaved_1f1b, 4, 0, 8, 2), 5.5);
+  EXPECT_EQ(in_flight_micro_batches(PipelineSchedule::one_f_one_b, 1, 0, 8, 1), 1.0);
 }
 
 TEST(PlanFormulas, FlopsPerTokenOfTheMainJob) {
@@ -62,13 +62,13 @@ TEST(PlanFormulas, FlopsPerTokenOfTheMainJob) {
   // 4h² + 2h·4h = 196,608 and the tied head 65·128 = 8,320: Ψ_mm = 794,752.
   const double psi_mm = 4.0 * 196608.0 + 8320.0;
   EXPECT_DOUBLE_EQ(model_flops_per_token(psi_mm, 4, 128, 64), 6.0 * 794752.0 + 12.0 * 4 * 128 * 64);
-  EXPECT_DOUBLE_EQ(hardware_flops_per_token(psi_mm, 786432.0, 4, 128, 64, "none"),
+  EXPECT_DOUBLE_EQ(hardware_flops_per_token(psi_mm, 786432.0, 4, 128, 64, RecomputeMode::none),
                    model_flops_per_token(psi_mm, 4, 128, 64));
-  EXPECT_DOUBLE_EQ(hardware_flops_per_token(psi_mm, 786432.0, 4, 128, 64, "selective"),
+  EXPECT_DOUBLE_EQ(hardware_flops_per_token(psi_mm, 786432.0, 4, 128, 64, RecomputeMode::selective),
                    model_flops_per_token(psi_mm, 4, 128, 64) + 4.0 * 4 * 128 * 64);
   // Full recompute: the blocks cost 4/3 of their forward + backward.
   const double blocks = 6.0 * 786432.0 + 12.0 * 4 * 128 * 64;
-  EXPECT_DOUBLE_EQ(hardware_flops_per_token(psi_mm, 786432.0, 4, 128, 64, "full") -
+  EXPECT_DOUBLE_EQ(hardware_flops_per_token(psi_mm, 786432.0, 4, 128, 64, RecomputeMode::full) -
                        model_flops_per_token(psi_mm, 4, 128, 64),
                    blocks / 3.0);
 }

@@ -44,7 +44,7 @@ TEST(PlanPublished, PlannerHardwareFlopsEqualEquationThree) {
     const ModelSize size = model_size(m);
     const double planner =
         hardware_flops_per_token(size.matmul_parameters, size.block_matmul_parameters, m.n_layer,
-                                 m.n_embd, m.block_size, "full") *
+                                 m.n_embd, m.block_size, RecomputeMode::full) *
         static_cast<double>(r.global_batch) * static_cast<double>(m.block_size);
     const double paper =
         narayanan_flops_per_iteration(r.global_batch, 2048, r.layers, r.hidden, 51200);
@@ -80,7 +80,7 @@ TEST(PlanPublished, ThroughputOfEveryRunWithinToleranceAfterOneCalibration) {
 TEST(PlanPublished, SeedThirteenBillionExamplesThroughThePlannersFormulas) {
   // Seed 002: 13B in fp16 → 26 GB of weights; fp32 master + Adam m and v (12 B/param) ≈ 156 GB.
   Config c;
-  c.training.precision = "fp16";
+  c.training.precision = Precision::fp16;
   const MemoryBreakdown state = model_state_bytes(c, 13e9);
   EXPECT_DOUBLE_EQ(state.params, 26e9);
   EXPECT_DOUBLE_EQ(state.optimizer, 156e9);
@@ -98,7 +98,7 @@ TEST(PlanPublished, FullRecomputeRepeatsTheForwardTpCollectives) {
   const PublishedRun& r = narayanan2021_table1()[3];  // 18.4B, t = 8, p = 1
   Config full = to_config(published_model(r), published_layout(r), published_settings(r));
   Config none = full;
-  none.training.recompute = "none";
+  none.training.recompute = RecomputeMode::none;
   const ParameterCounts sp = stage_parameters(full, 0);
   EXPECT_EQ(tp_tensors_per_micro_batch(full, sp), 6.0 * 40 + 2);
   EXPECT_EQ(tp_tensors_per_micro_batch(none, sp), 4.0 * 40 + 2);

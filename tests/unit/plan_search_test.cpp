@@ -33,7 +33,7 @@ ClusterSpec write_cluster(const std::string& name, const std::string& text) {
 TEST(PlanLayout, EveryEnumeratedLayoutPassesCheckConfig) {
   const ModelPreset model =
       model_from(std::string(MESHTRAIN_SOURCE_DIR) + "/configs/shakespeare_char.toml");
-  const TrainingSettings settings{.seq = 64, .global_batch = 16, .precision = "fp32"};
+  const TrainingSettings settings{.seq = 64, .global_batch = 16, .precision = Precision::fp32};
   std::vector<Rejection> rejected;
   const std::vector<Layout> layouts = enumerate_layouts(model.model, settings, 8, 64, &rejected);
   ASSERT_FALSE(layouts.empty());
@@ -43,7 +43,7 @@ TEST(PlanLayout, EveryEnumeratedLayoutPassesCheckConfig) {
     EXPECT_EQ(l.devices(), 8);
     EXPECT_EQ(l.micro_batch * l.accumulation * l.dp, 16);
     EXPECT_NE(l.tp, 8) << "4 heads cannot be split over 8 ranks";
-    EXPECT_FALSE(l.schedule == "zb_h1" && l.zero_stage >= 2) << to_string(l);
+    EXPECT_FALSE(l.schedule == PipelineSchedule::zb_h1 && l.zero_stage >= 2) << to_string(l);
     saw_pp4 = saw_pp4 || l.pp == 4;
   }
   EXPECT_TRUE(saw_pp4);
@@ -61,15 +61,16 @@ TEST(PlanLayout, ParseAndErrors) {
   EXPECT_EQ(l.dp, 2);
   EXPECT_EQ(l.zero_stage, 1);
   EXPECT_EQ(l.accumulation, 512);  // derived: 1024 / (1 · 2)
-  EXPECT_EQ(l.recompute, "selective");
+  EXPECT_EQ(l.recompute, RecomputeMode::selective);
   EXPECT_TRUE(l.sequence_parallel);
   EXPECT_EQ(parse_layout("dp=2,mb=2,m=3", 12).accumulation, 3);
   EXPECT_NE(error_of([] { parse_layout("tp=eight", 8); }).find("tp must be an integer"),
             std::string::npos);
   EXPECT_NE(error_of([] { parse_layout("tq=2", 8); }).find("unknown key 'tq'"), std::string::npos);
   EXPECT_NE(error_of([] { parse_layout("tp", 8); }).find("key=value"), std::string::npos);
-  EXPECT_NE(error_of([] { parse_layout("recompute=some", 8); }).find("none, selective or full"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([] { parse_layout("recompute=some", 8); }).find("recompute must be one of: none ("),
+      std::string::npos);
 }
 
 TEST(PlanLayout, PlacementPutsTpInsideANodeFirst) {
@@ -124,7 +125,7 @@ TEST(PlanSearch, RanksFittingLayoutsByStepTime) {
   const ModelPreset model = model_from("llama3-70b");
   ClusterSpec cluster = cluster_from("8xA100-80GB");
   cluster.nodes = 8;
-  const TrainingSettings settings{.seq = 4096, .global_batch = 256, .precision = "bf16"};
+  const TrainingSettings settings{.seq = 4096, .global_batch = 256, .precision = Precision::bf16};
   const SearchResult r = search(model.model, settings, cluster, {}, 4);
   ASSERT_FALSE(r.ranked.empty());
   EXPECT_EQ(r.fitting, static_cast<std::int64_t>(r.ranked.size()));
@@ -147,8 +148,8 @@ TEST(PlanSearch, NothingFitsAndNoLayoutErrors) {
   // GPT-3 175B on one A100 node: valid layouts exist, none fits.
   ClusterSpec one_node = cluster_from("8xA100-80GB");
   const SearchResult r =
-      search(model_from("gpt3-175b").model, {.seq = 2048, .global_batch = 8, .precision = "bf16"},
-             one_node, {}, 1);
+      search(model_from("gpt3-175b").model,
+             {.seq = 2048, .global_batch = 8, .precision = Precision::bf16}, one_node, {}, 1);
   EXPECT_GT(r.valid, 0);
   EXPECT_TRUE(r.ranked.empty());
   EXPECT_NE(recommendation(r).find("No layout fits"), std::string::npos);
@@ -160,8 +161,9 @@ TEST(PlanSearch, NothingFitsAndNoLayoutErrors) {
                                           "bandwidth_gb_per_s = 1\n");
   const ModelPreset main_job =
       model_from(std::string(MESHTRAIN_SOURCE_DIR) + "/configs/shakespeare_char.toml");
-  const std::string message = error_of(
-      [&] { search(main_job.model, {.seq = 64, .global_batch = 8, .precision = "fp32"}, seven); });
+  const std::string message = error_of([&] {
+    search(main_job.model, {.seq = 64, .global_batch = 8, .precision = Precision::fp32}, seven);
+  });
   EXPECT_NE(message.find("no layout of 7 devices"), std::string::npos) << message;
 }
 

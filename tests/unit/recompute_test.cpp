@@ -23,14 +23,14 @@ struct Measured {
 };
 
 // 4 blocks, micro-batches of 4 sequences of 32 tokens, 2 per step.
-Config config_of(const std::string& family, const std::string& recompute) {
+Config config_of(ModelFamily family, RecomputeMode recompute) {
   Config c = test::small_tp_config(family, 1, 1, false, 4, 2);
   c.model.n_layer = 4;
   c.training.recompute = recompute;
   return c;
 }
 
-Measured train(const std::string& family, const std::string& recompute) {
+Measured train(ModelFamily family, RecomputeMode recompute) {
   const auto world = single_rank_group("world");
   const Config c = config_of(family, recompute);
   Trainer trainer(c, *world, test::quiet());
@@ -65,22 +65,22 @@ void expect_bitwise(const Measured& none, const Measured& other, const char* mod
   }
 }
 
-void expect_bitwise_none_with_lower_activation_peaks(const std::string& family) {
-  const Measured none = train(family, "none");
-  const Measured selective = train(family, "selective");
-  const Measured full = train(family, "full");
+void expect_bitwise_none_with_lower_activation_peaks(ModelFamily family) {
+  const Measured none = train(family, RecomputeMode::none);
+  const Measured selective = train(family, RecomputeMode::selective);
+  const Measured full = train(family, RecomputeMode::full);
   expect_bitwise(none, selective, "selective");
   expect_bitwise(none, full, "full");
 
   // What selective drops per block and micro-batch: the attention output [b·T, C] and its
   // log-sum-exp [b, H, T], f32 (tp = 1; head_dim · H = C in both families).
-  const Config c = config_of(family, "selective");
+  const Config c = config_of(family, RecomputeMode::selective);
   const std::int64_t tokens = c.training.micro_batch * c.model.block_size;
   const std::int64_t per_block = 4 * tokens * (c.model.n_embd + c.model.n_head);
   std::printf(
       "%s activation peak: none %lld B, selective %lld B, full %lld B (selective drops "
       "%lld B per block)\n",
-      family.c_str(), static_cast<long long>(none.activation_peak),
+      std::string(to_string(family)).c_str(), static_cast<long long>(none.activation_peak),
       static_cast<long long>(selective.activation_peak),
       static_cast<long long>(full.activation_peak), static_cast<long long>(per_block));
   // Without recompute every block's output and lse are alive at the end of the forward (the
@@ -98,11 +98,11 @@ void expect_bitwise_none_with_lower_activation_peaks(const std::string& family) 
 }
 
 TEST(Recompute, SelectiveAndFullAreBitwiseNoneWithLowerActivationPeaksGpt2) {
-  expect_bitwise_none_with_lower_activation_peaks("gpt2");
+  expect_bitwise_none_with_lower_activation_peaks(ModelFamily::gpt2);
 }
 
 TEST(Recompute, SelectiveAndFullAreBitwiseNoneWithLowerActivationPeaksLlama) {
-  expect_bitwise_none_with_lower_activation_peaks("llama");
+  expect_bitwise_none_with_lower_activation_peaks(ModelFamily::llama);
 }
 
 }  // namespace

@@ -37,7 +37,7 @@ int run_export(const ExportArgs& args) {
     std::int64_t elements = 0;
     for (const NamedTensor& t : model.tensors) elements += t.tensor.numel();
     fmt::print("exported {} ({}, {} parameters in {} tensors) to {} and {}\n", args.checkpoint,
-               model.config.model.family, elements, model.tensors.size(), out.string(),
+               to_string(model.config.model.family), elements, model.tensors.size(), out.string(),
                (dir / "config.json").string());
     return 0;
   });

@@ -41,8 +41,8 @@ void check_args(const PlanArgs& a) {
           "use e.g. 1024");
   require(!given(a.efficiency) || (a.efficiency > 0.0 && a.efficiency <= 1.0), "--efficiency",
           fmt::format("{}", a.efficiency), "must lie in (0, 1]", "use e.g. 0.5");
-  require(a.precision == "fp32" || a.precision == "bf16" || a.precision == "fp16", "--precision",
-          a.precision, "must be fp32, bf16 or fp16", "use bf16");
+  require(parse_enum<Precision>(a.precision).has_value(), "--precision", a.precision,
+          "must be fp32, bf16 or fp16", "use bf16");
   require(a.dp_overlap >= 0.0 && a.dp_overlap <= 1.0, "--dp-overlap",
           fmt::format("{}", a.dp_overlap), "must lie in [0, 1]", "use 0 (no overlap)");
   require(a.memory_fraction > 0.0 && a.memory_fraction <= 1.0, "--memory-fraction",
@@ -51,7 +51,7 @@ void check_args(const PlanArgs& a) {
           "must be ≥ 1", "use 64");
   require(a.cp == "auto" || cp_size(a.cp) >= 1, "--cp", a.cp, "must be a number ≥ 1 or auto",
           "use 1 (no context parallel), 4, or auto");
-  require(a.cp_comm == "auto" || a.cp_comm == "p2p" || a.cp_comm == "a2a", "--cp-comm",
+  require(a.cp_comm == "auto" || parse_enum<CpCommMode>(a.cp_comm).has_value(), "--cp-comm",
           a.cp_comm, "must be p2p, a2a or auto", "use auto (both searched)");
   if (!issues.empty()) throw ConfigError("meshtrain plan arguments", std::move(issues));
 }
@@ -64,8 +64,8 @@ int plan_one(const plan::ModelPreset& model, const plan::ClusterSpec& cluster,
   if (!issues.empty()) throw ConfigError("--layout " + args.layout, issues);
   if (layout.devices() > cluster.devices()) {
     // Name the factors and show the nearest layouts that do fill the cluster (nearest.h).
-    const plan::LayoutDiagnosis d = plan::diagnose_layout(model.model, layout, settings, cluster,
-                                                          time, args.max_micro_batch);
+    const plan::LayoutDiagnosis d =
+        plan::diagnose_layout(model.model, layout, settings, cluster, time, args.max_micro_batch);
     fmt::print("{}", plan::format_proposals(d, layout, cluster));
     throw ConfigError("--layout " + args.layout, d.issues);
   }
@@ -88,9 +88,9 @@ int plan_one(const plan::ModelPreset& model, const plan::ClusterSpec& cluster,
 int plan_search(const plan::ModelPreset& model, const plan::ClusterSpec& cluster,
                 const plan::TrainingSettings& settings, const plan::TimeSettings& time,
                 const PlanArgs& args) {
-  const plan::SearchResult result =
-      plan::search(model.model, settings, cluster, time, args.max_micro_batch,
-                   {.size = cp_size(args.cp), .comm = args.cp_comm});
+  const plan::SearchResult result = plan::search(
+      model.model, settings, cluster, time, args.max_micro_batch,
+      {.size = cp_size(args.cp), .comm = parse_enum<CpCommMode>(args.cp_comm)});  // auto: nullopt
   if (args.json) {
     fmt::print("{}", plan::to_json(result, cluster, args.top));
     return result.ranked.empty() ? 2 : 0;
@@ -100,7 +100,7 @@ int plan_search(const plan::ModelPreset& model, const plan::ClusterSpec& cluster
       "valid layouts, {} fit\n\n",
       model.name, cluster.nodes, cluster.name, cluster.devices(),
       cluster.memory_bytes / (1024.0 * 1024.0 * 1024.0), settings.seq, settings.global_batch,
-      settings.precision, result.valid, result.fitting);
+      to_string(settings.precision), result.valid, result.fitting);
   fmt::print("{}\n", plan::format_table(result.ranked, cluster, args.top));
   for (std::size_t i = 0; i < std::min(args.top, result.ranked.size()); ++i) {
     fmt::print("{:>3}  {}\n", i + 1, plan::format_memory_bar(result.ranked[i], cluster));
@@ -127,14 +127,14 @@ int run_plan(const PlanArgs& args) {
     }
     const std::int64_t cp = cp_size(args.cp);
     if (cp > 1 && cluster.devices() % cp != 0) {
-      throw ConfigError("--cp", {{"--cp", args.cp,
-                                  fmt::format("must divide the {} devices", cluster.devices()),
-                                  "use a divisor of the devices, or auto"}});
+      throw ConfigError(
+          "--cp", {{"--cp", args.cp, fmt::format("must divide the {} devices", cluster.devices()),
+                    "use a divisor of the devices, or auto"}});
     }
     plan::TrainingSettings settings{
         .seq = args.seq > 0 ? args.seq : model.model.block_size,
         .global_batch = args.global_batch > 0 ? args.global_batch : cluster.devices(),
-        .precision = args.precision};
+        .precision = *parse_enum<Precision>(args.precision)};
     const plan::TimeSettings time{.efficiency = args.efficiency,
                                   .dp_overlap = args.dp_overlap,
                                   .usable_memory_fraction = args.memory_fraction};

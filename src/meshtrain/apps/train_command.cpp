@@ -23,12 +23,14 @@ int run_train(const TrainArgs& args, const MpiRuntime& runtime) {
       fmt::print(
           "meshtrain: {} ({}) on {} rank(s) (dp={} tp={}{} pp={}{}{}), {} parameters, global "
           "batch {} × {} tokens\n",
-          args.config, c.model.family, runtime.world_size(), c.parallel.dp, c.parallel.tp,
-          c.parallel.sequence_parallel && c.parallel.tp > 1 ? " +sp" : "", c.parallel.pp,
-          c.parallel.pp > 1 ? fmt::format(" {} v={} m={}", c.parallel.pp_schedule,
+          args.config, to_string(c.model.family), runtime.world_size(), c.parallel.dp,
+          c.parallel.tp, c.parallel.sequence_parallel && c.parallel.tp > 1 ? " +sp" : "",
+          c.parallel.pp,
+          c.parallel.pp > 1 ? fmt::format(" {} v={} m={}", to_string(c.parallel.pp_schedule),
                                           c.parallel.virtual_stages, c.training.accumulation)
                             : "",
-          c.parallel.cp > 1 ? fmt::format(" cp={} {}", c.parallel.cp, c.parallel.cp_comm) : "",
+          c.parallel.cp > 1 ? fmt::format(" cp={} {}", c.parallel.cp, to_string(c.parallel.cp_comm))
+                            : "",
           trainer.logical_parameters(),
           c.training.micro_batch * c.training.accumulation * c.parallel.dp, c.model.block_size);
     }

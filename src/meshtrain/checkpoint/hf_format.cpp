@@ -42,7 +42,8 @@ bool is_hf_buffer(std::string_view name) {
 
 std::string describe(const ModelConfig& m) {
   return fmt::format("family {}, n_layer {}, n_head {}, n_embd {}, vocab_size {}, block_size {}",
-                     m.family, m.n_layer, m.n_head, m.n_embd, m.vocab_size, m.block_size);
+                     to_string(m.family), m.n_layer, m.n_head, m.n_embd, m.vocab_size,
+                     m.block_size);
 }
 
 Tensor transpose_2d(const Tensor& t) {
@@ -75,7 +76,7 @@ std::vector<HfTensor> hf_tensors(const ModelConfig& model) {
   const auto self = single_rank_group("tp");
   const DeferParameterStorage defer;
   const CausalLm lm(model, 0, TensorParallel{*self});
-  const bool gpt2 = model.family == "gpt2";
+  const bool gpt2 = model.family == ModelFamily::gpt2;
   std::vector<HfTensor> out;
   for (const Parameter* p : lm.parameters()) {
     const bool transposed = gpt2 && is_conv1d_weight(p->name);
@@ -112,7 +113,7 @@ Tensor from_hf(const Tensor& stored, const HfTensor& spec) {
 
 std::string hf_config_json(const ModelConfig& m) {
   nlohmann::ordered_json j;
-  if (m.family == "llama") {
+  if (m.family == ModelFamily::llama) {
     j = {{"architectures", {"LlamaForCausalLM"}},
          {"model_type", "llama"},
          {"vocab_size", m.vocab_size},
@@ -244,7 +245,7 @@ HfImport::HfImport(const fs::path& path, const ModelConfig& model)
         "convert it first: meshtrain export {} model.safetensors",
         file, path.parent_path().string()));
   }
-  const bool gpt2 = model.family == "gpt2";
+  const bool gpt2 = model.family == ModelFamily::gpt2;
   // The original GPT-2 files name tensors without "transformer.".
   const bool short_names = gpt2 && !index_.entries.contains("transformer.wte.weight") &&
                            index_.entries.contains("wte.weight");
@@ -254,7 +255,7 @@ HfImport::HfImport(const fs::path& path, const ModelConfig& model)
   const bool llama_file = index_.entries.contains("model.embed_tokens.weight");
   if ((gpt2 && llama_file) || (!gpt2 && gpt2_file)) {
     problems.push_back(fmt::format("the file holds a {} model, the config says model.family = {}",
-                                   gpt2_file ? "gpt2" : "llama", model.family));
+                                   gpt2_file ? "gpt2" : "llama", to_string(model.family)));
   }
   std::set<std::string> expected;
   for (const HfTensor& spec : specs_) {

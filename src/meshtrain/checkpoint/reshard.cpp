@@ -56,7 +56,7 @@ std::filesystem::path reshard_checkpoint(const std::filesystem::path& src, const
                            .keep_last = std::numeric_limits<std::int64_t>::max(),
                            .async = false,
                            .finalize_timeout_s = 1.0});
-  const bool low = target.training.precision != "fp32";
+  const bool low = target.training.precision != Precision::fp32;
   const int zero = static_cast<int>(par.zero_stage);
   nlohmann::json state = reader.state();
   state["mesh"] = {{"world", world},

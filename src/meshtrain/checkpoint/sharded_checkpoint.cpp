@@ -447,9 +447,9 @@ std::string model_difference(const ModelConfig& a, const ModelConfig& b) {
     return fmt::format("model.{}: {} vs {}", key, x, y);
   };
   for (const std::string& d :
-       {differ("family", a.family, b.family), differ("n_layer", a.n_layer, b.n_layer),
-        differ("n_head", a.n_head, b.n_head), differ("n_kv_head", kv_heads_of(a), kv_heads_of(b)),
-        differ("n_embd", a.n_embd, b.n_embd),
+       {differ("family", to_string(a.family), to_string(b.family)),
+        differ("n_layer", a.n_layer, b.n_layer), differ("n_head", a.n_head, b.n_head),
+        differ("n_kv_head", kv_heads_of(a), kv_heads_of(b)), differ("n_embd", a.n_embd, b.n_embd),
         differ("ffn_hidden", ffn_hidden_of(a), ffn_hidden_of(b)),
         differ("block_size", a.block_size, b.block_size),
         differ("vocab_size", a.vocab_size, b.vocab_size), differ("bias", a.bias, b.bias),

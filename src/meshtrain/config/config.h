@@ -7,16 +7,161 @@
 // and a bad config is rejected before any MPI call or allocation (DESIGN invariant 9).
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <optional>
+#include <ostream>
+#include <stdexcept>
 #include <string>
+#include <string_view>
+#include <type_traits>
 
 namespace meshtrain {
+
+// The settings that name one of a few choices are scoped enums, parsed from their names once
+// when the config is loaded (config/load.cpp). Each has ONE name table below: `to_string`,
+// `parse_enum` and the loader's "allowed names" all read it, and configs, checkpoints, logs
+// and metrics keep writing the names (never the numbers).
+template <typename E>
+struct EnumName {
+  E value;
+  std::string_view name;  // what TOML, the command line and every file write
+  std::string_view what;  // a few words for error messages
+};
+
+// model.family
+enum class ModelFamily : std::uint8_t { gpt2, llama };
+inline constexpr std::array<EnumName<ModelFamily>, 2> kModelFamilyNames{{
+    {ModelFamily::gpt2, "gpt2", "LayerNorm, GELU, learned positions"},
+    {ModelFamily::llama, "llama", "RMSNorm, SwiGLU, rotary positions, GQA"},
+}};
+constexpr const auto& enum_names(ModelFamily) { return kModelFamilyNames; }
+
+// training.lr_scaling
+enum class LrScaling : std::uint8_t { none, linear, sqrt };
+inline constexpr std::array<EnumName<LrScaling>, 3> kLrScalingNames{{
+    {LrScaling::none, "none", "lr as given"},
+    {LrScaling::linear, "linear", "lr · B/B₀"},
+    {LrScaling::sqrt, "sqrt", "lr · √(B/B₀)"},
+}};
+constexpr const auto& enum_names(LrScaling) { return kLrScalingNames; }
+
+// training.recompute (the layers' own enum is layers/module.h's Recompute; model/ maps it)
+enum class RecomputeMode : std::uint8_t { none, selective, full };
+inline constexpr std::array<EnumName<RecomputeMode>, 3> kRecomputeModeNames{{
+    {RecomputeMode::none, "none", "keep every activation"},
+    {RecomputeMode::selective, "selective", "the attention core"},
+    {RecomputeMode::full, "full", "whole blocks"},
+}};
+constexpr const auto& enum_names(RecomputeMode) { return kRecomputeModeNames; }
+
+// training.precision
+enum class Precision : std::uint8_t { fp32, bf16, fp16 };
+inline constexpr std::array<EnumName<Precision>, 3> kPrecisionNames{{
+    {Precision::fp32, "fp32", "full precision"},
+    {Precision::bf16, "bf16", "mixed precision"},
+    {Precision::fp16, "fp16", "mixed precision with a loss scaler"},
+}};
+constexpr const auto& enum_names(Precision) { return kPrecisionNames; }
+
+// parallel.cp_comm (the layers' own enum is layers/parallel_groups.h's CpComm; train/ maps it)
+enum class CpCommMode : std::uint8_t { p2p, a2a };
+inline constexpr std::array<EnumName<CpCommMode>, 2> kCpCommModeNames{{
+    {CpCommMode::p2p, "p2p", "ring attention"},
+    {CpCommMode::a2a, "a2a", "Ulysses all-to-all"},
+}};
+constexpr const auto& enum_names(CpCommMode) { return kCpCommModeNames; }
+
+// parallel.pp_schedule (docs/pipeline_parallel.md)
+enum class PipelineSchedule : std::uint8_t { gpipe, one_f_one_b, interleaved_1f1b, zb_h1 };
+inline constexpr std::array<EnumName<PipelineSchedule>, 4> kPipelineScheduleNames{{
+    {PipelineSchedule::gpipe, "gpipe", "all forwards, then all backwards"},
+    {PipelineSchedule::one_f_one_b, "1f1b", "one forward, one backward"},
+    {PipelineSchedule::interleaved_1f1b, "interleaved_1f1b", "1f1b over virtual stages"},
+    {PipelineSchedule::zb_h1, "zb_h1", "zero bubble, weight gradients deferred"},
+}};
+constexpr const auto& enum_names(PipelineSchedule) { return kPipelineScheduleNames; }
+
+/// A config enum: one with a name table above.
+template <typename E>
+concept ConfigEnum = std::is_enum_v<E> && requires(E e) {
+  enum_names(e);
+};
+
+/// The name a setting's value is written as ("1f1b", "bf16", ...).
+template <ConfigEnum E>
+constexpr std::string_view to_string(E value) {
+  for (const auto& entry : enum_names(value)) {
+    if (entry.value == value) return entry.name;
+  }
+  return "?";  // unreachable: every enumerator has a row
+}
+
+/// The value named `name` (exact, case-sensitive), or nullopt.
+template <ConfigEnum E>
+constexpr std::optional<E> parse_enum(std::string_view name) {
+  for (const auto& entry : enum_names(E{})) {
+    if (entry.name == name) return entry.value;
+  }
+  return std::nullopt;
+}
+
+/// Streams write the name too (test messages, logs).
+template <ConfigEnum E>
+std::ostream& operator<<(std::ostream& out, E value) {
+  return out << to_string(value);
+}
+
+/// "p2p (ring attention), a2a (Ulysses all-to-all)" — the allowed names, for error messages.
+template <ConfigEnum E>
+std::string allowed_names() {
+  std::string out;
+  for (const auto& entry : enum_names(E{})) {
+    if (!out.empty()) out += ", ";
+    out += std::string(entry.name) + " (" + std::string(entry.what) + ")";
+  }
+  return out;
+}
+
+// nlohmann::json finds these by argument-dependent lookup, so a config enum put into JSON
+// (checkpoint metadata, metrics, dumps) is written and read as its name; without them nlohmann
+// would silently write the enumerator's number. One pair per enum: a template only on the JSON
+// type (config/ needs no JSON header) is more specialised than nlohmann's own enum conversion.
+template <typename Json, ConfigEnum E>
+void enum_to_json(Json& j, E value) {
+  j = std::string(to_string(value));
+}
+template <typename Json, ConfigEnum E>
+void enum_from_json(const Json& j, E& value) {
+  const std::string name = j.template get<std::string>();
+  const std::optional<E> parsed = parse_enum<E>(name);
+  if (!parsed) {
+    throw std::invalid_argument("unknown name \"" + name + "\"; allowed: " + allowed_names<E>());
+  }
+  value = *parsed;
+}
+#define MESHTRAIN_CONFIG_ENUM_JSON(E)       \
+  template <typename Json>                  \
+  void to_json(Json& j, E value) {          \
+    enum_to_json(j, value);                 \
+  }                                         \
+  template <typename Json>                  \
+  void from_json(const Json& j, E& value) { \
+    enum_from_json(j, value);               \
+  }
+MESHTRAIN_CONFIG_ENUM_JSON(ModelFamily)
+MESHTRAIN_CONFIG_ENUM_JSON(LrScaling)
+MESHTRAIN_CONFIG_ENUM_JSON(RecomputeMode)
+MESHTRAIN_CONFIG_ENUM_JSON(Precision)
+MESHTRAIN_CONFIG_ENUM_JSON(CpCommMode)
+MESHTRAIN_CONFIG_ENUM_JSON(PipelineSchedule)
+#undef MESHTRAIN_CONFIG_ENUM_JSON
 
 struct ModelConfig {
   // "gpt2": LayerNorm, GELU MLP, learned positions, tied LM head (Radford et al. 2019).
   // "llama": RMSNorm, SwiGLU MLP, rotary positions, grouped-query attention, untied LM head
   // (Touvron et al. 2023).
-  std::string family = "gpt2";
+  ModelFamily family = ModelFamily::gpt2;
   std::int64_t n_layer = 4;
   std::int64_t n_head = 4;
   std::int64_t n_kv_head = 0;    // key/value heads (llama GQA); 0 = n_head
@@ -39,9 +184,9 @@ struct TrainingConfig {
   double lr = 1e-3;  // peak learning rate (before any batch-size scaling)
   double min_lr = 1e-4;
   std::int64_t warmup_steps = 100;
-  std::int64_t lr_decay_steps = 0;  // cosine from warmup to here; 0 = max_steps
-  std::string lr_scaling = "none";  // "none" | "linear" | "sqrt" (seed 002, batch-size rules)
-  std::int64_t lr_base_batch = 0;   // the global batch at which `lr` was tuned (for scaling)
+  std::int64_t lr_decay_steps = 0;         // cosine from warmup to here; 0 = max_steps
+  LrScaling lr_scaling = LrScaling::none;  // none | linear | sqrt (seed 002, batch-size rules)
+  std::int64_t lr_base_batch = 0;          // the global batch at which `lr` was tuned (for scaling)
   double weight_decay = 0.1;
   double beta1 = 0.9;
   double beta2 = 0.99;
@@ -55,12 +200,12 @@ struct TrainingConfig {
   // Activation recompute (Korthikanti et al. 2022, §4.2, §5): "none"; "selective" (each
   // attention drops its core's output and log-sum-exp and recomputes them from q, k, v in
   // backward); "full" (each block keeps only its input and runs its forward again in backward).
-  std::string recompute = "none";
+  RecomputeMode recompute = RecomputeMode::none;
   double peak_flops_per_core = 2.19e11;  // fp32 FMA peak used for MFU (DESIGN machine notes)
   // Mixed precision (Micikevicius et al. 2018; docs/memory.md): "fp32", or "bf16" / "fp16":
   // parameters and matrix products in 16 bits with fp32 accumulation, fp32 master weights
   // and fp32 gradients.
-  std::string precision = "fp32";
+  Precision precision = Precision::fp32;
   // Dynamic loss scaler, fp16 only (Micikevicius et al. 2018, §3.2; Megatron-LM's
   // DynamicGradScaler): the loss is multiplied by the scale before backward; a step whose
   // gradients hold an inf or NaN on any rank is skipped by every rank, and after `hysteresis`
@@ -88,14 +233,14 @@ struct ParallelConfig {
   // c holding chunks c and 2·cp−1−c (zigzag). "p2p": ring attention, K and V travel around the
   // cp ring (Liu et al. 2023); "a2a": Ulysses all-to-all between sequence and head sharding
   // (Jacobs et al. 2023). Megatron-LM's --cp-comm-type names.
-  std::string cp_comm = "p2p";
+  CpCommMode cp_comm = CpCommMode::p2p;
   // Megatron sequence parallelism (Korthikanti et al. 2022, §4.2.2): norms and residuals hold
   // [tokens/tp, C]; needs tp > 1 to change anything and block_size % tp == 0.
   bool sequence_parallel = false;
   // Pipeline parallel (docs/pipeline_parallel.md): the schedule, model chunks per rank, and an
   // optional explicit split ("2,2,1,1": layers of each of the pp × virtual_stages chunks). The
   // micro-batches per step are training.accumulation.
-  std::string pp_schedule = "1f1b";  // "gpipe" | "1f1b" | "interleaved_1f1b" | "zb_h1"
+  PipelineSchedule pp_schedule = PipelineSchedule::one_f_one_b;  // see kPipelineScheduleNames
   std::int64_t virtual_stages = 1;
   std::string pp_layers;        // empty = even split
   std::int64_t bucket_mib = 4;  // gradient all-reduce bucket size, MiB

@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cmath>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <variant>
 
@@ -15,7 +16,10 @@
 namespace meshtrain {
 namespace {
 
-using FieldRef = std::variant<std::int64_t*, double*, bool*, std::string*>;
+// A setting is an integer, a number, a flag, free text, or one of the names of a config enum
+// (config.h's tables).
+using FieldRef = std::variant<std::int64_t*, double*, bool*, std::string*, ModelFamily*, LrScaling*,
+                              RecomputeMode*, Precision*, CpCommMode*, PipelineSchedule*>;
 struct Field {
   std::string key;  // "section.name"
   FieldRef ref;
@@ -129,16 +133,40 @@ ConfigIssue unknown_key(const std::string& key, const std::vector<Field>& fields
       fmt::format("did you mean `{}`? (README, \"Configuration\", lists every key)", best->key)};
 }
 
-const char* type_name(const FieldRef& ref) {
+std::string type_name(const FieldRef& ref) {
   return std::visit(
-      [](auto* p) -> const char* {
+      [](auto* p) -> std::string {
         using T = std::remove_pointer_t<decltype(p)>;
         if constexpr (std::is_same_v<T, std::int64_t>) return "an integer";
         if constexpr (std::is_same_v<T, double>) return "a finite number";
         if constexpr (std::is_same_v<T, bool>) return "true or false";
+        if constexpr (std::is_enum_v<T>) return "one of: " + allowed_names<T>();
         return "a string";
       },
       ref);
+}
+
+// The fix for a name that is not one of an enum setting's: its default and the other names.
+template <ConfigEnum E>
+std::string fix_for_enum(const std::string& key, E default_value, bool command_line) {
+  std::string others;
+  for (const auto& entry : enum_names(default_value)) {
+    if (entry.value != default_value) others += fmt::format(", {}", entry.name);
+  }
+  return command_line
+             ? fmt::format("pass --{} {} (or{})", key, to_string(default_value), others.substr(1))
+             : fmt::format("set {} = \"{}\" (or{})", key, to_string(default_value),
+                           others.substr(1));
+}
+
+// The default value of `field`, as its type (fields_of a default Config).
+template <typename T>
+T default_of(const Field& field) {
+  Config defaults;
+  for (const Field& f : fields_of(defaults)) {
+    if (f.key == field.key) return *std::get<T*>(f.ref);
+  }
+  return T{};
 }
 
 // How to write a value of the field's type in TOML; a string's example is the setting's own
@@ -150,11 +178,10 @@ std::string fix_for_type(const Field& field) {
         if constexpr (std::is_same_v<T, std::int64_t>) return "write a whole number, e.g. 4";
         if constexpr (std::is_same_v<T, double>) return "write a finite number, e.g. 1e-3";
         if constexpr (std::is_same_v<T, bool>) return "write true or false, without quotes";
-        Config defaults;
-        std::string example = "…";
-        for (const Field& f : fields_of(defaults)) {
-          if (f.key == field.key) example = *std::get<std::string*>(f.ref);
+        if constexpr (std::is_enum_v<T>) {
+          return fix_for_enum(field.key, default_of<T>(field), /*command_line=*/false);
         }
+        std::string example = default_of<std::string>(field);
         if (field.key == "parallel.pp_layers") example = "3,1";  // its default is empty
         return fmt::format("write it as one string in double quotes, e.g. {} = \"{}\"", field.key,
                            example);
@@ -174,6 +201,10 @@ bool assign(const FieldRef& ref, const toml::node& node) {
           if (auto v = node.value<double>(); v && std::isfinite(*v)) return *p = *v, true;
         } else if constexpr (std::is_same_v<T, bool>) {
           if (auto v = node.value_exact<bool>()) return *p = *v, true;
+        } else if constexpr (std::is_enum_v<T>) {
+          if (auto v = node.value_exact<std::string>()) {
+            if (auto e = parse_enum<T>(*v)) return *p = *e, true;
+          }
         } else {
           if (auto v = node.value_exact<std::string>()) return *p = *v, true;
         }
@@ -201,12 +232,29 @@ bool assign_text(const FieldRef& ref, const std::string& text) {
         } else if constexpr (std::is_same_v<T, bool>) {
           if (text != "true" && text != "false") return false;
           *p = text == "true";
+        } else if constexpr (std::is_enum_v<T>) {
+          const std::optional<T> v = parse_enum<T>(text);
+          if (!v) return false;
+          *p = *v;
         } else {
           *p = text;
         }
         return true;
       },
       ref);
+}
+
+// How to pass a value of the field's type on the command line.
+std::string fix_for_text(const Field& field) {
+  return std::visit(
+      [&](auto* p) -> std::string {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_enum_v<T>) {
+          return fix_for_enum(field.key, default_of<T>(field), /*command_line=*/true);
+        }
+        return fmt::format("pass --{} <{}>", field.key, type_name(field.ref));
+      },
+      field.ref);
 }
 
 std::string node_text(const toml::node& node) {
@@ -272,8 +320,8 @@ Config load_config_text(const std::string& toml_text, const std::string& source,
     if (field == nullptr) {
       issues.push_back(unknown_key(key, fields));
     } else if (!assign_text(field->ref, text)) {
-      issues.push_back({key, text, fmt::format("must be {}", type_name(field->ref)),
-                        fmt::format("pass --{} <{}>", key, type_name(field->ref))});
+      issues.push_back(
+          {key, text, fmt::format("must be {}", type_name(field->ref)), fix_for_text(*field)});
     }
   }
   if (!issues.empty()) throw ConfigError(source, std::move(issues));
@@ -335,6 +383,8 @@ std::string to_toml(const Config& config) {
           using T = std::remove_pointer_t<decltype(p)>;
           if constexpr (std::is_same_v<T, std::string>) {
             out += fmt::format("{} = \"{}\"\n", name, *p);
+          } else if constexpr (std::is_enum_v<T>) {
+            out += fmt::format("{} = \"{}\"\n", name, to_string(*p));
           } else {
             out += fmt::format("{} = {}\n", name, *p);
           }

@@ -10,11 +10,6 @@
 namespace meshtrain {
 namespace {
 
-bool known(std::string_view name) {
-  const auto& names = pipeline_schedule_names();
-  return std::find(names.begin(), names.end(), name) != names.end();
-}
-
 // "3, 3,2" → {3, 3, 2}; false when an entry is not an integer.
 bool parse_counts(const std::string& text, std::vector<std::int64_t>& out) {
   out.clear();
@@ -34,28 +29,18 @@ bool parse_counts(const std::string& text, std::vector<std::int64_t>& out) {
 
 }  // namespace
 
-const std::vector<std::string>& pipeline_schedule_names() {
-  static const std::vector<std::string> names{"gpipe", "1f1b", "interleaved_1f1b", "zb_h1"};
-  return names;
-}
-
-std::vector<ConfigIssue> check_schedule(const std::string& name, std::int64_t pp, std::int64_t v,
+std::vector<ConfigIssue> check_schedule(PipelineSchedule schedule, std::int64_t pp, std::int64_t v,
                                         std::int64_t m) {
   const struct {
-    const std::string& name;
+    PipelineSchedule schedule;
     std::int64_t pp, v, m;
-  } spec{name, pp, v, m};
+  } spec{schedule, pp, v, m};
   std::vector<ConfigIssue> issues;
   auto add = [&](std::string setting, auto value, std::string rule, std::string fix) {
     issues.push_back(
         {std::move(setting), fmt::format("{}", value), std::move(rule), std::move(fix)});
   };
-  const bool interleaved = spec.name == "interleaved_1f1b";
-  if (!known(spec.name)) {
-    add("parallel.pp_schedule", spec.name,
-        "unknown pipeline schedule; the schedules are: gpipe, 1f1b, interleaved_1f1b, zb_h1",
-        "set parallel.pp_schedule = \"1f1b\" (or gpipe, interleaved_1f1b, zb_h1)");
-  }
+  const bool interleaved = spec.schedule == PipelineSchedule::interleaved_1f1b;
   if (spec.pp < 1) {
     add("parallel.pp", spec.pp, "must be ≥ 1 (pipeline stages)",
         "use 1 for no pipeline parallelism");
@@ -73,10 +58,10 @@ std::vector<ConfigIssue> check_schedule(const std::string& name, std::int64_t pp
     add("parallel.virtual_stages", spec.v,
         "interleaved_1f1b needs ≥ 2 model chunks per rank (with 1 it is 1f1b)",
         "set parallel.virtual_stages = 2 (or more), or parallel.pp_schedule = \"1f1b\"");
-  } else if (!interleaved && known(spec.name) && spec.v > 1) {
+  } else if (!interleaved && spec.v > 1) {
     add("parallel.virtual_stages", spec.v,
         fmt::format("only interleaved_1f1b runs more than one model chunk per rank; {} needs 1",
-                    spec.name),
+                    to_string(spec.schedule)),
         "set parallel.virtual_stages = 1, or parallel.pp_schedule = \"interleaved_1f1b\"");
   }
   if (spec.m < 1) {

@@ -13,16 +13,13 @@
 
 namespace meshtrain {
 
-/// The schedule names: "gpipe", "1f1b", "interleaved_1f1b", "zb_h1".
-const std::vector<std::string>& pipeline_schedule_names();
-
 /// Problems of a schedule over `pp` ranks with `v` model chunks per rank and `m` micro-batches
-/// per step: unknown name; pp, v, m < 1; v > 1 for a schedule other than interleaved_1f1b;
+/// per step: pp, v, m < 1; v > 1 for a schedule other than interleaved_1f1b;
 /// interleaved_1f1b with pp < 2, v < 2 or m % pp ≠ 0 (its micro-batches go round the ranks in
 /// groups of pp; Narayanan et al. 2021, §2.2). Each names parallel.pp_schedule, parallel.pp,
 /// parallel.virtual_stages or training.accumulation (= micro-batches per step), with the
 /// value, the rule and a fix.
-std::vector<ConfigIssue> check_schedule(const std::string& name, std::int64_t pp, std::int64_t v,
+std::vector<ConfigIssue> check_schedule(PipelineSchedule schedule, std::int64_t pp, std::int64_t v,
                                         std::int64_t m);
 
 /// Layers of each of the pp·v model chunks, in global chunk order: parallel.pp_layers when set

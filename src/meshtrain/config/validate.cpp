@@ -29,10 +29,8 @@ void require(std::vector<ConfigIssue>& issues, bool ok, const std::string& setti
 }
 
 void check_model(const ModelConfig& m, std::vector<ConfigIssue>& issues) {
-  const bool gpt2 = m.family == "gpt2", llama = m.family == "llama";
-  require(issues, gpt2 || llama, "model.family", m.family,
-          "the model families of this version are: gpt2, llama",
-          "set model.family = \"gpt2\" or \"llama\"");
+  // model.family and the other named settings are checked when loaded (config/load.cpp).
+  const bool gpt2 = m.family == ModelFamily::gpt2, llama = m.family == ModelFamily::llama;
   require(issues, m.n_layer >= 1, "model.n_layer", m.n_layer, "must be ≥ 1", "use e.g. 4");
   require(issues, m.n_head >= 1, "model.n_head", m.n_head, "must be ≥ 1", "use e.g. 4");
   require(issues, m.n_embd >= 1, "model.n_embd", m.n_embd, "must be ≥ 1", "use e.g. 128");
@@ -88,10 +86,6 @@ void check_context_parallel(const Config& c, std::vector<ConfigIssue>& issues) {
   const ParallelConfig& p = c.parallel;
   const ModelConfig& m = c.model;
   require(issues, p.cp >= 1, "parallel.cp", p.cp, "must be ≥ 1", "use 1 for no context parallel");
-  require(issues, p.cp_comm == "p2p" || p.cp_comm == "a2a", "parallel.cp_comm",
-          fmt::format("\"{}\"", p.cp_comm),
-          "must be \"p2p\" (ring attention) or \"a2a\" (Ulysses all-to-all)",
-          "set parallel.cp_comm = \"p2p\"");
   if (p.cp < 2) return;
   require(
       issues, m.block_size < 1 || m.block_size % (2 * p.cp) == 0, "model.block_size", m.block_size,
@@ -100,7 +94,7 @@ void check_context_parallel(const Config& c, std::vector<ConfigIssue>& issues) {
                   "length must be divisible by {}",
                   p.cp, 2 * p.cp, 2 * p.cp),
       fmt::format("set model.block_size to a multiple of {}, or a smaller parallel.cp", 2 * p.cp));
-  if (p.cp_comm != "a2a" || p.tp < 1) return;
+  if (p.cp_comm != CpCommMode::a2a || p.tp < 1) return;
   const std::int64_t heads = m.n_head / p.tp, kv = kv_heads_of(m) / p.tp;
   for (const auto& [name, value, local] : {std::tuple{"model.n_head", m.n_head, heads},
                                            std::tuple{"model.n_kv_head", kv_heads_of(m), kv}}) {
@@ -146,9 +140,9 @@ void check_parallel(const Config& c, int world_size, std::vector<ConfigIssue>& i
     }
     const std::int64_t ffn = ffn_hidden_of(m);
     require(issues, ffn < 1 || ffn % p.tp == 0, "model.ffn_hidden",
-            m.ffn_hidden > 0
-                ? fmt::format("{}", ffn)
-                : fmt::format("0 (the {} default for n_embd = {}: {})", m.family, m.n_embd, ffn),
+            m.ffn_hidden > 0 ? fmt::format("{}", ffn)
+                             : fmt::format("0 (the {} default for n_embd = {}: {})",
+                                           to_string(m.family), m.n_embd, ffn),
             fmt::format("the MLP hidden size must be divisible by parallel.tp = {}", p.tp),
             fmt::format("set model.ffn_hidden to a multiple of {}", p.tp));
     // Under cp a rank holds block_size/cp tokens of every sequence (checked above to split).
@@ -219,11 +213,7 @@ void check_optimizer(const TrainingConfig& t, std::vector<ConfigIssue>& issues) 
           "use e.g. 100");
   require(issues, t.lr_decay_steps >= 0, "training.lr_decay_steps", t.lr_decay_steps,
           "must be ≥ 0 (0 = max_steps)", "leave it at 0");
-  const bool known_rule =
-      t.lr_scaling == "none" || t.lr_scaling == "linear" || t.lr_scaling == "sqrt";
-  require(issues, known_rule, "training.lr_scaling", t.lr_scaling,
-          "must be \"none\", \"linear\" or \"sqrt\"", "set training.lr_scaling = \"none\"");
-  require(issues, t.lr_scaling == "none" || t.lr_base_batch >= 1, "training.lr_base_batch",
+  require(issues, t.lr_scaling == LrScaling::none || t.lr_base_batch >= 1, "training.lr_base_batch",
           t.lr_base_batch, "a scaling rule needs the global batch at which lr was tuned (≥ 1)",
           "set training.lr_base_batch, e.g. to 12");
   require(issues, t.beta1 >= 0.0 && t.beta1 < 1.0, "training.beta1", t.beta1, "must lie in [0, 1)",
@@ -244,10 +234,6 @@ void check_optimizer(const TrainingConfig& t, std::vector<ConfigIssue>& issues) 
   require(issues, t.seed >= 0, "training.seed", t.seed, "must be ≥ 0", "use e.g. 1337");
   require(issues, t.threads >= 0, "training.threads", t.threads,
           "must be ≥ 0 (0 = cores / local ranks)", "leave it at 0");
-  require(issues, t.recompute == "none" || t.recompute == "selective" || t.recompute == "full",
-          "training.recompute", t.recompute, "must be \"none\", \"selective\" or \"full\"",
-          "set training.recompute = \"selective\" (the attention core) or \"full\" (whole "
-          "blocks), or \"none\"");
   require(issues, t.straggler_interval >= 0, "training.straggler_interval", t.straggler_interval,
           "must be ≥ 0 steps (0 = no straggler report)", "use 100");
   require(issues, t.straggler_threshold > 0.0, "training.straggler_threshold",
@@ -267,14 +253,12 @@ void check_memory_settings(const Config& config, std::vector<ConfigIssue>& issue
           "must be 0, 1, 2 or 3 (ZeRO stages: 1 shards the optimizer state over dp, 2 also the "
           "gradients, 3 also the parameters)",
           "use 1 (or 3 for the least memory)");
-  require(issues, p.zero_stage < 2 || p.pp_schedule != "zb_h1", "parallel.zero_stage", p.zero_stage,
+  require(issues, p.zero_stage < 2 || p.pp_schedule != PipelineSchedule::zb_h1,
+          "parallel.zero_stage", p.zero_stage,
           "ZeRO-2/3 reduce-scatter a layer's gradients when its backward ends, but zb_h1 computes "
           "the weight gradients later (backward_weight)",
           "use parallel.pp_schedule = \"1f1b\" with ZeRO-2/3, or parallel.zero_stage = 1");
-  const bool known = t.precision == "fp32" || t.precision == "bf16" || t.precision == "fp16";
-  require(issues, known, "training.precision", t.precision,
-          "must be \"fp32\", \"bf16\" or \"fp16\"", "use \"bf16\" for mixed precision");
-  if (t.precision != "fp16") return;  // the scaler settings only matter for fp16
+  if (t.precision != Precision::fp16) return;  // the scaler settings only matter for fp16
   // fp16's largest finite value is 65504; a scale beyond 2^24 overflows the first gradient.
   require(issues, t.loss_scale_init >= 1.0 && t.loss_scale_init <= 16777216.0,
           "training.loss_scale_init", t.loss_scale_init, "must lie in [1, 2^24] under fp16",
@@ -336,7 +320,7 @@ void validate_or_throw(const Config& config, int world_size) {
 double estimated_training_bytes(const Config& config) {
   // Doubles: absurd sizes (n_embd = 1e9) must give a large number, not an int64 overflow.
   const ModelConfig& m = config.model;
-  const bool llama = m.family == "llama";
+  const bool llama = m.family == ModelFamily::llama;
   const double C = static_cast<double>(m.n_embd);
   const double L = static_cast<double>(m.n_layer);
   const double V = static_cast<double>(m.vocab_size);
@@ -363,7 +347,7 @@ ModelStateBytes model_state_bytes_by_category(const Config& config) {
   // 16-bit params, fp32 grads and an fp32 master (counted as optimizer) besides m, v:
   // 2 + 4 + 12. ZeRO divides by N = dp what each stage shards.
   const double n = static_cast<double>(std::max<std::int64_t>(config.parallel.dp, 1));
-  const bool mixed = config.training.precision == "bf16" || config.training.precision == "fp16";
+  const bool mixed = config.training.precision != Precision::fp32;
   const double param = mixed ? 2.0 : 4.0, grad = 4.0, optim = mixed ? 12.0 : 8.0;
   switch (config.parallel.zero_stage) {
     case 1:
@@ -383,24 +367,25 @@ std::vector<ConfigIssue> check_memory(const Config& config, std::int64_t availab
   const double need = estimated_training_bytes(config);
   if (available_bytes <= 0 || need <= static_cast<double>(available_bytes)) return {};
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-  return {
-      {"model and training.micro_batch",
-       fmt::format("n_layer {}, n_embd {}, block_size {}, micro_batch {}", config.model.n_layer,
-                   config.model.n_embd, config.model.block_size, config.training.micro_batch),
-       fmt::format("need ≈ {:.3g} GiB per rank ({:.3g} B per parameter for weights, gradients "
-                   "and Adam state at ZeRO-{} in {}, plus activations), more than the {:.1f} "
-                   "GiB available",
-                   need / kGiB, model_state_bytes_per_parameter(config), config.parallel.zero_stage,
-                   config.training.precision, static_cast<double>(available_bytes) / kGiB),
-       "reduce model.n_layer, model.n_embd, model.block_size or training.micro_batch, or "
-       "shard the model state with parallel.zero_stage (and parallel.dp)"}};
+  return {{"model and training.micro_batch",
+           fmt::format("n_layer {}, n_embd {}, block_size {}, micro_batch {}", config.model.n_layer,
+                       config.model.n_embd, config.model.block_size, config.training.micro_batch),
+           fmt::format("need ≈ {:.3g} GiB per rank ({:.3g} B per parameter for weights, gradients "
+                       "and Adam state at ZeRO-{} in {}, plus activations), more than the {:.1f} "
+                       "GiB available",
+                       need / kGiB, model_state_bytes_per_parameter(config),
+                       config.parallel.zero_stage, to_string(config.training.precision),
+                       static_cast<double>(available_bytes) / kGiB),
+           "reduce model.n_layer, model.n_embd, model.block_size or training.micro_batch, or "
+           "shard the model state with parallel.zero_stage (and parallel.dp)"}};
 }
 
 std::int64_t kv_heads_of(const ModelConfig& m) { return m.n_kv_head > 0 ? m.n_kv_head : m.n_head; }
 
 std::int64_t ffn_hidden_of(const ModelConfig& m) {
   if (m.ffn_hidden > 0) return m.ffn_hidden;
-  if (m.family != "llama") return 4 * std::min<std::int64_t>(m.n_embd, std::int64_t{1} << 40);
+  if (m.family != ModelFamily::llama)
+    return 4 * std::min<std::int64_t>(m.n_embd, std::int64_t{1} << 40);
   // Llama's reference code: 2/3 of 4·C (SwiGLU has three matrices instead of two, so the same
   // parameter count), rounded up to a multiple of 256.
   constexpr std::int64_t kMultipleOf = 256;
@@ -416,10 +401,17 @@ std::int64_t global_batch_of(const Config& config) {
 
 double scaled_peak_lr(const Config& config) {
   const TrainingConfig& t = config.training;
-  if (t.lr_scaling == "none") return t.lr;
   const double ratio =
       static_cast<double>(global_batch_of(config)) / static_cast<double>(t.lr_base_batch);
-  return t.lr_scaling == "linear" ? t.lr * ratio : t.lr * std::sqrt(ratio);
+  switch (t.lr_scaling) {
+    case LrScaling::linear:
+      return t.lr * ratio;
+    case LrScaling::sqrt:
+      return t.lr * std::sqrt(ratio);
+    case LrScaling::none:
+      break;
+  }
+  return t.lr;
 }
 
 }  // namespace meshtrain

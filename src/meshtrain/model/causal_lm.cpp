@@ -15,7 +15,7 @@
 namespace meshtrain {
 namespace {
 
-bool is_llama(const ModelConfig& c) { return c.family == "llama"; }
+bool is_llama(const ModelConfig& c) { return c.family == ModelFamily::llama; }
 
 std::string embedding_name(const ModelConfig& c) {
   return is_llama(c) ? "model.embed_tokens.weight" : "transformer.wte.weight";

@@ -4,16 +4,22 @@
 #include "meshtrain/core/error.h"
 
 namespace meshtrain {
-namespace {
 
-// training.recompute, validated to one of these three.
-Recompute recompute_of(const TrainingConfig& t) {
-  if (t.recompute == "full") return Recompute::full;
-  if (t.recompute == "selective") return Recompute::selective;
+Recompute layer_recompute(RecomputeMode mode) {
+  switch (mode) {
+    case RecomputeMode::full:
+      return Recompute::full;
+    case RecomputeMode::selective:
+      return Recompute::selective;
+    case RecomputeMode::none:
+      break;
+  }
   return Recompute::none;
 }
 
-}  // namespace
+CpComm layer_cp_comm(CpCommMode mode) {
+  return mode == CpCommMode::a2a ? CpComm::a2a : CpComm::p2p;
+}
 
 PipelineStage::PipelineStage(const Config& config, std::uint64_t seed, const ParallelGroups& groups,
                              int pp_rank)
@@ -30,11 +36,11 @@ PipelineStage::PipelineStage(const Config& config, std::uint64_t seed, const Par
                              .num_layers = counts[static_cast<std::size_t>(g)],
                              .has_embedding = g == 0,
                              .has_head = g == last};
-    chunks_.push_back(
-        std::make_unique<CausalLm>(config.model, seed, groups, layout, recompute_of(config.training)));
+    chunks_.push_back(std::make_unique<CausalLm>(config.model, seed, groups, layout,
+                                                 layer_recompute(config.training.recompute)));
     for (Parameter* p : chunks_.back()->parameters()) params_.push_back(p);
   }
-  if (config.model.family == "gpt2" && last > 0) {
+  if (config.model.family == ModelFamily::gpt2 && last > 0) {
     // The embedding sits in global chunk 0 and its tied copy in the last; on different ranks
     // when pp > 1, in different chunks of one rank when only v > 1 (pp = 1).
     for (Parameter* p : params_) {

@@ -16,12 +16,18 @@
 
 namespace meshtrain {
 
+// The config's choices as the layers' own enums (layers/ knows nothing of config/): the one
+// place each is mapped.
+Recompute layer_recompute(RecomputeMode mode);  // training.recompute
+CpComm layer_cp_comm(CpCommMode mode);          // parallel.cp_comm
+
 class PipelineStage {
  public:
   /// Builds and initialises the chunks of pipeline rank `pp_rank` (config validated, vocab
   /// known). Every chunk's parameters are initialised from (seed, name, index) as in the whole
   /// model, so the union over stages is exactly the pp = 1 model.
-  PipelineStage(const Config& config, std::uint64_t seed, const ParallelGroups& groups, int pp_rank);
+  PipelineStage(const Config& config, std::uint64_t seed, const ParallelGroups& groups,
+                int pp_rank);
 
   int num_chunks() const { return static_cast<int>(chunks_.size()); }
   CausalLm& chunk(int local) { return *chunks_[static_cast<std::size_t>(local)]; }

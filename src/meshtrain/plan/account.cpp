@@ -51,18 +51,20 @@ std::string axis_formula(const std::string& axis, const Config& c, const TimeSet
   if (axis == "dp") return dp_time_formula(c.parallel.zero_stage, time.gradient_wire_bytes);
   if (axis == "cp") return cp_time_formula(c);
   if (axis == "tp") {
-    const char* k = c.training.recompute == "full" ? "6L+2" : "4L+2";
+    const char* k = c.training.recompute == RecomputeMode::full ? "6L+2" : "4L+2";
     const char* tokens = c.parallel.cp > 1 ? "b·(s/cp)" : "b·s";
     return c.parallel.sequence_parallel
-               ? fmt::format("m·({})·(reduce-scatter + all-gather of D = {}·h·{}): "
-                             "(N−1)/N·D/B each",
-                             k, tokens, time.activation_wire_bytes)
+               ? fmt::format(
+                     "m·({})·(reduce-scatter + all-gather of D = {}·h·{}): "
+                     "(N−1)/N·D/B each",
+                     k, tokens, time.activation_wire_bytes)
                : fmt::format("m·({}) all-reduces of D = {}·h·{}: 2(N−1)/N·D/B + 2(N−1)α each", k,
                              tokens, time.activation_wire_bytes);
   }
-  return fmt::format("m·(sends per micro-batch) p2p of {}·h·{} (/tp with sp{}): D/B + α each",
-                     c.parallel.cp > 1 ? "b·(s/cp)" : "b·s", time.activation_wire_bytes,
-                     time.pp_scatter_gather ? "; scatter/gather: /tp, + intra-node all-gather" : "");
+  return fmt::format(
+      "m·(sends per micro-batch) p2p of {}·h·{} (/tp with sp{}): D/B + α each",
+      c.parallel.cp > 1 ? "b·(s/cp)" : "b·s", time.activation_wire_bytes,
+      time.pp_scatter_gather ? "; scatter/gather: /tp, + intra-node all-gather" : "");
 }
 
 std::string gib(double bytes) {
@@ -107,27 +109,31 @@ Plan account(const ModelConfig& model, const Layout& layout, const TrainingSetti
                    plan.peak.stage, layout.pp, psp.layers),
        psp.total, "elements");
   term("params",
-       fmt::format("{}·Ψ (ZeRO-{}, {})", per.params, layout.zero_stage, settings.precision),
+       fmt::format("{}·Ψ (ZeRO-{}, {})", per.params, layout.zero_stage,
+                   to_string(settings.precision)),
        plan.peak.params, "B");
   term("grads", fmt::format("{:.4g}·Ψ (fp32 gradients)", per.grads), plan.peak.grads, "B");
   term("optimizer",
        fmt::format("{:.4g}·Ψ (Adam m, v{})", per.optimizer,
-                   settings.precision == "fp32" ? "" : ", fp32 master"),
+                   settings.precision == Precision::fp32 ? "" : ", fp32 master"),
        plan.peak.optimizer, "B");
   term("activations",
        fmt::format("in-flight({}) · (4bs·x + L·A) + transient{}; A = {:.0f} B per block "
                    "(recompute {}, sp {})",
-                   layout.schedule, layout.cp > 1 ? fmt::format(", s/cp = {} tokens", m.block_size / layout.cp) : "",
-                   activation_bytes_per_block(c), layout.recompute, layout.sequence_parallel),
+                   to_string(layout.schedule),
+                   layout.cp > 1 ? fmt::format(", s/cp = {} tokens", m.block_size / layout.cp) : "",
+                   activation_bytes_per_block(c), to_string(layout.recompute),
+                   layout.sequence_parallel),
        plan.peak.activations, "B");
-  term("comm buffers",
-       layout.cp > 1 ? fmt::format("ZeRO buckets / units over dp·cp = {}; + {} (cp {})",
-                                   layout.dp * layout.cp,
-                                   layout.cp_comm == "a2a" ? "one layer's q, k, v in flight"
-                                                           : "4 ring blocks of K,V / dK,dV",
-                                   layout.cp_comm)
-                     : "ZeRO buckets / units (docs/memory.md, Communication buffers)",
-       plan.peak.comm, "B");
+  term(
+      "comm buffers",
+      layout.cp > 1
+          ? fmt::format("ZeRO buckets / units over dp·cp = {}; + {} (cp {})", layout.dp * layout.cp,
+                        layout.cp_comm == CpCommMode::a2a ? "one layer's q, k, v in flight"
+                                                          : "4 ring blocks of K,V / dK,dV",
+                        to_string(layout.cp_comm))
+          : "ZeRO buckets / units (docs/memory.md, Communication buffers)",
+      plan.peak.comm, "B");
   term("memory per device",
        fmt::format("params + grads + optimizer + activations + comm ≤ "
                    "{:.2f} × {}",
@@ -180,12 +186,12 @@ Plan account(const ModelConfig& model, const Layout& layout, const TrainingSetti
   const double hw_flops =
       hardware_flops_per_token(size.matmul_parameters, size.block_matmul_parameters, m.n_layer,
                                m.n_embd, m.block_size, layout.recompute);
-  const double peak_flops = peak_flops_for(cluster, settings.precision);
+  const double peak_flops = peak_flops_for(cluster, to_string(settings.precision));
   const double efficiency = time.efficiency > 0.0 ? time.efficiency : cluster.default_efficiency;
   const double devices = f(layout.devices());
   plan.compute_s = hw_flops * tokens / (devices * peak_flops * efficiency);
   // The s² attention-score traffic of the fullest stage (implementations that materialise it).
-  const bool recomputed_forward = layout.recompute == "full" || layout.recompute == "selective";
+  const bool recomputed_forward = layout.recompute != RecomputeMode::none;
   const double score_bytes = time.attention_score_bytes_forward * (recomputed_forward ? 2.0 : 1.0) +
                              time.attention_score_bytes_backward;
   std::int64_t stage_layers = 0;
@@ -194,8 +200,8 @@ Plan account(const ModelConfig& model, const Layout& layout, const TrainingSetti
       // A cp rank scores its s/cp queries against all s keys: s²/cp per head, folded into the
       // heads per rank.
       attention_score_s(score_bytes, stage_layers, f(m.n_head) / f(layout.tp) / f(layout.cp),
-                        layout.micro_batch,
-                        m.block_size, layout.accumulation, cluster.memory_bandwidth_bytes_per_s);
+                        layout.micro_batch, m.block_size, layout.accumulation,
+                        cluster.memory_bandwidth_bytes_per_s);
   plan.bubble = bubble_fraction(layout.schedule, layout.pp, layout.accumulation, layout.v);
   plan.exposed_comm_s = other_s + (1.0 - time.cp_overlap) * cp_s + (1.0 - time.dp_overlap) * dp_s;
   plan.step_s =
@@ -207,7 +213,7 @@ Plan account(const ModelConfig& model, const Layout& layout, const TrainingSetti
        "FLOP");
   term("hardware FLOPs per token",
        fmt::format("model + recompute {} (full: + 2·Ψ_blocks + 4·L·h·s; selective: + 4·L·h·s)",
-                   layout.recompute),
+                   to_string(layout.recompute)),
        hw_flops, "FLOP");
   term("tokens per step", "global batch × s", tokens, "tokens");
   term("compute time",

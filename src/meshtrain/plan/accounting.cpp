@@ -15,9 +15,7 @@ namespace {
 
 double f(std::int64_t v) { return static_cast<double>(v); }
 
-bool mixed(const Config& c) {
-  return c.training.precision == "bf16" || c.training.precision == "fp16";
-}
+bool mixed(const Config& c) { return c.training.precision != Precision::fp32; }
 
 // Bytes of one element of the compute dtype (d in docs/memory.md).
 double compute_bytes(const Config& c) { return mixed(c) ? 2.0 : 4.0; }
@@ -36,7 +34,7 @@ BlockParams block_params(const ModelConfig& m, std::int64_t t) {
   const double h = f(m.n_embd), F = f(ffn_hidden_of(m)), tp = f(t);
   const double kv = f(kv_heads_of(m)) * h / f(m.n_head);  // width of k and v
   BlockParams b;
-  if (m.family == "llama") {
+  if (m.family == ModelFamily::llama) {
     b.sharded = (h * h + 2.0 * kv * h + h * h + 3.0 * h * F) / tp;
     b.replicated = 2.0 * h;  // the two RMSNorm weights
     b.tensors = 9;
@@ -90,7 +88,7 @@ ModelSize model_size(const ModelConfig& m) {
   const BlockParams block = block_params(m, 1);
   const double h = f(m.n_embd), L = f(m.n_layer), V = f(m.vocab_size), F = f(ffn_hidden_of(m));
   const double kv = f(kv_heads_of(m)) * h / f(m.n_head);
-  const bool llama = m.family == "llama";
+  const bool llama = m.family == ModelFamily::llama;
   ModelSize s;
   const double norms = llama ? h : (m.bias ? 2.0 * h : h);
   const double embeddings = V * h + (llama ? 0.0 : f(m.block_size) * h);
@@ -105,7 +103,7 @@ ModelSize model_size(const ModelConfig& m) {
 ParameterCounts stage_parameters(const Config& config, std::int64_t stage) {
   const ModelConfig& m = config.model;
   const ParallelConfig& p = config.parallel;
-  const bool llama = m.family == "llama";
+  const bool llama = m.family == ModelFamily::llama;
   const double h = f(m.n_embd);
   const std::vector<std::int64_t> chunks = layers_per_chunk(config);
   ParameterCounts c;
@@ -158,7 +156,7 @@ MemoryBreakdown model_state_bytes(const Config& config, double params) {
 
 double activation_bytes_per_block(const Config& config) {
   const ModelConfig& m = config.model;
-  const bool llama = m.family == "llama", sp = config.parallel.sequence_parallel;
+  const bool llama = m.family == ModelFamily::llama, sp = config.parallel.sequence_parallel;
   const double t = f(config.parallel.tp), h = f(m.n_embd), a = f(m.n_head);
   const double kv = f(kv_heads_of(m)) * h / a, F = f(ffn_hidden_of(m));
   // Every term is per token of this rank: b·s/cp under context parallelism (the lse too).
@@ -174,8 +172,8 @@ double activation_bytes_per_block(const Config& config) {
   // bf16/fp16; the attention output is also kept by the output projection in 16 bits).
   // Ulysses keeps the core's head-sharded copies of q, k|v and the output (the same number of
   // elements as the local ones; dropped with the core's output under selective recompute).
-  const bool ulysses = config.parallel.cp > 1 && config.parallel.cp_comm == "a2a" &&
-                       config.training.recompute == "none";
+  const bool ulysses = config.parallel.cp > 1 && config.parallel.cp_comm == CpCommMode::a2a &&
+                       config.training.recompute == RecomputeMode::none;
   const double fp32_all = fp32_elements + (ulysses ? (2.0 * h + 2.0 * kv) / t : 0.0);
   const double linear_inputs = 2.0 * h + F / t;  // qkv input, MLP input, the MLP's hidden output
   const double lin = mixed(config) ? 2.0 : 4.0;
@@ -183,10 +181,10 @@ double activation_bytes_per_block(const Config& config) {
   // Selective drops the attention core's output and log-sum-exp, and under 16 bits the
   // output projection's 16-bit copy of that output with them (measured: 784 B per block and
   // token fewer on the main job in bf16 = 4(h + a) + 2h; docs/memory.md has 4(h + a) for fp32).
-  if (config.training.recompute == "selective") {
+  if (config.training.recompute == RecomputeMode::selective) {
     bytes -= 4.0 * (h + a) / t + (mixed(config) ? 2.0 * h / t : 0.0);
   }
-  if (config.training.recompute == "full") bytes = 4.0 * h / split;
+  if (config.training.recompute == RecomputeMode::full) bytes = 4.0 * h / split;
   return bytes * tokens;
 }
 
@@ -194,7 +192,7 @@ double activation_peak_bytes(const Config& config, const ParameterCounts& stage_
                              std::int64_t stage) {
   const ModelConfig& m = config.model;
   const ParallelConfig& p = config.parallel;
-  const bool llama = m.family == "llama", sp = p.sequence_parallel;
+  const bool llama = m.family == ModelFamily::llama, sp = p.sequence_parallel;
   const double t = f(p.tp), h = f(m.n_embd), F = f(ffn_hidden_of(m));
   const double tokens = local_tokens(config);
   const double x = sp ? h / t : h;  // a block input, per token
@@ -208,8 +206,8 @@ double activation_peak_bytes(const Config& config, const ParameterCounts& stage_
                                                    config.training.accumulation, p.virtual_stages);
   const double L = f(stage_params.layers);
   Config no_recompute = config;
-  no_recompute.training.recompute = "none";
-  if (config.training.recompute == "full") {
+  no_recompute.training.recompute = RecomputeMode::none;
+  if (config.training.recompute == RecomputeMode::full) {
     // 4bs·[L·x + max(A + G_mlp, x + G_head)], the saved inputs times the micro-batches in flight.
     const double a_full = activation_bytes_per_block(no_recompute);
     return in_flight * 4.0 * tokens * L * x +
@@ -272,7 +270,7 @@ double dp_bytes_per_step(const Config& config, const ParameterCounts& sp) {
 }
 
 double tp_tensors_per_micro_batch(const Config& config, const ParameterCounts& sp) {
-  const double per_layer = config.training.recompute == "full" ? 6.0 : 4.0;
+  const double per_layer = config.training.recompute == RecomputeMode::full ? 6.0 : 4.0;
   return per_layer * f(sp.layers) + (sp.first ? 1.0 : 0.0) + (sp.last ? 1.0 : 0.0);
 }
 

@@ -143,7 +143,7 @@ void check_keys(const toml::table& root, const std::string& source) {
 
 }  // namespace
 
-double peak_flops_for(const ClusterSpec& cluster, const std::string& precision) {
+double peak_flops_for(const ClusterSpec& cluster, std::string_view precision) {
   if (precision == "bf16" || precision == "fp16") return cluster.peak_flops_16bit;
   if (precision == "tf32" && cluster.peak_flops_tf32 > 0.0) return cluster.peak_flops_tf32;
   return cluster.peak_flops_fp32;

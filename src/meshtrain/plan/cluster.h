@@ -42,7 +42,7 @@ struct ClusterSpec {
 /// The peak FLOP/s per device the matrix products run at under `precision` ("fp32", "tf32",
 /// "bf16", "fp16"): the 16-bit peak for bf16/fp16, tf32 for "tf32" (fp32 when the device has
 /// none), fp32 otherwise.
-double peak_flops_for(const ClusterSpec& cluster, const std::string& precision);
+double peak_flops_for(const ClusterSpec& cluster, std::string_view precision);
 
 /// The preset names, in the order `meshtrain plan` lists them.
 std::vector<std::string> cluster_preset_names();

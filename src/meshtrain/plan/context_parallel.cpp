@@ -10,7 +10,7 @@ namespace {
 
 double f(std::int64_t v) { return static_cast<double>(v); }
 
-bool ring(const Config& c) { return c.parallel.cp_comm != "a2a"; }
+bool ring(const Config& c) { return c.parallel.cp_comm != CpCommMode::a2a; }
 
 // The width of k (and of v) on one tp rank: kv heads × head size / tp.
 double kv_local(const Config& c) {
@@ -42,12 +42,12 @@ CpLayerTraffic cp_layer_traffic(const Config& c) {
   CpLayerTraffic t;
   const double cp = f(c.parallel.cp);
   if (c.parallel.cp <= 1) return t;
-  const std::string& recompute = c.training.recompute;
+  const bool recomputed = c.training.recompute != RecomputeMode::none;
   if (ring(c)) {
     const double K = kv_block_bytes(c);
     t.forward = {{"K,V", cp - 1.0, K}};
     t.backward = {{"K,V", cp - 1.0, K}, {"dK,dV (last hop home)", cp, K}};
-    if (recompute == "full" || recompute == "selective") {
+    if (recomputed) {
       t.backward.push_back({"K,V (recomputed forward)", cp - 1.0, K});
     }
     return t;
@@ -58,7 +58,7 @@ CpLayerTraffic cp_layer_traffic(const Config& c) {
   t.backward = {{"d out", 1.0, q}, {"dq", 1.0, q}, {"dk", 1.0, kv}, {"dv", 1.0, kv}};
   // Selective recompute drops the core's head-sharded state too, so both recomputes repeat
   // the forward all-to-alls (layers/attention.cpp).
-  if (recompute == "full" || recompute == "selective") {
+  if (recomputed) {
     for (const CpMessage& msg : t.forward) {
       t.backward.push_back({msg.what + " (recomputed forward)", msg.count, msg.bytes});
     }
@@ -106,14 +106,13 @@ std::string cp_time_formula(const Config& c) {
     return fmt::format(
         "m·L·[(cp−1) fwd + (cp−1){} K,V + cp dK,dV bwd] p2p of K = 2·b·(s/cp)·(kv/t)·4 B: D/B + α "
         "each",
-        c.training.recompute == "none" || c.training.recompute.empty() ? ""
-                                                                       : " + (cp−1) recompute");
+        c.training.recompute == RecomputeMode::none ? "" : " + (cp−1) recompute");
   }
   return fmt::format(
       "m·L·{} all-to-alls (q, k, v, out; bwd d out, dq, dk, dv{}) of b·(s/cp)·(h|kv)/t·4 B: "
       "(cp−1)/cp·D/B + (cp−1)α each",
-      c.training.recompute == "full" ? 12 : 8,
-      c.training.recompute == "full" ? "; the forward's again" : "");
+      c.training.recompute == RecomputeMode::full ? 12 : 8,
+      c.training.recompute == RecomputeMode::full ? "; the forward's again" : "");
 }
 
 }  // namespace meshtrain::plan

@@ -36,29 +36,40 @@ double all_reduce_wire_bytes(double bytes, std::int64_t n) {
   return n <= 1 ? 0.0 : 2.0 * ring_fraction(n) * bytes;
 }
 
-double bubble_fraction(const std::string& schedule, std::int64_t p, std::int64_t m,
-                       std::int64_t v) {
+double bubble_fraction(PipelineSchedule schedule, std::int64_t p, std::int64_t m, std::int64_t v) {
   const double pm1 = static_cast<double>(p - 1), md = static_cast<double>(m);
-  if (schedule == "gpipe" || schedule == "1f1b") return pm1 / (md + pm1);
-  if (schedule == "interleaved_1f1b") return pm1 / (static_cast<double>(v) * md + pm1);
-  if (schedule == "zb_h1") return pm1 / (3.0 * md + pm1);
-  throw std::invalid_argument("unknown pipeline schedule: " + schedule);
+  switch (schedule) {
+    case PipelineSchedule::interleaved_1f1b:
+      return pm1 / (static_cast<double>(v) * md + pm1);
+    case PipelineSchedule::zb_h1:
+      return pm1 / (3.0 * md + pm1);
+    case PipelineSchedule::gpipe:
+    case PipelineSchedule::one_f_one_b:
+      break;
+  }
+  return pm1 / (md + pm1);
 }
 
-std::string bubble_formula(const std::string& schedule) {
-  if (schedule == "interleaved_1f1b") return "(p−1)/(v·m+p−1)";
-  if (schedule == "zb_h1") return "(p−1)/(3m+p−1)";
+std::string bubble_formula(PipelineSchedule schedule) {
+  if (schedule == PipelineSchedule::interleaved_1f1b) return "(p−1)/(v·m+p−1)";
+  if (schedule == PipelineSchedule::zb_h1) return "(p−1)/(3m+p−1)";
   return "(p−1)/(m+p−1)";
 }
 
-double in_flight_micro_batches(const std::string& schedule, std::int64_t p, std::int64_t stage,
+double in_flight_micro_batches(PipelineSchedule schedule, std::int64_t p, std::int64_t stage,
                                std::int64_t m, std::int64_t v) {
   if (p <= 1) return 1.0;
-  if (schedule == "gpipe") return static_cast<double>(m);
-  if (schedule == "zb_h1") return static_cast<double>(std::min(p, m));
-  if (schedule == "interleaved_1f1b") {
-    const std::int64_t chunks = std::min(2 * (p - stage - 1) + (v - 1) * p + 1, v * m);
-    return static_cast<double>(chunks) / static_cast<double>(v);
+  switch (schedule) {
+    case PipelineSchedule::gpipe:
+      return static_cast<double>(m);
+    case PipelineSchedule::zb_h1:
+      return static_cast<double>(std::min(p, m));
+    case PipelineSchedule::interleaved_1f1b: {
+      const std::int64_t chunks = std::min(2 * (p - stage - 1) + (v - 1) * p + 1, v * m);
+      return static_cast<double>(chunks) / static_cast<double>(v);
+    }
+    case PipelineSchedule::one_f_one_b:
+      break;
   }
   return static_cast<double>(std::min(p - stage, m));  // 1f1b
 }
@@ -71,12 +82,12 @@ double model_flops_per_token(double matmul_params, std::int64_t layers, std::int
 
 double hardware_flops_per_token(double matmul_params, double block_matmul_params,
                                 std::int64_t layers, std::int64_t hidden, std::int64_t seq,
-                                const std::string& recompute) {
+                                RecomputeMode recompute) {
   const double attention_forward =
       4.0 * static_cast<double>(layers) * static_cast<double>(hidden) * static_cast<double>(seq);
   double extra = 0.0;
-  if (recompute == "full") extra = 2.0 * block_matmul_params + attention_forward;
-  if (recompute == "selective") extra = attention_forward;
+  if (recompute == RecomputeMode::full) extra = 2.0 * block_matmul_params + attention_forward;
+  if (recompute == RecomputeMode::selective) extra = attention_forward;
   return model_flops_per_token(matmul_params, layers, hidden, seq) + extra;
 }
 

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <string>
 
+#include "meshtrain/config/config.h"
+
 namespace meshtrain::plan {
 
 // --- Collectives on a ring of n ranks (Patarasuk & Yuan 2009; Thakur et al. 2005, §4;
@@ -37,17 +39,16 @@ double all_reduce_wire_bytes(double bytes, std::int64_t n);
 
 /// gpipe, 1f1b: (p−1)/(m+p−1) (Huang et al. 2019, §2.3; Narayanan et al. 2021, §2.2.1);
 /// interleaved_1f1b: (p−1)/(v·m+p−1) (Narayanan et al. 2021, §2.2.2);
-/// zb_h1: (p−1)/(3m+p−1) (Qi et al. 2023, §3, m ≥ p). 0 when p = 1. Throws std::invalid_argument
-/// for an unknown schedule.
-double bubble_fraction(const std::string& schedule, std::int64_t p, std::int64_t m, std::int64_t v);
+/// zb_h1: (p−1)/(3m+p−1) (Qi et al. 2023, §3, m ≥ p). 0 when p = 1.
+double bubble_fraction(PipelineSchedule schedule, std::int64_t p, std::int64_t m, std::int64_t v);
 /// The formula as text, for --explain ("(p−1)/(m+p−1)").
-std::string bubble_formula(const std::string& schedule);
+std::string bubble_formula(PipelineSchedule schedule);
 
 /// Micro-batches whose activations pipeline stage `stage` (0-based) of `p` holds at its peak,
 /// in units of one micro-batch through all of the stage's layers (docs/pipeline_parallel.md,
 /// "in flight"): gpipe m; 1f1b min(p − stage, m); zb_h1 min(p, m); interleaved_1f1b
 /// min(2(p − stage − 1) + (v − 1)p + 1, v·m) chunk-micro-batches, divided by v. 1 when p = 1.
-double in_flight_micro_batches(const std::string& schedule, std::int64_t p, std::int64_t stage,
+double in_flight_micro_batches(PipelineSchedule schedule, std::int64_t p, std::int64_t stage,
                                std::int64_t m, std::int64_t v);
 
 // --- FLOPs (Kaplan et al. 2020, §2.1; Chowdhery et al. 2022, App. B; Narayanan et al. 2021,
@@ -64,7 +65,7 @@ double model_flops_per_token(double matmul_params, std::int64_t layers, std::int
 /// selective: + 4·L·h·s (the attention core's forward); none: + 0.
 double hardware_flops_per_token(double matmul_params, double block_matmul_params,
                                 std::int64_t layers, std::int64_t hidden, std::int64_t seq,
-                                const std::string& recompute);
+                                RecomputeMode recompute);
 
 // --- Memory-bound work ---
 

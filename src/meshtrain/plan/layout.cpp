@@ -44,20 +44,20 @@ bool parse_bool(const std::string& key, const std::string& value) {
 }
 
 // The context-parallel sizes and modes a search tries (CpChoice in layout.h).
-std::vector<std::pair<std::int64_t, std::string>> cp_options(const CpChoice& choice,
-                                                             std::int64_t devices) {
-  std::vector<std::pair<std::int64_t, std::string>> out;
-  const std::vector<std::string> comms = choice.comm == "auto"
-                                             ? std::vector<std::string>{"p2p", "a2a"}
-                                             : std::vector<std::string>{choice.comm};
+std::vector<std::pair<std::int64_t, CpCommMode>> cp_options(const CpChoice& choice,
+                                                            std::int64_t devices) {
+  std::vector<std::pair<std::int64_t, CpCommMode>> out;
+  const std::vector<CpCommMode> comms =
+      choice.comm ? std::vector<CpCommMode>{*choice.comm}
+                  : std::vector<CpCommMode>{CpCommMode::p2p, CpCommMode::a2a};
   for (const std::int64_t cp :
        choice.size == 0 ? divisors(devices) : std::vector<std::int64_t>{choice.size}) {
     if (cp < 1 || devices % cp != 0) continue;
     if (cp == 1) {
-      out.emplace_back(1, "p2p");
+      out.emplace_back(1, CpCommMode::p2p);
       continue;
     }
-    for (const std::string& comm : comms) out.emplace_back(cp, comm);
+    for (const CpCommMode comm : comms) out.emplace_back(cp, comm);
   }
   return out;
 }
@@ -74,21 +74,18 @@ void for_each_variant(const Layout& base, std::int64_t batch, std::int64_t max_m
       if (b <= max_micro_batch) micro_batches.push_back(b);
     }
   }
-  std::vector<std::pair<std::string, std::int64_t>> schedules{{"1f1b", 1}};
+  using enum PipelineSchedule;
+  std::vector<std::pair<PipelineSchedule, std::int64_t>> schedules{{one_f_one_b, 1}};
   if (base.pp > 1) {
-    schedules = {{"1f1b", 1},
-                 {"gpipe", 1},
-                 {"zb_h1", 1},
-                 {"interleaved_1f1b", 2},
-                 {"interleaved_1f1b", 3},
-                 {"interleaved_1f1b", 4}};
+    schedules = {{one_f_one_b, 1},      {gpipe, 1},           {zb_h1, 1}, {interleaved_1f1b, 2},
+                 {interleaved_1f1b, 3}, {interleaved_1f1b, 4}};
   }
   // ZeRO shards over dp × cp: with dp·cp = 1 every stage is ZeRO-0 with extra copies.
   const std::int64_t max_zero = dp * base.cp > 1 ? 3 : 0;
   for (const std::int64_t b : micro_batches) {
     for (const auto& [schedule, v] : schedules) {
       for (std::int64_t zero = 0; zero <= max_zero; ++zero) {
-        for (const char* recompute : {"none", "selective", "full"}) {
+        for (const auto& [recompute, name, what] : kRecomputeModeNames) {
           for (const bool sp : {false, true}) {
             if (sp && base.tp == 1) continue;
             Layout l = base;
@@ -107,6 +104,14 @@ void for_each_variant(const Layout& base, std::int64_t batch, std::int64_t max_m
   }
 }
 
+// `value` as the enum of `key`; an unknown name is a bad layout listing the known ones.
+template <ConfigEnum E>
+E parse_layout_enum(const std::string& item, std::string_view key, const std::string& value) {
+  const std::optional<E> parsed = parse_enum<E>(value);
+  if (!parsed) bad_layout(item, fmt::format("{} must be one of: {}", key, allowed_names<E>()));
+  return *parsed;
+}
+
 std::string trim(std::string s) {
   s.erase(0, s.find_first_not_of(" \t"));
   s.erase(s.find_last_not_of(" \t") + 1);
@@ -119,12 +124,12 @@ std::string to_string(const Layout& l) {
   std::string out = fmt::format("tp={} pp={}", l.tp, l.pp);
   if (l.v > 1) out += fmt::format(" v={}", l.v);
   out += fmt::format(" dp={}", l.dp);
-  if (l.cp > 1) out += fmt::format(" cp={}({})", l.cp, l.cp_comm);
+  if (l.cp > 1) out += fmt::format(" cp={}({})", l.cp, to_string(l.cp_comm));
   if (l.ep > 1) out += fmt::format(" ep={}", l.ep);
   out += fmt::format(" zero={} mb={} m={} rc={}", l.zero_stage, l.micro_batch, l.accumulation,
-                     l.recompute);
+                     to_string(l.recompute));
   if (l.sequence_parallel) out += " sp";
-  if (l.pp > 1) out += " " + l.schedule;
+  if (l.pp > 1) out += fmt::format(" {}", to_string(l.schedule));
   return out;
 }
 
@@ -151,8 +156,7 @@ Layout parse_layout(const std::string& text, std::int64_t global_batch) {
     else if (key == "cp")
       l.cp = parse_int(key, value);
     else if (key == "cp_comm") {
-      if (value != "p2p" && value != "a2a") bad_layout(item, "cp_comm must be p2p or a2a");
-      l.cp_comm = value;
+      l.cp_comm = parse_layout_enum<CpCommMode>(item, "cp_comm", value);
     } else if (key == "ep")
       l.ep = parse_int(key, value);
     else if (key == "zero")
@@ -163,14 +167,11 @@ Layout parse_layout(const std::string& text, std::int64_t global_batch) {
       l.accumulation = parse_int(key, value);
       have_m = true;
     } else if (key == "recompute" || key == "rc") {
-      if (value != "none" && value != "selective" && value != "full") {
-        bad_layout(item, "recompute must be none, selective or full");
-      }
-      l.recompute = value;
+      l.recompute = parse_layout_enum<RecomputeMode>(item, "recompute", value);
     } else if (key == "sp")
       l.sequence_parallel = parse_bool(key, value);
     else if (key == "schedule")
-      l.schedule = value;  // check_config names the known ones
+      l.schedule = parse_layout_enum<PipelineSchedule>(item, "schedule", value);
     else
       bad_layout(item, fmt::format("unknown key '{}'", key));
   }

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,22 +30,22 @@ struct Layout {
   std::int64_t dp = 1;
   std::int64_t cp = 1;
   std::int64_t ep = 1;
-  std::string cp_comm = "p2p";  // with cp > 1: "p2p" (ring attention) | "a2a" (Ulysses)
+  CpCommMode cp_comm = CpCommMode::p2p;  // with cp > 1: p2p (ring attention) | a2a (Ulysses)
   std::int64_t zero_stage = 0;
-  std::int64_t micro_batch = 1;    // sequences per micro-batch (b)
-  std::int64_t accumulation = 1;   // micro-batches per step per dp rank (m)
-  std::string recompute = "none";  // "none" | "selective" | "full"
+  std::int64_t micro_batch = 1;   // sequences per micro-batch (b)
+  std::int64_t accumulation = 1;  // micro-batches per step per dp rank (m)
+  RecomputeMode recompute = RecomputeMode::none;
   bool sequence_parallel = false;
-  std::string schedule = "1f1b";  // "gpipe" | "1f1b" | "interleaved_1f1b" | "zb_h1"
+  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
 
   std::int64_t devices() const { return tp * pp * dp * cp; }
 };
 
 /// Settings of a plan that are not the layout: what is trained and how.
 struct TrainingSettings {
-  std::int64_t seq = 0;            // sequence length (tokens); 0 = the model's block_size
-  std::int64_t global_batch = 0;   // sequences per optimizer step
-  std::string precision = "bf16";  // "fp32" | "bf16" | "fp16"
+  std::int64_t seq = 0;           // sequence length (tokens); 0 = the model's block_size
+  std::int64_t global_batch = 0;  // sequences per optimizer step
+  Precision precision = Precision::bf16;
 };
 
 /// "tp=8 pp=4 v=1 dp=2 zero=1 mb=1 m=64 recompute=selective sp=1 1f1b" — the short form the
@@ -81,11 +82,11 @@ LinkKind link_of_group(std::int64_t size, std::int64_t stride, const ClusterSpec
 Link link_of_group_bandwidth(std::int64_t size, std::int64_t stride, const ClusterSpec& cluster);
 
 /// Which context-parallel layouts a search considers: `size` 1 (the default: no cp, the search
-/// of before), a fixed size, or 0 for every divisor of the devices; `comm` "p2p", "a2a", or
-/// "auto" for both (cp = 1 has no comm to choose).
+/// of before), a fixed size, or 0 for every divisor of the devices; `comm` p2p, a2a, or
+/// nullopt for both (plan --cp-comm auto; cp = 1 has no comm to choose).
 struct CpChoice {
   std::int64_t size = 1;
-  std::string comm = "p2p";
+  std::optional<CpCommMode> comm = CpCommMode::p2p;
 };
 
 /// Every layout of `devices` devices for settings.global_batch that check_layout accepts:

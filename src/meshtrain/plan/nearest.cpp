@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <tuple>
 
 #include "meshtrain/plan/report.h"
@@ -18,7 +19,9 @@ int factors_changed(const Layout& a, const Layout& b) {
 std::string changes(const Layout& from, const Layout& to) {
   std::string out;
   const std::pair<const char*, std::pair<std::int64_t, std::int64_t>> factors[] = {
-      {"tp", {from.tp, to.tp}}, {"pp", {from.pp, to.pp}}, {"dp", {from.dp, to.dp}},
+      {"tp", {from.tp, to.tp}},
+      {"pp", {from.pp, to.pp}},
+      {"dp", {from.dp, to.dp}},
       {"cp", {from.cp, to.cp}}};
   for (const auto& [name, values] : factors) {
     if (values.first == values.second) continue;
@@ -28,16 +31,18 @@ std::string changes(const Layout& from, const Layout& to) {
 }
 
 ConfigIssue product_issue(const Layout& l, const ClusterSpec& cluster, const Plan* nearest) {
-  return {"tp × pp × dp × cp",
-          fmt::format("{} × {} × {} × {} = {}", l.tp, l.pp, l.dp, l.cp, l.devices()),
-          fmt::format("must equal the cluster's {} devices ({} × {} per node of {}): {} ranks {} "
-                      "{} devices",
-                      cluster.devices(), cluster.nodes, cluster.devices_per_node, cluster.name,
-                      l.devices(), l.devices() > cluster.devices() ? "need more than the" : "leave idle some of the",
-                      cluster.devices()),
-          nearest != nullptr
-              ? fmt::format("use {} (the nearest that fits; more below)", to_string(nearest->layout))
-              : "no layout of the cluster's devices fits; add nodes or shorten --seq"};
+  return {
+      "tp × pp × dp × cp",
+      fmt::format("{} × {} × {} × {} = {}", l.tp, l.pp, l.dp, l.cp, l.devices()),
+      fmt::format("must equal the cluster's {} devices ({} × {} per node of {}): {} ranks {} "
+                  "{} devices",
+                  cluster.devices(), cluster.nodes, cluster.devices_per_node, cluster.name,
+                  l.devices(),
+                  l.devices() > cluster.devices() ? "need more than the" : "leave idle some of the",
+                  cluster.devices()),
+      nearest != nullptr
+          ? fmt::format("use {} (the nearest that fits; more below)", to_string(nearest->layout))
+          : "no layout of the cluster's devices fits; add nodes or shorten --seq"};
 }
 
 }  // namespace
@@ -49,13 +54,15 @@ LayoutDiagnosis diagnose_layout(const ModelConfig& model, const Layout& layout,
   LayoutDiagnosis d;
   if (layout.devices() == cluster.devices()) return d;
   // The fastest fitting plan of each factorisation (and cp mode) of the cluster's devices.
-  using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::string>;
+  using Key =
+      std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::optional<CpCommMode>>;
   std::map<Key, Plan> best;
-  const std::vector<Layout> layouts = enumerate_layouts(
-      model, settings, cluster.devices(), max_micro_batch, nullptr, {.size = 0, .comm = "auto"});
+  const std::vector<Layout> layouts =
+      enumerate_layouts(model, settings, cluster.devices(), max_micro_batch, nullptr,
+                        {.size = 0, .comm = std::nullopt});
   std::map<Key, bool> seen;
   for (const Layout& l : layouts) {
-    const Key key{l.tp, l.pp, l.dp, l.cp, l.cp > 1 ? l.cp_comm : ""};
+    const Key key{l.tp, l.pp, l.dp, l.cp, l.cp > 1 ? std::optional(l.cp_comm) : std::nullopt};
     seen[key] = true;
     Plan p = account(model, l, settings, cluster, time);
     if (!p.fits) continue;
@@ -91,7 +98,7 @@ std::string format_proposals(const LayoutDiagnosis& d, const Layout& layout,
   if (d.issues.empty()) return out;
   if (d.proposals.empty()) {
     return fmt::format("none of the {} valid factorisations of {} devices fits in memory\n",
-                             d.valid, cluster.devices());
+                       d.valid, cluster.devices());
   }
   out += fmt::format(
       "Nearest layouts of {} devices that fit (of {} valid factorisations; fewest factors "

@@ -13,7 +13,7 @@ ModelConfig llama(std::int64_t layers, std::int64_t hidden, std::int64_t heads,
                   std::int64_t kv_heads, std::int64_t ffn, std::int64_t vocab, std::int64_t seq,
                   double rope_theta) {
   ModelConfig m;
-  m.family = "llama";
+  m.family = ModelFamily::llama;
   m.n_layer = layers;
   m.n_embd = hidden;
   m.n_head = heads;
@@ -32,7 +32,7 @@ std::vector<ModelPreset> make_presets() {
   // layers, d_model 12288, 96 heads, context 2048) and §2.1 (GPT-2's architecture: learned
   // positions, LayerNorm, biases, MLP 4·d_model, the 50257-token BPE vocabulary).
   ModelConfig gpt3;
-  gpt3.family = "gpt2";
+  gpt3.family = ModelFamily::gpt2;
   gpt3.n_layer = 96;
   gpt3.n_embd = 12288;
   gpt3.n_head = 96;

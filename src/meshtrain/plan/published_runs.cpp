@@ -61,7 +61,7 @@ TimeSettings megatron_2021_time() {
 
 ModelConfig published_model(const PublishedRun& run, const PublishedAssumptions& a) {
   ModelConfig m;
-  m.family = "gpt2";
+  m.family = ModelFamily::gpt2;
   m.n_layer = run.layers;
   m.n_head = run.heads;
   m.n_embd = run.hidden;
@@ -79,8 +79,8 @@ Layout published_layout(const PublishedRun& run, const PublishedAssumptions& a) 
   l.micro_batch = a.micro_batch;
   l.accumulation = run.global_batch / (l.dp * a.micro_batch);
   l.recompute = a.recompute;
-  l.schedule = run.pp > 1 ? a.schedule : "1f1b";
-  l.v = l.schedule == "interleaved_1f1b" ? a.v : 1;
+  l.schedule = run.pp > 1 ? a.schedule : PipelineSchedule::one_f_one_b;
+  l.v = l.schedule == PipelineSchedule::interleaved_1f1b ? a.v : 1;
   return l;
 }
 
@@ -168,15 +168,15 @@ Layout seed_layout(const SeedLayoutRow& row) {
   l.pp = row.pp;
   l.dp = row.dp;
   l.cp = row.cp;
-  l.cp_comm = "p2p";
+  l.cp_comm = CpCommMode::p2p;
   l.micro_batch = 1;
   l.accumulation = std::max<std::int64_t>(1, row.global_batch / row.dp);
-  l.recompute = "full";
+  l.recompute = RecomputeMode::full;
   return l;
 }
 
 TrainingSettings seed_settings(const SeedLayoutRow& row) {
-  return {.seq = row.seq, .global_batch = row.global_batch, .precision = "bf16"};
+  return {.seq = row.seq, .global_batch = row.global_batch, .precision = Precision::bf16};
 }
 
 ClusterSpec seed_cluster(const SeedLayoutRow& row) {

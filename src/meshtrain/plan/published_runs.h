@@ -45,10 +45,10 @@ const std::vector<PublishedRun>& narayanan2021_table1();
 struct PublishedAssumptions {
   std::int64_t seq = 2048;
   std::int64_t vocab = 51200;
-  std::string precision = "fp16";
-  std::string recompute = "full";
+  Precision precision = Precision::fp16;
+  RecomputeMode recompute = RecomputeMode::full;
   std::int64_t micro_batch = 1;
-  std::string schedule = "interleaved_1f1b";  // for p > 1; "1f1b" gives v = 1
+  PipelineSchedule schedule = PipelineSchedule::interleaved_1f1b;  // for p > 1; 1f1b: v = 1
   std::int64_t v = 2;
 };
 

@@ -39,8 +39,7 @@ ModelStage::ModelStage(const Config& config, const DeviceMesh& mesh,
     const DeferParameterStorage defer;
     const ParallelGroups groups(
         TensorParallel{mesh.group(Axis::tp), config.parallel.sequence_parallel},
-        ContextParallel{&mesh.group(Axis::cp),
-                        config.parallel.cp_comm == "a2a" ? CpComm::a2a : CpComm::p2p});
+        ContextParallel{&mesh.group(Axis::cp), layer_cp_comm(config.parallel.cp_comm)});
     stage_ = std::make_unique<PipelineStage>(
         config, static_cast<std::uint64_t>(config.training.seed), groups, pp.rank());
   }
@@ -52,7 +51,7 @@ ModelStage::ModelStage(const Config& config, const DeviceMesh& mesh,
   eval.pass = pp::Pass::eval;
   eval_executor_ = std::make_unique<pp::PipelineExecutor>(eval, pp);
   eval_runner_ = std::make_unique<EvalRunner>(*stage_, val, batching_);
-  if (pp.size() > 1 && config.model.family == "gpt2") {
+  if (pp.size() > 1 && config.model.family == ModelFamily::gpt2) {
     // The first and last stage hold the tied embedding's two copies; split is collective over
     // pp, so the middle stages take part (and get a group of their own they never use).
     const bool ends = pp.rank() == 0 || pp.rank() == pp.size() - 1;

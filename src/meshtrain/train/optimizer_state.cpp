@@ -10,7 +10,15 @@ namespace meshtrain {
 namespace {
 
 DType compute_dtype(const TrainingConfig& t) {
-  return t.precision == "bf16" ? DType::bf16 : t.precision == "fp16" ? DType::f16 : DType::f32;
+  switch (t.precision) {
+    case Precision::bf16:
+      return DType::bf16;
+    case Precision::fp16:
+      return DType::f16;
+    case Precision::fp32:
+      break;
+  }
+  return DType::f32;
 }
 
 ZeroOptions zero_options(const Config& config, HfImport* import) {
@@ -54,7 +62,7 @@ OptimizerState::OptimizerState(const Config& config, const DeviceMesh& mesh, Pip
       },
       zero_options(config, import));
   stage.set_hooks(zero_.get());
-  if (t.precision == "fp16") {
+  if (t.precision == Precision::fp16) {
     scaler_ = std::make_unique<DynamicLossScaler>(
         LossScalerConfig{.initial_scale = t.loss_scale_init,
                          .growth_interval = t.loss_scale_growth_interval,

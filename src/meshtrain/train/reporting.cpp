@@ -204,7 +204,7 @@ void Reporting::log_step(const StepMetrics& m) {
         "{:>8.0f} tokens/s | MFU {:5.1f}% | peak {}{}{}{}\n",
         m.step, t.max_steps, m.loss, m.lr, m.grad_norm, m.step_time_s * 1e3, m.tokens_per_s,
         m.mfu * 100.0, mib(m.peak_bytes),
-        config_.training.precision == "fp16"
+        config_.training.precision == Precision::fp16
             ? fmt::format(" | scale {:g}{}", m.loss_scale, m.skipped ? " (skipped)" : "")
             : "",
         config_.parallel.pp > 1 ? fmt::format(" | bubble {:.1f}% (schedule {:.1f}%)",

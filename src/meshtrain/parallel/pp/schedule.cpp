@@ -27,9 +27,16 @@ std::vector<Action> schedule_for(const ScheduleSpec& spec, int stage) {
   MT_CHECK(stage >= 0 && stage < spec.pp, "schedule_for: stage {} is outside [0, {})", stage,
            spec.pp);
   if (spec.pass == Pass::eval) return eval_schedule(spec, stage);
-  if (spec.name == "gpipe") return detail::gpipe_schedule(spec, stage);
-  if (spec.name == "1f1b") return detail::one_f_one_b_schedule(spec, stage);
-  if (spec.name == "zb_h1") return detail::zb_h1_schedule(spec, stage);
+  switch (spec.name) {
+    case PipelineSchedule::gpipe:
+      return detail::gpipe_schedule(spec, stage);
+    case PipelineSchedule::one_f_one_b:
+      return detail::one_f_one_b_schedule(spec, stage);
+    case PipelineSchedule::zb_h1:
+      return detail::zb_h1_schedule(spec, stage);
+    case PipelineSchedule::interleaved_1f1b:
+      break;
+  }
   return detail::interleaved_1f1b_schedule(spec, stage);
 }
 

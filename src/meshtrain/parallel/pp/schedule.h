@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "meshtrain/config/config.h"
 #include "meshtrain/core/error.h"
 
 namespace meshtrain::pp {
@@ -47,14 +48,14 @@ struct Action {
 enum class Pass : std::uint8_t { train, eval };
 
 struct ScheduleSpec {
-  std::string name;  // "gpipe" | "1f1b" | "interleaved_1f1b" | "zb_h1"
-  int pp = 1;        // pipeline stages (ranks)
-  int v = 1;         // model chunks per rank (virtual stages); > 1 only for interleaved_1f1b
-  int m = 1;         // micro-batches per optimizer step (per evaluation batch under Pass::eval)
+  PipelineSchedule name = PipelineSchedule::one_f_one_b;  // parallel.pp_schedule
+  int pp = 1;                                             // pipeline stages (ranks)
+  int v = 1;  // model chunks per rank (virtual stages); > 1 only for interleaved_1f1b
+  int m = 1;  // micro-batches per optimizer step (per evaluation batch under Pass::eval)
   Pass pass = Pass::train;
 };
 
-/// Every reason `spec` cannot run (unknown name, pp/v/m < 1, v ≠ 1 for a non-interleaved
+/// Every reason `spec` cannot run (pp/v/m < 1, v ≠ 1 for a non-interleaved
 /// schedule; interleaved_1f1b needs v ≥ 2, pp ≥ 2 and m % pp == 0, hence m ≥ pp), each naming
 /// the setting (parallel.pp_schedule, parallel.pp, parallel.virtual_stages,
 /// training.accumulation, which is m), its value, the rule and a fix. Empty when valid.
