@@ -72,6 +72,15 @@ inline constexpr std::array<EnumName<CpCommMode>, 2> kCpCommModeNames{{
 }};
 constexpr const auto& enum_names(CpCommMode) { return kCpCommModeNames; }
 
+// model.moe_token_drop_policy (the layers' own enum is layers/moe_routing.h's
+// MoeTokenDropPolicy; model/ maps it): which assignments an over-full expert keeps
+enum class MoeDropPolicy : std::uint8_t { probs, position };
+inline constexpr std::array<EnumName<MoeDropPolicy>, 2> kMoeDropPolicyNames{{
+    {MoeDropPolicy::probs, "probs", "the highest router weights"},
+    {MoeDropPolicy::position, "position", "the earliest tokens"},
+}};
+constexpr const auto& enum_names(MoeDropPolicy) { return kMoeDropPolicyNames; }
+
 // parallel.pp_schedule (docs/pipeline_parallel.md)
 enum class PipelineSchedule : std::uint8_t { gpipe, one_f_one_b, interleaved_1f1b, zb_h1 };
 inline constexpr std::array<EnumName<PipelineSchedule>, 4> kPipelineScheduleNames{{
@@ -155,6 +164,7 @@ MESHTRAIN_CONFIG_ENUM_JSON(RecomputeMode)
 MESHTRAIN_CONFIG_ENUM_JSON(Precision)
 MESHTRAIN_CONFIG_ENUM_JSON(CpCommMode)
 MESHTRAIN_CONFIG_ENUM_JSON(PipelineSchedule)
+MESHTRAIN_CONFIG_ENUM_JSON(MoeDropPolicy)
 #undef MESHTRAIN_CONFIG_ENUM_JSON
 
 struct ModelConfig {
@@ -174,6 +184,19 @@ struct ModelConfig {
   double init_std = 0.02;        // N(0, init_std²) weights (Radford et al. 2019, §2.3)
   double norm_eps = 1e-5;        // LayerNorm / RMSNorm epsilon
   double rope_theta = 10000.0;   // llama: rotary embedding base (Su et al. 2021, §3.2.2)
+  // Mixture of experts (docs/moe.md; Megatron-LM's --num-experts, --moe-router-topk,
+  // --moe-ffn-hidden-size, --moe-layer-freq, --moe-expert-capacity-factor,
+  // --moe-token-drop-policy, --moe-aux-loss-coeff, --moe-z-loss-coeff). llama family only:
+  // the MLP of every moe_layer_freq-th block (layers i with i % freq == 0) becomes a
+  // Mixtral sparse MoE block of moe_experts SwiGLU experts, each token routed to moe_top_k.
+  std::int64_t moe_experts = 0;      // E; 0 = dense model
+  std::int64_t moe_top_k = 2;        // k, 1 ≤ k ≤ E (Mixtral: 2)
+  std::int64_t moe_ffn_hidden = 0;   // each expert's F; 0 = ffn_hidden_of(model)
+  std::int64_t moe_layer_freq = 1;   // 1: every block is MoE; n: blocks 0, n, 2n, …
+  double moe_capacity_factor = 0.0;  // 0 = dropless; else ⌈N·k/E·factor⌉ per expert
+  MoeDropPolicy moe_token_drop_policy = MoeDropPolicy::probs;
+  double moe_aux_loss_coeff = 0.0;  // Switch load-balancing loss (Megatron's usual: 1e-2)
+  double moe_z_loss_coeff = 0.0;    // ST-MoE router z-loss (usual: 1e-3)
 };
 
 struct TrainingConfig {
@@ -228,6 +251,8 @@ struct ParallelConfig {
   std::int64_t tp = 1;
   std::int64_t pp = 1;
   std::int64_t cp = 1;
+  // Expert parallel (docs/moe.md): carved out of dp (ep | dp); ep rank e of a dp × cp group
+  // holds experts [e·E/ep, (e+1)·E/ep) and tokens reach them by all-to-all.
   std::int64_t ep = 1;
   // Context parallel (docs/context_parallel.md): each sequence is cut into 2·cp chunks, cp rank
   // c holding chunks c and 2·cp−1−c (zigzag). "p2p": ring attention, K and V travel around the

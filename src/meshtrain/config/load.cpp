@@ -19,7 +19,8 @@ namespace {
 // A setting is an integer, a number, a flag, free text, or one of the names of a config enum
 // (config.h's tables).
 using FieldRef = std::variant<std::int64_t*, double*, bool*, std::string*, ModelFamily*, LrScaling*,
-                              RecomputeMode*, Precision*, CpCommMode*, PipelineSchedule*>;
+                              RecomputeMode*, Precision*, CpCommMode*, PipelineSchedule*,
+                              MoeDropPolicy*>;
 struct Field {
   std::string key;  // "section.name"
   FieldRef ref;
@@ -42,6 +43,14 @@ std::vector<Field> fields_of(Config& c) {
       {"model.init_std", &c.model.init_std},
       {"model.norm_eps", &c.model.norm_eps},
       {"model.rope_theta", &c.model.rope_theta},
+      {"model.moe_experts", &c.model.moe_experts},
+      {"model.moe_top_k", &c.model.moe_top_k},
+      {"model.moe_ffn_hidden", &c.model.moe_ffn_hidden},
+      {"model.moe_layer_freq", &c.model.moe_layer_freq},
+      {"model.moe_capacity_factor", &c.model.moe_capacity_factor},
+      {"model.moe_token_drop_policy", &c.model.moe_token_drop_policy},
+      {"model.moe_aux_loss_coeff", &c.model.moe_aux_loss_coeff},
+      {"model.moe_z_loss_coeff", &c.model.moe_z_loss_coeff},
       {"training.micro_batch", &c.training.micro_batch},
       {"training.accumulation", &c.training.accumulation},
       {"training.global_batch", &c.training.global_batch},

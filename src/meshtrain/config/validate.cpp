@@ -108,13 +108,57 @@ void check_context_parallel(const Config& c, std::vector<ConfigIssue>& issues) {
   }
 }
 
+// Mixture of experts and expert parallel (docs/moe.md).
+void check_moe(const Config& c, std::vector<ConfigIssue>& issues) {
+  const ModelConfig& m = c.model;
+  const ParallelConfig& p = c.parallel;
+  require(issues, m.moe_experts >= 0, "model.moe_experts", m.moe_experts,
+          "must be ≥ 0 (0 = a dense model)", "use 0, or e.g. 8 experts");
+  require(issues, p.ep >= 1, "parallel.ep", p.ep, "must be ≥ 1", "use 1 for no expert parallel");
+  if (m.moe_experts < 1) {
+    require(issues, p.ep == 1, "parallel.ep", p.ep,
+            "expert parallel spreads the experts of MoE layers, and model.moe_experts = 0 "
+            "(a dense model) has none",
+            "set parallel.ep = 1, or model.moe_experts to a multiple of it");
+    return;
+  }
+  const std::int64_t E = m.moe_experts;
+  require(issues, m.family == ModelFamily::llama, "model.family", m.family,
+          "MoE layers (model.moe_experts > 0) are Mixtral's: SwiGLU experts in the llama family",
+          "set model.family = \"llama\", or model.moe_experts = 0");
+  require(issues, m.moe_top_k >= 1 && m.moe_top_k <= E, "model.moe_top_k", m.moe_top_k,
+          fmt::format("each token picks moe_top_k distinct experts of the {}: 1 ≤ k ≤ {}", E, E),
+          fmt::format("use 2 (Mixtral), or at most {}", E));
+  require(issues, m.moe_ffn_hidden >= 0, "model.moe_ffn_hidden", m.moe_ffn_hidden,
+          "must be ≥ 0 (0 = model.ffn_hidden's rule)", "leave it at 0");
+  require(issues, m.moe_layer_freq >= 1, "model.moe_layer_freq", m.moe_layer_freq,
+          "must be ≥ 1 (1 = every block is MoE, n = blocks 0, n, 2n, …)", "use 1");
+  require(issues, std::isfinite(m.moe_capacity_factor) && m.moe_capacity_factor >= 0.0,
+          "model.moe_capacity_factor", m.moe_capacity_factor,
+          "must be ≥ 0 (0 = dropless; else each expert keeps ⌈N·k/E·factor⌉ assignments)",
+          "use 0 (dropless) or e.g. 1.25");
+  for (const auto& [name, value] : {std::pair{"model.moe_aux_loss_coeff", m.moe_aux_loss_coeff},
+                                    std::pair{"model.moe_z_loss_coeff", m.moe_z_loss_coeff}}) {
+    require(issues, std::isfinite(value) && value >= 0.0, name, value, "must be ≥ 0",
+            "use 0 (off), or 1e-2 (aux) / 1e-3 (z) as Megatron-LM's examples");
+  }
+  if (p.ep < 2) return;
+  require(issues, E % p.ep == 0, "parallel.ep", p.ep,
+          fmt::format("each ep rank holds moe_experts / ep experts: model.moe_experts = {} must "
+                      "be divisible by parallel.ep",
+                      E),
+          "use an ep that divides the number of experts");
+  require(issues, p.dp < 1 || p.dp % p.ep == 0, "parallel.ep", p.ep,
+          fmt::format("expert parallel is carved out of data parallel: parallel.dp = {} must be "
+                      "divisible by parallel.ep",
+                      p.dp),
+          "use an ep that divides parallel.dp (the world is pp·dp·cp·tp; ep adds no ranks)");
+}
+
 void check_parallel(const Config& c, int world_size, std::vector<ConfigIssue>& issues) {
   const ParallelConfig& p = c.parallel;
   const ModelConfig& m = c.model;
-  require(issues, p.ep == 1, "parallel.ep", p.ep,
-          "not yet supported: this version runs data, tensor, pipeline and context parallel "
-          "(ep = 1)",
-          "set parallel.ep = 1 and use parallel.dp / tp / pp / cp for more ranks");
+  check_moe(c, issues);
   check_pipeline(c, issues);
   check_context_parallel(c, issues);
   require(issues, p.dp >= 1, "parallel.dp", p.dp, "must be ≥ 1", "use 1 for a single process");
