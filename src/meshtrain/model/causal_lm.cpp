@@ -10,6 +10,8 @@
 #include "meshtrain/layers/attention.h"
 #include "meshtrain/layers/autocast.h"
 #include "meshtrain/layers/mlp.h"
+#include "meshtrain/layers/moe.h"
+#include "meshtrain/model/pipeline_stage.h"
 #include "meshtrain/layers/norms.h"
 
 namespace meshtrain {
@@ -27,8 +29,27 @@ std::unique_ptr<Module> norm(const ModelConfig& c, const std::string& prefix) {
   return std::make_unique<LayerNorm>(prefix, c.n_embd, c.bias, eps);
 }
 
+// Block i's MoE feed-forward (Mixtral names under `prefix`), or nullptr when block i is dense.
+std::unique_ptr<SparseMoeBlock> moe_mlp(const ModelConfig& c, std::int64_t i,
+                                        const std::string& prefix, const ParallelGroups& groups,
+                                        float init_std, float proj_std) {
+  if (c.moe_experts < 1 || i % c.moe_layer_freq != 0) return nullptr;
+  const MoeShape shape{.n_embd = c.n_embd,
+                       .moe_experts = c.moe_experts,
+                       .moe_top_k = c.moe_top_k,
+                       .moe_ffn_hidden = c.moe_ffn_hidden > 0 ? c.moe_ffn_hidden : ffn_hidden_of(c),
+                       .init_std = init_std,
+                       .proj_init_std = proj_std};
+  const MoeOptions options{.moe_capacity_factor = c.moe_capacity_factor,
+                           .moe_token_drop_policy = layer_moe_drop_policy(c.moe_token_drop_policy),
+                           .moe_aux_loss_coeff = c.moe_aux_loss_coeff,
+                           .moe_z_loss_coeff = c.moe_z_loss_coeff};
+  return std::make_unique<SparseMoeBlock>(prefix, shape, options, groups.ep);
+}
+
 std::unique_ptr<TransformerBlock> block(const ModelConfig& c, std::int64_t i,
-                                        const ParallelGroups& groups, Recompute recompute) {
+                                        const ParallelGroups& groups, Recompute recompute,
+                                        std::vector<SparseMoeBlock*>& moe) {
   const TensorParallel& tp = groups.tp;
   const bool llama = is_llama(c);
   const auto init_std = static_cast<float>(c.init_std);
@@ -52,11 +73,16 @@ std::unique_ptr<TransformerBlock> block(const ModelConfig& c, std::int64_t i,
                      .proj_init_std = proj_std};
   if (llama) {
     const std::string p = fmt::format("model.layers.{}", i);
+    std::unique_ptr<Module> ffn = moe_mlp(c, i, p, groups, init_std, proj_std);
+    if (ffn) {
+      moe.push_back(static_cast<SparseMoeBlock*>(ffn.get()));
+    } else {
+      ffn = std::make_unique<SwiGluMlp>(p + ".mlp", mlp, tp);
+    }
     return std::make_unique<TransformerBlock>(
         norm(c, p + ".input_layernorm"),
         std::make_unique<CausalSelfAttention>(p + ".self_attn", attn, groups, recompute),
-        norm(c, p + ".post_attention_layernorm"), std::make_unique<SwiGluMlp>(p + ".mlp", mlp, tp),
-        recompute);
+        norm(c, p + ".post_attention_layernorm"), std::move(ffn), recompute);
   }
   const std::string p = fmt::format("transformer.h.{}", i);
   return std::make_unique<TransformerBlock>(
@@ -90,7 +116,7 @@ CausalLm::CausalLm(const ModelConfig& config, std::uint64_t seed, const Parallel
     }
   }
   for (std::int64_t i = layout_.first_layer; i < layout_.first_layer + layout_.num_layers; ++i) {
-    blocks_.push_back(block(config, i, groups, recompute));
+    blocks_.push_back(block(config, i, groups, recompute, moe_));
     for (Parameter* p : blocks_.back()->parameters()) params_.push_back(p);
   }
   if (layout_.has_head) {
@@ -274,9 +300,21 @@ double CausalLm::flops_per_token(std::int64_t seq_len) const {
   const double attn = C * C + 2.0 * C * kv + C * C + bias * (C + 2.0 * kv + C);
   const double mlp = (llama ? 3.0 : 2.0) * C * F + bias * (F + C);
   const double norm = C + bias * C;  // weight (and gpt2's bias)
+  // A MoE block's ACTIVE parameters (what a token multiplies): the router [E, C] and top_k
+  // SwiGLU experts of width F_moe, instead of the dense MLP.
+  double moe_blocks = 0.0, moe_delta = 0.0;
+  if (config_.moe_experts > 0) {
+    const double f_moe =
+        static_cast<double>(config_.moe_ffn_hidden > 0 ? config_.moe_ffn_hidden : ffn_hidden_of(config_));
+    moe_blocks = static_cast<double>((config_.n_layer + config_.moe_layer_freq - 1) /
+                                     config_.moe_layer_freq);
+    moe_delta = static_cast<double>(config_.moe_experts) * C +
+                static_cast<double>(config_.moe_top_k) * 3.0 * C * f_moe - mlp;
+  }
   // N: the blocks, the final norm and the LM head (the tied or untied [V, C] matrix); the
   // position table and an untied input embedding are lookups, not products.
-  const double n = static_cast<double>(config_.n_layer) * (attn + mlp + 2.0 * norm) + norm + V * C;
+  const double n = static_cast<double>(config_.n_layer) * (attn + mlp + 2.0 * norm) +
+                   moe_blocks * moe_delta + norm + V * C;
   return 6.0 * n + 12.0 * static_cast<double>(config_.n_layer) * C * static_cast<double>(seq_len);
 }
 

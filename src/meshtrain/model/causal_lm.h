@@ -27,6 +27,7 @@
 #include "meshtrain/config/config.h"
 #include "meshtrain/layers/activation_slots.h"
 #include "meshtrain/layers/module.h"
+#include "meshtrain/layers/moe.h"
 #include "meshtrain/layers/parallel_groups.h"
 #include "meshtrain/layers/parameter_hooks.h"
 #include "meshtrain/layers/transformer_block.h"
@@ -99,6 +100,8 @@ class CausalLm {
   /// final norm with the LM head (last chunk). gpt2's tied embedding is in the first and the
   /// last unit of a whole model. Every parameter is in at least one unit.
   const std::vector<ParameterList>& units() const noexcept { return units_; }
+  /// The MoE feed-forwards of this chunk's blocks, in block order (empty: a dense model).
+  const std::vector<SparseMoeBlock*>& moe_layers() const noexcept { return moe_; }
   /// Called around every unit from now on (nullptr: none). The hooks must outlive the model's
   /// use of them.
   void set_hooks(ParameterHooks* hooks) noexcept { hooks_ = hooks; }
@@ -122,6 +125,7 @@ class CausalLm {
   std::unique_ptr<VocabParallelEmbedding> embed_;
   std::optional<Parameter> wpe_;  // gpt2: [block_size, C], replicated over tp
   std::vector<std::unique_ptr<TransformerBlock>> blocks_;
+  std::vector<SparseMoeBlock*> moe_;  // the MoE feed-forwards inside blocks_
   std::unique_ptr<Module> final_norm_;
   std::optional<Parameter> lm_head_;  // llama: [V, C]; gpt2 on a later stage: the tied copy
   std::unique_ptr<VocabParallelLmHead> head_;

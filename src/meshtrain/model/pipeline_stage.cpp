@@ -21,6 +21,11 @@ CpComm layer_cp_comm(CpCommMode mode) {
   return mode == CpCommMode::a2a ? CpComm::a2a : CpComm::p2p;
 }
 
+MoeTokenDropPolicy layer_moe_drop_policy(MoeDropPolicy policy) {
+  return policy == MoeDropPolicy::position ? MoeTokenDropPolicy::position
+                                           : MoeTokenDropPolicy::probs;
+}
+
 PipelineStage::PipelineStage(const Config& config, std::uint64_t seed, const ParallelGroups& groups,
                              int pp_rank)
     : pp_(static_cast<int>(config.parallel.pp)), pp_rank_(pp_rank) {
@@ -65,6 +70,14 @@ void PipelineStage::set_hooks(ParameterHooks* hooks) {
 
 double PipelineStage::flops_per_token(std::int64_t seq_len) const {
   return chunks_.front()->flops_per_token(seq_len);
+}
+
+std::vector<SparseMoeBlock*> PipelineStage::moe_layers() const {
+  std::vector<SparseMoeBlock*> out;
+  for (const auto& chunk : chunks_) {
+    for (SparseMoeBlock* m : chunk->moe_layers()) out.push_back(m);
+  }
+  return out;
 }
 
 }  // namespace meshtrain

@@ -20,6 +20,7 @@ namespace meshtrain {
 // place each is mapped.
 Recompute layer_recompute(RecomputeMode mode);  // training.recompute
 CpComm layer_cp_comm(CpCommMode mode);          // parallel.cp_comm
+MoeTokenDropPolicy layer_moe_drop_policy(MoeDropPolicy policy);  // model.moe_token_drop_policy
 
 class PipelineStage {
  public:
@@ -47,6 +48,8 @@ class PipelineStage {
   /// two are summed (between the first and last stage) so the copies stay identical.
   const ParameterList& tied_embeddings() const noexcept { return tied_; }
   double flops_per_token(std::int64_t seq_len) const;
+  /// Every MoE layer of every local chunk (none in a dense model).
+  std::vector<SparseMoeBlock*> moe_layers() const;
 
  private:
   int pp_, pp_rank_;
