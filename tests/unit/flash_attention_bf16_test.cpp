@@ -15,9 +15,11 @@
 // (the bf16 × bf16 products are exact in f32, f32 sums add ~2⁻²⁴ per term). Forward, O goes
 // through two products (S = Q·Kᵀ, then P·V with P rounded: 2u + 2u), backward dQ/dK through
 // up to three (dP = dO·Vᵀ, dS rounded, dS·K): so at most ≈ 6u–8u = 3–4 × 2⁻⁸ relative to the
-// sizes of the terms. Measured against the tensors' largest element the worst errors here are
-// ≈ 2⁻⁹ … 2⁻⁷ (random errors partly cancel); the tests allow 4 × 2⁻⁸ of the largest element
-// of each f32 result (normwise), and 4 × 2⁻⁸ absolute for lse (an S error, S = O(1)).
+// sizes of the terms. Measured against each tensor's largest element (T = 100 … 4096, GQA 1, 2,
+// 4, head_dim 40 and 64, N(0, 1) inputs) the worst differences are 0.7 × 2⁻⁸ (out), 1.1–1.3
+// (dq), 1.2–2.3 (dk), 0.5–0.9 (dv), lse ≤ 5e-3 absolute: random errors partly cancel. The
+// tests allow 4 × 2⁻⁸ of the largest element of each f32 result (normwise), and 4 × 2⁻⁸
+// absolute for lse (an error of S, whose entries are O(1) here).
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -6,8 +6,6 @@
 // Intrinsics Guide (_mm512_dpbf16_ps).
 #include "meshtrain/kernels/cpu/flash_operands.h"
 
-#include <cstring>
-
 #include "meshtrain/core/error.h"
 
 #if defined(__AVX512BF16__)
@@ -17,23 +15,15 @@
 namespace meshtrain::kernels::cpu::flash {
 namespace {
 
-std::uint16_t bf16_bits(float x) { return static_cast<std::uint16_t>(bf16_round_bits(x) >> 16); }
-
-/// dst[r·ld + p] ← f(a(r, p)) for r < m, p < k; the loop runs along whichever of a's strides
-/// is 1, so the reads are contiguous (P and dS are read through their transposed storage).
-template <class T, class F>
-void pack_rows_of(MatA a, std::int64_t m, std::int64_t k, T* dst, std::int64_t ld, F f) {
-  if (a.row == 1 && a.col != 1) {
-    for (std::int64_t p = 0; p < k; ++p) {
-      const float* src = a.a + p * a.col;
-      for (std::int64_t r = 0; r < m; ++r) dst[r * ld + p] = f(src[r]);
-    }
+/// out[c] = the bf16 pair (r0[c], r1[c]) as one 32-bit word (r0 in the low half), c < n; no
+/// r1 (an odd last row): (r0[c], 0). Straight-line integer code: GCC vectorises it.
+void interleave_rows(const float* r0, const float* r1, std::int64_t n, std::uint32_t* out) {
+  if (r1 == nullptr) {
+    for (std::int64_t c = 0; c < n; ++c) out[c] = bf16_round_bits(r0[c]) >> 16;
     return;
   }
-  for (std::int64_t r = 0; r < m; ++r) {
-    const float* src = a.a + r * a.row;
-    for (std::int64_t p = 0; p < k; ++p) dst[r * ld + p] = f(src[p * a.col]);
-  }
+  for (std::int64_t c = 0; c < n; ++c)
+    out[c] = bf16_round_bits(r1[c]) | bf16_round_bits(r0[c]) >> 16;
 }
 
 }  // namespace
@@ -47,17 +37,30 @@ TilePath tile_path(DType operands) {
 
 TileA pack_a(TilePath path, MatA a, std::int64_t m, std::int64_t k, float* dst) {
   if (path == TilePath::bf16_rounded) {
-    pack_rows_of(a, m, k, dst, k, bf16_round);
-    return {{dst, k, 1}, nullptr, 0};
+    for (std::int64_t r = 0; r < m; ++r) {
+      for (std::int64_t p = 0; p < k; ++p) dst[r * k + p] = bf16_round(a.a[r * a.row + p * a.col]);
+    }
+    return {{dst, k, 1}, nullptr, 0, 0};
   }
-  // bf16_dot: rows of round_up(k, 2) elements; an odd k gets a zero partner in the last pair.
-  auto* h = reinterpret_cast<std::uint16_t*>(dst);
-  const std::int64_t ld = round_up(k, 2);
-  pack_rows_of(a, m, k, h, ld, bf16_bits);
-  if (ld != k) {
-    for (std::int64_t r = 0; r < m; ++r) h[r * ld + k] = 0;
+  auto* h = reinterpret_cast<std::uint32_t*>(dst);
+  const std::int64_t pairs = (k + 1) / 2;
+  if (a.row == 1 && a.col != 1) {  // source rows run along m: word (r, q) at h[q·m + r]
+    for (std::int64_t q = 0; q < pairs; ++q) {
+      const float* r0 = a.a + 2 * q * a.col;
+      interleave_rows(r0, 2 * q + 1 < k ? r0 + a.col : nullptr, m, h + q * m);
+    }
+    return {{}, h, 1, m};
   }
-  return {{}, h, ld};
+  for (std::int64_t r = 0; r < m; ++r) {  // source rows run along k: word (r, q) at h[r·pairs + q]
+    const float* src = a.a + r * a.row;
+    std::uint32_t* out = h + r * pairs;
+    for (std::int64_t q = 0; q < k / 2; ++q) {
+      out[q] =
+          bf16_round_bits(src[(2 * q + 1) * a.col]) | bf16_round_bits(src[2 * q * a.col]) >> 16;
+    }
+    if (k % 2 != 0) out[k / 2] = bf16_round_bits(src[(k - 1) * a.col]) >> 16;
+  }
+  return {{}, h, pairs, 1};
 }
 
 TileB pack_b(TilePath path, const float* b, std::int64_t ld, std::int64_t k, std::int64_t n,
@@ -68,23 +71,10 @@ TileB pack_b(TilePath path, const float* b, std::int64_t ld, std::int64_t k, std
     }
     return {dst, nullptr, n};
   }
-  // bf16_dot, VNNI-2: the 32-bit lane c of pair row q holds (B[2q, c], B[2q + 1, c]).
-  auto* h = reinterpret_cast<std::uint16_t*>(dst);
-  for (std::int64_t p = 0; p < k; p += 2) {
-    const float* r0 = b + p * ld;
-    const float* r1 = r0 + ld;
-    std::uint16_t* out = h + p * n;  // pair row p / 2 starts at (p / 2)·n·2
-    if (p + 1 < k) {
-      for (std::int64_t c = 0; c < n; ++c) {
-        out[2 * c] = bf16_bits(r0[c]);
-        out[2 * c + 1] = bf16_bits(r1[c]);
-      }
-    } else {
-      for (std::int64_t c = 0; c < n; ++c) {
-        out[2 * c] = bf16_bits(r0[c]);
-        out[2 * c + 1] = 0;
-      }
-    }
+  auto* h = reinterpret_cast<std::uint32_t*>(dst);
+  for (std::int64_t q = 0; 2 * q < k; ++q) {
+    const float* r0 = b + 2 * q * ld;
+    interleave_rows(r0, 2 * q + 1 < k ? r0 + ld : nullptr, n, h + q * n);
   }
   return {nullptr, h, n};
 }
@@ -93,10 +83,10 @@ TileB pack_b(TilePath path, const float* b, std::int64_t ld, std::int64_t k, std
 namespace {
 
 /// C[kMR, NV·16] = (accumulate ? C : 0) + Σ_q A(r, 2q..2q+1)·B(2q..2q+1, :): kMR × NV
-/// accumulators (12 of AVX-512's 32 registers), the B pairs loaded once per q and each A pair
-/// broadcast as one 32-bit lane. Pairs are summed in order q = 0, 1, ….
+/// accumulators (12 of AVX-512's 32 registers), the B words loaded once per q and each A word
+/// (a pair of bf16) broadcast to every lane. Pairs are summed in order q = 0, 1, ….
 template <int NV>
-void dot_kernel(const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b, std::int64_t ldb,
+void dot_kernel(const TileA& A, const std::uint32_t* a, const std::uint32_t* b, std::int64_t ldb,
                 float* c, std::int64_t ldc, std::int64_t pairs, bool accumulate) {
   __m512 acc[kMR][NV];
   for (std::int64_t r = 0; r < kMR; ++r) {
@@ -106,12 +96,12 @@ void dot_kernel(const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b
   for (std::int64_t q = 0; q < pairs; ++q) {
     __m512bh bv[NV];
     for (int v = 0; v < NV; ++v) {
-      bv[v] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(b + (q * ldb + v * 16) * 2));
+      bv[v] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(b + q * ldb + v * 16));
     }
+    const std::uint32_t* aq = a + q * A.col;
     for (std::int64_t r = 0; r < kMR; ++r) {
-      std::int32_t pair;
-      std::memcpy(&pair, a + r * lda + 2 * q, sizeof pair);
-      const auto av = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
+      const auto av =
+          reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(aq[r * A.row])));
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, bv[v]);
     }
   }
@@ -128,11 +118,11 @@ void tile_gemm_bf16(const TileA& A, const TileB& B, float* c, std::int64_t ldc, 
   MT_CHECK(kHasBf16Dot && n % 16 == 0, "tile_gemm_bf16: needs 16-float vectors (n = {})", n);
   const std::int64_t pairs = (k + 1) / 2;
   for (std::int64_t i = 0; i < m; i += kMR) {
-    const std::uint16_t* a = A.h + i * A.ld;
+    const std::uint32_t* a = A.h + i * A.row;
     std::int64_t j = 0;
     for (; j + 32 <= n; j += 32)
-      dot_kernel<2>(a, A.ld, B.h + 2 * j, B.ld, c + i * ldc + j, ldc, pairs, accumulate);
-    if (j < n) dot_kernel<1>(a, A.ld, B.h + 2 * j, B.ld, c + i * ldc + j, ldc, pairs, accumulate);
+      dot_kernel<2>(A, a, B.h + j, B.ld, c + i * ldc + j, ldc, pairs, accumulate);
+    if (j < n) dot_kernel<1>(A, a, B.h + j, B.ld, c + i * ldc + j, ldc, pairs, accumulate);
   }
 }
 #else

@@ -60,17 +60,21 @@ inline std::uint32_t bf16_round_bits(float x) {
 inline float bf16_round(float x) { return std::bit_cast<float>(bf16_round_bits(x)); }
 
 /// An A operand [m, k] as the path reads it: f (f32, bf16_rounded: an f32 view) or h
-/// (bf16_dot: bf16 rows of ld = round_up(k, 2) elements, pairs along k adjacent).
+/// (bf16_dot: pairs (A(r, 2q), A(r, 2q + 1)) as 32-bit words, the even element in the low
+/// half, word (r, q) at h[r·row + q·col]; an odd k pairs its last element with 0). The pack
+/// keeps the source's contiguous direction: row-major sources give row = ⌈k/2⌉, col = 1;
+/// transposed storage (P and dS read through Sᵀ's rows) gives row = 1, col = m, built from two
+/// contiguous source rows at a time like the B operand.
 struct TileA {
   MatA f;
-  const std::uint16_t* h;
-  std::int64_t ld;
+  const std::uint32_t* h;
+  std::int64_t row, col;
 };
-/// A B operand [k, n]: f (row-major f32, row stride ld) or h (bf16_dot: VNNI-2,
-/// [round_up(k, 2) / 2][ld = n][2], element (p, c) at h[((p / 2)·ld + c)·2 + p % 2]).
+/// A B operand [k, n]: f (row-major f32, row stride ld) or h (bf16_dot: VNNI-2, word (q, c) =
+/// (B(2q, c), B(2q + 1, c)) at h[q·ld + c], ld = n).
 struct TileB {
   const float* f;
-  const std::uint16_t* h;
+  const std::uint32_t* h;
   std::int64_t ld;
 };
 
@@ -84,7 +88,7 @@ constexpr std::size_t operand_floats(std::int64_t rows, std::int64_t cols) {
 /// read back): the view itself for f32, else a packed copy in dst (operand_floats(m, k)).
 TileA pack_a(TilePath path, MatA a, std::int64_t m, std::int64_t k, float* dst);
 inline TileA tile_a(TilePath path, MatA a, std::int64_t m, std::int64_t k, float* dst) {
-  if (path == TilePath::f32) return {a, nullptr, 0};
+  if (path == TilePath::f32) return {a, nullptr, 0, 0};
   return pack_a(path, a, m, k, dst);
 }
 /// The B operand from row-major f32 b [k, n] (row stride ld): b itself for f32, else a packed
