@@ -18,14 +18,16 @@
 //   bf16_rounded  (portable) each operand copied, rounded to bf16 but held as f32, then the
 //                 same f32 micro-kernel: bf16 × bf16 products are exact in f32 (8 + 8
 //                 significant bits ≤ 24), so only the summation differs from bf16_dot;
-//   bf16_dot      (AVX512_BF16, 16-float vectors) A packed as bf16 rows, B in the VNNI-2
-//                 layout (element pairs along the reduction dim in one 32-bit lane), and
+//   bf16_dot      (AVX512_BF16, 16-float vectors) A and B packed as 32-bit words of bf16
+//                 pairs along the reduction dim (B: the VNNI-2 layout), and
 //                 _mm512_dpbf16_ps: per lane c += a₂ₚ₊₁·b₂ₚ₊₁ + a₂ₚ·b₂ₚ in f32 (Intel's
 //                 pseudocode; bf16 subnormals read as zero).
 // bf16 picks bf16_dot where it is compiled (__AVX512BF16__ and kVec == 16), else bf16_rounded.
 // Both round with bf16_round below (bitwise core/half.h's f32_to_bf16), so they differ by f32
 // summation order only. Packing is O(operand) per tile product: no packed K/V is kept across
 // query blocks (each task owns one query or key block and packs the other side per tile).
+// Speed: on the project's AVX512_BF16 Xeon VDPBF16PS has half the f32 FMA's FLOP rate, so
+// both bf16 paths run slower than f32 there (docs/performance.md); AMX would be the fast one.
 #pragma once
 
 #include <bit>
