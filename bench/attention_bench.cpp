@@ -17,6 +17,10 @@
 // [T, 64]·[64, T] (T ≤ 2048; 384×384×384 once, on the header line), the rate the tiles
 // would reach as one big GEMM. Scratch: bytes per thread per call, from each kernel's layout
 // (old: K/V transposed for the whole sequence; new: O(block), kernels/cpu/flash_tile.h).
+// The bf16 columns run the tiled kernel with bf16 tile operands (AttentionChunkDims::operands,
+// kernels/cpu/flash_operands.h): the path bf16 picks (AVX512_BF16 VDPBF16PS where built), or
+// with --bf16-portable the bf16-rounded operands through the f32 micro-kernel; same FLOP
+// convention; "bf16 x" is their rate over the f32 tiled kernel's. --no-bf16 skips them.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -28,12 +32,14 @@
 #include <vector>
 
 #include "meshtrain/core/rng.h"
+#include "meshtrain/kernels/cpu/flash_operands.h"
 #include "meshtrain/kernels/kernels.h"
 
 namespace {
 
 using meshtrain::kernels::AttentionChunkDims;
 using meshtrain::kernels::AttentionMask;
+using meshtrain::kernels::cpu::flash::TilePath;
 
 bool g_cpu_time = false;
 
@@ -68,8 +74,10 @@ struct Rates {
   double fwd, fwd_bwd;  // GFLOP/s
 };
 
-/// Old and new kernels on one causal sequence of T tokens with `heads` heads of `hd`.
-Rates time_kernel(bool tiled, std::int64_t T, std::int64_t heads, std::int64_t hd) {
+/// Old and new kernels on one causal sequence of T tokens with `heads` heads of `hd`; the new
+/// one on tile path `path` (kernels/cpu/flash_operands.h).
+Rates time_kernel(bool tiled, std::int64_t T, std::int64_t heads, std::int64_t hd,
+                  TilePath path = TilePath::f32) {
   namespace k = meshtrain::kernels;
   const std::int64_t C = heads * hd;
   std::vector<float> qkv(static_cast<std::size_t>(T * 3 * C)),
@@ -84,7 +92,7 @@ Rates time_kernel(bool tiled, std::int64_t T, std::int64_t heads, std::int64_t h
   const AttentionChunkDims cd{1, T, T, heads, heads, hd, 0, 0, T, T, T};
   const auto forward = [&] {
     if (tiled) {
-      k::attention_chunk_forward(in, cd, AttentionMask::causal, out.data(), C, lse.data());
+      k::cpu::flash::chunk_forward(path, in, cd, AttentionMask::causal, out.data(), C, lse.data());
     } else {
       k::gqa_attention_forward(in, out.data(), lse.data(), gd);
     }
@@ -93,8 +101,8 @@ Rates time_kernel(bool tiled, std::int64_t T, std::int64_t heads, std::int64_t h
     forward();
     if (tiled) {
       k::attention_delta(out.data(), dout.data(), C, cd, delta.data());
-      k::attention_chunk_backward(in, dout.data(), C, lse.data(), delta.data(), grad, cd,
-                                  AttentionMask::causal);
+      k::cpu::flash::chunk_backward(path, in, dout.data(), C, lse.data(), delta.data(), grad, cd,
+                                    AttentionMask::causal);
     } else {
       k::gqa_attention_backward(in, out.data(), lse.data(), dout.data(), grad, gd);
     }
@@ -133,12 +141,18 @@ std::int64_t scratch_bytes(bool tiled, std::int64_t T, std::int64_t hd) {
 
 int main(int argc, char** argv) {
   int threads = 1;
+  bool bf16 = true;
+  TilePath bf16_path = meshtrain::kernels::cpu::flash::tile_path(meshtrain::DType::bf16);
   std::int64_t heads = 6, max_t = 8192, old_max_t = 2048;
   const std::int64_t hd = 64;
   for (int i = 1; i < argc; ++i) {
     const auto value = [&] { return i + 1 < argc ? std::atoll(argv[++i]) : 0LL; };
     if (std::strcmp(argv[i], "--cpu-time") == 0) {
       g_cpu_time = true;
+    } else if (std::strcmp(argv[i], "--bf16-portable") == 0) {
+      bf16_path = TilePath::bf16_rounded;
+    } else if (std::strcmp(argv[i], "--no-bf16") == 0) {
+      bf16 = false;
     } else if (std::strcmp(argv[i], "--new-only") == 0) {
       old_max_t = 0;
     } else if (std::strcmp(argv[i], "--heads") == 0) {
@@ -153,31 +167,37 @@ int main(int argc, char** argv) {
   }
   if (threads < 1 || heads < 1 || (g_cpu_time && threads != 1)) {
     std::fprintf(stderr,
-                 "usage: %s [threads] [--heads H] [--max-t T] [--old-max-t T] [--cpu-time "
-                 "(1 thread)]\n",
+                 "usage: %s [threads] [--heads H] [--max-t T] [--old-max-t T] [--new-only] "
+                 "[--no-bf16] [--bf16-portable] [--cpu-time (1 thread)]\n",
                  argv[0]);
     return 2;
   }
   meshtrain::kernels::set_num_threads(threads);
   std::printf(
       "attention_bench: %d thread(s), batch 1, %lld heads x head_dim %lld, causal, %s;"
-      " GFLOP/s (fwd 2*T^2*d per head, fwd+bwd 3.5x); gemm 384^3 %.1f GFLOP/s\n",
+      " GFLOP/s (fwd 2*T^2*d per head, fwd+bwd 3.5x); gemm 384^3 %.1f GFLOP/s; bf16 path %s\n",
       threads, static_cast<long long>(heads), static_cast<long long>(hd),
-      g_cpu_time ? "thread CPU time" : "wall clock", gemm_gflops(384, 384, 384, false));
-  std::printf("%6s | %9s %9s | %9s %9s | %7s %7s | %9s | %11s %11s\n", "T", "old fwd", "new fwd",
-              "old f+b", "new f+b", "fwd x", "f+b x", "gemm", "old scratch", "new scratch");
+      g_cpu_time ? "thread CPU time" : "wall clock", gemm_gflops(384, 384, 384, false),
+      bf16_path == TilePath::bf16_dot ? "avx512_bf16 dot" : "portable (rounded, f32 FMA)");
+  std::printf("%6s | %9s %9s | %9s %9s | %7s %7s | %9s %9s %7s %7s | %9s | %11s %11s\n", "T",
+              "old fwd", "new fwd", "old f+b", "new f+b", "fwd x", "f+b x", "bf16 fwd", "bf16 f+b",
+              "fwd x", "f+b x", "gemm", "old scratch", "new scratch");
   for (std::int64_t T = 256; T <= max_t; T *= 2) {
     const std::int64_t old_heads = T > old_max_t ? 1 : heads;
     const Rates old_r = old_max_t > 0 ? time_kernel(false, T, old_heads, hd) : Rates{0.0, 0.0};
     const Rates new_r = time_kernel(true, T, heads, hd);
+    const Rates bf_r = bf16 ? time_kernel(true, T, heads, hd, bf16_path) : Rates{0.0, 0.0};
     char gemm_text[32] = "        -";
     if (T <= 2048) std::snprintf(gemm_text, sizeof gemm_text, "%9.1f", gemm_gflops(T, T, hd, true));
-    std::printf("%6lld | %8.2f%s %9.2f | %8.2f%s %9.2f | %6.1fx %6.1fx | %s | %11lld %11lld\n",
-                static_cast<long long>(T), old_r.fwd, old_heads == heads ? " " : "*", new_r.fwd,
-                old_r.fwd_bwd, old_heads == heads ? " " : "*", new_r.fwd_bwd, new_r.fwd / old_r.fwd,
-                new_r.fwd_bwd / old_r.fwd_bwd, gemm_text,
-                static_cast<long long>(scratch_bytes(false, T, hd)),
-                static_cast<long long>(scratch_bytes(true, T, hd)));
+    std::printf(
+        "%6lld | %8.2f%s %9.2f | %8.2f%s %9.2f | %6.1fx %6.1fx | %9.2f %9.2f %6.2fx %6.2fx | %s | "
+        "%11lld %11lld\n",
+        static_cast<long long>(T), old_r.fwd, old_heads == heads ? " " : "*", new_r.fwd,
+        old_r.fwd_bwd, old_heads == heads ? " " : "*", new_r.fwd_bwd, new_r.fwd / old_r.fwd,
+        new_r.fwd_bwd / old_r.fwd_bwd, bf_r.fwd, bf_r.fwd_bwd, bf_r.fwd / new_r.fwd,
+        bf_r.fwd_bwd / new_r.fwd_bwd, gemm_text,
+        static_cast<long long>(scratch_bytes(false, T, hd)),
+        static_cast<long long>(scratch_bytes(true, T, hd)));
     std::fflush(stdout);
   }
   return 0;

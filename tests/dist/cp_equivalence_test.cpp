@@ -36,11 +36,18 @@ constexpr double kNormRtol = 1e-6;
 constexpr double kLossRtol = 1e-5;
 // bf16 (against the bf16 single process): the cp layout rounds the attention output (the
 // output projection's 16-bit input) from partial results merged in another order, so values
-// move by a bf16 ulp (2^-8) where fp32 moves by ≈1e-7; measured ≤ 2.0e-4 relative on losses,
-// val loss and grad norm over 20 steps and ≤ 2.1e-4 × max|g| on step-1 gradients (both
-// families, both modes), while a wrong position or token count is off by ≥ 1e-2.
+// move by a bf16 ulp (2^-8) where fp32 moves by ≈1e-7. The attention core's tile operands are
+// bf16 too (kernels::AttentionChunkDims::operands): ring attention rounds the probabilities
+// P̃ = exp(S − m) of each (query chunk, key chunk) pair against that pair's running max m,
+// the single process against its own running max over 48-key blocks, so every P̃ entry is
+// rounded differently (relative 2⁻⁹ each) and step-1 gradients of p2p move by up to
+// 2.6e-3 × max|g| (measured, gpt2 and llama cp 2 p2p; a2a runs whole sequences through the
+// single process's tiles and still met 2e-3). Measured before bf16 operands: ≤ 2.0e-4 on
+// losses, val loss and grad norm over 20 steps and ≤ 2.1e-4 × max|g| on step-1 gradients.
+// 5e-3 keeps 2× headroom over the largest and stays below the ≥ 1e-2 of a wrong position or
+// token count.
 constexpr double kBf16LossRtol = 1e-3;
-constexpr double kBf16GradRtol = 2e-3;
+constexpr double kBf16GradRtol = 5e-3;
 
 struct CpLayout {
   ModelFamily family;

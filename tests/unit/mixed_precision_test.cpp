@@ -2,8 +2,9 @@
 // (round to nearest even, NaN, inf, f16 overflow and subnormals; the AVX-512 bulk forms bitwise
 // equal to the scalar ones, the scalar ones equal to an independent rounding in double), the
 // 16-bit GEMM against the f32 GEMM of the rounded inputs, deferred weight gradients with 16-bit
-// weights, and a whole CausalLm of each family with every parameter cast to bf16 or f16
-// against the same model in f32: loss, gradients (f32), and the activation bytes kept.
+// weights, the attention core's tile operands per weight dtype, and a whole CausalLm of each
+// family with every parameter cast to bf16 or f16 against the same model in f32: loss,
+// gradients (f32), and the activation bytes kept.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -13,6 +14,7 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "../support/test_config.h"
@@ -21,6 +23,7 @@
 #include "meshtrain/core/half.h"
 #include "meshtrain/core/rng.h"
 #include "meshtrain/kernels/kernels.h"
+#include "meshtrain/layers/autocast.h"
 #include "meshtrain/layers/parallel_linear.h"
 #include "meshtrain/layers/weight_grad_queue.h"
 #include "meshtrain/model/causal_lm.h"
@@ -281,6 +284,17 @@ TEST(Gemm16Bit, EqualsF32GemmOfTheRoundedInputs) {
 
 // ---------------------------------------------------------------------------------------------
 // Layers: deferred weight gradients with 16-bit weights are the fused ones, bit for bit
+
+TEST(MixedPrecisionLayers, AttentionCoreOperandsFollowTheQkvWeight) {
+  // bf16 weights: bf16 tile operands; f16 (no f16 operand path) and f32: the f32 kernel.
+  for (const auto& [dtype, want] :
+       {std::pair{DType::f32, DType::f32}, std::pair{DType::bf16, DType::bf16},
+        std::pair{DType::f16, DType::f32}}) {
+    Parameter p("attn.c_attn.weight", Shape{12, 4}, InitKind::zeros);
+    p.value = p.value.to(dtype, MemCategory::params);
+    EXPECT_EQ(attention_operands(p), want) << to_string(dtype);
+  }
+}
 
 TEST(MixedPrecisionLayers, DeferredWeightGradsEqualFusedWithBf16Weights) {
   const auto one = single_rank_group("tp");

@@ -151,7 +151,10 @@ void gqa_attention_backward(const QkvRows& in, const float* out, const float* ls
 // log-sum-exp (attention_merge). Grouped-query heads as gqa_attention_forward.
 // CPU: kernels/cpu/flash_attention*.cpp — blocks of 96 queries × 48 keys, f32 with the same
 // exp as gqa_attention_* (< 1 ulp); every result is bitwise the same for every thread count
-// (each output element is owned by one task and summed in a fixed order; no atomics).
+// (each output element is owned by one task and summed in a fixed order; no atomics). With
+// dims.operands = bf16 the tile GEMMs take bf16 operands (AVX512_BF16 VDPBF16PS where the
+// build has it, else bf16-rounded operands through the f32 micro-kernel; flash_operands.h);
+// results then differ from f32 by a few bf16 roundings (relative ~2⁻⁸), still deterministic.
 
 enum class AttentionMask : std::uint8_t {
   causal,  // key j is visible to query i iff kv_offset + j ≤ q_offset + i (global positions)
@@ -177,6 +180,11 @@ struct AttentionChunkDims {
   std::int64_t q_seq_rows;   // ≥ q_len
   std::int64_t kv_seq_rows;  // ≥ kv_len
   std::int64_t lse_seq_len;  // ≥ q_len
+  /// Precision of the tile GEMM operands: f32, or bf16 (Q, K, V, dO and the tiles P, dS
+  /// rounded to bf16, ties to even; products summed in f32; softmax statistics, lse, D,
+  /// outputs and gradients f32), FlashAttention-2's mixed precision. Other dtypes MT_CHECK.
+  /// A field rather than a parameter: every ring / Ulysses call already carries the dims.
+  DType operands = DType::f32;
 };
 
 ///   in: q [.., heads·head_dim] (stride in.q_stride), k, v [.., kv_heads·head_dim] (in.kv_stride)

@@ -2,6 +2,7 @@
 
 #include "meshtrain/core/error.h"
 #include "meshtrain/kernels/kernels.h"
+#include "meshtrain/layers/autocast.h"
 
 namespace meshtrain {
 namespace {
@@ -52,6 +53,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x, const SequenceBatch& batch)
   State& s = *saved_;
   s.batch = batch;
   s.qkv_out = qkv_.forward(x);
+  s.core_operands = attention_operands(*qkv_.parameters().front());
   const std::int64_t tokens = s.qkv_out[0].dim(0);
   MT_CHECK(tokens == batch.tokens(), "attention input has {} rows, expected {} × {}", tokens,
            batch.sequences, batch.seq_len);
@@ -80,16 +82,16 @@ Tensor CausalSelfAttention::forward(const Tensor& x, const SequenceBatch& batch)
   return y;
 }
 
-AttentionCoreShape CausalSelfAttention::core_shape(const SequenceBatch& batch) const {
-  return {batch.sequences, batch.seq_len, heads_, kv_heads_, head_dim_};
+AttentionCoreShape CausalSelfAttention::core_shape(const State& s) const {
+  return {s.batch.sequences, s.batch.seq_len, heads_, kv_heads_, head_dim_, s.core_operands};
 }
 
 void CausalSelfAttention::attend(State& s) const {
   const std::int64_t q_width = heads_ * head_dim_, kv_width = kv_heads_ * head_dim_;
   s.att_out = Tensor::empty({s.batch.tokens(), q_width}, MemCategory::activations);
   s.core = attention_core_forward(
-      cp_, rows_of<const float*, kernels::QkvRows>(s.qkv_out, q_width, kv_width),
-      core_shape(s.batch), s.att_out.f32());
+      cp_, rows_of<const float*, kernels::QkvRows>(s.qkv_out, q_width, kv_width), core_shape(s),
+      s.att_out.f32());
 }
 
 Tensor CausalSelfAttention::backward(const Tensor& dy) {
@@ -108,7 +110,7 @@ Tensor CausalSelfAttention::backward(const Tensor& dy) {
     const auto d = rows_of<float*, kernels::QkvGradRows>(grads, q_width, kv_width);
     attention_core_backward(cp_,
                             rows_of<const float*, kernels::QkvRows>(s.qkv_out, q_width, kv_width),
-                            s.att_out.f32(), d_att.f32(), s.core, d, core_shape(s.batch));
+                            s.att_out.f32(), d_att.f32(), s.core, d, core_shape(s));
     if (shape_.rope_theta > 0.0f) {  // the rotation is orthogonal: its backward rotates back
       const std::int64_t tokens = s.qkv_out[0].dim(0);
       kernels::rope_apply(d.dq, d.q_stride, s.positions.data(), tokens, heads_, head_dim_,

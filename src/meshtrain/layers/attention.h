@@ -67,10 +67,11 @@ class CausalSelfAttention final : public Module {
     std::vector<std::int32_t> positions;
     Tensor att_out;           // empty between forward and backward under selective recompute
     AttentionCoreState core;  // likewise
+    DType core_operands = DType::f32;  // attention_operands at forward time (recompute reuses it)
   };
   /// The attention core: s.qkv_out (q, k rotated) → fresh s.att_out and s.core.
   void attend(State& s) const;
-  AttentionCoreShape core_shape(const SequenceBatch& batch) const;
+  AttentionCoreShape core_shape(const State& s) const;
 
   AttentionShape shape_;
   std::int64_t heads_, kv_heads_, head_dim_;  // heads on this rank

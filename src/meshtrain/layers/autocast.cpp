@@ -5,6 +5,10 @@
 
 namespace meshtrain {
 
+DType attention_operands(const Parameter& qkv_weight) {
+  return qkv_weight.value.dtype() == DType::bf16 ? DType::bf16 : DType::f32;
+}
+
 Tensor value_f32(const Parameter& p) {
   if (p.value.dtype() == DType::f32) return p.value;
   return p.value.to(DType::f32, MemCategory::activations);

@@ -8,8 +8,10 @@
 //     16-bit GEMM with f32 accumulation and an f32 output, and keeps the 16-bit X for backward
 //     (half the bytes of the f32 X: the activation memory mixed precision saves);
 //   - every other reader of a parameter (norm weights and biases, linear biases, embedding
-//     tables) widens it to f32, and the norms, softmax, attention core, activations and the
-//     cross-entropy run in f32 as before.
+//     tables) widens it to f32, and the norms, softmax, activations and the cross-entropy
+//     run in f32 as before;
+//   - the attention core's tile products take bf16 operands when the q/k/v weight is bf16
+//     (attention_operands), with f32 sums, softmax statistics and outputs.
 // With f32 values everything below is the f32 code path of before, bit for bit.
 #pragma once
 
@@ -20,6 +22,13 @@
 #include "meshtrain/layers/parameter.h"
 
 namespace meshtrain {
+
+/// The tile GEMM operand precision of the attention core (kernels::AttentionChunkDims::
+/// operands) for a layer whose q/k/v projection weight is `qkv_weight`: bf16 when its value is
+/// bf16 (FlashAttention-2's mixed precision: bf16 operands, f32 sums and softmax); f32 for f32
+/// and for f16 (the chunk kernels have no f16 operands; an f16 model runs the core in f32, as
+/// before).
+DType attention_operands(const Parameter& qkv_weight);
 
 /// p.value as f32: the tensor itself (shared storage) when it is f32, else a widened copy
 /// (MemCategory::activations), exact, freed when the caller drops it. For small parameters

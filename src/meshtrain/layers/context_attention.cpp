@@ -54,7 +54,7 @@ void zero_cols(float* dst, std::int64_t stride, std::int64_t rows, std::int64_t 
 
 // The whole local sequences as one chunk pair (cp = 1, and the a2a core on whole sequences).
 AttentionChunkDims whole_dims(std::int64_t sequences, std::int64_t len, std::int64_t heads,
-                              std::int64_t kv_heads, std::int64_t head_dim) {
+                              std::int64_t kv_heads, std::int64_t head_dim, DType operands) {
   return {.batch = sequences,
           .q_len = len,
           .kv_len = len,
@@ -65,7 +65,8 @@ AttentionChunkDims whole_dims(std::int64_t sequences, std::int64_t len, std::int
           .kv_offset = 0,
           .q_seq_rows = len,
           .kv_seq_rows = len,
-          .lse_seq_len = len};
+          .lse_seq_len = len,
+          .operands = operands};
 }
 
 // ---- ring attention (p2p) -------------------------------------------------------------------
@@ -96,7 +97,8 @@ RingPair ring_pair(const AttentionCoreShape& s, int rank, int src, int size, int
                              .kv_offset = kc * chunk,
                              .q_seq_rows = s.local_len,
                              .kv_seq_rows = s.local_len,
-                             .lse_seq_len = s.local_len}};
+                             .lse_seq_len = s.local_len,
+                             .operands = s.operands}};
 }
 
 // K | V of the local rows packed as one [tokens, 2·kv_width] block (what travels the ring).
@@ -223,9 +225,10 @@ void ring_backward(ProcessGroup& g, const QkvRows& in, const float* out, const f
   const int rank = g.rank(), size = g.size();
   const float* lse = state.lse.f32();
   Tensor delta = Tensor::empty(state.lse.shape(), MemCategory::activations);
-  kernels::attention_delta(out, dout, hd,
-                           whole_dims(s.sequences, s.local_len, s.heads, s.kv_heads, s.head_dim),
-                           delta.f32());
+  kernels::attention_delta(
+      out, dout, hd,
+      whole_dims(s.sequences, s.local_len, s.heads, s.kv_heads, s.head_dim, s.operands),
+      delta.f32());
   zero_cols(grad.dq, grad.q_stride, s.tokens(), hd);
   Tensor kv = pack_kv(in, s);
   Tensor next_kv = Tensor::empty(kv.shape(), MemCategory::comm);
@@ -369,9 +372,9 @@ AttentionCoreState ulysses_forward(ProcessGroup& g, const QkvRows& in, const Att
                       2 * kv_heads * d};
   {
     const ComputeTimer timer;
-    kernels::attention_chunk_forward(whole, whole_dims(s.sequences, T, heads, kv_heads, d),
-                                     AttentionMask::causal, state.out.f32(), heads * d,
-                                     state.lse.f32());
+    kernels::attention_chunk_forward(
+        whole, whole_dims(s.sequences, T, heads, kv_heads, d, s.operands), AttentionMask::causal,
+        state.out.f32(), heads * d, state.lse.f32());
   }
   to_sequences(g, state.out, {heads * d}, {out}, {s.heads * d}, s);
   return state;
@@ -384,7 +387,7 @@ void ulysses_backward(ProcessGroup& g, const float* dout, const AttentionCoreSta
   const std::int64_t T = s.local_len * size, rows = s.sequences * T;
   Tensor dout_heads = Tensor::empty({rows, heads * d}, MemCategory::activations);
   to_heads(g, {{dout, s.heads * d, heads * d}}, s, dout_heads);
-  const AttentionChunkDims dims = whole_dims(s.sequences, T, heads, kv_heads, d);
+  const AttentionChunkDims dims = whole_dims(s.sequences, T, heads, kv_heads, d, s.operands);
   Tensor delta = Tensor::empty(state.lse.shape(), MemCategory::activations);
   kernels::attention_delta(state.out.f32(), dout_heads.f32(), heads * d, dims, delta.f32());
   // dq | dk | dv side by side, the layout to_sequences sends back.
@@ -419,7 +422,7 @@ AttentionCoreState attention_core_forward(const ContextParallel& cp, const QkvRo
   state.lse = Tensor::empty({s.sequences, s.heads, s.local_len}, MemCategory::activations);
   const ComputeTimer timer;
   kernels::attention_chunk_forward(
-      in, whole_dims(s.sequences, s.local_len, s.heads, s.kv_heads, s.head_dim),
+      in, whole_dims(s.sequences, s.local_len, s.heads, s.kv_heads, s.head_dim, s.operands),
       AttentionMask::causal, out, s.heads * s.head_dim, state.lse.f32());
   return state;
 }
@@ -433,7 +436,7 @@ void attention_core_backward(const ContextParallel& cp, const QkvRows& in, const
   }
   const std::int64_t hd = s.heads * s.head_dim, kvw = s.kv_heads * s.head_dim;
   const AttentionChunkDims dims =
-      whole_dims(s.sequences, s.local_len, s.heads, s.kv_heads, s.head_dim);
+      whole_dims(s.sequences, s.local_len, s.heads, s.kv_heads, s.head_dim, s.operands);
   Tensor delta = Tensor::empty(state.lse.shape(), MemCategory::activations);
   const ComputeTimer timer;
   kernels::attention_delta(out, dout, hd, dims, delta.f32());

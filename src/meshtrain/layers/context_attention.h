@@ -28,13 +28,15 @@ namespace meshtrain {
 
 /// One layer's attention on this rank: `sequences` sequences of `local_len` = T/cp rows each
 /// (the zigzag rows of parallel_groups.h), `heads` / `kv_heads` heads of `head_dim` on this tp
-/// rank.
+/// rank; `operands` the tile GEMM operand precision of every kernel call (f32 or bf16,
+/// kernels::AttentionChunkDims::operands; attention_operands in layers/autocast.h picks it).
 struct AttentionCoreShape {
   std::int64_t sequences;
   std::int64_t local_len;
   std::int64_t heads;
   std::int64_t kv_heads;
   std::int64_t head_dim;
+  DType operands = DType::f32;
   std::int64_t tokens() const { return sequences * local_len; }
 };
 

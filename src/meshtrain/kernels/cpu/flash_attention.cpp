@@ -16,6 +16,8 @@
 // max, exp and sum vectorise without horizontal reductions. O += P·V then reads P through
 // Sᵀ's storage (MatA {st, 1, kBr}).
 //
+// With bf16 operands (flash_operands.h) the two tile products read bf16(K), bf16(scale·Q) and
+// bf16(P̃), bf16(V) with f32 sums; m, l (summed from the f32 P̃) and O stay f32.
 // exp is cpu::exp_approx (< 1 ulp, vector_math.h), the same exp as gqa_attention_forward.
 // Tasks write disjoint rows and columns and run their tile loop in a fixed order, so the result
 // is bitwise the same for every thread count (dynamic scheduling only balances the causal
@@ -28,6 +30,7 @@
 
 #include "meshtrain/core/error.h"
 #include "meshtrain/kernels/cpu/cpu_util.h"
+#include "meshtrain/kernels/cpu/flash_operands.h"
 #include "meshtrain/kernels/cpu/flash_tile.h"
 #include "meshtrain/kernels/cpu/vector_math.h"
 #include "meshtrain/kernels/kernels.h"
@@ -54,6 +57,24 @@ struct ForwardScratch {
     s.m = s.o + kBr * hdp;
     s.l = s.m + kBr;
     s.alpha = s.l + kBr;
+    return s;
+  }
+};
+
+/// Scratch of the packed tile operands (flash_operands.h; none on the f32 path): the B
+/// operand (scale·Q)ᵀ, packed once per task, and K, P̃, V, packed per tile.
+struct ForwardOperands {
+  float *qt, *k, *p, *v;
+  static std::size_t floats(TilePath path, std::int64_t hd, std::int64_t hdp) {
+    if (path == TilePath::f32) return 0;
+    return operand_floats(hd, kBr) + 2 * operand_floats(kBc, hdp) + operand_floats(kBr, kBc);
+  }
+  static ForwardOperands carve(float* p, std::int64_t hd, std::int64_t hdp) {
+    ForwardOperands s{};
+    s.qt = p;
+    s.k = s.qt + operand_floats(hd, kBr);
+    s.v = s.k + operand_floats(kBc, hdp);
+    s.p = s.v + operand_floats(kBc, hdp);
     return s;
   }
 };
@@ -112,6 +133,7 @@ struct ForwardTask {
   float* out;
   std::int64_t out_stride;
   float* lse;
+  TilePath path;
 };
 
 /// One (sequence b, query head h, query block qb) of Algorithm 1.
@@ -121,10 +143,14 @@ void forward_block(const ForwardTask& t, std::int64_t b, std::int64_t h, std::in
   const std::int64_t i0 = qb * kBr, br = std::min(kBr, d.q_len - i0);
   const std::int64_t nq = round_up(br, kVec), mq = round_up(br, kMR);
   const std::int64_t kvh = h / t.g.group;
-  const ForwardScratch s =
-      ForwardScratch::carve(cpu::thread_scratch(ForwardScratch::floats(hd, hdp)), hd, hdp);
+  const TilePath path = t.path;
+  const std::size_t f32_floats = ForwardScratch::floats(hd, hdp);
+  float* scratch = cpu::thread_scratch(f32_floats + ForwardOperands::floats(path, hd, hdp));
+  const ForwardScratch s = ForwardScratch::carve(scratch, hd, hdp);
+  const ForwardOperands op = ForwardOperands::carve(scratch + f32_floats, hd, hdp);
   pack_transposed(t.in.q + (b * d.q_seq_rows + i0) * t.in.q_stride + h * hd, t.in.q_stride, br, hd,
                   t.g.scale, kBr, nq, s.qt);
+  const TileB qt = tile_b(path, s.qt, kBr, hd, nq, op.qt);
   std::fill(s.o, s.o + kBr * hdp, 0.0f);
   std::fill(s.m, s.m + kBr, kNegInf);
   std::fill(s.l, s.l + kBr, 0.0f);
@@ -137,7 +163,8 @@ void forward_block(const ForwardTask& t, std::int64_t b, std::int64_t h, std::in
         rows_operand(k_rows + j0 * t.in.kv_stride, t.in.kv_stride, bc, kBc, hd, hdp, s.kp);
     const Rows v =
         rows_operand(v_rows + j0 * t.in.kv_stride, t.in.kv_stride, bc, kBc, hd, hdp, s.vp);
-    tile_gemm({k.p, k.ld, 1}, s.qt, kBr, s.st, kBr, mk, nq, hd, false);  // Sᵀ = K·(scale·Q)ᵀ
+    const TileA ka = tile_a(path, {k.p, k.ld, 1}, mk, hd, op.k);
+    tile_product(path, ka, qt, s.st, kBr, mk, nq, hd, false);  // Sᵀ = K·(scale·Q)ᵀ
     const std::int64_t diag = d.q_offset + i0 - d.kv_offset - j0;
     online_softmax(s.st, bc, br, nq, t.mask, diag, s.m, s.l, s.alpha);
     for (std::int64_t r = 0; r < br; ++r) {
@@ -147,7 +174,9 @@ void forward_block(const ForwardTask& t, std::int64_t b, std::int64_t h, std::in
 #pragma omp simd
       for (std::int64_t c = 0; c < hdp; ++c) o[c] *= a;
     }
-    tile_gemm({s.st, 1, kBr}, v.p, v.ld, s.o, hdp, mq, hdp, bc, true);  // O += P̃·V
+    const TileA pa = tile_a(path, {s.st, 1, kBr}, mq, bc, op.p);
+    tile_product(path, pa, tile_b(path, v.p, v.ld, bc, hdp, op.v), s.o, hdp, mq, hdp, bc,
+                 true);  // O += P̃·V
   }
   for (std::int64_t r = 0; r < br; ++r) {  // Algorithm 1, lines 12–13
     float* o = t.out + (b * d.q_seq_rows + i0 + r) * t.out_stride + h * hd;
@@ -165,11 +194,12 @@ void forward_block(const ForwardTask& t, std::int64_t b, std::int64_t h, std::in
 
 }  // namespace
 
-void attention_chunk_forward(const QkvRows& in, const AttentionChunkDims& dims, AttentionMask mask,
-                             float* out, std::int64_t out_stride, float* lse) {
+void cpu::flash::chunk_forward(TilePath path, const QkvRows& in, const AttentionChunkDims& dims,
+                               AttentionMask mask, float* out, std::int64_t out_stride,
+                               float* lse) {
   const ChunkGeometry g =
       check_chunk_dims(dims, in.q_stride, in.kv_stride, out_stride, "attention_chunk_forward");
-  const ForwardTask task{in, dims, g, mask, out, out_stride, lse};
+  const ForwardTask task{in, dims, g, mask, out, out_stride, lse, path};
   const std::int64_t B = dims.batch, H = dims.heads, nqb = g.q_blocks;
   // Tiny calls (a decode step, a test with T = 1) stay on the calling thread.
   const bool parallel = B * H * nqb > 1 && B * H * dims.q_len * dims.kv_len >= cpu::kParallelGrain;
@@ -179,6 +209,11 @@ void attention_chunk_forward(const QkvRows& in, const AttentionChunkDims& dims, 
       for (std::int64_t qb = 0; qb < nqb; ++qb) forward_block(task, b, h, qb);
     }
   }
+}
+
+void attention_chunk_forward(const QkvRows& in, const AttentionChunkDims& dims, AttentionMask mask,
+                             float* out, std::int64_t out_stride, float* lse) {
+  cpu::flash::chunk_forward(tile_path(dims.operands), in, dims, mask, out, out_stride, lse);
 }
 
 void attention_merge(float* out, std::int64_t out_stride, float* lse, const float* part_out,

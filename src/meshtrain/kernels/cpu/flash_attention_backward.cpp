@@ -21,6 +21,9 @@
 // the Q and dO rows in place; pass 2, like the forward (flash_attention.cpp), packs its Q and
 // dO block transposed once and computes Sᵀ and dPᵀ [keys, queries] from the K and V rows in
 // place. Pᵀ and dSᵀ are read through strided A operands (MatA), never copied.
+// With bf16 operands (flash_operands.h) every tile product reads bf16 copies of its operands
+// (Q, K, V, dO and P, dS, rounded after the f32 elementwise step) with f32 sums; the loop
+// invariant side of each pass (K, V in pass 1; Q, dO in pass 2) is packed once per task.
 // exp is cpu::exp_approx, as in the forward, so P matches the forward's probabilities.
 #include <algorithm>
 #include <cmath>
@@ -28,6 +31,7 @@
 #include <limits>
 
 #include "meshtrain/kernels/cpu/cpu_util.h"
+#include "meshtrain/kernels/cpu/flash_operands.h"
 #include "meshtrain/kernels/cpu/flash_tile.h"
 #include "meshtrain/kernels/cpu/vector_math.h"
 #include "meshtrain/kernels/kernels.h"
@@ -48,7 +52,22 @@ struct BackwardTask {
   const AttentionChunkDims& d;
   const ChunkGeometry& g;
   AttentionMask mask;
+  TilePath path;
 };
+
+/// Packed operand scratch of a backward task (flash_operands.h; none on the f32 path): slots
+/// 0, 1 of [hd, kBr] for the side packed once per task, 2 … 5 of [kBr, hdp] and 6, 7 of
+/// [kBr, kBc] for the operands packed per tile pair.
+std::size_t operand_slots_floats(TilePath path, std::int64_t hd, std::int64_t hdp) {
+  if (path == TilePath::f32) return 0;
+  return 2 * operand_floats(hd, kBr) + 4 * operand_floats(kBr, hdp) + 2 * operand_floats(kBr, kBc);
+}
+float* operand_slot(float* base, int i, std::int64_t hd, std::int64_t hdp) {
+  const std::size_t fixed = operand_floats(hd, kBr), tile = operand_floats(kBr, hdp);
+  if (i < 2) return base + i * fixed;
+  if (i < 6) return base + 2 * fixed + (i - 2) * tile;
+  return base + 2 * fixed + 4 * tile + (i - 6) * operand_floats(kBr, kBc);
+}
 
 /// The query side of one tile pair: (scale·Q)ᵀ and dOᵀ [head_dim, kBr], lse and D of the
 /// block's queries, live = 1 where lse is finite (a row that saw no key adds nothing).
@@ -129,11 +148,13 @@ void probs_and_dscores_rows(float* s, float* dp, std::int64_t br, std::int64_t b
 /// operands as stored (A for S and dP, B for dK and dV), with no copy per tile.
 void backward_kv_block(const BackwardTask& t, std::int64_t b, std::int64_t kvh, std::int64_t kb) {
   const AttentionChunkDims& d = t.d;
+  const TilePath path = t.path;
   const std::int64_t hd = d.head_dim, hdp = t.g.hdp;
   const std::int64_t j0 = kb * kBc, bc = std::min(kBc, d.kv_len - j0);
   const std::int64_t mk = round_up(bc, kMR), nk = round_up(mk, kVec);  // ≤ kBc
-  float* kt = cpu::thread_scratch(
-      static_cast<std::size_t>(2 * hd * kBc + 2 * kBc * hdp + 2 * kBr * hdp + 2 * kBr * kBc));
+  const auto f32_floats =
+      static_cast<std::size_t>(2 * hd * kBc + 2 * kBc * hdp + 2 * kBr * hdp + 2 * kBr * kBc);
+  float* kt = cpu::thread_scratch(f32_floats + operand_slots_floats(path, hd, hdp));
   float* vt = kt + hd * kBc;
   float* dk = vt + hd * kBc;
   float* dv = dk + kBc * hdp;
@@ -141,11 +162,14 @@ void backward_kv_block(const BackwardTask& t, std::int64_t b, std::int64_t kvh, 
   float* don = qn + kBr * hdp;
   float* s = don + kBr * hdp;
   float* dp = s + kBr * kBc;
+  const auto slot = [&](int i) { return operand_slot(kt + f32_floats, i, hd, hdp); };
   const std::int64_t kv_row0 = b * d.kv_seq_rows + j0;
   pack_transposed(t.in.k + kv_row0 * t.in.kv_stride + kvh * hd, t.in.kv_stride, bc, hd, t.g.scale,
                   kBc, nk, kt);
   pack_transposed(t.in.v + kv_row0 * t.in.kv_stride + kvh * hd, t.in.kv_stride, bc, hd, 1.0f, kBc,
                   nk, vt);
+  const TileB ktb = tile_b(path, kt, kBc, hd, nk, slot(0));
+  const TileB vtb = tile_b(path, vt, kBc, hd, nk, slot(1));
   std::fill(dk, dk + 2 * kBc * hdp, 0.0f);  // dk and dv
   const std::int64_t first_block = visible_q_begin(d, t.mask, j0) / kBr;
   for (std::int64_t h = kvh * t.g.group; h < (kvh + 1) * t.g.group; ++h) {
@@ -156,13 +180,19 @@ void backward_kv_block(const BackwardTask& t, std::int64_t b, std::int64_t kvh, 
           rows_operand(t.in.q + row0 * t.in.q_stride + h * hd, t.in.q_stride, br, kBr, hd, hdp, qn);
       const Rows dout = rows_operand(t.dout + row0 * t.dout_stride + h * hd, t.dout_stride, br, kBr,
                                      hd, hdp, don);
-      tile_gemm({q.p, q.ld, 1}, kt, kBc, s, kBc, mq, nk, hd, false);         // S
-      tile_gemm({dout.p, dout.ld, 1}, vt, kBc, dp, kBc, mq, nk, hd, false);  // dP = dO·Vᵀ
+      const TileA qa = tile_a(path, {q.p, q.ld, 1}, mq, hd, slot(2));
+      const TileA doa = tile_a(path, {dout.p, dout.ld, 1}, mq, hd, slot(3));
+      tile_product(path, qa, ktb, s, kBc, mq, nk, hd, false);    // S
+      tile_product(path, doa, vtb, dp, kBc, mq, nk, hd, false);  // dP = dO·Vᵀ
       const std::int64_t at = (b * d.heads + h) * d.lse_seq_len + i0;
       probs_and_dscores_rows(s, dp, br, bc, nk, t.lse + at, t.delta + at, t.mask,
                              d.q_offset + i0 - d.kv_offset - j0);
-      tile_gemm({s, 1, kBc}, dout.p, dout.ld, dv, hdp, mk, hdp, br, true);  // dV += Pᵀ·dO
-      tile_gemm({dp, 1, kBc}, q.p, q.ld, dk, hdp, mk, hdp, br, true);       // dK += dSᵀ·Q
+      const TileA pa = tile_a(path, {s, 1, kBc}, mk, br, slot(6));
+      const TileA dsa = tile_a(path, {dp, 1, kBc}, mk, br, slot(7));
+      const TileB dob = tile_b(path, dout.p, dout.ld, br, hdp, slot(4));
+      const TileB qb_rows = tile_b(path, q.p, q.ld, br, hdp, slot(5));
+      tile_product(path, pa, dob, dv, hdp, mk, hdp, br, true);       // dV += Pᵀ·dO
+      tile_product(path, dsa, qb_rows, dk, hdp, mk, hdp, br, true);  // dK += dSᵀ·Q
     }
   }
   for (std::int64_t j = 0; j < bc; ++j) {
@@ -178,13 +208,16 @@ void backward_kv_block(const BackwardTask& t, std::int64_t b, std::int64_t kvh, 
 /// Pass 2: dQ of query block qb of head h of sequence b (ACCUMULATED into grad).
 void backward_q_block(const BackwardTask& t, std::int64_t b, std::int64_t h, std::int64_t qb) {
   const AttentionChunkDims& d = t.d;
+  const TilePath path = t.path;
   const std::int64_t hd = d.head_dim, hdp = t.g.hdp, kvh = h / t.g.group;
-  float* kp = cpu::thread_scratch(
-      static_cast<std::size_t>(2 * kBc * hdp + kBr * hdp + 2 * hd * kBr + 2 * kBc * kBr + 3 * kBr));
+  const auto f32_floats =
+      static_cast<std::size_t>(2 * kBc * hdp + kBr * hdp + 2 * hd * kBr + 2 * kBc * kBr + 3 * kBr);
+  float* kp = cpu::thread_scratch(f32_floats + operand_slots_floats(path, hd, hdp));
   float* vp = kp + kBc * hdp;
   float* dq = vp + kBc * hdp;
   float* st = dq + kBr * hdp;
   float* dpt = st + kBc * kBr;
+  const auto slot = [&](int i) { return operand_slot(kp + f32_floats, i, hd, hdp); };
   QueryBlock q{dpt + kBc * kBr, nullptr, nullptr, nullptr, nullptr, qb * kBr, 0, 0};
   q.br = std::min(kBr, d.q_len - q.i0);
   q.nq = round_up(q.br, kVec);
@@ -193,6 +226,8 @@ void backward_q_block(const BackwardTask& t, std::int64_t b, std::int64_t h, std
   q.delta = q.lse + kBr;
   q.live = q.delta + kBr;
   load_query_block(t, b, h, q);
+  const TileB qtb = tile_b(path, q.qt, kBr, hd, q.nq, slot(0));
+  const TileB dotb = tile_b(path, q.dot, kBr, hd, q.nq, slot(1));
   std::fill(dq, dq + kBr * hdp, 0.0f);
   const std::int64_t mq = round_up(q.br, kMR);
   const float* k_rows = t.in.k + b * d.kv_seq_rows * t.in.kv_stride + kvh * hd;
@@ -202,10 +237,14 @@ void backward_q_block(const BackwardTask& t, std::int64_t b, std::int64_t h, std
     const std::int64_t bc = std::min(kBc, kv_end - j0), mk = round_up(bc, kMR);
     const Rows k = rows_operand(k_rows + j0 * t.in.kv_stride, t.in.kv_stride, bc, kBc, hd, hdp, kp);
     const Rows v = rows_operand(v_rows + j0 * t.in.kv_stride, t.in.kv_stride, bc, kBc, hd, hdp, vp);
-    tile_gemm({k.p, k.ld, 1}, q.qt, kBr, st, kBr, mk, q.nq, hd, false);    // Sᵀ
-    tile_gemm({v.p, v.ld, 1}, q.dot, kBr, dpt, kBr, mk, q.nq, hd, false);  // dPᵀ
+    const TileA ka = tile_a(path, {k.p, k.ld, 1}, mk, hd, slot(2));
+    const TileA va = tile_a(path, {v.p, v.ld, 1}, mk, hd, slot(3));
+    tile_product(path, ka, qtb, st, kBr, mk, q.nq, hd, false);    // Sᵀ
+    tile_product(path, va, dotb, dpt, kBr, mk, q.nq, hd, false);  // dPᵀ
     probs_and_dscores(st, dpt, bc, q, t.mask, d.q_offset + q.i0 - d.kv_offset - j0);
-    tile_gemm({dpt, 1, kBr}, k.p, k.ld, dq, hdp, mq, hdp, bc, true);  // dQ += dS·K
+    const TileA dsa = tile_a(path, {dpt, 1, kBr}, mq, bc, slot(6));
+    tile_product(path, dsa, tile_b(path, k.p, k.ld, bc, hdp, slot(4)), dq, hdp, mq, hdp, bc,
+                 true);  // dQ += dS·K
   }
   for (std::int64_t r = 0; r < q.br; ++r) {
     float* dq_row = t.grad.dq + (b * d.q_seq_rows + q.i0 + r) * t.grad.q_stride + h * hd;
@@ -215,9 +254,10 @@ void backward_q_block(const BackwardTask& t, std::int64_t b, std::int64_t h, std
 
 }  // namespace
 
-void attention_chunk_backward(const QkvRows& in, const float* dout, std::int64_t dout_stride,
-                              const float* lse, const float* delta, const QkvGradRows& grad,
-                              const AttentionChunkDims& dims, AttentionMask mask) {
+void cpu::flash::chunk_backward(TilePath path, const QkvRows& in, const float* dout,
+                                std::int64_t dout_stride, const float* lse, const float* delta,
+                                const QkvGradRows& grad, const AttentionChunkDims& dims,
+                                AttentionMask mask) {
   const ChunkGeometry g =
       check_chunk_dims(dims, in.q_stride, in.kv_stride, dout_stride, "attention_chunk_backward");
   MT_CHECK(grad.q_stride >= dims.heads * dims.head_dim &&
@@ -225,7 +265,7 @@ void attention_chunk_backward(const QkvRows& in, const float* dout, std::int64_t
            "attention_chunk_backward: gradient row strides dq={} dkv={} narrower than the heads",
            grad.q_stride, grad.kv_stride);
   if (mask == AttentionMask::skip) return;
-  const BackwardTask task{in, dout, dout_stride, lse, delta, grad, dims, g, mask};
+  const BackwardTask task{in, dout, dout_stride, lse, delta, grad, dims, g, mask, path};
   const std::int64_t B = dims.batch, H = dims.heads, KV = dims.kv_heads;
   const bool parallel = B * H * (g.q_blocks + g.kv_blocks) > 1 &&
                         B * H * dims.q_len * dims.kv_len >= cpu::kParallelGrain;
@@ -245,6 +285,13 @@ void attention_chunk_backward(const QkvRows& in, const float* dout, std::int64_t
       }
     }
   }
+}
+
+void attention_chunk_backward(const QkvRows& in, const float* dout, std::int64_t dout_stride,
+                              const float* lse, const float* delta, const QkvGradRows& grad,
+                              const AttentionChunkDims& dims, AttentionMask mask) {
+  cpu::flash::chunk_backward(tile_path(dims.operands), in, dout, dout_stride, lse, delta, grad,
+                             dims, mask);
 }
 
 }  // namespace meshtrain::kernels
