@@ -69,9 +69,24 @@ expect "unknown cp_comm" 2 'parallel.cp_comm = ring' -- \
 expect "Ulysses with heads cp does not divide" 2 "model.n_head = 6" -- \
   mpirun --oversubscribe -np 4 "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.cp 4 \
   --parallel.cp_comm a2a --model.n_head 6 --model.n_embd 192
-expect "ep not yet supported" 2 "parallel.ep = 2" -- \
+MOE=$(dirname "$0")/../../configs/llama_moe.toml
+expect "expert parallel in a dense model" 2 "parallel.ep = 2" -- \
   mpirun --oversubscribe -np 2 "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.ep 2 \
   --parallel.dp 2
+expect "MoE in the gpt2 family" 2 "model.family = gpt2" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" --model.moe_experts 4
+expect "experts not divisible by ep" 2 "model.moe_experts = 6 must be divisible by parallel.ep" -- \
+  mpirun --oversubscribe -np 4 "$BIN" train "$MOE" "${COMMON[@]}" --model.moe_experts 6 \
+  --parallel.dp 4 --parallel.ep 4 --training.micro_batch 3
+expect "ep not dividing dp" 2 "parallel.dp = 3 must be divisible by parallel.ep" -- \
+  mpirun --oversubscribe -np 3 "$BIN" train "$MOE" "${COMMON[@]}" --parallel.dp 3 \
+  --parallel.ep 2 --training.micro_batch 4
+expect "top_k above the experts" 2 "model.moe_top_k = 9" -- \
+  "$BIN" train "$MOE" "${COMMON[@]}" --model.moe_top_k 9
+expect "negative capacity factor" 2 "model.moe_capacity_factor = -1" -- \
+  "$BIN" train "$MOE" "${COMMON[@]}" --model.moe_capacity_factor -1
+expect "unknown drop policy" 2 "model.moe_token_drop_policy = random" -- \
+  "$BIN" train "$MOE" "${COMMON[@]}" --model.moe_token_drop_policy random
 expect "more pipeline chunks than layers" 2 "model.n_layer = 1" -- \
   mpirun --oversubscribe -np 2 "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.pp 2 \
   --model.n_layer 1

@@ -203,6 +203,7 @@ Tensor SparseMoeBlock::backward(const Tensor& dy) {
   MT_CHECK(dy.ndim() == 2 && dy.dim(0) == N && dy.dim(1) == C, "{}: gradient {} for [{}, {}]",
            gate_.name, to_string(dy.shape()), N, C);
   const MoeDispatch& d = s.dispatch;
+  count_step(d, s.losses);
   // Combine: the experts' output gradients and ∂L/∂weight per assignment.
   Tensor d_out = Tensor::empty({d.rows(), C}, MemCategory::activations);
   Tensor d_weight = Tensor::empty({N, k}, MemCategory::activations);
@@ -227,6 +228,30 @@ Tensor SparseMoeBlock::backward(const Tensor& dy) {
   const Tensor d_packed = experts_backward(d_out, s.exchange);
   kernels::moe_scatter_add_rows(d_packed.f32(), d.assign_row.data(), dx.f32(), N, k, C);
   return dx;
+}
+
+void SparseMoeBlock::count_step(const MoeDispatch& d, const MoeRouterLosses& losses) {
+  MoeStepStats& t = step_stats_;
+  const auto E = static_cast<std::size_t>(shape_.moe_experts);
+  t.routed_per_expert.resize(E, 0);
+  t.tokens_per_expert.resize(E, 0);
+  t.micro_batches += 1;
+  t.tokens += d.tokens;
+  for (std::size_t e = 0; e < E; ++e) {
+    t.routed_per_expert[e] += d.routed[e];
+    t.tokens_per_expert[e] += d.counts[e];
+  }
+  t.dropped += d.dropped();
+  t.aux_loss += losses.aux_loss;
+  t.z_loss += losses.z_loss;
+}
+
+MoeStepStats SparseMoeBlock::take_step_stats() {
+  MoeStepStats out = std::move(step_stats_);
+  step_stats_ = MoeStepStats{};
+  out.routed_per_expert.resize(static_cast<std::size_t>(shape_.moe_experts), 0);
+  out.tokens_per_expert.resize(static_cast<std::size_t>(shape_.moe_experts), 0);
+  return out;
 }
 
 ParameterList SparseMoeBlock::parameters() {

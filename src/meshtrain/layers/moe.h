@@ -108,6 +108,18 @@ class GroupedSwiGluExperts {
   Saved<State> saved_;
 };
 
+/// What the backward passes since the last take_step_stats() routed — the step's training
+/// micro-batches, each once (a recomputed forward is not counted twice; evaluation, which has
+/// no backward, not at all).
+struct MoeStepStats {
+  std::int64_t micro_batches = 0;
+  std::int64_t tokens = 0;                      // Σ N
+  std::vector<std::int64_t> routed_per_expert;  // [E] Σ assignments chosen, before dropping
+  std::vector<std::int64_t> tokens_per_expert;  // [E] Σ assignments computed, after dropping
+  std::int64_t dropped = 0;                     // Σ assignments dropped
+  double aux_loss = 0.0, z_loss = 0.0;          // Σ over micro-batches (coefficients applied)
+};
+
 class SparseMoeBlock final : public Module {
  public:
   /// `prefix` is the decoder layer's, e.g. "model.layers.3". MT_CHECKs the shape (E ≥ 1,
@@ -133,12 +145,16 @@ class SparseMoeBlock final : public Module {
   void set_loss_grad_scale(double scale) { loss_grad_scale_ = scale; }
   double loss_grad_scale() const { return loss_grad_scale_; }
   const MoeStats& stats() const { return stats_; }
+  /// The step's totals so far (see MoeStepStats), and a fresh start for the next step.
+  MoeStepStats take_step_stats();
   const MoeShape& shape() const { return shape_; }
   const MoeOptions& options() const { return options_; }
   /// Router logits [N, E] of the last forward in the current slot (tests and the reference).
   const Tensor& last_logits() const { return last_logits_; }
 
  private:
+  /// Adds one backward's routing to step_stats_.
+  void count_step(const MoeDispatch& d, const MoeRouterLosses& losses);
   /// Steps 3 (and the exchange around it, ep > 1): packed rows → their experts' outputs, in
   /// this rank's packed order; `exchange` receives the plan backward reuses.
   Tensor run_experts(const Tensor& packed, EpExchange& exchange);
@@ -152,6 +168,7 @@ class SparseMoeBlock final : public Module {
   GroupedSwiGluExperts experts_;
   double loss_grad_scale_ = 1.0;
   MoeStats stats_;
+  MoeStepStats step_stats_;
   Tensor last_logits_;
   struct State {
     Tensor x;                       // [N, C] f32 (shared with the caller's input)

@@ -49,7 +49,7 @@ std::unique_ptr<SparseMoeBlock> moe_mlp(const ModelConfig& c, std::int64_t i,
 
 std::unique_ptr<TransformerBlock> block(const ModelConfig& c, std::int64_t i,
                                         const ParallelGroups& groups, Recompute recompute,
-                                        std::vector<SparseMoeBlock*>& moe) {
+                                        std::vector<MoeLayerRef>& moe) {
   const TensorParallel& tp = groups.tp;
   const bool llama = is_llama(c);
   const auto init_std = static_cast<float>(c.init_std);
@@ -75,7 +75,7 @@ std::unique_ptr<TransformerBlock> block(const ModelConfig& c, std::int64_t i,
     const std::string p = fmt::format("model.layers.{}", i);
     std::unique_ptr<Module> ffn = moe_mlp(c, i, p, groups, init_std, proj_std);
     if (ffn) {
-      moe.push_back(static_cast<SparseMoeBlock*>(ffn.get()));
+      moe.push_back({i, static_cast<SparseMoeBlock*>(ffn.get())});
     } else {
       ffn = std::make_unique<SwiGluMlp>(p + ".mlp", mlp, tp);
     }

@@ -45,6 +45,12 @@ struct ChunkLayout {
   bool has_head = true;
 };
 
+/// A MoE feed-forward and the (global) index of the block that holds it.
+struct MoeLayerRef {
+  std::int64_t layer;
+  SparseMoeBlock* block;
+};
+
 class CausalLm {
  public:
   /// Builds and allocates this rank's parameters of `layout` (config validated and
@@ -101,7 +107,7 @@ class CausalLm {
   /// last unit of a whole model. Every parameter is in at least one unit.
   const std::vector<ParameterList>& units() const noexcept { return units_; }
   /// The MoE feed-forwards of this chunk's blocks, in block order (empty: a dense model).
-  const std::vector<SparseMoeBlock*>& moe_layers() const noexcept { return moe_; }
+  const std::vector<MoeLayerRef>& moe_layers() const noexcept { return moe_; }
   /// Called around every unit from now on (nullptr: none). The hooks must outlive the model's
   /// use of them.
   void set_hooks(ParameterHooks* hooks) noexcept { hooks_ = hooks; }
@@ -125,7 +131,7 @@ class CausalLm {
   std::unique_ptr<VocabParallelEmbedding> embed_;
   std::optional<Parameter> wpe_;  // gpt2: [block_size, C], replicated over tp
   std::vector<std::unique_ptr<TransformerBlock>> blocks_;
-  std::vector<SparseMoeBlock*> moe_;  // the MoE feed-forwards inside blocks_
+  std::vector<MoeLayerRef> moe_;  // the MoE feed-forwards inside blocks_
   std::unique_ptr<Module> final_norm_;
   std::optional<Parameter> lm_head_;  // llama: [V, C]; gpt2 on a later stage: the tied copy
   std::unique_ptr<VocabParallelLmHead> head_;

@@ -72,10 +72,10 @@ double PipelineStage::flops_per_token(std::int64_t seq_len) const {
   return chunks_.front()->flops_per_token(seq_len);
 }
 
-std::vector<SparseMoeBlock*> PipelineStage::moe_layers() const {
-  std::vector<SparseMoeBlock*> out;
+std::vector<MoeLayerRef> PipelineStage::moe_layers() const {
+  std::vector<MoeLayerRef> out;
   for (const auto& chunk : chunks_) {
-    for (SparseMoeBlock* m : chunk->moe_layers()) out.push_back(m);
+    for (const MoeLayerRef& m : chunk->moe_layers()) out.push_back(m);
   }
   return out;
 }

@@ -49,7 +49,7 @@ class PipelineStage {
   const ParameterList& tied_embeddings() const noexcept { return tied_; }
   double flops_per_token(std::int64_t seq_len) const;
   /// Every MoE layer of every local chunk (none in a dense model).
-  std::vector<SparseMoeBlock*> moe_layers() const;
+  std::vector<MoeLayerRef> moe_layers() const;
 
  private:
   int pp_, pp_rank_;

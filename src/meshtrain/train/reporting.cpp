@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
+#include <string>
 #include <nlohmann/json.hpp>
 
 #include "meshtrain/core/allocator.h"
@@ -28,6 +30,20 @@ std::string mib(std::int64_t bytes) {
   return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
 }
 
+
+std::string moe_summary(const StepMetrics& m) {
+  if (m.moe.empty()) return "";
+  // The worst layer's imbalance, the dropped fraction and the aux loss over all MoE layers.
+  double imbalance = 0.0, dropped = 0.0, aux = 0.0;
+  for (const MoeLayerMetrics& l : m.moe) {
+    imbalance = std::max(imbalance, l.imbalance);
+    dropped += l.dropped_fraction / static_cast<double>(m.moe.size());
+    aux += l.aux_loss;
+  }
+  return fmt::format(" | moe imbalance {:.2f} dropped {:.1f}% aux {:.4f}", imbalance,
+                     dropped * 100.0, aux);
+}
+
 }  // namespace
 
 CommSnapshot comm_snapshot(const DeviceMesh& mesh) {
@@ -41,6 +57,7 @@ CommSnapshot comm_snapshot(const DeviceMesh& mesh) {
   return {.tp = comm_total(mesh.group(Axis::tp)),
           .dp = dp,
           .cp = comm_total(mesh.group(Axis::cp)),
+          .ep = comm_total(mesh.group(Axis::ep)),
           .attention_s = attention_core_compute_seconds()};
 }
 
@@ -52,6 +69,8 @@ void set_comm_metrics(const CommSnapshot& before, const CommSnapshot& after, Ste
   m.cp_comm_bytes = after.cp.bytes - before.cp.bytes;
   m.cp_comm_s = after.cp.seconds - before.cp.seconds;
   m.attention_s = after.attention_s - before.attention_s;
+  m.ep_comm_bytes = after.ep.bytes - before.ep.bytes;
+  m.ep_comm_s = after.ep.seconds - before.ep.seconds;
 }
 
 Reporting::Reporting(const Config& config, const TrainerOptions& options, ProcessGroup& world,
@@ -201,7 +220,7 @@ void Reporting::log_step(const StepMetrics& m) {
   if (options_.log && (m.step % t.log_interval == 0 || m.step == 1 || m.val_loss)) {
     fmt::print(
         "step {:>5}/{} | loss {:.4f} | lr {:.3e} | grad_norm {:.4f} | {:7.1f} ms | "
-        "{:>8.0f} tokens/s | MFU {:5.1f}% | peak {}{}{}{}\n",
+        "{:>8.0f} tokens/s | MFU {:5.1f}% | peak {}{}{}{}{}\n",
         m.step, t.max_steps, m.loss, m.lr, m.grad_norm, m.step_time_s * 1e3, m.tokens_per_s,
         m.mfu * 100.0, mib(m.peak_bytes),
         config_.training.precision == Precision::fp16
@@ -210,7 +229,7 @@ void Reporting::log_step(const StepMetrics& m) {
         config_.parallel.pp > 1 ? fmt::format(" | bubble {:.1f}% (schedule {:.1f}%)",
                                               m.bubble * 100.0, predicted_bubble_ * 100.0)
                                 : "",
-        m.val_loss ? fmt::format(" | val_loss {:.4f}", *m.val_loss) : "");
+        m.val_loss ? fmt::format(" | val_loss {:.4f}", *m.val_loss) : "", moe_summary(m));
     std::fflush(stdout);
   }
   if (options_.log && m.straggler_report) print_stragglers(m);
@@ -246,6 +265,8 @@ void Reporting::write_metrics_line(const StepMetrics& m) {
                          {"cp_comm_bytes", m.cp_comm_bytes},
                          {"cp_comm_s", m.cp_comm_s},
                          {"attention_s", m.attention_s},
+                         {"ep_comm_bytes", m.ep_comm_bytes},
+                         {"ep_comm_s", m.ep_comm_s},
                          {"bubble", m.bubble},
                          {"predicted_bubble", predicted_bubble_},
                          {"loss_scale", m.loss_scale},
@@ -257,6 +278,19 @@ void Reporting::write_metrics_line(const StepMetrics& m) {
         TrackedAllocator::instance().stats(category).peak_bytes;
   }
   if (m.val_loss) line["val_loss"] = *m.val_loss;
+  if (!m.moe.empty()) {
+    nlohmann::json layers = nlohmann::json::array();
+    for (const MoeLayerMetrics& l : m.moe) {
+      layers.push_back({{"layer", l.layer},
+                        {"tokens_per_expert", l.tokens_per_expert},
+                        {"routed_per_expert", l.routed_per_expert},
+                        {"dropped_fraction", l.dropped_fraction},
+                        {"imbalance", l.imbalance},
+                        {"aux_loss", l.aux_loss},
+                        {"z_loss", l.z_loss}});
+    }
+    line["moe"] = layers;
+  }
   if (m.straggler_report) {
     nlohmann::json list = nlohmann::json::array();
     for (const Straggler& s : m.stragglers) {

@@ -24,7 +24,7 @@ namespace meshtrain {
 
 /// Bytes and seconds of every operation of each group that StepMetrics reports, so far.
 struct CommSnapshot {
-  CommCounter tp, dp, cp;    // dp: the dp group and, under cp, the dp × cp group
+  CommCounter tp, dp, cp, ep;  // dp: the dp group and, under cp, the dp × cp group
   double attention_s = 0.0;  // attention_core_compute_seconds()
 };
 CommSnapshot comm_snapshot(const DeviceMesh& mesh);

@@ -103,7 +103,7 @@ Tensor StageRunner::backward_untimed(int chunk, const Tensor& grad_output, bool 
   // Each micro-batch's loss is a mean over its tokens; the step's loss is their mean. The MoE
   // layers' aux and z losses are per micro-batch too: their gradients take the same factor.
   const float scale = loss_scale_ / static_cast<float>(batching_.microbatches);
-  for (SparseMoeBlock* moe : model.moe_layers()) moe->set_loss_grad_scale(scale);
+  for (const MoeLayerRef& moe : model.moe_layers()) moe.block->set_loss_grad_scale(scale);
   const Tensor dh = model.layout().has_head ? model.backward_head(scale) : grad_output;
   return model.backward_blocks(dh);
 }

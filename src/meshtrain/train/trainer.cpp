@@ -11,6 +11,7 @@
 #include "meshtrain/checkpoint/hf_format.h"
 #include "meshtrain/checkpoint/model_checkpoint.h"
 #include "meshtrain/config/validate.h"
+#include "meshtrain/train/moe_metrics.h"
 #include "meshtrain/core/allocator.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/core/system.h"
@@ -249,6 +250,9 @@ StepMetrics Trainer::train_step(std::int64_t step) {
   m.bubble = model_->last_bubble();
   m.peak_bytes = TrackedAllocator::instance().total().peak_bytes;
   set_comm_metrics(comm_before, comm_snapshot(*mesh_), m);
+  // After the step's counters: the metrics' own reductions are not the step's traffic.
+  m.moe = collect_moe_metrics(model_->stage(), *mesh_, config_.model,
+                              config_.parallel.sequence_parallel);
   if (t.straggler_interval > 0 && (step + 1) % t.straggler_interval == 0) {
     m.straggler_report = true;
     m.stragglers = report_->straggler_report(model_->runner().phases());

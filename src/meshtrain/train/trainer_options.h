@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "meshtrain/train/moe_metrics.h"
+
 #include "meshtrain/train/straggler.h"
 
 namespace meshtrain {
@@ -36,6 +38,12 @@ struct StepMetrics {
   // not evaluation): cp_comm_s / attention_s is the share of attention time spent waiting
   // for K/V (p2p) or all-to-alls (a2a) that the compute did not hide.
   double attention_s = 0.0;
+  // Expert parallel: the ep group's all-to-all bytes and seconds (token dispatch and combine
+  // with their count exchanges, forward and backward).
+  std::int64_t ep_comm_bytes = 0;
+  double ep_comm_s = 0.0;
+  // MoE models: per MoE layer, the step's routing over the global batch (train/moe_metrics.h).
+  std::vector<MoeLayerMetrics> moe;
   // Pipeline (pp > 1): idle fraction of this step's schedule, measured per stage as
   // 1 − (time in compute actions) / (the longest stage's action-list time), averaged over the
   // pp ranks.
