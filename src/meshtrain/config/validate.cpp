@@ -123,7 +123,7 @@ void check_moe(const Config& c, std::vector<ConfigIssue>& issues) {
     return;
   }
   const std::int64_t E = m.moe_experts;
-  require(issues, m.family == ModelFamily::llama, "model.family", m.family,
+  require(issues, m.family == ModelFamily::llama, "model.family", to_string(m.family),
           "MoE layers (model.moe_experts > 0) are Mixtral's: SwiGLU experts in the llama family",
           "set model.family = \"llama\", or model.moe_experts = 0");
   require(issues, m.moe_top_k >= 1 && m.moe_top_k <= E, "model.moe_top_k", m.moe_top_k,
