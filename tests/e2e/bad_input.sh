@@ -275,6 +275,16 @@ expect "plan: seed 000's LongChat-32B layout, 64 ranks on 16 devices" 2 "2 × 2 
   --layout tp=2,pp=2,dp=4,cp=4,recompute=full
 expect "plan: a cp size that does not divide the devices" 2 "must divide the 16 devices" -- \
   "$BIN" plan --model llama-33b --cluster 8xA100-80GB --nodes 2 --cp 3
+expect "plan: a negative claimed throughput" 2 "--claim-samples-per-s = -5" -- \
+  "$BIN" plan --model llama3-8b --cluster 8xA100-80GB --claim-samples-per-s -5
+expect "plan: two claims at once" 2 "give one claim" -- \
+  "$BIN" plan --model llama3-8b --cluster 8xA100-80GB --claim-samples-per-s 5 \
+  --claim-tokens-per-s 100
+expect "plan: seed 000's Mixtral row, 32 ranks on 64 GPUs and ep 8 with dp 4" 2 \
+  "4 × 2 × 4 × 1 = 32" -- \
+  "$BIN" plan --model mixtral-8x7b --cluster 8xA100-80GB --nodes 8 --seq 2048 \
+  --global-batch 1024 --max-micro-batch 1 --layout tp=4,pp=2,dp=4,ep=8,mb=1 \
+  --claim-samples-per-s 145
 
 # A run that fails after the checks leaves no checkpoint directory behind, and a non-finite
 # gradient is reported before any update with the step and a parameter.

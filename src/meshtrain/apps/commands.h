@@ -78,6 +78,9 @@ struct PlanArgs {
   bool explain = false;
   bool json = false;
   std::size_t top = 10;
+  // A published throughput to check against the peak (plan/claims.h); −1: none.
+  double claim_samples_per_s = -1.0;
+  double claim_tokens_per_s = -1.0;
 };
 // Plans a model on a cluster: one layout's account, or a search of all layouts. No MPI.
 int run_plan(const PlanArgs& args);

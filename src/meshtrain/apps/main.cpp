@@ -146,6 +146,10 @@ int main(int argc, char** argv) {
   plan_cmd->add_flag("--explain", plan_args.explain, "print every term with its formula");
   plan_cmd->add_flag("--json", plan_args.json, "print JSON instead of the table");
   plan_cmd->add_option("--top", plan_args.top, "rows of the table")->default_val(10);
+  plan_cmd->add_option("--claim-samples-per-s", plan_args.claim_samples_per_s,
+                       "a claimed throughput (sequences/s) to check: the MFU it implies");
+  plan_cmd->add_option("--claim-tokens-per-s", plan_args.claim_tokens_per_s,
+                       "a claimed throughput (tokens/s) to check: the MFU it implies");
 
   if (argc > 1 && argv[1][0] != '-') {
     const std::string_view command = argv[1];

@@ -1,11 +1,14 @@
 // `meshtrain plan`: the planner (src/meshtrain/plan/) on the command line. One process, no MPI.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
+#include <cmath>
 
 #include "meshtrain/apps/command_errors.h"
 #include "meshtrain/apps/commands.h"
 #include "meshtrain/core/error.h"
+#include "meshtrain/plan/claims.h"
 #include "meshtrain/plan/nearest.h"
 #include "meshtrain/plan/presets.h"
 #include "meshtrain/plan/report.h"
@@ -53,7 +56,40 @@ void check_args(const PlanArgs& a) {
           "use 1 (no context parallel), 4, or auto");
   require(a.cp_comm == "auto" || parse_enum<CpCommMode>(a.cp_comm).has_value(), "--cp-comm",
           a.cp_comm, "must be p2p, a2a or auto", "use auto (both searched)");
+  for (const auto& [name, value] : {std::pair{"--claim-samples-per-s", a.claim_samples_per_s},
+                                    std::pair{"--claim-tokens-per-s", a.claim_tokens_per_s}}) {
+    require(value == -1.0 || (std::isfinite(value) && value > 0.0), name,
+            fmt::format("{}", value), "must be a finite number > 0 (a throughput)",
+            "give the claimed throughput, e.g. 182");
+  }
+  require(a.claim_samples_per_s == -1.0 || a.claim_tokens_per_s == -1.0,
+          "--claim-samples-per-s / --claim-tokens-per-s", "both given",
+          "give one claim: tokens/s = samples/s × --seq", "keep one of the two");
+  require(!a.json || (a.claim_samples_per_s == -1.0 && a.claim_tokens_per_s == -1.0), "--json",
+          "with a claim", "the claim check prints text", "drop --json or the claim");
   if (!issues.empty()) throw ConfigError("meshtrain plan arguments", std::move(issues));
+}
+
+// The cp sizes the nearest layouts are drawn from: every divisor when the layout uses cp, none
+// otherwise (a layout without cp gets proposals without it).
+plan::CpChoice nearest_cp(const plan::Layout& layout) {
+  return layout.cp > 1 ? plan::CpChoice{.size = 0, .comm = std::nullopt}
+                       : plan::CpChoice{.size = 1, .comm = CpCommMode::p2p};
+}
+
+bool has_claim(const PlanArgs& a) {
+  return a.claim_samples_per_s > 0.0 || a.claim_tokens_per_s > 0.0;
+}
+
+// The claimed throughput's implied MFU on `devices` devices (plan/claims.h).
+void print_claim(const plan::ModelPreset& model, const plan::ClusterSpec& cluster,
+                 const plan::TrainingSettings& settings, std::int64_t devices,
+                 const PlanArgs& args) {
+  const plan::ClaimCheck check = plan::check_claim(
+      model.model, settings.seq, devices, cluster, settings.precision,
+      {.samples_per_s = std::max(args.claim_samples_per_s, 0.0),
+       .tokens_per_s = std::max(args.claim_tokens_per_s, 0.0)});
+  fmt::print("{}", plan::format_claim(check, model.name));
 }
 
 int plan_one(const plan::ModelPreset& model, const plan::ClusterSpec& cluster,
@@ -61,14 +97,18 @@ int plan_one(const plan::ModelPreset& model, const plan::ClusterSpec& cluster,
              const PlanArgs& args) {
   const plan::Layout layout = plan::parse_layout(args.layout, settings.global_batch);
   const std::vector<ConfigIssue> issues = plan::check_layout(model.model, layout, settings);
-  if (!issues.empty()) throw ConfigError("--layout " + args.layout, issues);
-  if (layout.devices() > cluster.devices()) {
-    // Name the factors and show the nearest layouts that do fill the cluster (nearest.h).
-    const plan::LayoutDiagnosis d =
-        plan::diagnose_layout(model.model, layout, settings, cluster, time, args.max_micro_batch);
+  // A claim is checked on the layout's devices whatever else is wrong with it.
+  if (has_claim(args)) print_claim(model, cluster, settings, layout.devices(), args);
+  // Rules broken with the cluster not filled, or more ranks than devices: name what is wrong and
+  // show the nearest valid layouts that fill the cluster (nearest.h).
+  const bool unfilled = layout.devices() != cluster.devices();
+  if ((!issues.empty() && unfilled) || layout.devices() > cluster.devices()) {
+    const plan::LayoutDiagnosis d = plan::diagnose_layout(
+        model.model, layout, settings, cluster, time, args.max_micro_batch, 6, nearest_cp(layout));
     fmt::print("{}", plan::format_proposals(d, layout, cluster));
     throw ConfigError("--layout " + args.layout, d.issues);
   }
+  if (!issues.empty()) throw ConfigError("--layout " + args.layout, issues);
   const plan::Plan p = plan::account(model.model, layout, settings, cluster, time);
   if (args.json) {
     fmt::print("{}", plan::to_json(p, cluster));
@@ -81,6 +121,10 @@ int plan_one(const plan::ModelPreset& model, const plan::ClusterSpec& cluster,
                p.peak.total() / (1024.0 * 1024.0 * 1024.0),
                args.memory_fraction * cluster.memory_bytes / (1024.0 * 1024.0 * 1024.0));
   }
+  if (layout.devices() < cluster.devices()) {
+    fmt::print("Note: the layout uses {} of the cluster's {} devices.\n", layout.devices(),
+               cluster.devices());
+  }
   if (args.explain) fmt::print("\n{}", plan::format_explain(p));
   return 0;
 }
@@ -88,6 +132,10 @@ int plan_one(const plan::ModelPreset& model, const plan::ClusterSpec& cluster,
 int plan_search(const plan::ModelPreset& model, const plan::ClusterSpec& cluster,
                 const plan::TrainingSettings& settings, const plan::TimeSettings& time,
                 const PlanArgs& args) {
+  if (has_claim(args)) {
+    print_claim(model, cluster, settings, cluster.devices(), args);
+    fmt::print("\n");
+  }
   const plan::SearchResult result = plan::search(
       model.model, settings, cluster, time, args.max_micro_batch,
       {.size = cp_size(args.cp), .comm = parse_enum<CpCommMode>(args.cp_comm)});  // auto: nullopt

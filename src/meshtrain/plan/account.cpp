@@ -8,6 +8,7 @@
 #include "meshtrain/plan/accounting.h"
 #include "meshtrain/plan/context_parallel.h"
 #include "meshtrain/plan/formulas.h"
+#include "meshtrain/plan/moe.h"
 
 namespace meshtrain::plan {
 namespace {
@@ -41,14 +42,23 @@ struct AxisCost {
 
 AxisCost axis_cost(const std::string& axis, const Config& c, const ParameterCounts& sp,
                    const Link& link, const TimeSettings& time, const ClusterSpec& cluster) {
-  if (axis == "dp") return {dp_bytes_per_step(c, sp), dp_time_per_step(c, sp, link, time)};
+  if (axis == "dp") return {dp_bytes_per_step_moe(c, sp), dp_time_per_step_moe(c, sp, link, time)};
+  if (axis == "ep") return {ep_bytes_per_step(c, sp), ep_time_per_step(c, sp, link)};
   if (axis == "tp") return {tp_bytes_per_step(c, sp), tp_time_per_step(c, sp, link, time)};
   if (axis == "cp") return {cp_bytes_per_step(c, sp), cp_time_per_step(c, sp, link, time)};
   return {pp_bytes_per_step(c, sp), pp_time_per_step(c, sp, link, time, cluster.intra_node)};
 }
 
 std::string axis_formula(const std::string& axis, const Config& c, const TimeSettings& time) {
-  if (axis == "dp") return dp_time_formula(c.parallel.zero_stage, time.gradient_wire_bytes);
+  if (axis == "dp") {
+    const std::string dense = dp_time_formula(c.parallel.zero_stage, time.gradient_wire_bytes);
+    return c.model.moe_experts > 0
+               ? fmt::format("dense Ψ over dp·cp: {}; + the same for the experts' Ψ_e over the "
+                             "(dp·cp)/ep = {} expert-data-parallel ranks",
+                             dense, expert_group_size(c))
+               : dense;
+  }
+  if (axis == "ep") return ep_time_formula(c);
   if (axis == "cp") return cp_time_formula(c);
   if (axis == "tp") {
     const char* k = c.training.recompute == RecomputeMode::full ? "6L+2" : "4L+2";
@@ -65,6 +75,35 @@ std::string axis_formula(const std::string& axis, const Config& c, const TimeSet
       "m·(sends per micro-batch) p2p of {}·h·{} (/tp with sp{}): D/B + α each",
       c.parallel.cp > 1 ? "b·(s/cp)" : "b·s", time.activation_wire_bytes,
       time.pp_scatter_gather ? "; scatter/gather: /tp, + intra-node all-gather" : "");
+}
+
+// The MoE terms of the fullest rank (plan/moe.h), for --explain.
+void add_moe_terms(std::vector<Term>& terms, const Config& c, const ParameterCounts& sp) {
+  const ModelConfig& m = c.model;
+  if (!is_moe(m)) return;
+  const ModelSize size = model_size(m);
+  const std::int64_t E = m.moe_experts, ep = c.parallel.ep;
+  terms.push_back({"model parameters (total)",
+                   fmt::format("every expert: {} MoE blocks of {} experts × 3·C·F_moe (F_moe = {})",
+                               moe_layers_in(m, 0, m.n_layer), E, moe_ffn_of(m)),
+                   size.parameters, "elements"});
+  terms.push_back({"active parameters per token",
+                   fmt::format("total − (E − k)·3·C·F_moe per MoE block (k = {})", m.moe_top_k),
+                   size.active_parameters, "elements"});
+  terms.push_back(
+      {"Ψ_e (expert parameters on the fullest rank)",
+       fmt::format("{} MoE blocks × E/ep = {} experts × 3·C·F_moe, whole on each tp rank; "
+                   "gradients and ZeRO over (dp·cp)/ep = {} ranks",
+                   sp.moe_layers, E / std::max<std::int64_t>(ep, 1), expert_group_size(c)),
+       sp.experts, "elements"});
+  if (ep <= 1) return;
+  const EpLayerTraffic t = ep_layer_traffic(c);
+  terms.push_back({"ep rows per MoE block and micro-batch",
+                   fmt::format("N·k = {:.0f}·{} sent (uniform routing), (ep−1)/ep = {:.0f} of them "
+                               "leave the rank; received ≤ {:.0f}{}",
+                               t.tokens, m.moe_top_k, t.rows_leaving, t.rows_received_bound,
+                               m.moe_capacity_factor > 0.0 ? " (E·⌈N·k/E·f⌉)" : " (dropless: ep·N·k)"),
+                   t.rows_sent, "rows"});
 }
 
 std::string gib(double bytes) {
@@ -90,10 +129,10 @@ Plan account(const ModelConfig& model, const Layout& layout, const TrainingSetti
   for (std::int64_t s = 0; s < layout.pp; ++s) {
     const ParameterCounts sp = stage_parameters(c, s);
     counts.push_back(sp);
-    MemoryBreakdown mem = model_state_bytes(c, sp.total);
+    MemoryBreakdown mem = model_state_bytes_moe(c, sp);
     mem.stage = s;
     mem.activations = activation_peak_bytes(c, sp, s);
-    mem.comm = comm_buffer_bytes(c, sp);
+    mem.comm = comm_buffer_bytes_moe(c, sp);
     plan.stages.push_back(mem);
   }
   const auto peak =
@@ -108,6 +147,7 @@ Plan account(const ModelConfig& model, const Layout& layout, const TrainingSetti
        fmt::format("stage {} of {}: {} blocks /tp, embeddings ⌈V/t⌉·h, head; norms whole",
                    plan.peak.stage, layout.pp, psp.layers),
        psp.total, "elements");
+  add_moe_terms(terms, c, psp);
   term("params",
        fmt::format("{}·Ψ (ZeRO-{}, {})", per.params, layout.zero_stage,
                    to_string(settings.precision)),
@@ -149,7 +189,9 @@ Plan account(const ModelConfig& model, const Layout& layout, const TrainingSetti
   const AxisSpec axes[] = {{"dp", layout.dp * layout.cp, layout.tp},
                            {"tp", layout.tp, 1},
                            {"pp", layout.pp, layout.tp * layout.cp * layout.dp},
-                           {"cp", layout.cp, layout.tp}};
+                           {"cp", layout.cp, layout.tp},
+                           // ep: consecutive dp ranks of a dp × cp group (layers/placement.h)
+                           {"ep", layout.ep, layout.tp * layout.cp}};
   double dp_s = 0.0, cp_s = 0.0, other_s = 0.0;
   for (const AxisSpec& a : axes) {
     if (a.size <= 1) continue;
@@ -158,7 +200,7 @@ Plan account(const ModelConfig& model, const Layout& layout, const TrainingSetti
     // pipeline send, a ring-attention step) and an all-to-all's share of one rank go over that
     // rank's own NIC only (with pp_scatter_gather the tp ranks of a stage each send their part,
     // which pp_time_per_step accounts for).
-    const bool own_nic = ax.axis == "pp" || ax.axis == "cp";
+    const bool own_nic = ax.axis == "pp" || ax.axis == "cp" || ax.axis == "ep";
     const Link link = own_nic && ax.link == LinkKind::inter_node
                           ? cluster.inter_node
                           : link_of_group_bandwidth(a.size, a.stride, cluster);

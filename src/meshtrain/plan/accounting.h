@@ -38,14 +38,25 @@ struct ParameterCounts {
   double replicated = 0.0;    // elements not split over tp (norms, positions, row biases)
   std::int64_t tensors = 0;   // parameter tensors (for the ZeRO padding bound)
   std::int64_t layers = 0;    // transformer blocks on the stage
+  // Mixture of experts (plan/moe.h): the expert weights among `total` (E/ep experts of each MoE
+  // block, whole on every tp rank), the largest block's share of them, and the MoE blocks.
+  double experts = 0.0;
+  double largest_expert_unit = 0.0;
+  double largest_dense_unit = 0.0;  // Ψ_u without the experts
+  std::int64_t moe_layers = 0;
   bool first = false;         // holds the embeddings (global chunk 0)
   bool last = false;          // holds the final norm, LM head and loss
 };
 
 /// The whole model (tp = pp = 1): Ψ, the matrix-product parameters Ψ_mm (block linears + LM
-/// head) and those of the blocks alone.
+/// head) and those of the blocks alone. For a MoE model (plan/moe.h) `parameters` counts every
+/// expert, `active_parameters` what one token passes through (the dense part, the routers and
+/// top_k experts per MoE block), and the matmul counts are the active ones: FLOPs and MFU come
+/// from them. Dense models: active = total.
 struct ModelSize {
   double parameters = 0.0;
+  double active_parameters = 0.0;
+  double expert_parameters = 0.0;  // all experts of all MoE blocks
   double matmul_parameters = 0.0;
   double block_matmul_parameters = 0.0;
 };
@@ -68,7 +79,7 @@ struct MemoryBreakdown {
 
 /// Bytes per step one rank hands to the collectives of one axis, and their wire time.
 struct AxisComm {
-  std::string axis;       // "dp" (the dp × cp gradient group), "tp", "pp", "cp"
+  std::string axis;       // "dp" (the dp × cp gradient group), "tp", "pp", "cp", "ep"
   std::int64_t size = 1;  // ranks in the group (dp: dp·cp)
   LinkKind link = LinkKind::intra_node;
   double bytes_per_step = 0.0;  // as ProcessGroup counts them
@@ -111,7 +122,7 @@ struct Plan {
   std::vector<MemoryBreakdown> stages;  // one per pipeline rank
   MemoryBreakdown peak;                 // the stage with the largest total
   bool fits = false;                    // peak.total() ≤ usable fraction × memory_bytes
-  std::vector<AxisComm> comm;           // dp, tp, pp, cp (present only when the axis is > 1)
+  std::vector<AxisComm> comm;           // dp, tp, pp, cp, ep (present only when the axis is > 1)
   double bubble = 0.0;                  // fraction of the pipeline's step that is idle
   double compute_s = 0.0;               // per step, at the assumed efficiency
   double attention_score_s = 0.0;       // per step: memory-bound s² score traffic (0 if none)

@@ -244,9 +244,13 @@ std::vector<Layout> enumerate_layouts(const ModelConfig& model, const TrainingSe
   for (const auto& [cp, comm] : cp_options(cp_choice, devices)) {
     for (const std::int64_t tp : divisors(devices / cp)) {
       for (const std::int64_t pp : divisors(devices / (cp * tp))) {
-        const Layout base{
-            .tp = tp, .pp = pp, .dp = devices / (cp * tp * pp), .cp = cp, .cp_comm = comm};
-        for_each_variant(base, settings.global_batch, max_micro_batch, consider);
+        const std::int64_t dp = devices / (cp * tp * pp);
+        // Expert parallel (MoE models): every ep dividing both dp and the experts.
+        for (const std::int64_t ep : divisors(dp)) {
+          if (ep > 1 && (model.moe_experts < 1 || model.moe_experts % ep != 0)) continue;
+          const Layout base{.tp = tp, .pp = pp, .dp = dp, .cp = cp, .ep = ep, .cp_comm = comm};
+          for_each_variant(base, settings.global_batch, max_micro_batch, consider);
+        }
       }
     }
   }

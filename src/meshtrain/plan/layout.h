@@ -91,7 +91,7 @@ struct CpChoice {
 
 /// Every layout of `devices` devices for settings.global_batch that check_layout accepts:
 /// cp from `cp` (CpChoice), tp, pp over the divisors of devices/cp, dp = devices/(tp·pp·cp),
-/// ep = 1, v ∈ {1} or {2, 3, 4} for interleaved_1f1b, every ZeRO stage (only 0
+/// ep = 1 (a MoE model: every ep dividing dp and model.moe_experts), v ∈ {1} or {2, 3, 4} for interleaved_1f1b, every ZeRO stage (only 0
 /// when dp·cp = 1: there is nothing to shard over), every
 /// micro-batch dividing global_batch/dp up to `max_micro_batch`, recompute none/selective/full,
 /// sequence parallelism on/off when tp > 1, and every schedule when pp > 1 (1f1b when pp = 1).

@@ -13,7 +13,7 @@ namespace meshtrain::plan {
 namespace {
 
 int factors_changed(const Layout& a, const Layout& b) {
-  return (a.tp != b.tp) + (a.pp != b.pp) + (a.dp != b.dp) + (a.cp != b.cp);
+  return (a.tp != b.tp) + (a.pp != b.pp) + (a.dp != b.dp) + (a.cp != b.cp) + (a.ep != b.ep);
 }
 
 std::string changes(const Layout& from, const Layout& to) {
@@ -22,7 +22,8 @@ std::string changes(const Layout& from, const Layout& to) {
       {"tp", {from.tp, to.tp}},
       {"pp", {from.pp, to.pp}},
       {"dp", {from.dp, to.dp}},
-      {"cp", {from.cp, to.cp}}};
+      {"cp", {from.cp, to.cp}},
+      {"ep", {from.ep, to.ep}}};
   for (const auto& [name, values] : factors) {
     if (values.first == values.second) continue;
     out += fmt::format("{}{} {}→{}", out.empty() ? "" : ", ", name, values.first, values.second);
@@ -50,19 +51,21 @@ ConfigIssue product_issue(const Layout& l, const ClusterSpec& cluster, const Pla
 LayoutDiagnosis diagnose_layout(const ModelConfig& model, const Layout& layout,
                                 const TrainingSettings& settings, const ClusterSpec& cluster,
                                 const TimeSettings& time, std::int64_t max_micro_batch,
-                                std::size_t top) {
+                                std::size_t top, const CpChoice& cp) {
   LayoutDiagnosis d;
-  if (layout.devices() == cluster.devices()) return d;
+  // The trainer's own rules first (e.g. ep ∤ dp), then the product rule.
+  std::vector<ConfigIssue> rules = check_layout(model, layout, settings);
+  if (rules.empty() && layout.devices() == cluster.devices()) return d;
   // The fastest fitting plan of each factorisation (and cp mode) of the cluster's devices.
-  using Key =
-      std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::optional<CpCommMode>>;
+  using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                         std::optional<CpCommMode>>;
   std::map<Key, Plan> best;
   const std::vector<Layout> layouts =
-      enumerate_layouts(model, settings, cluster.devices(), max_micro_batch, nullptr,
-                        {.size = 0, .comm = std::nullopt});
+      enumerate_layouts(model, settings, cluster.devices(), max_micro_batch, nullptr, cp);
   std::map<Key, bool> seen;
   for (const Layout& l : layouts) {
-    const Key key{l.tp, l.pp, l.dp, l.cp, l.cp > 1 ? std::optional(l.cp_comm) : std::nullopt};
+    const Key key{l.tp, l.pp, l.dp, l.cp, l.ep,
+                  l.cp > 1 ? std::optional(l.cp_comm) : std::nullopt};
     seen[key] = true;
     Plan p = account(model, l, settings, cluster, time);
     if (!p.fits) continue;
@@ -78,8 +81,14 @@ LayoutDiagnosis diagnose_layout(const ModelConfig& model, const Layout& layout,
   });
   if (d.proposals.size() > top) d.proposals.resize(top);
   for (const Plan& p : d.proposals) d.changed.push_back(factors_changed(layout, p.layout));
-  d.issues.push_back(
-      product_issue(layout, cluster, d.proposals.empty() ? nullptr : &d.proposals.front()));
+  d.issues = std::move(rules);
+  const Plan* nearest = d.proposals.empty() ? nullptr : &d.proposals.front();
+  if (layout.devices() != cluster.devices()) {
+    d.issues.push_back(product_issue(layout, cluster, nearest));
+  } else if (nearest != nullptr) {
+    d.issues.back().fix += fmt::format("; or use {} (the nearest valid layout that fits)",
+                                       to_string(nearest->layout));
+  }
   return d;
 }
 

@@ -19,19 +19,21 @@
 namespace meshtrain::plan {
 
 struct LayoutDiagnosis {
-  std::vector<ConfigIssue> issues;  // the product rule; empty when the layout fills the cluster
+  std::vector<ConfigIssue> issues;  // the rules broken, then the product rule; empty: none
   std::vector<Plan> proposals;      // nearest first, then fastest; all fit, all fill the cluster
-  std::vector<int> changed;         // per proposal: how many of tp, pp, dp, cp differ
+  std::vector<int> changed;         // per proposal: how many of tp, pp, dp, cp, ep differ
   std::int64_t valid = 0;           // valid factorisations of the cluster's devices considered
 };
 
-/// Checks `layout` against cluster.devices() and, when its product differs, proposes the `top`
-/// nearest valid layouts of cluster.devices() devices (cp searched over every divisor, both
-/// cp_comm modes).
+/// Checks `layout` against the trainer's rules (check_layout: e.g. ep must divide dp and the
+/// experts) and cluster.devices(); when either fails, proposes the `top` nearest valid layouts
+/// of cluster.devices() devices (tp, pp, dp, cp, ep: fewest changed; cp from `cp`, by default
+/// every divisor and both cp_comm modes; ep every divisor of dp and the experts).
 LayoutDiagnosis diagnose_layout(const ModelConfig& model, const Layout& layout,
                                 const TrainingSettings& settings, const ClusterSpec& cluster,
                                 const TimeSettings& time = {}, std::int64_t max_micro_batch = 64,
-                                std::size_t top = 6);
+                                std::size_t top = 6,
+                                const CpChoice& cp = {.size = 0, .comm = std::nullopt});
 
 /// The issues, then format_proposals.
 std::string format_diagnosis(const LayoutDiagnosis& diagnosis, const Layout& layout,

@@ -61,13 +61,21 @@ std::vector<ModelPreset> make_presets() {
   out.push_back({.name = "llama-33b",
                  .model = llama(60, 6656, 52, 52, 17920, 32000, 2048, 10000.0),
                  .source = "Touvron et al. 2023 (LLaMA), Table 2"});
-  // Jiang et al. 2024, "Mixtral of Experts", Table 1: 32 × 4096, 32 heads, 8 kv heads, expert
-  // FFN 14336, 8 experts, top-2, vocabulary 32000, context 32768. Recorded for expert-parallel
-  // planning; model_from refuses it until the planner counts MoE layers.
+  // Jiang et al. 2024, "Mixtral of Experts", Table 1 (and the released Mixtral-8x7B-v0.1
+  // config.json: hidden_size 4096, num_hidden_layers 32, num_attention_heads 32,
+  // num_key_value_heads 8, intermediate_size 14336, num_local_experts 8,
+  // num_experts_per_tok 2, vocab_size 32000, max_position_embeddings 32768, rope_theta 1e6,
+  // untied LM head): every block is a sparse MoE block of 8 SwiGLU experts of F = 14336, top-2.
+  // §2: "trained with a context size of 32k tokens", the preset's sequence length (4096 is
+  // Mistral 7B's sliding attention window, which Mixtral does not use). 46.7B parameters, 12.9B
+  // active (§2); plan/moe.h counts them.
+  ModelConfig mixtral = llama(32, 4096, 32, 8, 14336, 32000, 32768, 1e6);
+  mixtral.moe_experts = 8;
+  mixtral.moe_top_k = 2;
+  mixtral.moe_ffn_hidden = 14336;
+  mixtral.moe_layer_freq = 1;
   out.push_back({.name = "mixtral-8x7b",
-                 .model = llama(32, 4096, 32, 8, 14336, 32000, 32768, 1e6),
-                 .experts = 8,
-                 .experts_per_token = 2,
+                 .model = mixtral,
                  .source = "Jiang et al. 2024 (Mixtral), Table 1"});
   return out;
 }
@@ -99,15 +107,6 @@ ModelPreset model_from(const std::string& name_or_path) {
   }
   for (const ModelPreset& p : model_presets()) {
     if (p.name != name_or_path) continue;
-    if (p.experts > 1) {
-      throw ConfigError("--model",
-                        {{"--model", name_or_path,
-                          fmt::format("a mixture-of-experts model ({} experts, top-{}): its "
-                                      "dimensions are recorded, but the planner does not yet "
-                                      "count MoE layers (ep = 1 in this version)",
-                                      p.experts, p.experts_per_token),
-                          "plan a dense model"}});
-    }
     return p;
   }
   throw ConfigError("--model", {{"--model", name_or_path, "unknown model preset",

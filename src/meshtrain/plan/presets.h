@@ -14,13 +14,10 @@
 namespace meshtrain::plan {
 
 /// A model to plan for: its dimensions as a meshtrain ModelConfig (block_size = the sequence
-/// length it was trained at; vocab_size set), and, for mixture-of-experts models, the experts
-/// (recorded for later expert-parallel planning; the planner refuses experts > 1 today).
+/// length it was trained at; vocab_size set; mixture-of-experts models with model.moe_*).
 struct ModelPreset {
   std::string name;
   ModelConfig model;
-  std::int64_t experts = 1;            // MoE experts per layer (1 = dense)
-  std::int64_t experts_per_token = 1;  // top-k routing
   std::string source;
 };
 
@@ -30,7 +27,7 @@ const std::vector<ModelPreset>& model_presets();
 /// A preset by name, or a meshtrain TOML config when `name_or_path` ends in ".toml" (its
 /// [model] section; a vocab_size of 0 — taken from the data at training time — becomes 65, the
 /// character vocabulary of data/prepared/shakespeare_char, and the preset says so in `source`).
-/// Throws ConfigError listing the known presets for an unknown name, and for a MoE preset.
+/// Throws ConfigError listing the known presets for an unknown name.
 ModelPreset model_from(const std::string& name_or_path);
 
 }  // namespace meshtrain::plan

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "meshtrain/plan/formulas.h"
+#include "meshtrain/plan/presets.h"
 
 namespace meshtrain::plan {
 namespace {
@@ -146,21 +147,30 @@ std::vector<PublishedCheck> check_published_runs(TimeSettings time, const Publis
   return out;
 }
 
-const SeedLayoutRow& seed000_longchat() {
-  // Seed 000, §6.2 "真实生产环境配置表": 模型规模 LongChat-32B | 硬件配置 16×A100-80G | TP 2 |
-  // PP 2 | DP 4 | CP ✓ | EP × | seq_len=32768, cp_size=4, flash_attn=True | 89 samples/sec.
-  static const SeedLayoutRow row{.name = "LongChat-32B",
-                                 .model_preset = "llama-33b",
-                                 .gpus = 16,
-                                 .tp = 2,
-                                 .pp = 2,
-                                 .dp = 4,
-                                 .cp = 4,
-                                 .seq = 32768,
-                                 .global_batch = 16,
-                                 .samples_per_s = 89.0};
-  return row;
+const std::vector<SeedLayoutRow>& seed000_table() {
+  // Seed 000, §6.2 "真实生产环境配置表" (模型规模 | 硬件配置 | TP | PP | DP | CP | EP | 关键参数 |
+  // 吞吐 samples/sec), and the note under it: "70B的182 samples/sec是在global_batch=1024 ...".
+  using enum PipelineSchedule;
+  static const std::vector<SeedLayoutRow> rows = {
+      {"Llama-3-8B", "llama3-8b", 4, 2, 1, 2, 1, 1, 2048, true, 16, 8, one_f_one_b, 0.0, 328.0},
+      {"Llama-3-70B", "llama3-70b", 32, 4, 4, 2, 1, 1, 2048, false, 1024, 4, interleaved_1f1b,
+       0.0, 182.0},
+      {"Mixtral-8x7B", "mixtral-8x7b", 64, 4, 2, 4, 1, 8, 2048, false, 1024, 1, one_f_one_b, 1.8,
+       145.0},
+      {"LongChat-32B", "llama-33b", 16, 2, 2, 4, 4, 1, 32768, true, 16, 1, one_f_one_b, 0.0,
+       89.0},
+  };
+  return rows;
 }
+
+const SeedLayoutRow& seed000_row(const std::string& name) {
+  for (const SeedLayoutRow& row : seed000_table()) {
+    if (name == row.name) return row;
+  }
+  throw std::invalid_argument("seed 000 has no row " + name);
+}
+
+const SeedLayoutRow& seed000_longchat() { return seed000_row("LongChat-32B"); }
 
 Layout seed_layout(const SeedLayoutRow& row) {
   Layout l;
@@ -168,10 +178,13 @@ Layout seed_layout(const SeedLayoutRow& row) {
   l.pp = row.pp;
   l.dp = row.dp;
   l.cp = row.cp;
+  l.ep = row.ep;
   l.cp_comm = CpCommMode::p2p;
-  l.micro_batch = 1;
-  l.accumulation = std::max<std::int64_t>(1, row.global_batch / row.dp);
-  l.recompute = RecomputeMode::full;
+  l.micro_batch = row.micro_batch;
+  l.accumulation = std::max<std::int64_t>(1, row.global_batch / (row.dp * row.micro_batch));
+  l.recompute = row.seq >= 16384 ? RecomputeMode::full : RecomputeMode::selective;
+  l.schedule = row.schedule;
+  l.v = row.schedule == PipelineSchedule::interleaved_1f1b ? 2 : 1;
   return l;
 }
 
@@ -181,8 +194,15 @@ TrainingSettings seed_settings(const SeedLayoutRow& row) {
 
 ClusterSpec seed_cluster(const SeedLayoutRow& row) {
   ClusterSpec c = cluster_from("8xA100-80GB");
-  c.nodes = row.gpus / c.devices_per_node;
+  c.nodes = std::max<std::int64_t>(1, row.gpus / c.devices_per_node);
+  if (row.gpus < c.devices_per_node) c.devices_per_node = row.gpus;  // 4 GPUs of one node
   return c;
+}
+
+ModelConfig seed_model(const SeedLayoutRow& row) {
+  ModelConfig m = model_from(row.model_preset).model;
+  if (m.moe_experts > 0) m.moe_capacity_factor = row.capacity_factor;
+  return m;
 }
 
 std::string format_published_table(const std::vector<PublishedCheck>& checks) {

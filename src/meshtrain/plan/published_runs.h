@@ -108,25 +108,44 @@ std::string format_published_table(const std::vector<PublishedCheck>& checks);
 
 // --- Seed 000's production-configuration table (shared/seeds/000_*.txt, §6.2) ---
 
-/// The LongChat-32B row as the article prints it: 16 × A100-80G, TP 2, PP 2, DP 4, CP ✓ with
-/// cp_size 4, EP ×, seq_len 32768, flash_attn, 89 samples/s. The article gives no global
-/// batch; the check assumes 16 sequences (524,288 tokens per step, divisible by every dp the
-/// proposals use). The model: LongChat fine-tunes LLaMA, and LLaMA's "33B" (32.5B
-/// parameters) is the one near 32B — the `llama-33b` preset.
+/// One row of the table as the article prints it, and what the checks assume where it says
+/// nothing (docs/planner.md, "Seed 000's production table"):
+///   Llama-3-8B   | 4×A100-80G  | TP 2 | PP 1 | DP 2 | CP × | EP × | micro_batch 8, seq 2048 | 328
+///   Llama-3-70B  | 32×A100-80G | TP 4 | PP 4 | DP 2 | CP × | EP × | micro_batch 4, interleaved | 182
+///   Mixtral-8x7B | 64×A100-80G | TP 4 | PP 2 | DP 4 | CP × | EP ✓ | 8 experts, top-2, capacity 1.8 | 145
+///   LongChat-32B | 16×A100-80G | TP 2 | PP 2 | DP 4 | CP ✓ | EP × | seq 32768, cp_size 4 | 89
+/// (samples/s). The note under it: the 70B figure is at global batch 1024. Assumed: seq 2048
+/// where none is printed (70B, Mixtral: the table's other short-context row; both models were
+/// pre-trained at longer contexts, and a longer sequence only raises the implied MFU); the
+/// Mixtral row's ep = 8, the article's §5.2 ("8 experts over 8 groups of A100s, one each"),
+/// which ep | dp = 4 rules out; global batches 16 (8B: mb 8 × dp 2; LongChat: 524,288 tokens),
+/// 1024 (Mixtral, as the 70B row). LongChat-32B is LLaMA "33B" (`llama-33b`).
 struct SeedLayoutRow {
   const char* name;
   const char* model_preset;
-  std::int64_t gpus, tp, pp, dp, cp;
+  std::int64_t gpus, tp, pp, dp, cp, ep;
   std::int64_t seq;
-  std::int64_t global_batch;  // assumed, see above
-  double samples_per_s;       // as printed
+  bool seq_printed;           // false: assumed (above)
+  std::int64_t global_batch;  // printed only for the 70B row
+  std::int64_t micro_batch;
+  PipelineSchedule schedule;
+  double capacity_factor;  // the MoE row's; 0 elsewhere
+  double samples_per_s;    // as printed
 };
+/// The four rows, in the article's order.
+const std::vector<SeedLayoutRow>& seed000_table();
+/// Its LongChat-32B row (and the others by name: "Llama-3-8B", "Llama-3-70B", "Mixtral-8x7B").
 const SeedLayoutRow& seed000_longchat();
+const SeedLayoutRow& seed000_row(const std::string& name);
 
-/// The row's layout as printed (p2p ring attention, the article's CP; mb 1, full recompute
-/// for a 32K context), its settings (bf16) and cluster (2 nodes of 8xA100-80GB).
+/// The row's layout as printed (LongChat: p2p ring attention, the article's CP, mb 1, full
+/// recompute for a 32K context; the others selective recompute, their printed micro-batch,
+/// interleaved with v = 2 where printed), its settings (bf16; a MoE row's capacity factor on the
+/// model) and cluster (gpus/8 nodes of 8xA100-80GB).
 Layout seed_layout(const SeedLayoutRow& row);
 TrainingSettings seed_settings(const SeedLayoutRow& row);
 ClusterSpec seed_cluster(const SeedLayoutRow& row);
+/// The row's model preset, with the row's capacity factor for a MoE model.
+ModelConfig seed_model(const SeedLayoutRow& row);
 
 }  // namespace meshtrain::plan

@@ -90,25 +90,31 @@ std::string format_table(const std::vector<Plan>& plans, const ClusterSpec& clus
   // so that a table without context parallelism reads as it always did.
   const std::size_t rows = std::min(top, plans.size());
   std::size_t width = 64;
-  bool cp = false;
-  for (std::size_t i = 0; i < rows; ++i) cp = cp || plans[i].layout.cp > 1;
-  for (std::size_t i = 0; cp && i < rows; ++i) {
+  bool cp = false, ep = false;  // the ep column likewise, when a row has ep > 1
+  for (std::size_t i = 0; i < rows; ++i) {
+    cp = cp || plans[i].layout.cp > 1;
+    ep = ep || plans[i].layout.ep > 1;
+  }
+  for (std::size_t i = 0; (cp || ep) && i < rows; ++i) {
     width = std::max(width, to_string(plans[i].layout).size());
   }
-  std::string out = fmt::format("{:>3}  {:<{}} {:>15} {:>8} {:>8} {:>8}{} {:>6} {:>8} {:>11} {:>5}\n",
+  auto optional = [](bool on, const std::string& text) {
+    return on ? fmt::format(" {:>8}", text) : std::string();
+  };
+  std::string out = fmt::format("{:>3}  {:<{}} {:>15} {:>8} {:>8} {:>8}{}{} {:>6} {:>8} {:>11} {:>5}\n",
                                 "#", "layout", width, "memory/device", "dp", "tp", "pp",
-                                cp ? fmt::format(" {:>8}", "cp") : "", "bubble", "step",
+                                optional(cp, "cp"), optional(ep, "ep"), "bubble", "step",
                                 "tokens/s", "MFU");
   for (std::size_t i = 0; i < rows; ++i) {
     const Plan& p = plans[i];
     out += fmt::format(
-        "{:>3}  {:<{}} {:>10} {:>3.0f}% {:>8} {:>8} {:>8}{} {:>5.1f}% {:>8} {:>11.4g} "
+        "{:>3}  {:<{}} {:>10} {:>3.0f}% {:>8} {:>8} {:>8}{}{} {:>5.1f}% {:>8} {:>11.4g} "
         "{:>4.1f}%\n",
         i + 1, to_string(p.layout), width, bytes_text(p.peak.total()),
         100.0 * p.peak.total() / cluster.memory_bytes, seconds(axis_time(p, "dp")),
         seconds(axis_time(p, "tp")), seconds(axis_time(p, "pp")),
-        cp ? fmt::format(" {:>8}", seconds(axis_time(p, "cp"))) : "", 100.0 * p.bubble,
-        seconds(p.step_s), p.tokens_per_s, 100.0 * p.mfu);
+        optional(cp, seconds(axis_time(p, "cp"))), optional(ep, seconds(axis_time(p, "ep"))),
+        100.0 * p.bubble, seconds(p.step_s), p.tokens_per_s, 100.0 * p.mfu);
   }
   return out;
 }
