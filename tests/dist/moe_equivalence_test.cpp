@@ -4,8 +4,9 @@
 // the sequences of rank d's micro-batch m (j = m·dp + d, data/sampler.h): the aux loss and the
 // capacity dropping see the same token sets. Layouts: ep 2 and 4 over dp, with ZeRO 1 and 3,
 // with tp 2 (+ sequence parallel), with pp 2 (1F1B) and with cp 2 — dropless everywhere, plus
-// capacity 1.0 at dp 2 × ep 2. tp with sp and cp split a micro-batch's tokens over ranks, so
-// their aux / z coefficients are 0 (the layer's losses are over the tokens it sees; docs/moe.md).
+// capacity 1.0 at dp 2 × ep 2. Under sp and cp a micro-batch's tokens are split over ranks, and
+// the aux and z losses must still be the micro-batch's (MoeTokenGroup); capacity is per rank
+// there, so those layouts are dropless.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,6 +17,7 @@
 #include "../support/test_config.h"
 #include "../support/training_run.h"
 #include "dist_env.h"
+#include "meshtrain/train/moe_metrics.h"
 
 namespace meshtrain {
 namespace {
@@ -56,9 +58,10 @@ Config moe_config(const MoeLayout& l, std::int64_t accumulation) {
   c.model.moe_top_k = 2;
   c.model.moe_ffn_hidden = 48;
   c.model.moe_capacity_factor = l.capacity;
-  const bool tokens_split = l.sp || l.cp > 1;
-  c.model.moe_aux_loss_coeff = tokens_split ? 0.0 : 0.01;
-  c.model.moe_z_loss_coeff = tokens_split ? 0.0 : 0.001;
+  // Strong enough that a wrong share of the aux or z gradient (×cp, ×tp) shows in step 1's
+  // router gradient beyond 1e-5.
+  c.model.moe_aux_loss_coeff = 0.1;
+  c.model.moe_z_loss_coeff = 0.01;
   c.parallel.ep = l.ep;
   c.parallel.pp = l.pp;
   c.parallel.cp = l.cp;
@@ -75,9 +78,7 @@ TEST_P(MoeEquivalence, MatchesOneProcess) {
   const MoeLayout l = GetParam();
   MpiRuntime& rt = test::runtime();
   const auto self = rt.self_group();
-  Config single = moe_config({1, 1, 1, false, 1, 1, 0, l.capacity}, 2 * l.dp);
-  single.model.moe_aux_loss_coeff = moe_config(l, 2).model.moe_aux_loss_coeff;
-  single.model.moe_z_loss_coeff = moe_config(l, 2).model.moe_z_loss_coeff;
+  const Config single = moe_config({1, 1, 1, false, 1, 1, 0, l.capacity}, 2 * l.dp);
   Trainer reference(single, *self, quiet());
   const auto world = rt.world_group();
   Trainer parallel(moe_config(l, 2), *world, quiet());
@@ -106,6 +107,23 @@ TEST_P(MoeEquivalence, MatchesOneProcess) {
   for (int s = 0; s < kSteps; ++s) {
     EXPECT_NEAR(got.losses[s], want.losses[s], kLossRtol * std::abs(want.losses[s]))
         << "step " << s + 1;
+  }
+  // The routing of the 20 steps, summed over the global batch: the same token counts per
+  // expert, and the same aux and z losses (the micro-batch's, whatever splits its tokens).
+  const ModelConfig& m = parallel.config().model;
+  const bool sp = parallel.config().parallel.sequence_parallel;
+  const std::vector<MoeLayerMetrics> got_moe =
+      collect_moe_metrics(parallel.stage(), parallel.mesh(), m, sp);
+  const std::vector<MoeLayerMetrics> want_moe =
+      collect_moe_metrics(reference.stage(), reference.mesh(), m, false);
+  ASSERT_EQ(got_moe.size(), want_moe.size());
+  for (std::size_t i = 0; i < got_moe.size(); ++i) {
+    EXPECT_EQ(got_moe[i].routed_per_expert, want_moe[i].routed_per_expert) << "layer " << i;
+    EXPECT_EQ(got_moe[i].tokens_per_expert, want_moe[i].tokens_per_expert) << "layer " << i;
+    EXPECT_NEAR(got_moe[i].aux_loss, want_moe[i].aux_loss, kLossRtol * want_moe[i].aux_loss)
+        << "layer " << i;
+    EXPECT_NEAR(got_moe[i].z_loss, want_moe[i].z_loss, kLossRtol * want_moe[i].z_loss)
+        << "layer " << i;
   }
 }
 

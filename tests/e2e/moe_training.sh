@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Short real MoE runs from the command line, as a user runs them: the README's MoE config
 # (configs/llama_moe.toml: 8 experts of top-2 in every block) for 80 steps on 1 rank and on 2
-# ranks with dp 2 × ep 2 (micro-batch 6, the same global batch of 12). The train loss must
+# ranks with dp 2 × ep 2 — micro-batches of 6 sequences in both (1 rank: 2 per step), so the
+# aux loss, which is over a micro-batch's tokens, sees the same token sets. The train loss must
 # fall from ln(65) ≈ 4.17 to a mean over the last 5 steps below 3.0 and the val loss below 3.0
 # (a unigram model stays near 3.3); both layouts must give the same losses (dropless routing:
 # they are the same computation, within 1e-4 over 80 steps); the metrics must carry every MoE
@@ -19,7 +20,8 @@ COMMON=(--training.max_steps 80 --training.warmup_steps 10 --training.eval_inter
   --training.eval_batches 4 --training.threads 1 --training.log_interval 1000
   --data.dir "$DATA")
 
-"$BIN" train "$CONFIGS/llama_moe.toml" "${COMMON[@]}" --checkpoint.dir "$WORK/one" \
+"$BIN" train "$CONFIGS/llama_moe.toml" "${COMMON[@]}" --training.micro_batch 6 \
+  --training.accumulation 2 --checkpoint.dir "$WORK/one" \
   --metrics "$WORK/one.jsonl" >"$WORK/one.log" 2>&1 || { cat "$WORK/one.log"; exit 1; }
 mpirun --oversubscribe --bind-to none -np 2 "$BIN" train "$CONFIGS/llama_moe.toml" \
   --parallel.dp 2 --parallel.ep 2 --training.micro_batch 6 "${COMMON[@]}" \

@@ -126,6 +126,9 @@ DeviceMesh::DeviceMesh(const MeshShape& shape, const ProcessGroup& world)
     dp_cp_ = world.split(shape.group_index({Axis::dp, Axis::cp}, rank_), rank_, "dp_cp");
   }
   if (shape.ep > 1) edp_ = world.split(shape.expert_dp_group_index(rank_), rank_, "edp");
+  if (shape.tp > 1 && shape.cp > 1) {
+    tp_cp_ = world.split(shape.group_index({Axis::tp, Axis::cp}, rank_), rank_, "tp_cp");
+  }
 }
 
 std::string DeviceMesh::describe() const {

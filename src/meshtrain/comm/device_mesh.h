@@ -71,6 +71,11 @@ class DeviceMesh {
   /// The expert-data-parallel group (MeshShape::expert_dp_groups): experts' gradients are
   /// reduced and their ZeRO state sliced over it. The dp × cp group itself when ep = 1.
   ProcessGroup& expert_dp_group() const { return edp_ ? *edp_ : dp_cp_group(); }
+  /// The tp × cp group (the ranks holding parts of one micro-batch under sequence and context
+  /// parallelism): the tp or cp group itself when the other is 1.
+  ProcessGroup& tp_cp_group() const {
+    return tp_cp_ ? *tp_cp_ : shape_.cp > 1 ? group(Axis::cp) : group(Axis::tp);
+  }
   /// "rank 3 (pp=0 dp=1 cp=0 tp=1)" for reports.
   std::string describe() const;
 
@@ -81,6 +86,7 @@ class DeviceMesh {
   std::array<std::unique_ptr<ProcessGroup>, 5> groups_;
   std::unique_ptr<ProcessGroup> dp_cp_;  // cp > 1 only
   std::unique_ptr<ProcessGroup> edp_;    // ep > 1 only
+  std::unique_ptr<ProcessGroup> tp_cp_;  // tp > 1 and cp > 1 only
 };
 
 }  // namespace meshtrain

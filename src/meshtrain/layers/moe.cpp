@@ -122,10 +122,11 @@ const MoeShape& checked(const std::string& prefix, const MoeShape& s, const MoeO
 }  // namespace
 
 SparseMoeBlock::SparseMoeBlock(const std::string& prefix, const MoeShape& shape,
-                               const MoeOptions& options, ExpertParallel ep)
+                               const MoeOptions& options, ExpertParallel ep, MoeTokenGroup tokens)
     : shape_(checked(prefix, shape, options, ep)),
       options_(options),
       ep_(ep),
+      tokens_(tokens),
       gate_(prefix + ".block_sparse_moe.gate.weight", Shape{shape.moe_experts, shape.n_embd},
             InitKind::normal, shape.init_std),
       experts_(prefix + ".block_sparse_moe.experts", ep.rank() * (shape.moe_experts / ep.size()),
@@ -174,8 +175,13 @@ Tensor SparseMoeBlock::forward(const Tensor& x, const SequenceBatch& /*batch*/) 
   s.dispatch = plan_moe_dispatch(
       {s.top_expert.i32(), nk}, {s.top_weight.f32(), nk}, N, k, E,
       moe_expert_capacity(N, k, E, options_.moe_capacity_factor), options_.moe_token_drop_policy);
-  s.losses = moe_router_losses(s.probs.f32(), s.lse.f32(), s.dispatch.routed, N, k,
-                               options_.moe_aux_loss_coeff, options_.moe_z_loss_coeff);
+  // The losses of the whole micro-batch: under cp / sp its tokens are spread over tokens_'s
+  // ranks, whose sums add up (no traffic when both losses are off).
+  std::vector<double> sums = moe_router_sums(s.probs.f32(), s.lse.f32(), s.dispatch.routed, N);
+  const bool losses_on = options_.moe_aux_loss_coeff != 0.0 || options_.moe_z_loss_coeff != 0.0;
+  if (tokens_.group != nullptr && losses_on) tokens_.group->all_reduce_sum(std::span<double>(sums));
+  s.losses = moe_router_losses_from_sums(sums, k, options_.moe_aux_loss_coeff,
+                                         options_.moe_z_loss_coeff);
   Tensor packed = Tensor::empty({s.dispatch.rows(), C}, MemCategory::activations);
   kernels::moe_gather_rows(x.f32(), s.dispatch.row_token.data(), packed.f32(), s.dispatch.rows(),
                            C);
@@ -213,9 +219,10 @@ Tensor SparseMoeBlock::backward(const Tensor& dy) {
   // Router: top-k weights + aux + z through the softmax, then the f32 linear (at once: the
   // router is not among the deferred matmuls, like a norm weight's gradient).
   Tensor dlogits = Tensor::empty({N, E}, MemCategory::activations);
+  const double loss_grad = loss_grad_scale_ * tokens_.grad_factor;
   std::vector<float> aux_dprob = s.losses.aux_dprob;
-  for (float& a : aux_dprob) a = static_cast<float>(a * loss_grad_scale_);
-  const auto z_scale = static_cast<float>(s.losses.z_scale * loss_grad_scale_);
+  for (float& a : aux_dprob) a = static_cast<float>(a * loss_grad);
+  const auto z_scale = static_cast<float>(s.losses.z_scale * loss_grad);
   kernels::moe_router_backward(s.probs.f32(), s.lse.f32(), s.top_expert.i32(),
                                s.top_weight.f32(), d_weight.f32(),
                                aux_dprob.empty() ? nullptr : aux_dprob.data(), z_scale,

@@ -125,8 +125,9 @@ class SparseMoeBlock final : public Module {
   /// `prefix` is the decoder layer's, e.g. "model.layers.3". MT_CHECKs the shape (E ≥ 1,
   /// 1 ≤ k ≤ E, C, F ≥ 1, E % ep == 0) and options (capacity factor and coefficients ≥ 0); the
   /// config reports them first as ConfigErrors. This rank builds experts of its ep rank only.
+  /// `tokens`: the ranks sharing this layer's micro-batches (its aux and z losses are theirs).
   SparseMoeBlock(const std::string& prefix, const MoeShape& shape, const MoeOptions& options,
-                 ExpertParallel ep = {});
+                 ExpertParallel ep = {}, MoeTokenGroup tokens = {});
 
   /// x [N, C] f32 → y [N, C] f32. Keeps x, the router's probs [N, E], lse [N], top-k experts
   /// and weights [N, k], the dispatch plan and the experts' packed outputs [rows, C] in the
@@ -164,6 +165,7 @@ class SparseMoeBlock final : public Module {
   MoeShape shape_;
   MoeOptions options_;
   ExpertParallel ep_;
+  MoeTokenGroup tokens_;
   Parameter gate_;
   GroupedSwiGluExperts experts_;
   double loss_grad_scale_ = 1.0;

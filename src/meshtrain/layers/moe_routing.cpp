@@ -91,43 +91,60 @@ MoeDispatch plan_moe_dispatch(std::span<const std::int32_t> top_expert,
   return d;
 }
 
-MoeRouterLosses moe_router_losses(const float* probs, const float* lse,
-                                  std::span<const std::int64_t> routed, std::int64_t tokens,
-                                  std::int64_t top_k, double aux_loss_coeff,
-                                  double z_loss_coeff) {
+std::vector<double> moe_router_sums(const float* probs, const float* lse,
+                                    std::span<const std::int64_t> routed, std::int64_t tokens) {
   const auto E = static_cast<std::int64_t>(routed.size());
-  MT_CHECK(E >= 1 && top_k >= 1 && tokens >= 0, "moe router losses: E={} top_k={} tokens={}", E,
-           top_k, tokens);
-  MoeRouterLosses out;
-  if (tokens == 0) return out;
-  const auto N = static_cast<double>(tokens);
-  std::vector<double> prob_sum(static_cast<std::size_t>(E), 0.0);
-  double lse_sq = 0.0;
-  for (std::int64_t n = 0; n < tokens; ++n) {
-    for (std::int64_t e = 0; e < E; ++e) prob_sum[static_cast<std::size_t>(e)] += probs[n * E + e];
-    lse_sq += static_cast<double>(lse[n]) * lse[n];
+  MT_CHECK(E >= 1 && tokens >= 0, "moe router sums: E={} tokens={}", E, tokens);
+  std::vector<double> sums(static_cast<std::size_t>(2 * E + 2), 0.0);
+  for (std::int64_t e = 0; e < E; ++e) {
+    sums[static_cast<std::size_t>(e)] = static_cast<double>(routed[static_cast<std::size_t>(e)]);
   }
+  for (std::int64_t n = 0; n < tokens; ++n) {
+    for (std::int64_t e = 0; e < E; ++e) sums[static_cast<std::size_t>(E + e)] += probs[n * E + e];
+    sums[static_cast<std::size_t>(2 * E)] += static_cast<double>(lse[n]) * lse[n];
+  }
+  sums[static_cast<std::size_t>(2 * E + 1)] = static_cast<double>(tokens);
+  return sums;
+}
+
+MoeRouterLosses moe_router_losses_from_sums(std::span<const double> sums, std::int64_t top_k,
+                                            double aux_loss_coeff, double z_loss_coeff) {
+  const auto E = static_cast<std::int64_t>((sums.size() - 2) / 2);
+  MT_CHECK(sums.size() >= 4 && sums.size() % 2 == 0 && top_k >= 1,
+           "moe router losses: {} sums, top_k={}", sums.size(), top_k);
+  MoeRouterLosses out;
+  const double N = sums[static_cast<std::size_t>(2 * E + 1)];
+  if (N == 0.0) return out;
   const double assignments = N * static_cast<double>(top_k);
   double balance = 0.0;
   for (std::int64_t e = 0; e < E; ++e) {
-    const auto i = static_cast<std::size_t>(e);
-    balance += (static_cast<double>(routed[i]) / assignments) * (prob_sum[i] / N);
+    balance += (sums[static_cast<std::size_t>(e)] / assignments) *
+               (sums[static_cast<std::size_t>(E + e)] / N);
   }
   out.load_balance = static_cast<double>(E) * balance;
   out.aux_loss = aux_loss_coeff * out.load_balance;
-  out.router_z = lse_sq / N;
+  out.router_z = sums[static_cast<std::size_t>(2 * E)] / N;
   out.z_loss = z_loss_coeff * out.router_z;
   if (aux_loss_coeff != 0.0) {
     out.aux_dprob.resize(static_cast<std::size_t>(E));
     for (std::int64_t e = 0; e < E; ++e) {
-      const auto i = static_cast<std::size_t>(e);
-      const double f = static_cast<double>(routed[i]) / assignments;
-      out.aux_dprob[i] =
+      const double f = sums[static_cast<std::size_t>(e)] / assignments;
+      out.aux_dprob[static_cast<std::size_t>(e)] =
           static_cast<float>(aux_loss_coeff * static_cast<double>(E) * f / N);
     }
   }
   out.z_scale = static_cast<float>(2.0 * z_loss_coeff / N);
   return out;
+}
+
+MoeRouterLosses moe_router_losses(const float* probs, const float* lse,
+                                  std::span<const std::int64_t> routed, std::int64_t tokens,
+                                  std::int64_t top_k, double aux_loss_coeff,
+                                  double z_loss_coeff) {
+  MT_CHECK(!routed.empty() && top_k >= 1 && tokens >= 0,
+           "moe router losses: E={} top_k={} tokens={}", routed.size(), top_k, tokens);
+  return moe_router_losses_from_sums(moe_router_sums(probs, lse, routed, tokens), top_k,
+                                     aux_loss_coeff, z_loss_coeff);
 }
 
 }  // namespace meshtrain

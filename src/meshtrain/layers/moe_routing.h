@@ -81,8 +81,19 @@ struct MoeRouterLosses {
   float z_scale = 0.0f;
 };
 /// MT_CHECKs routed.size() = E ≥ 1, top_k ≥ 1, tokens ≥ 0; tokens = 0 gives all zeros.
+/// The composition of the two functions below.
 MoeRouterLosses moe_router_losses(const float* probs, const float* lse,
                                   std::span<const std::int64_t> routed, std::int64_t tokens,
                                   std::int64_t top_k, double aux_loss_coeff, double z_loss_coeff);
+/// What the losses are made of, over the N tokens given: [routedᵢ (E), Σₙ probs[n, i] (E),
+/// Σₙ lse[n]², N] — sums over tokens, so ranks that each hold part of one micro-batch (context
+/// parallel, sequence parallel) all-reduce them and get the micro-batch's losses (Megatron-LM
+/// reduces the counts over tp × cp the same way). MT_CHECKs E ≥ 1, tokens ≥ 0.
+std::vector<double> moe_router_sums(const float* probs, const float* lse,
+                                    std::span<const std::int64_t> routed, std::int64_t tokens);
+/// The losses (and their gradient factors, per token of the sums' N) from `sums` as
+/// moe_router_sums returns them, summed over any number of token sets.
+MoeRouterLosses moe_router_losses_from_sums(std::span<const double> sums, std::int64_t top_k,
+                                            double aux_loss_coeff, double z_loss_coeff);
 
 }  // namespace meshtrain

@@ -44,7 +44,7 @@ std::unique_ptr<SparseMoeBlock> moe_mlp(const ModelConfig& c, std::int64_t i,
                            .moe_token_drop_policy = layer_moe_drop_policy(c.moe_token_drop_policy),
                            .moe_aux_loss_coeff = c.moe_aux_loss_coeff,
                            .moe_z_loss_coeff = c.moe_z_loss_coeff};
-  return std::make_unique<SparseMoeBlock>(prefix, shape, options, groups.ep);
+  return std::make_unique<SparseMoeBlock>(prefix, shape, options, groups.ep, groups.moe_tokens);
 }
 
 std::unique_ptr<TransformerBlock> block(const ModelConfig& c, std::int64_t i,

@@ -29,6 +29,12 @@ pp::ScheduleSpec schedule_of(const Config& config) {
           .m = static_cast<int>(config.training.accumulation)};
 }
 
+// The ranks holding parts of one micro-batch: cp, with tp under sequence parallelism.
+MoeTokenGroup moe_token_group(const Config& config, const DeviceMesh& mesh) {
+  ProcessGroup& g = config.parallel.sequence_parallel ? mesh.tp_cp_group() : mesh.group(Axis::cp);
+  return {g.size() > 1 ? &g : nullptr, mesh.group(Axis::cp).size()};
+}
+
 }  // namespace
 
 ModelStage::ModelStage(const Config& config, const DeviceMesh& mesh,
@@ -40,7 +46,7 @@ ModelStage::ModelStage(const Config& config, const DeviceMesh& mesh,
     const ParallelGroups groups(
         TensorParallel{mesh.group(Axis::tp), config.parallel.sequence_parallel},
         ContextParallel{&mesh.group(Axis::cp), layer_cp_comm(config.parallel.cp_comm)},
-        ExpertParallel{&mesh.group(Axis::ep)});
+        ExpertParallel{&mesh.group(Axis::ep)}, moe_token_group(config, mesh));
     stage_ = std::make_unique<PipelineStage>(
         config, static_cast<std::uint64_t>(config.training.seed), groups, pp.rank());
   }
