@@ -209,11 +209,11 @@ void Trainer::load_checkpoint(const fs::path& dir) {
   if (world_.rank() == 0 && options_.log) {
     // Checkpoints from before context (expert) parallel have no "cp" ("ep"): saved at 1.
     fmt::print(
-        "resumed from {} at step {} (saved with dp={} cp={} ep={} tp={} pp={} v={} "
-        "zero_stage={})\n",
-        dir.string(), step, mesh.value("dp", 0), mesh.value("cp", 1), mesh.value("ep", 1),
-        mesh.value("tp", 0), mesh.value("pp", 0), mesh.value("virtual_stages", 0),
-        mesh.value("zero_stage", 0));
+        "resumed from {} at step {} (saved with dp={} cp={} tp={} pp={} v={} zero_stage={} "
+        "ep={})\n",
+        dir.string(), step, mesh.value("dp", 0), mesh.value("cp", 1), mesh.value("tp", 0),
+        mesh.value("pp", 0), mesh.value("virtual_stages", 0), mesh.value("zero_stage", 0),
+        mesh.value("ep", 1));
   }
 }
 
