@@ -16,12 +16,15 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "../support/test_config.h"
 #include "../support/training_run.h"
 #include "dist_env.h"
+#include "meshtrain/checkpoint/reshard.h"
+#include "meshtrain/checkpoint/sharded_checkpoint.h"
 
 namespace meshtrain {
 namespace {
@@ -56,6 +59,7 @@ struct ResumeCase {
   bool async = true;
   std::int64_t cp = 1;
   CpCommMode cp_comm = CpCommMode::p2p;
+  std::int64_t moe_ep = 0;  // > 0: the MoE llama (test::make_moe) at parallel.ep = moe_ep
 };
 
 Config resume_config(const ResumeCase& c) {
@@ -73,6 +77,7 @@ Config resume_config(const ResumeCase& c) {
   cfg.training.eval_interval = 5;  // evaluation between saves must not disturb anything
   cfg.checkpoint.interval = 10;
   cfg.checkpoint.async = c.async;
+  if (c.moe_ep > 0) test::make_moe(cfg, c.moe_ep);
   return cfg;
 }
 
@@ -94,7 +99,15 @@ std::vector<ResumeCase> resume_cases() {
                .accumulation = 4,
                .schedule = PipelineSchedule::interleaved_1f1b},
               {.name = "cp2_p2p_llama", .family = ModelFamily::llama, .cp = 2},
-              {.name = "cp2_a2a", .cp = 2, .cp_comm = CpCommMode::a2a}};
+              {.name = "cp2_a2a", .cp = 2, .cp_comm = CpCommMode::a2a},
+              // MoE: each ep rank saves and loads only its experts.
+              {.name = "moe_dp2_ep2", .family = ModelFamily::llama, .dp = 2, .moe_ep = 2},
+              {.name = "moe_dp2_ep2_zero3_accumulation",
+               .family = ModelFamily::llama,
+               .dp = 2,
+               .zero = 3,
+               .accumulation = 2,
+               .moe_ep = 2}};
     case 4:
       return {{.name = "dp2_tp2_sp_zero3", .dp = 2, .tp = 2, .zero = 3, .sp = true},
               {.name = "pp2_dp2_zero1_interleaved",
@@ -110,7 +123,19 @@ std::vector<ResumeCase> resume_cases() {
                .pp = 2,
                .accumulation = 4,
                .sp = true},
-              {.name = "dp2_cp2_zero3", .dp = 2, .zero = 3, .cp = 2}};
+              {.name = "dp2_cp2_zero3", .dp = 2, .zero = 3, .cp = 2},
+              // ep 2 of dp 4: expert ZeRO-1 slices over the expert-data-parallel pairs.
+              {.name = "moe_dp4_ep2_zero1",
+               .family = ModelFamily::llama,
+               .dp = 4,
+               .zero = 1,
+               .moe_ep = 2},
+              {.name = "moe_dp2_ep2_pp2",
+               .family = ModelFamily::llama,
+               .dp = 2,
+               .pp = 2,
+               .accumulation = 2,
+               .moe_ep = 2}};
     default:
       return {};
   }
@@ -265,6 +290,169 @@ std::string reshard_name(const ::testing::TestParamInfo<ReshardCase>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, Reshard, ::testing::ValuesIn(reshard_cases()), reshard_name);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Reshard);
+
+// ---------------------------------------------------------------------------------------
+// Resharding a MoE model to another ep (issue 14): each ep rank saved only its experts; the
+// checkpoint loads under another ep at load time, and `meshtrain reshard`
+// (reshard_checkpoint) writes another ep's files offline, each target rank holding its ep
+// rank's experts. Both continue within 1e-5 of the run that did not stop, and agree bit for
+// bit. micro_batch 2 in every layout, so each MoE forward sees the same token set (the aux
+// and z losses are over the tokens of a micro-batch; moe_equivalence_test.cpp).
+
+struct EpLayout {
+  std::int64_t dp, ep, tp, pp, zero;
+};
+
+std::string describe(const EpLayout& l) {
+  return fmt::format("dp {} ep {} tp {} pp {} zero {}", l.dp, l.ep, l.tp, l.pp, l.zero);
+}
+
+Config ep_config(const EpLayout& l) {
+  constexpr std::int64_t kMicro = 2;
+  Config cfg =
+      test::small_tp_config(ModelFamily::llama, l.dp, l.tp, false, kMicro, 8 / (kMicro * l.dp));
+  test::make_moe(cfg, l.ep);
+  cfg.parallel.pp = l.pp;
+  cfg.parallel.zero_stage = l.zero;
+  cfg.training.max_steps = 15;
+  return cfg;
+}
+
+struct EpReshardCase {
+  std::string name;
+  EpLayout from;
+  std::vector<EpLayout> to;
+};
+
+std::vector<EpReshardCase> ep_reshard_cases() {
+  if (test::launched_world_size() != 4) return {};
+  return {{"ep2_to_ep1",
+           {.dp = 4, .ep = 2, .tp = 1, .pp = 1, .zero = 1},
+           {{.dp = 1, .ep = 1, .tp = 1, .pp = 1, .zero = 0},
+            {.dp = 2, .ep = 1, .tp = 1, .pp = 2, .zero = 3}}},
+          {"ep1_to_ep4",
+           {.dp = 4, .ep = 1, .tp = 1, .pp = 1, .zero = 0},
+           {{.dp = 4, .ep = 4, .tp = 1, .pp = 1, .zero = 0},
+            {.dp = 4, .ep = 4, .tp = 1, .pp = 1, .zero = 3},
+            {.dp = 2, .ep = 2, .tp = 2, .pp = 1, .zero = 1}}}};
+}
+
+void PrintTo(const EpReshardCase& c, std::ostream* os) { *os << c.name; }
+
+class EpReshard : public ::testing::TestWithParam<EpReshardCase> {};
+
+TEST_P(EpReshard, OnlineAndOfflineMatchTheRunThatDidNotStop) {
+  const EpReshardCase& c = GetParam();
+  const auto world = test::runtime().world_group();
+  const fs::path dir = shared_temp_dir(*world);
+  Config source = ep_config(c.from);
+  source.checkpoint.dir = (dir / "source").string();
+  source.checkpoint.interval = 10;
+  const std::vector<StepMetrics> want = Trainer(source, *world, quiet()).run();
+  ASSERT_EQ(want.size(), 15u);
+  const fs::path checkpoint = dir / "source" / "checkpoints" / "step-00000010";
+
+  for (std::size_t k = 0; k < c.to.size(); ++k) {
+    const EpLayout& to = c.to[k];
+    const Config target = ep_config(to);
+    // Offline: the checkpoint's own config with the target's layout (as `meshtrain reshard`
+    // builds it), written by rank 0.
+    const fs::path offline_root = dir / fmt::format("offline{}", k);
+    std::string error;
+    if (world->rank() == 0) {
+      try {
+        Config layout = CheckpointReader(checkpoint).config();
+        layout.parallel = target.parallel;
+        layout.training.micro_batch = target.training.micro_batch;
+        layout.training.accumulation = target.training.accumulation;
+        const fs::path written = reshard_checkpoint(checkpoint, layout, offline_root);
+        for (const auto& [path, ep] :
+             {std::pair{checkpoint, c.from.ep}, std::pair{written, to.ep}}) {
+          const nlohmann::json meta = nlohmann::json::parse(std::ifstream(path / "metadata.json"));
+          EXPECT_EQ(meta.at("state").at("mesh").at("ep").get<std::int64_t>(), ep)
+              << path << ": the checkpoint's mesh must record ep";
+        }
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    }
+    ASSERT_EQ(error, "") << "reshard to " << describe(to);
+    world->barrier();
+
+    const int size = static_cast<int>(to.dp * to.tp * to.pp);
+    const bool member = world->rank() < size;
+    const auto sub = world->split(member ? 0 : 1, world->rank(), "world");
+    if (member) {
+      std::vector<std::vector<StepMetrics>> runs;
+      for (const fs::path& from : {checkpoint, offline_root / "step-00000010"}) {
+        Config resumed = target;
+        resumed.checkpoint.resume = from.string();
+        runs.push_back(Trainer(resumed, *sub, quiet()).run());
+        ASSERT_EQ(runs.back().size(), 5u) << from;
+      }
+      for (std::size_t i = 0; i < 5; ++i) {
+        const StepMetrics& got = runs[0][i];
+        EXPECT_NEAR(got.loss, want[10 + i].loss, kReshardRtol * want[10 + i].loss)
+            << "to " << describe(to) << ", step " << 11 + i;
+        EXPECT_NEAR(got.grad_norm, want[10 + i].grad_norm, kReshardRtol * want[10 + i].grad_norm)
+            << "grad norm, to " << describe(to) << ", step " << 11 + i;
+        EXPECT_EQ(runs[1][i].loss, got.loss) << "offline and load-time resharding differ, to "
+                                             << describe(to) << ", step " << 11 + i;
+        EXPECT_EQ(runs[1][i].grad_norm, got.grad_norm)
+            << "grad norm, offline vs load-time, to " << describe(to) << ", step " << 11 + i;
+      }
+    }
+    world->barrier();
+  }
+  if (world->rank() == 0) fs::remove_all(dir);
+}
+
+std::string ep_reshard_name(const ::testing::TestParamInfo<EpReshardCase>& param) {
+  return param.param.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, EpReshard, ::testing::ValuesIn(ep_reshard_cases()),
+                         ep_reshard_name);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(EpReshard);
+
+// A MoE checkpoint is another model than the dense llama of the same sizes: loading it is
+// refused naming model.moe_experts, at load time and by `meshtrain reshard`.
+TEST(EpCheckpoint, ADenseConfigRefusesAMoeCheckpoint) {
+  const auto world = test::runtime().world_group();
+  if (world->size() != 2) GTEST_SKIP() << "runs at np 2";
+  const fs::path dir = shared_temp_dir(*world);
+  Config moe = ep_config({.dp = 2, .ep = 2, .tp = 1, .pp = 1, .zero = 0});
+  moe.training.max_steps = 6;
+  moe.checkpoint.interval = 6;
+  moe.checkpoint.dir = dir.string();
+  Trainer(moe, *world, quiet()).run();
+  const fs::path checkpoint = dir / "checkpoints" / "step-00000006";
+
+  Config dense = ep_config({.dp = 2, .ep = 1, .tp = 1, .pp = 1, .zero = 0});
+  dense.model.moe_experts = 0;
+  dense.checkpoint.dir = (dir / "dense").string();
+  Trainer fresh(dense, *world, quiet());
+  try {
+    fresh.load_checkpoint(checkpoint);
+    ADD_FAILURE() << "a dense model loaded a MoE checkpoint";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.moe_experts: 4 vs 0"), std::string::npos)
+        << e.what();
+  }
+  if (world->rank() == 0) {
+    Config layout = CheckpointReader(checkpoint).config();
+    layout.model.moe_experts = 0;
+    try {
+      reshard_checkpoint(checkpoint, layout, dir / "resharded");
+      ADD_FAILURE() << "reshard changed a MoE model into a dense one";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("model.moe_experts: 4 vs 0"), std::string::npos)
+          << e.what();
+    }
+  }
+  world->barrier();
+  if (world->rank() == 0) fs::remove_all(dir);
+}
 
 // ---------------------------------------------------------------------------------------
 // Corruption, fallback, retention.

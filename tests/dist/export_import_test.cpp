@@ -10,7 +10,9 @@
 //      same DataError naming the file and the tensor, instead of one rank stopping alone.
 // np 1: tp 1; np 2: tp 2, dp 2 with ZeRO-3, and pp 2; np 4: tp 2 × dp 2 with ZeRO-3. gpt2 (biases,
 // the fused c_attn split over tp, a vocabulary of 65 padded over tp) and llama (GQA, untied
-// head).
+// head). Mixtral (issue 14): the MoE llama of test::make_moe at dp 2 × ep 2 (np 2) and
+// dp 4 × ep 2 with ZeRO-3 (np 4): each ep rank holds half the experts, logical_tensors gathers
+// all of them, and the import fills each ep rank's own.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -32,29 +34,32 @@ namespace {
 
 using test::quiet;
 
-// (family, tp, dp, zero stage, pp)
-using Layout = std::tuple<ModelFamily, int, int, int, int>;
+// (family, tp, dp, zero stage, pp, ep: 0 = dense, else the MoE llama at that ep)
+using Layout = std::tuple<ModelFamily, int, int, int, int, int>;
 
 std::vector<Layout> layouts_of_this_world() {
   const int world = test::launched_world_size();
   std::vector<Layout> out;
   for (const ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama}) {
-    if (world == 1) out.emplace_back(family, 1, 1, 0, 1);
+    if (world == 1) out.emplace_back(family, 1, 1, 0, 1, 0);
     if (world == 2) {
-      out.emplace_back(family, 2, 1, 0, 1);
-      out.emplace_back(family, 1, 2, 3, 1);
-      out.emplace_back(family, 1, 1, 0, 2);  // gpt2: the tied embedding's copy on the last stage
+      out.emplace_back(family, 2, 1, 0, 1, 0);
+      out.emplace_back(family, 1, 2, 3, 1, 0);
+      out.emplace_back(family, 1, 1, 0, 2, 0);  // gpt2: the tied embedding's copy on the last stage
     }
-    if (world == 4) out.emplace_back(family, 2, 2, 3, 1);
+    if (world == 4) out.emplace_back(family, 2, 2, 3, 1, 0);
   }
+  if (world == 2) out.emplace_back(ModelFamily::llama, 1, 2, 0, 1, 2);
+  if (world == 4) out.emplace_back(ModelFamily::llama, 1, 4, 3, 1, 2);
   return out;
 }
 
 Config layout_config(const Layout& layout) {
-  const auto& [family, tp, dp, zero, pp] = layout;
+  const auto& [family, tp, dp, zero, pp, ep] = layout;
   Config c = test::small_tp_config(family, dp, tp, false, 4 / (dp * pp), pp);
   c.parallel.zero_stage = zero;
   c.parallel.pp = pp;
+  if (ep > 0) test::make_moe(c, ep);
   return c;
 }
 
@@ -176,9 +181,10 @@ TEST_P(ExportImport, NonFiniteValueFailsOnEveryRank) {
 }
 
 std::string layout_name(const ::testing::TestParamInfo<Layout>& param) {
-  const auto& [family, tp, dp, zero, pp] = param.param;
-  return std::string(to_string(family)) + "_tp" + std::to_string(tp) + "_dp" + std::to_string(dp) + "_zero" +
-         std::to_string(zero) + "_pp" + std::to_string(pp);
+  const auto& [family, tp, dp, zero, pp, ep] = param.param;
+  return std::string(ep > 0 ? "mixtral" : to_string(family)) + "_tp" + std::to_string(tp) + "_dp" +
+         std::to_string(dp) + "_zero" + std::to_string(zero) + "_pp" + std::to_string(pp) +
+         (ep > 0 ? "_ep" + std::to_string(ep) : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, ExportImport, ::testing::ValuesIn(layouts_of_this_world()),

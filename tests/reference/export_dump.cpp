@@ -1,7 +1,8 @@
 // tests/reference/export_dump.cpp
 //
 // The C++ half of reference.export_matches_pytorch: builds a small single-process GPT-2 (with
-// or without biases) or Llama (GQA 4/2 heads, RoPE, SwiGLU, untied head), moves every
+// or without biases), Llama (GQA 4/2 heads, RoPE, SwiGLU, untied head) or Mixtral (that Llama
+// with a sparse MoE block of 4 SwiGLU experts of 48, top-2, in every layer), moves every
 // parameter away from its initial value (N(0, 0.05²) noise added, so norm weights are not all
 // one and biases not all zero: a tensor the export dropped or transposed wrongly changes the
 // logits), and writes
@@ -11,7 +12,7 @@
 // hf_export_reference.py then loads the export (Hugging Face names and layouts) into PyTorch
 // and compares the logits.
 //
-//   export_dump <out dir> [--no-bias | --llama]
+//   export_dump <out dir> [--no-bias | --llama | --mixtral]
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -45,12 +46,18 @@ int run(const std::filesystem::path& out, const std::string& variant) {
   mc.block_size = 16;
   mc.vocab_size = 65;
   mc.bias = variant == "gpt2";
-  if (variant == "llama") {
+  if (variant == "llama" || variant == "mixtral") {
     mc.family = ModelFamily::llama;
     mc.n_kv_head = 2;
     mc.ffn_hidden = 96;
     mc.rope_theta = 500.0;  // not the default: config.json must carry it
     mc.norm_eps = 1e-6;
+  }
+  if (variant == "mixtral") {
+    mc.moe_experts = 4;
+    mc.moe_top_k = 2;
+    mc.moe_ffn_hidden = 48;  // not ffn_hidden: config.json's intermediate_size must be this
+    mc.moe_aux_loss_coeff = 0.01;
   }
   const auto self = single_rank_group("tp");
   CausalLm model(mc, kSeed, TensorParallel{*self});
@@ -89,5 +96,6 @@ int run(const std::filesystem::path& out, const std::string& variant) {
 int main(int argc, char** argv) {
   return meshtrain::test::dump_main(
       argc, argv, "export_dump", "<out dir>",
-      [](const char* out, const std::string& variant) { return meshtrain::run(out, variant); });
+      [](const char* out, const std::string& variant) { return meshtrain::run(out, variant); },
+      /*mixtral=*/true);
 }

@@ -14,8 +14,12 @@ export's tensors alone, under their file names:
          transformer.wte (not in the file).
   llama  LlamaForCausalLM as in gpt_reference.py (nn.Linear [out, in], rotate_half RoPE,
          repeat_kv GQA, RMSNorm, untied lm_head), sized from config.json.
-transformers is not installed here (Debian python3-torch 1.13 only); when it is importable the
-script also loads the export with transformers' own class and checks its logits too.
+  mixtral  transformers' own MixtralForCausalLM (4.36.2, which scripts/setup.sh installs into
+         .pydeps; the CTest test sets PYTHONPATH), built from MixtralConfig.from_json_file of
+         config.json: a sparse MoE block (router block_sparse_moe.gate, experts.{j}.w1/w2/w3)
+         in every layer, softmax → top-k → renormalised weights.
+When transformers is importable the script also loads the export with from_pretrained (the
+directory alone) and checks its logits too; without it only the mixtral variant fails.
 Prints a table and exits 1 when any check is outside its tolerance.
 """
 import json
@@ -31,6 +35,10 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpt_reference import Llama, Report, max_rel, read_safetensors  # noqa: E402
 
+# Mixtral: the same GEMMs plus the router, whose top-k choice is discontinuous; with the
+# weights moved by ±0.05 noise no token sits within rounding of a tie, so the routings agree
+# and the logits differ by fp32 rounding only (measured 5.1e-7). A w1/w3 swap (0.26),
+# a transposed expert or two experts' w2 swapped (0.52) move them by O(1e-2 … 1).
 # Logits: max|Δ| / max|reference|. The same fp32 math as gpt_reference.py's logits check (GEMMs
 # over ≤ 4·C = 256 terms through 2 blocks; measured there ≤ 3.9e-7), with weights moved off
 # their initial values (±0.05 noise on every tensor). 1e-4 keeps its margin; a transposed
@@ -118,7 +126,32 @@ class HfGpt2(nn.Module):
         return F.linear(tr.ln_f(x), tr.wte.weight).view(B * T, -1)
 
 
-def build(cfg):
+class HfMixtral(nn.Module):
+    """transformers' MixtralForCausalLM from config.json, returning logits [B·T, V]."""
+
+    def __init__(self, config_path):
+        super().__init__()
+        try:
+            from transformers import MixtralConfig, MixtralForCausalLM
+        except ImportError as e:
+            raise SystemExit(f"hf_export_reference: the mixtral variant needs transformers ({e}); "
+                             "run scripts/setup.sh (transformers==4.36.2 into .pydeps) and set "
+                             "PYTHONPATH=.pydeps")
+        config = MixtralConfig.from_json_file(config_path)
+        self.model = MixtralForCausalLM(config)
+
+    def load_state_dict(self, state, strict=True):
+        return self.model.load_state_dict(state, strict=strict)
+
+    def forward(self, idx):
+        logits = self.model(idx).logits
+        return logits.reshape(-1, logits.shape[-1])
+
+
+def build(cfg, config_path):
+    if cfg["model_type"] == "mixtral":
+        assert cfg["architectures"] == ["MixtralForCausalLM"] and cfg["hidden_act"] == "silu"
+        return HfMixtral(config_path)
     if cfg["model_type"] == "gpt2":
         assert cfg["activation_function"] == "gelu_new" and cfg["tie_word_embeddings"]
         return HfGpt2(cfg)
@@ -151,18 +184,21 @@ def check(directory, report):
     if meta.get("format") != "pt":
         raise SystemExit(f"{label}: metadata format {meta.get('format')!r}; transformers needs 'pt'")
     expected, _ = read_safetensors(os.path.join(directory, "expected.safetensors"))
-    model = build(cfg)
+    model = build(cfg, os.path.join(hf_dir, "config.json"))
     state = {k: torch.from_numpy(v) for k, v in tensors.items()}
     model.load_state_dict(state, strict=True)  # every name and shape, nothing extra
     model.eval()
     tokens = expected["tokens"]
     with torch.no_grad():
         logits = model(torch.from_numpy(tokens.astype(np.int64))).numpy()
-    report.add(label, f"logits ({cfg['model_type']}, Hugging Face layout, hand-written)",
+    how = "MixtralForCausalLM, strict load_state_dict" if cfg["model_type"] == "mixtral" \
+        else "Hugging Face layout, hand-written"
+    report.add(label, f"logits ({cfg['model_type']}, {how})",
                max_rel(expected["logits"], logits), LOGITS_TOL)
     hf = transformers_logits(hf_dir, tokens)
     if hf is not None:
-        report.add(label, "logits (transformers)", max_rel(expected["logits"], hf), LOGITS_TOL)
+        report.add(label, "logits (transformers from_pretrained)", max_rel(expected["logits"], hf),
+                   LOGITS_TOL)
 
 
 def main():

@@ -69,4 +69,16 @@ inline Config small_tp_config(ModelFamily family, std::int64_t dp, std::int64_t 
   return c;
 }
 
+/// Makes `c` (a llama) the small MoE model of the expert-parallel checkpoint tests: 4 SwiGLU
+/// experts of 48, top-2, dropless, aux 0.01 and z 0.001 (both depend on which tokens a
+/// micro-batch holds: keep training.micro_batch when comparing layouts), at parallel.ep = ep.
+inline void make_moe(Config& c, std::int64_t ep) {
+  c.model.moe_experts = 4;
+  c.model.moe_top_k = 2;
+  c.model.moe_ffn_hidden = 48;
+  c.model.moe_aux_loss_coeff = 0.01;
+  c.model.moe_z_loss_coeff = 0.001;
+  c.parallel.ep = ep;
+}
+
 }  // namespace meshtrain::test

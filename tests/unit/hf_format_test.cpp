@@ -6,7 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -131,6 +134,128 @@ TEST(HfFormat, ExportRejectsAMissingParameterAndImportANonZeroBiasOfABiasFreeMod
     EXPECT_NE(std::string(e.what()).find("transformer.h.0.ln_2.bias holds non-zero values"),
               std::string::npos)
         << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// The tiny llama as a Mixtral: 3 experts of F = 6, top-2, MoE in every layer.
+ModelConfig tiny_mixtral() {
+  ModelConfig m = tiny(ModelFamily::llama, false);
+  m.n_layer = 2;
+  m.moe_experts = 3;
+  m.moe_top_k = 2;
+  m.moe_ffn_hidden = 6;
+  m.moe_aux_loss_coeff = 0.02;
+  return m;
+}
+
+// Zero tensors under meshtrain's names, one per parameter of `m`.
+std::vector<NamedTensor> zero_model(const ModelConfig& m) {
+  std::vector<NamedTensor> out;
+  for (const HfTensor& s : hf_tensors(m))
+    out.push_back({s.name, Tensor::zeros(s.shape, MemCategory::other)});
+  return out;
+}
+
+TEST(HfFormat, MixtralNamesAndLayouts) {
+  const std::vector<HfTensor> specs = hf_tensors(tiny_mixtral());
+  for (const HfTensor& s : specs) {
+    EXPECT_EQ(s.hf_name, s.name);
+    EXPECT_FALSE(s.transposed) << s.name;
+    EXPECT_EQ(s.name.find(".mlp."), std::string::npos) << s.name << ": a dense MLP in a Mixtral";
+  }
+  for (int layer = 0; layer < 2; ++layer) {
+    const std::string moe = fmt::format("model.layers.{}.block_sparse_moe.", layer);
+    ASSERT_NE(find(specs, moe + "gate.weight"), nullptr) << layer;
+    EXPECT_EQ(find(specs, moe + "gate.weight")->shape, (Shape{3, 8}));  // [E, C]
+    for (int j = 0; j < 3; ++j) {
+      const std::string e = fmt::format("{}experts.{}.", moe, j);
+      ASSERT_NE(find(specs, e + "w1.weight"), nullptr) << e;
+      EXPECT_EQ(find(specs, e + "w1.weight")->shape, (Shape{6, 8}));  // [F, C]
+      EXPECT_EQ(find(specs, e + "w3.weight")->shape, (Shape{6, 8}));
+      EXPECT_EQ(find(specs, e + "w2.weight")->shape, (Shape{8, 6}));  // [C, F]
+    }
+    EXPECT_EQ(find(specs, moe + "experts.3.w1.weight"), nullptr);
+  }
+  EXPECT_NE(find(specs, "model.layers.1.post_attention_layernorm.weight"), nullptr);
+  EXPECT_NE(find(specs, "lm_head.weight"), nullptr);
+}
+
+TEST(HfFormat, MixtralConfigJsonUsesMixtralConfigNames) {
+  const auto j = nlohmann::json::parse(hf_config_json(tiny_mixtral()));
+  EXPECT_EQ(j["architectures"], nlohmann::json::array({"MixtralForCausalLM"}));
+  EXPECT_EQ(j["model_type"], "mixtral");
+  EXPECT_EQ(j["num_local_experts"], 3);
+  EXPECT_EQ(j["num_experts_per_tok"], 2);
+  EXPECT_EQ(j["intermediate_size"], 6);  // the expert F, not the dense ffn_hidden (12)
+  EXPECT_EQ(j["router_aux_loss_coef"], 0.02);
+  EXPECT_EQ(j["num_hidden_layers"], 2);
+  EXPECT_EQ(j["num_key_value_heads"], 1);
+  EXPECT_EQ(j["hidden_act"], "silu");
+  EXPECT_TRUE(j["sliding_window"].is_null());
+  EXPECT_EQ(j["tie_word_embeddings"], false);
+  EXPECT_FALSE(j.contains("head_dim"));  // MixtralConfig (4.36.2) has none: n_embd / n_head
+}
+
+TEST(HfFormat, MoeEveryNthLayerDoesNotExport) {
+  Config config;
+  config.source = "run/config.toml";
+  config.model = tiny_mixtral();
+  config.model.moe_layer_freq = 2;
+  const auto dir = std::filesystem::temp_directory_path() / "meshtrain_hf_format_freq_test";
+  std::filesystem::create_directories(dir);
+  for (const auto& attempt :
+       {std::function<void()>([&] { hf_config_json(config.model); }), std::function<void()>([&] {
+          export_hf(zero_model(config.model), config, dir / "model.safetensors");
+        })}) {
+    try {
+      attempt();
+      ADD_FAILURE() << "a MoE model with moe_layer_freq = 2 exported";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("model.moe_layer_freq"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("every layer"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "model.safetensors"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(HfFormat, ImportNamesAMoeMismatch) {
+  const auto dir = std::filesystem::temp_directory_path() / "meshtrain_hf_format_moe_test";
+  std::filesystem::create_directories(dir);
+  Config mixtral;
+  mixtral.model = tiny_mixtral();
+  export_hf(zero_model(mixtral.model), mixtral, dir / "mixtral.safetensors");
+  Config dense;
+  dense.model = tiny(ModelFamily::llama, false);
+  dense.model.n_layer = 2;
+  export_hf(zero_model(dense.model), dense, dir / "dense.safetensors");
+  HfImport(dir / "mixtral.safetensors", mixtral.model).check_values();  // the round trip
+
+  ModelConfig four = tiny_mixtral();
+  four.moe_experts = 4;
+  ModelConfig every_other = tiny_mixtral();
+  every_other.moe_layer_freq = 2;
+  const struct {
+    std::string file;
+    ModelConfig model;
+    std::string says;
+  } cases[] = {
+      {"mixtral", dense.model,
+       "Mixtral-style MoE model with 3 experts per layer, the config says "
+       "model.moe_experts = 0 (a dense model)"},
+      {"dense", mixtral.model,
+       "the file holds a dense model, the config says model.moe_experts = 3"},
+      {"mixtral", four, "3 experts per layer, the config says model.moe_experts = 4"},
+      {"mixtral", every_other, "model.moe_layer_freq = 2"},
+  };
+  for (const auto& c : cases) {
+    try {
+      HfImport(dir / (c.file + ".safetensors"), c.model);
+      ADD_FAILURE() << c.file << " imported into a mismatched model: " << c.says;
+    } catch (const DataError& e) {
+      EXPECT_NE(std::string(e.what()).find(c.says), std::string::npos) << e.what();
+    }
   }
   std::filesystem::remove_all(dir);
 }

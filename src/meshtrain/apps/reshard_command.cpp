@@ -17,8 +17,9 @@ int run_reshard(const ReshardArgs& args) {
         load_config_text(to_toml(target), "the checkpoint's config with the overrides", overrides);
     const auto dir = reshard_checkpoint(args.checkpoint, target, args.out_root);
     const ParallelConfig& p = target.parallel;
-    fmt::print("wrote {} for dp={} tp={} pp={} v={} zero_stage={} ({} ranks)\n", dir.string(), p.dp,
-               p.tp, p.pp, p.virtual_stages, p.zero_stage, p.dp * p.tp * p.pp);
+    fmt::print("wrote {} for dp={} cp={} ep={} tp={} pp={} v={} zero_stage={} ({} ranks)\n",
+               dir.string(), p.dp, p.cp, p.ep, p.tp, p.pp, p.virtual_stages, p.zero_stage,
+               p.dp * p.cp * p.tp * p.pp);
     return 0;
   });
 }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -41,9 +42,14 @@ bool is_hf_buffer(std::string_view name) {
 }
 
 std::string describe(const ModelConfig& m) {
-  return fmt::format("family {}, n_layer {}, n_head {}, n_embd {}, vocab_size {}, block_size {}",
-                     to_string(m.family), m.n_layer, m.n_head, m.n_embd, m.vocab_size,
-                     m.block_size);
+  std::string out =
+      fmt::format("family {}, n_layer {}, n_head {}, n_embd {}, vocab_size {}, block_size {}",
+                  to_string(m.family), m.n_layer, m.n_head, m.n_embd, m.vocab_size, m.block_size);
+  if (m.moe_experts > 0) {
+    out += fmt::format(", moe_experts {} (top {}, F {})", m.moe_experts, m.moe_top_k,
+                       moe_ffn_hidden_of(m));
+  }
+  return out;
 }
 
 Tensor transpose_2d(const Tensor& t) {
@@ -62,6 +68,38 @@ std::int64_t first_non_finite(const Tensor& t) {
   const std::span<const float> v = t.span_f32();
   const auto it = std::find_if(v.begin(), v.end(), [](float x) { return !std::isfinite(x); });
   return it == v.end() ? -1 : static_cast<std::int64_t>(it - v.begin());
+}
+
+constexpr std::string_view kExpertsInfix = ".block_sparse_moe.experts.";
+
+// Experts per MoE block in a file's tensor names (1 + the largest j of
+// "….block_sparse_moe.experts.{j}.…"); 0 when the file has none (a dense model).
+std::int64_t experts_in_file(const SafetensorsIndex& index) {
+  std::int64_t experts = 0;
+  for (const auto& [name, entry] : index.entries) {
+    const std::size_t at = name.find(kExpertsInfix);
+    if (at == std::string::npos) continue;
+    const std::size_t first = at + kExpertsInfix.size();
+    const std::size_t dot = name.find('.', first);
+    const std::string digits = name.substr(first, dot - first);
+    const bool number = !digits.empty() && digits.size() <= 9 &&
+                        std::all_of(digits.begin(), digits.end(),
+                                    [](unsigned char c) { return std::isdigit(c) != 0; });
+    if (!number) continue;
+    experts = std::max<std::int64_t>(experts, std::stoll(digits) + 1);
+  }
+  return experts;
+}
+
+// What stops `model` from being a Hugging Face model (Mixtral has a sparse MoE block in every
+// layer, so a model with MoE only every n-th layer has no Hugging Face class).
+std::vector<ConfigIssue> hf_export_issues(const ModelConfig& m) {
+  if (m.moe_experts == 0 || m.moe_layer_freq == 1) return {};
+  return {{"model.moe_layer_freq", std::to_string(m.moe_layer_freq),
+           "Hugging Face's Mixtral (MixtralForCausalLM) has a sparse MoE block in every layer "
+           "and no layer frequency, so a model with MoE every n-th layer cannot be exported",
+           "export models trained with model.moe_layer_freq = 1, or keep this one in meshtrain's "
+           "own checkpoint format"}};
 }
 
 }  // namespace
@@ -112,8 +150,36 @@ Tensor from_hf(const Tensor& stored, const HfTensor& spec) {
 }
 
 std::string hf_config_json(const ModelConfig& m) {
+  if (std::vector<ConfigIssue> issues = hf_export_issues(m); !issues.empty()) {
+    throw ConfigError("the model to export", std::move(issues));
+  }
   nlohmann::ordered_json j;
-  if (m.family == ModelFamily::llama) {
+  if (m.family == ModelFamily::llama && m.moe_experts > 0) {
+    // transformers 4.36.2's MixtralConfig names. Mixtral's head_dim is n_embd / n_head (no key
+    // for it), its attention and experts have no bias, and its router is dropless top-k with
+    // renormalised weights (docs/moe.md): meshtrain's capacity factor, drop policy and z-loss
+    // are training settings with no counterpart.
+    j = {{"architectures", {"MixtralForCausalLM"}},
+         {"model_type", "mixtral"},
+         {"vocab_size", m.vocab_size},
+         {"hidden_size", m.n_embd},
+         {"intermediate_size", moe_ffn_hidden_of(m)},
+         {"num_hidden_layers", m.n_layer},
+         {"num_attention_heads", m.n_head},
+         {"num_key_value_heads", kv_heads_of(m)},
+         {"max_position_embeddings", m.block_size},
+         {"hidden_act", "silu"},
+         {"rms_norm_eps", m.norm_eps},
+         {"rope_theta", m.rope_theta},
+         {"sliding_window", nullptr},
+         {"attention_dropout", 0.0},
+         {"num_local_experts", m.moe_experts},
+         {"num_experts_per_tok", m.moe_top_k},
+         {"router_aux_loss_coef", m.moe_aux_loss_coeff},
+         {"output_router_logits", false},
+         {"tie_word_embeddings", false},
+         {"torch_dtype", "float32"}};
+  } else if (m.family == ModelFamily::llama) {
     j = {{"architectures", {"LlamaForCausalLM"}},
          {"model_type", "llama"},
          {"vocab_size", m.vocab_size},
@@ -158,6 +224,9 @@ void export_hf(const std::vector<NamedTensor>& logical, const Config& config, co
   if (config.model.vocab_size <= 0) {
     throw DataError(fmt::format("export: model.vocab_size is {}; pass the run's resolved config",
                                 config.model.vocab_size));
+  }
+  if (std::vector<ConfigIssue> issues = hf_export_issues(config.model); !issues.empty()) {
+    throw ConfigError(config.source, std::move(issues));
   }
   const std::vector<HfTensor> specs = hf_tensors(config.model);
   std::map<std::string, const Tensor*> by_name;
@@ -256,6 +325,22 @@ HfImport::HfImport(const fs::path& path, const ModelConfig& model)
   if ((gpt2 && llama_file) || (!gpt2 && gpt2_file)) {
     problems.push_back(fmt::format("the file holds a {} model, the config says model.family = {}",
                                    gpt2_file ? "gpt2" : "llama", to_string(model.family)));
+  }
+  if (const std::int64_t experts = experts_in_file(index_); experts != model.moe_experts) {
+    problems.push_back(
+        experts == 0 ? fmt::format("the file holds a dense model, the config says "
+                                   "model.moe_experts = {} (a MoE model)",
+                                   model.moe_experts)
+                     : fmt::format("the file holds a Mixtral-style MoE model with {} experts per "
+                                   "layer, the config says model.moe_experts = {}{}",
+                                   experts, model.moe_experts,
+                                   model.moe_experts == 0 ? " (a dense model)" : ""));
+  } else if (experts > 0 && model.moe_layer_freq != 1 && model.n_layer > 1 &&
+             index_.entries.contains("model.layers.1.block_sparse_moe.gate.weight")) {
+    problems.push_back(fmt::format(
+        "the file has MoE blocks where the config (model.moe_layer_freq = {}) has dense MLPs "
+        "(a Mixtral file has one in every layer)",
+        model.moe_layer_freq));
   }
   std::set<std::string> expected;
   for (const HfTensor& spec : specs_) {

@@ -14,6 +14,11 @@
 //   llama  names and layouts equal (nn.Linear everywhere, untied lm_head.weight). meshtrain's
 //          RoPE pairs the two halves of each head (HF's rotate_half), so q_proj / k_proj need
 //          no permutation (tests/reference/gpt_reference.py pins the convention).
+//   MoE    a llama with model.moe_experts > 0 is Hugging Face's MixtralForCausalLM: the same
+//          names and layouts, each block's feed-forward being block_sparse_moe.gate.weight
+//          [E, C] and block_sparse_moe.experts.{j}.w1/w3 [F, C], w2 [C, F] (meshtrain's names).
+//          Mixtral has a MoE block in every layer: model.moe_layer_freq ≠ 1 does not export
+//          (ConfigError). config.json is transformers 4.36.2's MixtralConfig.
 // Tensors are F32 and logical (no tp padding, gpt2's tied embedding once). The file's
 // metadata is {"format": "pt"} (transformers refuses safetensors without it) plus
 // "meshtrain_format": "hf-export-v1".
@@ -53,16 +58,19 @@ std::vector<HfTensor> hf_tensors(const ModelConfig& model);
 Tensor to_hf(const Tensor& logical, const HfTensor& spec);
 Tensor from_hf(const Tensor& stored, const HfTensor& spec);
 
-/// Hugging Face's config.json for `model` (model_type gpt2 or llama, sizes, eps, rope_theta,
-/// tie_word_embeddings, torch_dtype float32), as JSON text.
+/// Hugging Face's config.json for `model` (model_type gpt2, llama or mixtral: sizes, eps,
+/// rope_theta, tie_word_embeddings, torch_dtype float32; mixtral: num_local_experts,
+/// num_experts_per_tok, intermediate_size = the expert F, router_aux_loss_coef), as JSON text.
+/// Throws ConfigError for a model with no Hugging Face class (MoE with moe_layer_freq ≠ 1).
 std::string hf_config_json(const ModelConfig& model);
 
 /// Writes `out` (safetensors, HF names and layouts, F32) and `out`'s directory/config.json,
 /// each atomically (temporary name, fsync, rename). `logical`: every logical parameter of
 /// config.model under meshtrain's names, [out, in] (Trainer::logical_tensors(), or
 /// load_logical_model). Throws DataError naming the tensor for a missing or extra tensor, a
-/// shape other than the model's, a non-finite value, or a file that cannot be written; nothing
-/// is written then.
+/// shape other than the model's, a non-finite value, or a file that cannot be written, and
+/// ConfigError for a model with no Hugging Face class (see hf_config_json); nothing is written
+/// then.
 void export_hf(const std::vector<NamedTensor>& logical, const Config& config,
                const std::filesystem::path& out);
 
@@ -88,8 +96,10 @@ class HfImport {
   /// hf_tensors(model) present (gpt2: "transformer." may be missing from every name, as in
   /// the original GPT-2 files; a bias-free model's zero biases may be absent), each of its
   /// shape and F32, and nothing else but HF's non-parameter buffers (attn.bias,
-  /// attn.masked_bias, rotary_emb.inv_freq) and gpt2's tied lm_head.weight. Throws DataError
-  /// naming the file, the tensor and both shapes. Reads no tensor data.
+  /// attn.masked_bias, rotary_emb.inv_freq) and gpt2's tied lm_head.weight; a Mixtral (MoE)
+  /// file into a dense model, a dense file into a MoE model, or another number of experts is
+  /// named as such first. Throws DataError naming the file, the tensor and both shapes. Reads
+  /// no tensor data.
   HfImport(const std::filesystem::path& path, const ModelConfig& model);
 
   /// Reads every tensor once and throws DataError naming the file and tensor for a non-finite

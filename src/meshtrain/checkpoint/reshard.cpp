@@ -59,27 +59,22 @@ std::filesystem::path reshard_checkpoint(const std::filesystem::path& src, const
   const bool low = target.training.precision != Precision::fp32;
   const int zero = static_cast<int>(par.zero_stage);
   nlohmann::json state = reader.state();
-  state["mesh"] = {{"world", world},
-                   {"dp", par.dp},
-                   {"cp", par.cp},
-                   {"cp_comm", par.cp_comm},
-                   {"tp", par.tp},
-                   {"pp", par.pp},
-                   {"virtual_stages", par.virtual_stages},
-                   {"pp_schedule", par.pp_schedule},
-                   {"sequence_parallel", par.sequence_parallel},
-                   {"zero_stage", par.zero_stage}};
+  state["mesh"] = checkpoint_mesh_json(par, world);
   try {
     // Rank 0 last: it completes the checkpoint once every other rank's manifest is written.
     for (int rank = world - 1; rank >= 0; --rank) {
       const MeshCoords c = shape.coords_of(rank);
-      const auto tp = detached_group(c.tp, static_cast<int>(par.tp), "tp");
+      // The rank's tp shards and (ep rank d mod ep, comm/device_mesh.h) its experts, from
+      // groups of the right size and rank that never communicate.
+      const auto tp = detached_group(c.tp, shape.tp, "tp");
+      const auto ep = detached_group(c.dp % shape.ep, shape.ep, "ep");
       std::unique_ptr<PipelineStage> stage;
       {
         const DeferParameterStorage defer;  // shapes and shards only, no values
-        stage = std::make_unique<PipelineStage>(target,
-                                                static_cast<std::uint64_t>(target.training.seed),
-                                                TensorParallel{*tp, par.sequence_parallel}, c.pp);
+        const ParallelGroups groups(TensorParallel{*tp, par.sequence_parallel}, ContextParallel{},
+                                    ExpertParallel{ep.get()});
+        stage = std::make_unique<PipelineStage>(
+            target, static_cast<std::uint64_t>(target.training.seed), groups, c.pp);
       }
       RankSnapshot snapshot{.step = step,
                             .rank = rank,

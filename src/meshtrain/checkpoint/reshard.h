@@ -13,9 +13,10 @@
 namespace meshtrain {
 
 /// Reads the complete checkpoint `src` and writes it for the layout of `target` (its parallel
-/// section and training.precision; world = dp · tp · pp) as <out_root>/step-<same step>/:
-/// every target rank's pieces (checkpoint/shard_map.h; each rank's shards computed by building
-/// its pipeline stage over layout-only groups, comm/single_rank_group.h), the same optimizer,
+/// section and training.precision; world = pp · dp · cp · tp, ep carved out of dp) as
+/// <out_root>/step-<same step>/: every target rank's pieces (checkpoint/shard_map.h; each
+/// rank's shards, and under ep its experts, computed by building its pipeline stage over
+/// layout-only tp and ep groups, comm/single_rank_group.h), the same optimizer,
 /// scheduler, scaler and data state with the target mesh, metadata.json and COMPLETE. Returns
 /// that directory. Memory: one target rank's pieces plus the source files they overlap.
 /// Errors: ConfigError when `target` breaks a layout rule or changes a model setting (the

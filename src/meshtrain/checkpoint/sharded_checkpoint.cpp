@@ -441,6 +441,20 @@ Tensor CheckpointReader::read_logical(const std::string& name, std::string_view 
   return out;
 }
 
+nlohmann::json checkpoint_mesh_json(const ParallelConfig& p, int world) {
+  return {{"world", world},
+          {"dp", p.dp},
+          {"cp", p.cp},
+          {"cp_comm", p.cp_comm},
+          {"tp", p.tp},
+          {"pp", p.pp},
+          {"virtual_stages", p.virtual_stages},
+          {"pp_schedule", p.pp_schedule},
+          {"sequence_parallel", p.sequence_parallel},
+          {"zero_stage", p.zero_stage},
+          {"ep", p.ep}};
+}
+
 std::string model_difference(const ModelConfig& a, const ModelConfig& b) {
   const auto differ = [](std::string_view key, const auto& x, const auto& y) -> std::string {
     if (x == y) return "";
@@ -454,7 +468,16 @@ std::string model_difference(const ModelConfig& a, const ModelConfig& b) {
         differ("block_size", a.block_size, b.block_size),
         differ("vocab_size", a.vocab_size, b.vocab_size), differ("bias", a.bias, b.bias),
         differ("norm_eps", a.norm_eps, b.norm_eps),
-        differ("rope_theta", a.rope_theta, b.rope_theta)}) {
+        differ("rope_theta", a.rope_theta, b.rope_theta),
+        // The experts change the parameter set (a dense checkpoint has none, a MoE one has
+        // E per MoE block); top-k changes what they compute.
+        differ("moe_experts", a.moe_experts, b.moe_experts)}) {
+    if (!d.empty()) return d;
+  }
+  if (a.moe_experts == 0) return "";
+  for (const std::string& d : {differ("moe_top_k", a.moe_top_k, b.moe_top_k),
+                               differ("moe_ffn_hidden", moe_ffn_hidden_of(a), moe_ffn_hidden_of(b)),
+                               differ("moe_layer_freq", a.moe_layer_freq, b.moe_layer_freq)}) {
     if (!d.empty()) return d;
   }
   return "";

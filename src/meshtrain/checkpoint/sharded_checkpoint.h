@@ -159,6 +159,12 @@ class CheckpointReader {
   std::map<std::string, std::map<std::string, Tensor>> files_;  // verified, decoded
 };
 
+/// The "mesh" entry of a checkpoint's state (metadata.json): the layout that wrote it, as
+/// {world, dp, cp, cp_comm, tp, pp, virtual_stages, pp_schedule, sequence_parallel, zero_stage,
+/// ep}. Informational (a checkpoint loads under any layout); checkpoints from before a setting
+/// existed lack its key (cp, ep: 1).
+nlohmann::json checkpoint_mesh_json(const ParallelConfig& parallel, int world);
+
 /// The first setting of the model section in which `a` and `b` differ, as "model.key: A vs B";
 /// "" when they describe the same model (what a checkpoint's tensors depend on).
 std::string model_difference(const ModelConfig& a, const ModelConfig& b);

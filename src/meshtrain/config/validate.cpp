@@ -439,6 +439,10 @@ std::int64_t ffn_hidden_of(const ModelConfig& m) {
   return (f + kMultipleOf - 1) / kMultipleOf * kMultipleOf;
 }
 
+std::int64_t moe_ffn_hidden_of(const ModelConfig& m) {
+  return m.moe_ffn_hidden > 0 ? m.moe_ffn_hidden : ffn_hidden_of(m);
+}
+
 std::int64_t global_batch_of(const Config& config) {
   return config.training.micro_batch * config.training.accumulation * config.parallel.dp;
 }

@@ -53,6 +53,10 @@ std::int64_t kv_heads_of(const ModelConfig& m);
 /// 2023, §2.2, and Meta's reference code).
 std::int64_t ffn_hidden_of(const ModelConfig& m);
 
+/// Each expert's hidden size F of a MoE model: model.moe_ffn_hidden, or ffn_hidden_of(m) when
+/// it is 0.
+std::int64_t moe_ffn_hidden_of(const ModelConfig& m);
+
 /// Sequences per optimizer step: micro_batch × accumulation × dp (training.global_batch, when
 /// set, must equal it; check_config enforces that).
 std::int64_t global_batch_of(const Config& config);

@@ -37,7 +37,7 @@ std::unique_ptr<SparseMoeBlock> moe_mlp(const ModelConfig& c, std::int64_t i,
   const MoeShape shape{.n_embd = c.n_embd,
                        .moe_experts = c.moe_experts,
                        .moe_top_k = c.moe_top_k,
-                       .moe_ffn_hidden = c.moe_ffn_hidden > 0 ? c.moe_ffn_hidden : ffn_hidden_of(c),
+                       .moe_ffn_hidden = moe_ffn_hidden_of(c),
                        .init_std = init_std,
                        .proj_init_std = proj_std};
   const MoeOptions options{.moe_capacity_factor = c.moe_capacity_factor,
@@ -304,8 +304,7 @@ double CausalLm::flops_per_token(std::int64_t seq_len) const {
   // SwiGLU experts of width F_moe, instead of the dense MLP.
   double moe_blocks = 0.0, moe_delta = 0.0;
   if (config_.moe_experts > 0) {
-    const double f_moe =
-        static_cast<double>(config_.moe_ffn_hidden > 0 ? config_.moe_ffn_hidden : ffn_hidden_of(config_));
+    const double f_moe = static_cast<double>(moe_ffn_hidden_of(config_));
     moe_blocks = static_cast<double>((config_.n_layer + config_.moe_layer_freq - 1) /
                                      config_.moe_layer_freq);
     moe_delta = static_cast<double>(config_.moe_experts) * C +

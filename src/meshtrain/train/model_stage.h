@@ -28,7 +28,7 @@ class ModelStage {
   /// gives each rank what it keeps, so no memory category peaks above its steady state), the
   /// executor of parallel.pp_schedule over training.accumulation micro-batches with its runner
   /// over `train`, and the forward-only executor of evaluation with its runner over `val`.
-  /// Collective over pp (the tied group's split, the parameter count).
+  /// Collective over pp and ep (the tied group's split, the parameter count).
   ModelStage(const Config& config, const DeviceMesh& mesh, const data::GlobalBatchSampler& train,
              const data::GlobalBatchSampler& val);
   ModelStage(const ModelStage&) = delete;

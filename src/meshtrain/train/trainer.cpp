@@ -32,6 +32,56 @@ std::unique_ptr<WatchdogScope> start_watchdog(const Config& config, ProcessGroup
                  .on_expiry = {}});
 }
 
+// `mine` of group rank `root`, on every rank of `group`: its count, then per tensor the name,
+// shape and values (the root returns its own). Collective over `group`.
+std::vector<NamedTensor> broadcast_named(ProcessGroup& group, int root,
+                                         std::span<const NamedTensor> mine) {
+  const bool own = root == group.rank();
+  std::int64_t count = static_cast<std::int64_t>(mine.size());
+  group.broadcast(std::as_writable_bytes(std::span<std::int64_t>(&count, 1)), root);
+  std::vector<NamedTensor> out;
+  for (std::int64_t i = 0; i < count; ++i) {
+    const NamedTensor* m = own ? &mine[static_cast<std::size_t>(i)] : nullptr;
+    std::string name = own ? m->name : std::string();
+    Shape shape = own ? m->tensor.shape() : Shape{};
+    std::int64_t header[2] = {static_cast<std::int64_t>(name.size()),
+                              static_cast<std::int64_t>(shape.size())};
+    group.broadcast(std::as_writable_bytes(std::span<std::int64_t>(header)), root);
+    name.resize(static_cast<std::size_t>(header[0]));
+    shape.resize(static_cast<std::size_t>(header[1]));
+    group.broadcast(std::as_writable_bytes(std::span<char>(name)), root);
+    group.broadcast(std::as_writable_bytes(std::span<std::int64_t>(shape)), root);
+    Tensor value = own ? m->tensor : Tensor::empty(shape, MemCategory::other);
+    group.broadcast(std::as_writable_bytes(value.span_f32()), root);
+    out.push_back({std::move(name), std::move(value)});
+  }
+  return out;
+}
+
+// `mine` (this ep rank's logical tensors; expert[i]: tensor i is an expert weight) with every
+// ep rank's experts in place of its own. Every ep rank holds the same stage, so the expert
+// tensors sit at the same positions on each; a run of them (one MoE block's L = E/ep experts)
+// is replaced by ep rank 0's run, then rank 1's, …: experts 0 … E−1 in order. Collective over
+// ep: every ep rank broadcasts each of its runs in turn.
+std::vector<NamedTensor> with_every_expert(ProcessGroup& ep, std::vector<NamedTensor> mine,
+                                           const std::vector<bool>& expert) {
+  std::vector<NamedTensor> out;
+  for (std::size_t i = 0; i < mine.size();) {
+    if (!expert[i]) {
+      out.push_back(std::move(mine[i++]));
+      continue;
+    }
+    std::size_t end = i;
+    while (end < mine.size() && expert[end]) ++end;
+    const std::span<const NamedTensor> run(mine.data() + i, end - i);
+    for (int root = 0; root < ep.size(); ++root) {
+      for (NamedTensor& t : broadcast_named(ep, root, run)) out.push_back(std::move(t));
+    }
+    i = end;
+  }
+  return out;
+}
+
 // Ranks on one node share its memory. Needs model.vocab_size resolved.
 void check_memory_or_throw(const Config& config, int local_ranks) {
   const std::int64_t available = available_memory_bytes() / std::max(1, local_ranks);
@@ -293,39 +343,26 @@ std::vector<StepMetrics> Trainer::run() {
 }
 
 std::vector<NamedTensor> Trainer::logical_tensors() {
-  // Each tp group gathers its shards (a collective); then every pipeline stage in turn
-  // broadcasts its tensors over the pp group — name, shape, values — so the first stage holds
-  // the whole model. dp replicas are identical. (A sharded checkpoint, written by every rank,
-  // replaces this in the checkpoint issue.)
+  // 1. Each rank's parameters, its ZeRO slices gathered over their replica group and its tp
+  //    shards over tp (collectives every rank takes part in).
+  // 2. ep > 1: every ep rank broadcasts its experts over ep in turn, so each holds all E.
+  // 3. pp > 1: every stage in turn broadcasts its tensors over pp, so the first holds all.
+  // dp (and edp) replicas are identical; every rank ends with the whole model.
   ProcessGroup& tp = mesh_->group(Axis::tp);
+  ProcessGroup& ep = mesh_->group(Axis::ep);
   ProcessGroup& pp = mesh_->group(Axis::pp);
   std::vector<NamedTensor> mine;
+  std::vector<bool> expert;
   for (const Parameter* p : model_->stage().parameters()) {
-    // The fp32 master, gathered over dp (ZeRO) then over tp; every rank takes part.
-    if (!p->tied_copy)
-      mine.push_back({p->name, gather_logical(*p, optim_->zero().gather_master(*p), tp)});
+    if (p->tied_copy) continue;
+    mine.push_back({p->name, gather_logical(*p, optim_->zero().gather_master(*p), tp)});
+    expert.push_back(p->replicas == ReplicaGroup::expert);
   }
+  if (ep.size() > 1) mine = with_every_expert(ep, std::move(mine), expert);
   if (pp.size() == 1) return mine;
   std::vector<NamedTensor> all;
   for (int root = 0; root < pp.size(); ++root) {
-    std::int64_t count = static_cast<std::int64_t>(mine.size());
-    pp.broadcast(std::as_writable_bytes(std::span<std::int64_t>(&count, 1)), root);
-    for (std::int64_t i = 0; i < count; ++i) {
-      const bool own = root == pp.rank();
-      std::string name = own ? mine[static_cast<std::size_t>(i)].name : std::string();
-      Shape shape = own ? mine[static_cast<std::size_t>(i)].tensor.shape() : Shape{};
-      std::int64_t header[2] = {static_cast<std::int64_t>(name.size()),
-                                static_cast<std::int64_t>(shape.size())};
-      pp.broadcast(std::as_writable_bytes(std::span<std::int64_t>(header)), root);
-      name.resize(static_cast<std::size_t>(header[0]));
-      shape.resize(static_cast<std::size_t>(header[1]));
-      pp.broadcast(std::as_writable_bytes(std::span<char>(name)), root);
-      pp.broadcast(std::as_writable_bytes(std::span<std::int64_t>(shape)), root);
-      Tensor value =
-          own ? mine[static_cast<std::size_t>(i)].tensor : Tensor::empty(shape, MemCategory::other);
-      pp.broadcast(std::as_writable_bytes(value.span_f32()), root);
-      all.push_back({std::move(name), std::move(value)});
-    }
+    for (NamedTensor& t : broadcast_named(pp, root, mine)) all.push_back(std::move(t));
   }
   return all;
 }

@@ -98,9 +98,10 @@ class Trainer {
   const Config& config() const { return config_; }
   const data::Metadata& metadata() const { return data_->metadata(); }
   /// Every logical parameter of the model (all stages, tp shards gathered without padding, the
-  /// fp32 masters gathered over dp under ZeRO, gpt2's tied embedding once), meshtrain names,
-  /// [out, in], f32, MemCategory::other, on every rank (each stage broadcasts its tensors over
-  /// pp). Collective over tp, dp and pp: every rank calls it. The source of the final
+  /// fp32 masters gathered over dp under ZeRO, gpt2's tied embedding once, every expert of a
+  /// MoE model), meshtrain names, [out, in], f32, MemCategory::other, on every rank (each ep
+  /// rank broadcasts its experts over ep, then each stage its tensors over pp).
+  /// Collective over tp, dp, ep and pp: every rank calls it. The source of the final
   /// checkpoint and of `meshtrain export`'s tensors.
   std::vector<NamedTensor> logical_tensors();
 

@@ -85,17 +85,7 @@ void Trainer::save_checkpoint(std::int64_t steps_done) {
     }
     snapshot.state = {
         {"step", steps_done},
-        {"mesh",
-         {{"world", world_.size()},
-          {"dp", p.dp},
-          {"cp", p.cp},
-          {"cp_comm", p.cp_comm},
-          {"tp", p.tp},
-          {"pp", p.pp},
-          {"virtual_stages", p.virtual_stages},
-          {"pp_schedule", p.pp_schedule},
-          {"sequence_parallel", p.sequence_parallel},
-          {"zero_stage", p.zero_stage}}},
+        {"mesh", checkpoint_mesh_json(p, world_.size())},
         {"optimizer",
          {{"name", "adamw"},
           {"steps_taken", optim_->adamw().steps_taken()},
@@ -217,11 +207,13 @@ void Trainer::load_checkpoint(const fs::path& dir) {
                step, config_.training.max_steps);
   }
   if (world_.rank() == 0 && options_.log) {
-    // Checkpoints from before context parallel have no "cp": they were saved at cp = 1.
+    // Checkpoints from before context (expert) parallel have no "cp" ("ep"): saved at 1.
     fmt::print(
-        "resumed from {} at step {} (saved with dp={} cp={} tp={} pp={} v={} zero_stage={})\n",
+        "resumed from {} at step {} (saved with dp={} cp={} tp={} pp={} v={} zero_stage={} "
+        "ep={})\n",
         dir.string(), step, mesh.value("dp", 0), mesh.value("cp", 1), mesh.value("tp", 0),
-        mesh.value("pp", 0), mesh.value("virtual_stages", 0), mesh.value("zero_stage", 0));
+        mesh.value("pp", 0), mesh.value("virtual_stages", 0), mesh.value("zero_stage", 0),
+        mesh.value("ep", 1));
   }
 }
 
