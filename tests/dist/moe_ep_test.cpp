@@ -67,8 +67,12 @@ TEST_P(MoeExpertParallel, EachRankGetsTheOneRankLayerOnItsTokens) {
   const EpCase c = GetParam();
   const auto world = test::runtime().world_group();
   const int ep = world->size(), me = world->rank();
-  const MoeShape shape{.n_embd = kC, .moe_experts = kE, .moe_top_k = kTopK, .moe_ffn_hidden = kF,
-                       .init_std = 0.2f, .proj_init_std = 0.2f};
+  const MoeShape shape{.n_embd = kC,
+                       .moe_experts = kE,
+                       .moe_top_k = kTopK,
+                       .moe_ffn_hidden = kF,
+                       .init_std = 0.2f,
+                       .proj_init_std = 0.2f};
   const MoeOptions options{.moe_capacity_factor = c.capacity_factor,
                            .moe_token_drop_policy = MoeTokenDropPolicy::probs,
                            .moe_aux_loss_coeff = 0.01,
@@ -137,13 +141,15 @@ std::vector<EpCase> cases_of_this_world() {
   return {{0.0, false}, {0.0, true}, {1.0, true}, {1.25, false}};
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Ep, MoeExpertParallel, ::testing::ValuesIn(cases_of_this_world()),
-    [](const ::testing::TestParamInfo<EpCase>& p) {
-      return std::string(p.param.capacity_factor == 0 ? "dropless" : "capacity") +
-             (p.param.capacity_factor == 1.25 ? "1_25" : p.param.capacity_factor == 1.0 ? "1" : "") +
-             (p.param.skewed ? "_skewed" : "");
-    });
+INSTANTIATE_TEST_SUITE_P(Ep, MoeExpertParallel, ::testing::ValuesIn(cases_of_this_world()),
+                         [](const ::testing::TestParamInfo<EpCase>& p) {
+                           return std::string(p.param.capacity_factor == 0 ? "dropless"
+                                                                           : "capacity") +
+                                  (p.param.capacity_factor == 1.25  ? "1_25"
+                                   : p.param.capacity_factor == 1.0 ? "1"
+                                                                    : "") +
+                                  (p.param.skewed ? "_skewed" : "");
+                         });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(MoeExpertParallel);
 
 }  // namespace

@@ -1,9 +1,12 @@
 // ZeroGroups (issue 14, the placement step): dense parameters are reduced and ZeRO-sliced over
 // dp × cp, experts' over the expert-data-parallel group (their sum divided by dp × cp), and the
-// grad norm counts every logical element once — checked at every ZeRO stage on a world of dp = 2 or 4 with ep = 2, with
-// synthetic parameters whose gradients are known functions of the rank. Reducing an expert
-// over dp × cp (mixing two experts), dividing it by the edp size (× ep) or counting an expert's
-// copy on every edp rank moves the gathered gradient or the norm far outside the tolerance.
+// grad norm counts every logical element once — checked at every ZeRO stage on a world of dp = 2 or
+// 4 with ep = 2, with synthetic parameters whose gradients are known functions of the rank.
+// Reducing an expert over dp × cp (mixing two experts), dividing it by the edp size (× ep) or
+// counting an expert's copy on every edp rank moves the gathered gradient or the norm far outside
+// the tolerance.
+#include "meshtrain/parallel/dp/zero_groups.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,7 +16,6 @@
 #include "dist_env.h"
 #include "meshtrain/comm/device_mesh.h"
 #include "meshtrain/optim/adamw.h"
-#include "meshtrain/parallel/dp/zero_groups.h"
 #include "meshtrain/train/optimizer_state.h"
 
 namespace meshtrain {
@@ -44,15 +46,16 @@ TEST_P(ZeroGroupsStage, ReducesEachParameterOverItsReplicaGroupAndCountsItOnce) 
   initialize(expert, 7);
   const ParameterList params{&dense, &expert};
   const std::vector<ParameterList> units{params};
-  ZeroGroups zero(params, units,
-                  [&mesh](ReplicaGroup g) {
-                    return ZeroGroup{replica_group(mesh, g), grad_reduction_group(mesh).size()};
-                  },
-                  ZeroOptions{.stage = stage,
-                              .compute_dtype = DType::f32,
-                              .bucket_bytes = 4 << 20,
-                              .seed = 7,
-                              .initial_values = {}});
+  ZeroGroups zero(
+      params, units,
+      [&mesh](ReplicaGroup g) {
+        return ZeroGroup{replica_group(mesh, g), grad_reduction_group(mesh).size()};
+      },
+      ZeroOptions{.stage = stage,
+                  .compute_dtype = DType::f32,
+                  .bucket_bytes = 4 << 20,
+                  .seed = 7,
+                  .initial_values = {}});
 
   zero.before_backward(units[0], nullptr);  // stages 2–3: the unit's full gradients exist now
   for (Parameter* p : params) {

@@ -123,15 +123,15 @@ std::atomic<bool> debug_checks_on{false};
 
 // The collectives OpGuard numbers, by the index it is given.
 constexpr std::array<std::string_view, 10> kCallNames = {"all_reduce_sum(f32)",
-                                                        "all_reduce_sum(f64)",
-                                                        "all_reduce_max(f32)",
-                                                        "broadcast(bytes)",
-                                                        "barrier",
-                                                        "reduce_scatter_sum(f32)",
-                                                        "all_gather(f32)",
-                                                        "all_to_all(f32)",
-                                                        "iall_gather(f32)",
-                                                        "all_to_allv(f32)"};
+                                                         "all_reduce_sum(f64)",
+                                                         "all_reduce_max(f32)",
+                                                         "broadcast(bytes)",
+                                                         "barrier",
+                                                         "reduce_scatter_sum(f32)",
+                                                         "all_gather(f32)",
+                                                         "all_to_all(f32)",
+                                                         "iall_gather(f32)",
+                                                         "all_to_allv(f32)"};
 
 }  // namespace
 
@@ -252,8 +252,8 @@ void ProcessGroup::all_to_allv(std::span<const float> in, std::span<const std::i
   }
   MT_CHECK(static_cast<std::int64_t>(in.size()) == sent &&
                static_cast<std::int64_t>(out.size()) == received,
-           "all_to_allv on {}: input {} elements for counts summing to {}, output {} for {}",
-           name_, in.size(), sent, out.size(), received);
+           "all_to_allv on {}: input {} elements for counts summing to {}, output {} for {}", name_,
+           in.size(), sent, out.size(), received);
   if (size() == 1) {
     std::copy(in.begin(), in.end(), out.begin());
     return;
@@ -282,9 +282,9 @@ void ProcessGroup::check_counts(std::span<const std::int64_t> send_counts,
     for (std::size_t b = 0; b < n; ++b) {
       const double sends = table[2 * n * a + b], expects = table[2 * n * b + n + a];
       if (sends == expects) continue;
-      pairs += fmt::format("\n  group rank {} sends {} elements to group rank {}, which expects {}",
-                           a, static_cast<std::int64_t>(sends), b,
-                           static_cast<std::int64_t>(expects));
+      pairs +=
+          fmt::format("\n  group rank {} sends {} elements to group rank {}, which expects {}", a,
+                      static_cast<std::int64_t>(sends), b, static_cast<std::int64_t>(expects));
     }
   }
   if (pairs.empty()) return;

@@ -41,7 +41,8 @@ EpExchange plan_ep_exchange(ProcessGroup& ep, std::span<const std::int64_t> coun
   ep.all_to_all(mine, theirs);
   std::vector<std::int64_t> from(static_cast<std::size_t>(E));
   for (std::int64_t i = 0; i < E; ++i) {
-    from[static_cast<std::size_t>(i)] = static_cast<std::int64_t>(theirs[static_cast<std::size_t>(i)]);
+    from[static_cast<std::size_t>(i)] =
+        static_cast<std::int64_t>(theirs[static_cast<std::size_t>(i)]);
     plan.recv_counts[static_cast<std::size_t>(i / L)] += from[static_cast<std::size_t>(i)];
     plan.local_counts[static_cast<std::size_t>(i % L)] += from[static_cast<std::size_t>(i)];
   }

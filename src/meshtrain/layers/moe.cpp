@@ -16,19 +16,17 @@ namespace meshtrain {
 
 GroupedSwiGluExperts::GroupedSwiGluExperts(const std::string& prefix, std::int64_t first,
                                            std::int64_t count, std::int64_t n_embd,
-                                           std::int64_t hidden, float init_std,
-                                           float proj_init_std)
+                                           std::int64_t hidden, float init_std, float proj_init_std)
     : n_embd_(n_embd), hidden_(hidden) {
   MT_CHECK(first >= 0 && count >= 1 && n_embd >= 1 && hidden >= 1,
            "{}: experts [{}, +{}) of C={} F={}", prefix, first, count, n_embd, hidden);
   experts_.reserve(static_cast<std::size_t>(count));
   for (std::int64_t j = first; j < first + count; ++j) {
     const std::string e = fmt::format("{}.{}", prefix, j);
-    experts_.push_back(
-        Expert{.w1 = Parameter(e + ".w1.weight", Shape{hidden, n_embd}, InitKind::normal, init_std),
-               .w3 = Parameter(e + ".w3.weight", Shape{hidden, n_embd}, InitKind::normal, init_std),
-               .w2 = Parameter(e + ".w2.weight", Shape{n_embd, hidden}, InitKind::normal,
-                               proj_init_std)});
+    experts_.push_back(Expert{
+        .w1 = Parameter(e + ".w1.weight", Shape{hidden, n_embd}, InitKind::normal, init_std),
+        .w3 = Parameter(e + ".w3.weight", Shape{hidden, n_embd}, InitKind::normal, init_std),
+        .w2 = Parameter(e + ".w2.weight", Shape{n_embd, hidden}, InitKind::normal, proj_init_std)});
   }
 }
 
@@ -81,8 +79,7 @@ Tensor GroupedSwiGluExperts::backward(const Tensor& d_out) {
     // In place, as SwiGluMlp: gate and up become their gradients (a deferred w1/w3 gradient
     // keeps them until W).
     Tensor gate = s.gate.rows(begin, end), up = s.up.rows(begin, end);
-    kernels::swiglu_backward(gate.f32(), up.f32(), d_act.f32(), gate.f32(), up.f32(),
-                             gate.numel());
+    kernels::swiglu_backward(gate.f32(), up.f32(), d_act.f32(), gate.f32(), up.f32(), gate.numel());
     Tensor dx = d_packed.rows(begin, end);
     linear_backward_or_defer(s.x_in[e], ex.w1, gate, dx.f32(), nullptr, {n, n_embd_, hidden_});
     Tensor dx_up = Tensor::empty({n, n_embd_}, MemCategory::activations);
@@ -167,38 +164,38 @@ Tensor SparseMoeBlock::forward(const Tensor& x, const SequenceBatch& /*batch*/) 
   s.lse = Tensor::empty({N}, MemCategory::activations);
   s.top_expert = Tensor::empty({N, k}, MemCategory::activations, DType::i32);
   s.top_weight = Tensor::empty({N, k}, MemCategory::activations);
-  kernels::moe_router_forward(logits.f32(), N, E, k, s.probs.f32(), s.lse.f32(),
-                              s.top_expert.i32(), s.top_weight.f32());
+  kernels::moe_router_forward(logits.f32(), N, E, k, s.probs.f32(), s.lse.f32(), s.top_expert.i32(),
+                              s.top_weight.f32());
   last_logits_ = std::move(logits);
   // 2. Dispatch: counts per expert and the packed row order (the exchange point under ep).
   const auto nk = static_cast<std::size_t>(N * k);
-  s.dispatch = plan_moe_dispatch(
-      {s.top_expert.i32(), nk}, {s.top_weight.f32(), nk}, N, k, E,
-      moe_expert_capacity(N, k, E, options_.moe_capacity_factor), options_.moe_token_drop_policy);
+  s.dispatch = plan_moe_dispatch({s.top_expert.i32(), nk}, {s.top_weight.f32(), nk}, N, k, E,
+                                 moe_expert_capacity(N, k, E, options_.moe_capacity_factor),
+                                 options_.moe_token_drop_policy);
   // The losses of the whole micro-batch: under cp / sp its tokens are spread over tokens_'s
   // ranks, whose sums add up (no traffic when both losses are off).
   std::vector<double> sums = moe_router_sums(s.probs.f32(), s.lse.f32(), s.dispatch.routed, N);
   const bool losses_on = options_.moe_aux_loss_coeff != 0.0 || options_.moe_z_loss_coeff != 0.0;
   if (tokens_.group != nullptr && losses_on) tokens_.group->all_reduce_sum(std::span<double>(sums));
-  s.losses = moe_router_losses_from_sums(sums, k, options_.moe_aux_loss_coeff,
-                                         options_.moe_z_loss_coeff);
+  s.losses =
+      moe_router_losses_from_sums(sums, k, options_.moe_aux_loss_coeff, options_.moe_z_loss_coeff);
   Tensor packed = Tensor::empty({s.dispatch.rows(), C}, MemCategory::activations);
   kernels::moe_gather_rows(x.f32(), s.dispatch.row_token.data(), packed.f32(), s.dispatch.rows(),
                            C);
   // 3. Experts, 4. combine.
   s.expert_out = run_experts(packed, s.exchange);
   Tensor y = Tensor::empty({N, C}, MemCategory::activations);
-  kernels::moe_combine_forward(s.expert_out.f32(), s.dispatch.assign_row.data(),
-                               s.top_weight.f32(), y.f32(), N, k, C);
-  stats_ = MoeStats{.tokens = N,
-                    .capacity = s.dispatch.capacity,
-                    .routed_per_expert = s.dispatch.routed,
-                    .tokens_per_expert = s.dispatch.counts,
-                    .dropped = s.dispatch.dropped(),
-                    .dropped_fraction = N == 0 ? 0.0
-                                               : static_cast<double>(s.dispatch.dropped()) /
-                                                     static_cast<double>(N * k),
-                    .losses = s.losses};
+  kernels::moe_combine_forward(s.expert_out.f32(), s.dispatch.assign_row.data(), s.top_weight.f32(),
+                               y.f32(), N, k, C);
+  stats_ = MoeStats{
+      .tokens = N,
+      .capacity = s.dispatch.capacity,
+      .routed_per_expert = s.dispatch.routed,
+      .tokens_per_expert = s.dispatch.counts,
+      .dropped = s.dispatch.dropped(),
+      .dropped_fraction =
+          N == 0 ? 0.0 : static_cast<double>(s.dispatch.dropped()) / static_cast<double>(N * k),
+      .losses = s.losses};
   return y;
 }
 
@@ -223,10 +220,9 @@ Tensor SparseMoeBlock::backward(const Tensor& dy) {
   std::vector<float> aux_dprob = s.losses.aux_dprob;
   for (float& a : aux_dprob) a = static_cast<float>(a * loss_grad);
   const auto z_scale = static_cast<float>(s.losses.z_scale * loss_grad);
-  kernels::moe_router_backward(s.probs.f32(), s.lse.f32(), s.top_expert.i32(),
-                               s.top_weight.f32(), d_weight.f32(),
-                               aux_dprob.empty() ? nullptr : aux_dprob.data(), z_scale,
-                               dlogits.f32(), N, E, k);
+  kernels::moe_router_backward(s.probs.f32(), s.lse.f32(), s.top_expert.i32(), s.top_weight.f32(),
+                               d_weight.f32(), aux_dprob.empty() ? nullptr : aux_dprob.data(),
+                               z_scale, dlogits.f32(), N, E, k);
   const Tensor wg = value_f32(gate_);
   Tensor dx = Tensor::empty({N, C}, MemCategory::activations);
   kernels::linear_backward(s.x.f32(), wg.f32(), dlogits.f32(), dx.f32(), gate_.grad.f32(), nullptr,

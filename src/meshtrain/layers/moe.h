@@ -63,12 +63,12 @@ struct MoeOptions {
 /// What the last forward (any activation slot) routed, for logging and metrics.
 struct MoeStats {
   std::int64_t tokens = 0;
-  std::optional<std::int64_t> capacity;          // nullopt: dropless
-  std::vector<std::int64_t> routed_per_expert;   // [E] assignments chosen, before dropping
-  std::vector<std::int64_t> tokens_per_expert;   // [E] assignments computed, after dropping
-  std::int64_t dropped = 0;                      // assignments dropped
-  double dropped_fraction = 0.0;                 // dropped / (N·k); 0 when N = 0
-  MoeRouterLosses losses;                        // load balance, aux, z (values)
+  std::optional<std::int64_t> capacity;         // nullopt: dropless
+  std::vector<std::int64_t> routed_per_expert;  // [E] assignments chosen, before dropping
+  std::vector<std::int64_t> tokens_per_expert;  // [E] assignments computed, after dropping
+  std::int64_t dropped = 0;                     // assignments dropped
+  double dropped_fraction = 0.0;                // dropped / (N·k); 0 when N = 0
+  MoeRouterLosses losses;                       // load balance, aux, z (values)
 };
 
 /// The experts of one MoE layer run as a grouped pass: rows [offsets[e], offsets[e+1]) of a

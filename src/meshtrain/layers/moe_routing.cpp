@@ -139,8 +139,7 @@ MoeRouterLosses moe_router_losses_from_sums(std::span<const double> sums, std::i
 
 MoeRouterLosses moe_router_losses(const float* probs, const float* lse,
                                   std::span<const std::int64_t> routed, std::int64_t tokens,
-                                  std::int64_t top_k, double aux_loss_coeff,
-                                  double z_loss_coeff) {
+                                  std::int64_t top_k, double aux_loss_coeff, double z_loss_coeff) {
   MT_CHECK(!routed.empty() && top_k >= 1 && tokens >= 0,
            "moe router losses: E={} top_k={} tokens={}", routed.size(), top_k, tokens);
   return moe_router_losses_from_sums(moe_router_sums(probs, lse, routed, tokens), top_k,

@@ -54,7 +54,9 @@ struct PlacementGroups {
   ProcessGroup& pp;
   ProcessGroup& dense;   // dp × cp
   ProcessGroup& expert;  // expert data parallel (= dense when ep = 1)
-  ProcessGroup& replicas(ReplicaGroup g) const { return g == ReplicaGroup::expert ? expert : dense; }
+  ProcessGroup& replicas(ReplicaGroup g) const {
+    return g == ReplicaGroup::expert ? expert : dense;
+  }
   PlacementRanks ranks() const { return {tp.rank(), dense.rank(), expert.rank()}; }
 };
 

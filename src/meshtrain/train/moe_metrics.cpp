@@ -11,8 +11,7 @@
 namespace meshtrain {
 
 std::vector<MoeLayerMetrics> collect_moe_metrics(PipelineStage& stage, const DeviceMesh& mesh,
-                                                 const ModelConfig& model,
-                                                 bool sequence_parallel) {
+                                                 const ModelConfig& model, bool sequence_parallel) {
   if (model.moe_experts < 1) return {};
   const std::int64_t E = model.moe_experts, freq = model.moe_layer_freq;
   const std::int64_t layers = (model.n_layer + freq - 1) / freq;  // blocks 0, freq, 2·freq, …

@@ -30,8 +30,8 @@ ZeroGroups::ZeroGroups(const ParameterList& params, const std::vector<ParameterL
       if (!part.empty()) unit_parts.push_back(std::move(part));
     }
     const ZeroGroup where = group_of(g);
-    MT_CHECK(where.mean_over >= where.ranks.size(), "{} group {}: mean over {} ranks",
-             to_string(g), where.ranks.name(), where.mean_over);
+    MT_CHECK(where.mean_over >= where.ranks.size(), "{} group {}: mean over {} ranks", to_string(g),
+             where.ranks.name(), where.mean_over);
     groups_.push_back(
         {g, std::make_unique<ZeroSharding>(mine, std::move(unit_parts), where.ranks, options),
          static_cast<float>(where.ranks.size()) / static_cast<float>(where.mean_over)});
@@ -101,7 +101,8 @@ void ZeroGroups::before_backward(const ParameterList& unit, const ParameterList*
 }
 
 void ZeroGroups::after_backward(const ParameterList& unit) {
-  each_part(unit, [](ZeroSharding& z, const ParameterList& u, std::size_t) { z.after_backward(u); });
+  each_part(unit,
+            [](ZeroSharding& z, const ParameterList& u, std::size_t) { z.after_backward(u); });
 }
 
 }  // namespace meshtrain
