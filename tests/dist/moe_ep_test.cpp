@@ -94,6 +94,7 @@ TEST_P(MoeExpertParallel, EachRankGetsTheOneRankLayerOnItsTokens) {
   const Tensor y = parallel.forward(x, batch);
   const std::int64_t forward_bytes = world->counter(CommOp::all_to_all).bytes;
   const Tensor dx = parallel.backward(dy);
+  const std::int64_t backward_bytes = world->counter(CommOp::all_to_all).bytes - forward_bytes;
 
   // The reference: the one-rank layer on each rank's tokens in turn; its expert gradients
   // accumulate over all of them (what the owner's experts see), its router gradient is kept
@@ -133,6 +134,10 @@ TEST_P(MoeExpertParallel, EachRankGetsTheOneRankLayerOnItsTokens) {
   // (its kept assignments) and, in the combine, the rows its experts received, C floats each.
   EXPECT_EQ(forward_bytes,
             static_cast<std::int64_t>((kE + (my_rows + to_my_experts) * kC) * sizeof(float)));
+  // Backward moves the same rows again (the output gradient out, the input gradient back),
+  // without a count exchange.
+  EXPECT_EQ(backward_bytes,
+            static_cast<std::int64_t>((my_rows + to_my_experts) * kC * sizeof(float)));
 }
 
 std::vector<EpCase> cases_of_this_world() {
