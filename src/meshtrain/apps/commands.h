@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,12 +65,13 @@ int run_export(const ExportArgs& args);
 struct PlanArgs {
   std::string model;               // preset name or configs/*.toml
   std::string cluster;             // preset name or cluster .toml
-  std::int64_t nodes = -1;         // −1 (not given): the cluster's own node count
-  std::int64_t seq = -1;           // −1: the model's sequence length
-  std::int64_t global_batch = -1;  // sequences per step; −1: the devices (one sequence each)
+  // Not given (nullopt), not a sentinel value: every value given is checked.
+  std::optional<std::int64_t> nodes;         // nullopt: the cluster's own node count
+  std::optional<std::int64_t> seq;           // nullopt: the model's sequence length
+  std::optional<std::int64_t> global_batch;  // sequences per step; nullopt: the devices
   std::string precision = "bf16";
   std::string layout;        // empty: search
-  double efficiency = -1.0;  // −1: the cluster's default
+  std::optional<double> efficiency;  // nullopt: the cluster's default
   double dp_overlap = 0.0;
   double memory_fraction = 0.9;
   std::int64_t max_micro_batch = 64;
@@ -77,10 +79,10 @@ struct PlanArgs {
   std::string cp_comm = "auto";  // with cp > 1: "p2p", "a2a", or "auto" (both searched)
   bool explain = false;
   bool json = false;
-  std::size_t top = 10;
-  // A published throughput to check against the peak (plan/claims.h); −1: none.
-  double claim_samples_per_s = -1.0;
-  double claim_tokens_per_s = -1.0;
+  std::int64_t top = 10;  // rows of the table, ≥ 1
+  // A published throughput to check against the peak (plan/claims.h); nullopt: none.
+  std::optional<double> claim_samples_per_s;
+  std::optional<double> claim_tokens_per_s;
 };
 // Plans a model on a cluster: one layout's account, or a search of all layouts. No MPI.
 int run_plan(const PlanArgs& args);

@@ -31,19 +31,20 @@ void check_args(const PlanArgs& a) {
                      const char* fix) {
     if (!ok) issues.push_back({setting, std::move(value), rule, fix});
   };
-  // −1 = not given. Upper bounds keep the search finite (it enumerates divisors of the devices
-  // and micro-batches of the global batch) and catch typos: 2^20 devices, 2^24 sequences and
-  // 2^22 tokens per sequence are beyond any cluster or run planned today.
-  const auto given = [](auto v) { return v != -1; };
-  require(!given(a.nodes) || (a.nodes >= 1 && a.nodes <= (1 << 20)), "--nodes",
-          fmt::format("{}", a.nodes), "must lie in [1, 2^20]", "use e.g. 8");
-  require(!given(a.seq) || (a.seq >= 1 && a.seq <= (1 << 22)), "--seq", fmt::format("{}", a.seq),
-          "must lie in [1, 2^22] tokens", "use e.g. 4096");
-  require(!given(a.global_batch) || (a.global_batch >= 1 && a.global_batch <= (1 << 24)),
-          "--global-batch", fmt::format("{}", a.global_batch), "must lie in [1, 2^24] sequences",
-          "use e.g. 1024");
-  require(!given(a.efficiency) || (a.efficiency > 0.0 && a.efficiency <= 1.0), "--efficiency",
-          fmt::format("{}", a.efficiency), "must lie in (0, 1]", "use e.g. 0.5");
+  // Upper bounds keep the search finite (it enumerates divisors of the devices and
+  // micro-batches of the global batch) and catch typos: 2^20 devices, 2^24 sequences and 2^22
+  // tokens per sequence are beyond any cluster or run planned today.
+  const auto in = [](const auto& v, auto lo, auto hi) { return !v || (*v >= lo && *v <= hi); };
+  const auto shown = [](const auto& v) { return v ? fmt::format("{}", *v) : std::string(); };
+  require(in(a.nodes, 1, 1 << 20), "--nodes", shown(a.nodes), "must lie in [1, 2^20]",
+          "use e.g. 8");
+  require(in(a.seq, 1, 1 << 22), "--seq", shown(a.seq), "must lie in [1, 2^22] tokens",
+          "use e.g. 4096");
+  require(in(a.global_batch, 1, 1 << 24), "--global-batch", shown(a.global_batch),
+          "must lie in [1, 2^24] sequences", "use e.g. 1024");
+  require(!a.efficiency || (*a.efficiency > 0.0 && *a.efficiency <= 1.0), "--efficiency",
+          shown(a.efficiency), "must lie in (0, 1]", "use e.g. 0.5");
+  require(a.top >= 1, "--top", fmt::format("{}", a.top), "must be ≥ 1 row", "use 10");
   require(parse_enum<Precision>(a.precision).has_value(), "--precision", a.precision,
           "must be fp32, bf16 or fp16", "use bf16");
   require(a.dp_overlap >= 0.0 && a.dp_overlap <= 1.0, "--dp-overlap",
@@ -58,15 +59,14 @@ void check_args(const PlanArgs& a) {
           a.cp_comm, "must be p2p, a2a or auto", "use auto (both searched)");
   for (const auto& [name, value] : {std::pair{"--claim-samples-per-s", a.claim_samples_per_s},
                                     std::pair{"--claim-tokens-per-s", a.claim_tokens_per_s}}) {
-    require(value == -1.0 || (std::isfinite(value) && value > 0.0), name,
-            fmt::format("{}", value), "must be a finite number > 0 (a throughput)",
-            "give the claimed throughput, e.g. 182");
+    require(!value || (std::isfinite(*value) && *value > 0.0), name, shown(value),
+            "must be a finite number > 0 (a throughput)", "give the claimed throughput, e.g. 182");
   }
-  require(a.claim_samples_per_s == -1.0 || a.claim_tokens_per_s == -1.0,
+  require(!a.claim_samples_per_s || !a.claim_tokens_per_s,
           "--claim-samples-per-s / --claim-tokens-per-s", "both given",
           "give one claim: tokens/s = samples/s × --seq", "keep one of the two");
-  require(!a.json || (a.claim_samples_per_s == -1.0 && a.claim_tokens_per_s == -1.0), "--json",
-          "with a claim", "the claim check prints text", "drop --json or the claim");
+  require(!a.json || (!a.claim_samples_per_s && !a.claim_tokens_per_s), "--json", "with a claim",
+          "the claim check prints text", "drop --json or the claim");
   if (!issues.empty()) throw ConfigError("meshtrain plan arguments", std::move(issues));
 }
 
@@ -78,7 +78,7 @@ plan::CpChoice nearest_cp(const plan::Layout& layout) {
 }
 
 bool has_claim(const PlanArgs& a) {
-  return a.claim_samples_per_s > 0.0 || a.claim_tokens_per_s > 0.0;
+  return a.claim_samples_per_s.has_value() || a.claim_tokens_per_s.has_value();
 }
 
 // The claimed throughput's implied MFU on `devices` devices (plan/claims.h).
@@ -87,8 +87,8 @@ void print_claim(const plan::ModelPreset& model, const plan::ClusterSpec& cluste
                  const PlanArgs& args) {
   const plan::ClaimCheck check = plan::check_claim(
       model.model, settings.seq, devices, cluster, settings.precision,
-      {.samples_per_s = std::max(args.claim_samples_per_s, 0.0),
-       .tokens_per_s = std::max(args.claim_tokens_per_s, 0.0)});
+      {.samples_per_s = args.claim_samples_per_s.value_or(0.0),
+       .tokens_per_s = args.claim_tokens_per_s.value_or(0.0)});
   fmt::print("{}", plan::format_claim(check, model.name));
 }
 
@@ -140,7 +140,7 @@ int plan_search(const plan::ModelPreset& model, const plan::ClusterSpec& cluster
       model.model, settings, cluster, time, args.max_micro_batch,
       {.size = cp_size(args.cp), .comm = parse_enum<CpCommMode>(args.cp_comm)});  // auto: nullopt
   if (args.json) {
-    fmt::print("{}", plan::to_json(result, cluster, args.top));
+    fmt::print("{}", plan::to_json(result, cluster, static_cast<std::size_t>(args.top)));
     return result.ranked.empty() ? 2 : 0;
   }
   fmt::print(
@@ -149,8 +149,8 @@ int plan_search(const plan::ModelPreset& model, const plan::ClusterSpec& cluster
       model.name, cluster.nodes, cluster.name, cluster.devices(),
       cluster.memory_bytes / (1024.0 * 1024.0 * 1024.0), settings.seq, settings.global_batch,
       to_string(settings.precision), result.valid, result.fitting);
-  fmt::print("{}\n", plan::format_table(result.ranked, cluster, args.top));
-  for (std::size_t i = 0; i < std::min(args.top, result.ranked.size()); ++i) {
+  fmt::print("{}\n", plan::format_table(result.ranked, cluster, static_cast<std::size_t>(args.top)));
+  for (std::size_t i = 0; i < std::min(static_cast<std::size_t>(args.top), result.ranked.size()); ++i) {
     fmt::print("{:>3}  {}\n", i + 1, plan::format_memory_bar(result.ranked[i], cluster));
   }
   fmt::print("\n{}\n", plan::recommendation(result));
@@ -167,7 +167,7 @@ int run_plan(const PlanArgs& args) {
     check_args(args);
     const plan::ModelPreset model = plan::model_from(args.model);
     plan::ClusterSpec cluster = plan::cluster_from(args.cluster);
-    if (args.nodes > 0) cluster.nodes = args.nodes;
+    if (args.nodes) cluster.nodes = *args.nodes;
     if (cluster.devices() > (1 << 20)) {
       throw ConfigError(args.cluster,
                         {{"nodes × devices_per_node", fmt::format("{}", cluster.devices()),
@@ -180,10 +180,10 @@ int run_plan(const PlanArgs& args) {
                     "use a divisor of the devices, or auto"}});
     }
     plan::TrainingSettings settings{
-        .seq = args.seq > 0 ? args.seq : model.model.block_size,
-        .global_batch = args.global_batch > 0 ? args.global_batch : cluster.devices(),
+        .seq = args.seq.value_or(model.model.block_size),
+        .global_batch = args.global_batch.value_or(cluster.devices()),
         .precision = *parse_enum<Precision>(args.precision)};
-    const plan::TimeSettings time{.efficiency = args.efficiency,
+    const plan::TimeSettings time{.efficiency = args.efficiency.value_or(0.0),
                                   .dp_overlap = args.dp_overlap,
                                   .usable_memory_fraction = args.memory_fraction};
     return args.layout.empty() ? plan_search(model, cluster, settings, time, args)
