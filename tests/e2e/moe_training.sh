@@ -27,6 +27,8 @@ mpirun --oversubscribe --bind-to none -np 2 "$BIN" train "$CONFIGS/llama_moe.tom
   --parallel.dp 2 --parallel.ep 2 --training.micro_batch 6 "${COMMON[@]}" \
   --checkpoint.dir "$WORK/ep2" --metrics "$WORK/ep2.jsonl" >"$WORK/ep2.log" 2>&1 ||
   { cat "$WORK/ep2.log"; exit 1; }
+grep -qF -- "(llama, MoE 8 experts top-2 dropless) on 2 rank(s) (dp=2 tp=1 pp=1 ep=2)" \
+  "$WORK/ep2.log" || { echo "ep 2: the run log lacks the model and layout"; cat "$WORK/ep2.log"; exit 1; }
 grep -qF -- "moe imbalance" "$WORK/ep2.log" ||
   { echo "ep 2: the log lacks the MoE summary"; cat "$WORK/ep2.log"; exit 1; }
 /usr/bin/python3 - "$WORK/one.jsonl" "$WORK/ep2.jsonl" <<'PY'

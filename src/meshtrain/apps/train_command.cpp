@@ -21,16 +21,23 @@ int run_train(const TrainArgs& args, const MpiRuntime& runtime) {
     if (rank0) {
       const Config& c = trainer.config();
       fmt::print(
-          "meshtrain: {} ({}) on {} rank(s) (dp={} tp={}{} pp={}{}{}), {} parameters, global "
+          "meshtrain: {} ({}{}) on {} rank(s) (dp={} tp={}{} pp={}{}{}{}), {} parameters, global "
           "batch {} × {} tokens\n",
-          args.config, to_string(c.model.family), runtime.world_size(), c.parallel.dp,
-          c.parallel.tp, c.parallel.sequence_parallel && c.parallel.tp > 1 ? " +sp" : "",
-          c.parallel.pp,
+          args.config, to_string(c.model.family),
+          c.model.moe_experts > 0
+              ? fmt::format(", MoE {} experts top-{}{}", c.model.moe_experts, c.model.moe_top_k,
+                            c.model.moe_capacity_factor > 0.0
+                                ? fmt::format(" capacity {:g}", c.model.moe_capacity_factor)
+                                : " dropless")
+              : "",
+          runtime.world_size(), c.parallel.dp, c.parallel.tp,
+          c.parallel.sequence_parallel && c.parallel.tp > 1 ? " +sp" : "", c.parallel.pp,
           c.parallel.pp > 1 ? fmt::format(" {} v={} m={}", to_string(c.parallel.pp_schedule),
                                           c.parallel.virtual_stages, c.training.accumulation)
                             : "",
           c.parallel.cp > 1 ? fmt::format(" cp={} {}", c.parallel.cp, to_string(c.parallel.cp_comm))
                             : "",
+          c.parallel.ep > 1 ? fmt::format(" ep={}", c.parallel.ep) : "",
           trainer.logical_parameters(),
           c.training.micro_batch * c.training.accumulation * c.parallel.dp, c.model.block_size);
     }
