@@ -97,8 +97,15 @@ int plan_one(const plan::ModelPreset& model, const plan::ClusterSpec& cluster,
              const PlanArgs& args) {
   const plan::Layout layout = plan::parse_layout(args.layout, settings.global_batch);
   const std::vector<ConfigIssue> issues = plan::check_layout(model.model, layout, settings);
-  // A claim is checked on the layout's devices whatever else is wrong with it.
-  if (has_claim(args)) print_claim(model, cluster, settings, layout.devices(), args);
+  // A claim is checked on the devices it names (the cluster's) whatever else is wrong with the
+  // layout, and also on the layout's own devices when it uses fewer (a layout with more ranks
+  // than devices cannot run at all).
+  if (has_claim(args)) {
+    print_claim(model, cluster, settings, cluster.devices(), args);
+    if (layout.devices() < cluster.devices()) {
+      print_claim(model, cluster, settings, layout.devices(), args);
+    }
+  }
   // Rules broken with the cluster not filled, or more ranks than devices: name what is wrong and
   // show the nearest valid layouts that fill the cluster (nearest.h).
   const bool unfilled = layout.devices() != cluster.devices();

@@ -116,10 +116,10 @@ void check_moe(const Config& c, std::vector<ConfigIssue>& issues) {
           "must be ≥ 0 (0 = a dense model)", "use 0, or e.g. 8 experts");
   require(issues, p.ep >= 1, "parallel.ep", p.ep, "must be ≥ 1", "use 1 for no expert parallel");
   if (m.moe_experts < 1) {
-    require(issues, p.ep == 1, "parallel.ep", p.ep,
+    require(issues, p.ep <= 1, "parallel.ep", p.ep,
             "expert parallel spreads the experts of MoE layers, and model.moe_experts = 0 "
             "(a dense model) has none",
-            "set parallel.ep = 1, or model.moe_experts to a multiple of it");
+            "set parallel.ep = 1, or (llama family) model.moe_experts to a multiple of it");
     return;
   }
   const std::int64_t E = m.moe_experts;
