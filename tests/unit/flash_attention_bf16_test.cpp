@@ -279,10 +279,25 @@ TEST(FlashAttentionBf16, EqualsAReferenceThatRoundsTheSameOperands) {
   }
 }
 
-TEST(FlashAttentionBf16, DotProductPathMatchesThePortablePath) {
-  if (!cpu::flash::kHasBf16Dot) GTEST_SKIP() << "built without AVX512_BF16";
+// bf16 selects the AVX512_BF16 path where the build has it, the portable one elsewhere.
+TEST(FlashAttentionBf16, Bf16SelectsTheDotPathExactlyWhereTheBuildHasIt) {
+  EXPECT_EQ(cpu::flash::tile_path(DType::bf16),
+            cpu::flash::kHasBf16Dot ? TilePath::bf16_dot : TilePath::bf16_rounded);
+  EXPECT_EQ(cpu::flash::tile_path(DType::f32), TilePath::f32);
+}
+
+// The paths beside the portable one that this build has (the dot path needs AVX512_BF16 and
+// 16-float vectors): instantiated only with those, so no run skips.
+std::vector<TilePath> fast_bf16_paths() {
+  if (cpu::flash::kHasBf16Dot) return {TilePath::bf16_dot};
+  return {};
+}
+
+class FlashAttentionBf16Path : public ::testing::TestWithParam<TilePath> {};
+
+TEST_P(FlashAttentionBf16Path, MatchesThePortablePath) {
   for (const Case& c : cases()) {
-    const Outputs dot = run_path(c.p, TilePath::bf16_dot);
+    const Outputs dot = run_path(c.p, GetParam());
     const Outputs port = run_path(c.p, TilePath::bf16_rounded);
     // Same roundings; only the f32 summation order differs (pairs, odd element first), and a
     // P or dS that lands on the other side of a bf16 tie because of it.
@@ -293,6 +308,10 @@ TEST(FlashAttentionBf16, DotProductPathMatchesThePortablePath) {
     EXPECT_LE(normwise(dot.dv, port.dv), 2e-4) << "dv, " << c.what;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Build, FlashAttentionBf16Path, ::testing::ValuesIn(fast_bf16_paths()),
+                         [](const ::testing::TestParamInfo<TilePath>&) { return "bf16_dot"; });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(FlashAttentionBf16Path);
 
 TEST(FlashAttentionBf16, OneAndTwoThreadsGiveTheSameBits) {
   const int saved = num_threads();

@@ -85,7 +85,7 @@ void add_moe_terms(std::vector<Term>& terms, const Config& c, const ParameterCou
   const std::int64_t E = m.moe_experts, ep = c.parallel.ep;
   terms.push_back({"model parameters (total)",
                    fmt::format("every expert: {} MoE blocks of {} experts × 3·C·F_moe (F_moe = {})",
-                               moe_layers_in(m, 0, m.n_layer), E, moe_ffn_of(m)),
+                               moe_layers_in(m, 0, m.n_layer), E, moe_ffn_hidden_of(m)),
                    size.parameters, "elements"});
   terms.push_back({"active parameters per token",
                    fmt::format("total − (E − k)·3·C·F_moe per MoE block (k = {})", m.moe_top_k),

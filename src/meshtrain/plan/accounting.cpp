@@ -208,7 +208,7 @@ double activation_bytes_per_block(const Config& config) {
   // expert tp = 1), its packed input row (C) and hidden output (F_moe), plus the router's logits
   // and probabilities (2E).
   const double moe_share = f(moe_layers_in(m, 0, m.n_layer)) / f(m.n_layer);
-  const double k = f(m.moe_top_k), Fm = f(moe_ffn_of(m)), E = f(m.moe_experts);
+  const double k = f(m.moe_top_k), Fm = f(moe_ffn_hidden_of(m)), E = f(m.moe_experts);
   const double mlp_fp32 = (1.0 - moe_share) * (llama ? 2.0 : 1.0) * F / t +
                           moe_share * (2.0 * k * Fm + 2.0 * E);
   const double mlp_linear = (1.0 - moe_share) * F / t + moe_share * (k * Fm + k * h);

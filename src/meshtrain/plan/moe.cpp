@@ -18,10 +18,6 @@ double f(std::int64_t v) { return static_cast<double>(v); }
 
 bool is_moe(const ModelConfig& m) { return m.moe_experts > 0; }
 
-std::int64_t moe_ffn_of(const ModelConfig& m) {
-  return m.moe_ffn_hidden > 0 ? m.moe_ffn_hidden : ffn_hidden_of(m);
-}
-
 bool is_moe_layer(const ModelConfig& m, std::int64_t layer) {
   return is_moe(m) && layer % std::max<std::int64_t>(m.moe_layer_freq, 1) == 0;
 }
@@ -32,7 +28,7 @@ std::int64_t moe_layers_in(const ModelConfig& m, std::int64_t first, std::int64_
   return n;
 }
 
-double expert_elements(const ModelConfig& m) { return 3.0 * f(m.n_embd) * f(moe_ffn_of(m)); }
+double expert_elements(const ModelConfig& m) { return 3.0 * f(m.n_embd) * f(moe_ffn_hidden_of(m)); }
 
 std::int64_t expert_group_size(const Config& c) {
   return reduction_group_size(c) / std::max<std::int64_t>(c.parallel.ep, 1);

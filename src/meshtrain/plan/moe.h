@@ -19,8 +19,6 @@ namespace meshtrain::plan {
 
 /// model.moe_experts > 0.
 bool is_moe(const ModelConfig& model);
-/// Each expert's hidden size: model.moe_ffn_hidden, or ffn_hidden_of(model) when 0.
-std::int64_t moe_ffn_of(const ModelConfig& model);
 /// Whether block `layer` (0-based, global) is a MoE block: layer % moe_layer_freq == 0.
 bool is_moe_layer(const ModelConfig& model, std::int64_t layer);
 /// MoE blocks among blocks [first, first + count).
