@@ -104,6 +104,7 @@ Metadata load_metadata(const std::filesystem::path& meta_json) {
   }
   try {
     meta.vocab = CharVocab::from_chars(std::move(chars));
+    meta.vocab_size = meta.vocab.size();
   } catch (const DataError& e) {
     fail(meta_json, e.what());
   }

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "meshtrain/data/char_vocab.h"
+#include "meshtrain/data/token_file.h"
 
 namespace meshtrain::data {
 
@@ -27,6 +28,8 @@ inline constexpr std::string_view kCharFormat = "meshtrain-char-v1";
 /// "chars" lists the byte of each id in id order.
 struct Metadata {
   CharVocab vocab;
+  std::int64_t vocab_size = 0;                // ids of the tokenizer (= vocab.size() for char)
+  TokenDtype token_dtype = TokenDtype::u16;   // width of the ids in train.bin / val.bin
   std::string source;  // the text file the dataset was prepared from, as given to prepare
   std::int64_t train_tokens = 0;
   std::int64_t val_tokens = 0;

@@ -99,6 +99,7 @@ PrepareResult prepare_char_dataset(const std::filesystem::path& text,
   result.val_tokens = n - n_train;
 
   const Metadata meta{.vocab = vocab,
+                      .vocab_size = vocab.size(),
                       .source = text.string(),
                       .train_tokens = result.train_tokens,
                       .val_tokens = result.val_tokens};

@@ -15,6 +15,10 @@
 
 namespace meshtrain::data {
 
+/// Width of the ids in a token file: uint16 while the vocabulary has ≤ 65,536 ids (GPT-2's
+/// 50,257), uint32 above (Llama 3's 128,256). Names in meta.json: "uint16", "uint32".
+enum class TokenDtype : std::uint8_t { u16, u32 };
+
 // The file is little-endian and mapped as is; a big-endian host would need a byte swap.
 static_assert(std::endian::native == std::endian::little, "token files are little-endian");
 
