@@ -225,12 +225,15 @@ TEST(HfFormat, ImportNamesAMoeMismatch) {
   std::filesystem::create_directories(dir);
   Config mixtral;
   mixtral.model = tiny_mixtral();
-  export_hf(zero_model(mixtral.model), mixtral, dir / "mixtral.safetensors");
+  // Each in its own directory: config.json beside a file is checked against the model too.
+  std::filesystem::create_directories(dir / "mixtral");
+  std::filesystem::create_directories(dir / "dense");
+  export_hf(zero_model(mixtral.model), mixtral, dir / "mixtral" / "model.safetensors");
   Config dense;
   dense.model = tiny(ModelFamily::llama, false);
   dense.model.n_layer = 2;
-  export_hf(zero_model(dense.model), dense, dir / "dense.safetensors");
-  HfImport(dir / "mixtral.safetensors", mixtral.model).check_values();  // the round trip
+  export_hf(zero_model(dense.model), dense, dir / "dense" / "model.safetensors");
+  HfImport(dir / "mixtral", mixtral.model).check_values();  // the round trip
 
   ModelConfig four = tiny_mixtral();
   four.moe_experts = 4;
@@ -251,7 +254,7 @@ TEST(HfFormat, ImportNamesAMoeMismatch) {
   };
   for (const auto& c : cases) {
     try {
-      HfImport(dir / (c.file + ".safetensors"), c.model);
+      HfImport(dir / c.file / "model.safetensors", c.model);
       ADD_FAILURE() << c.file << " imported into a mismatched model: " << c.says;
     } catch (const DataError& e) {
       EXPECT_NE(std::string(e.what()).find(c.says), std::string::npos) << e.what();

@@ -74,9 +74,9 @@ constexpr std::string_view kExpertsInfix = ".block_sparse_moe.experts.";
 
 // Experts per MoE block in a file's tensor names (1 + the largest j of
 // "….block_sparse_moe.experts.{j}.…"); 0 when the file has none (a dense model).
-std::int64_t experts_in_file(const SafetensorsIndex& index) {
+std::int64_t experts_in_file(const std::map<std::string, HfWeights::Located>& tensors) {
   std::int64_t experts = 0;
-  for (const auto& [name, entry] : index.entries) {
+  for (const auto& [name, located] : tensors) {
     const std::size_t at = name.find(kExpertsInfix);
     if (at == std::string::npos) continue;
     const std::size_t first = at + kExpertsInfix.size();
@@ -91,15 +91,49 @@ std::int64_t experts_in_file(const SafetensorsIndex& index) {
   return experts;
 }
 
-// What stops `model` from being a Hugging Face model (Mixtral has a sparse MoE block in every
-// layer, so a model with MoE only every n-th layer has no Hugging Face class).
-std::vector<ConfigIssue> hf_export_issues(const ModelConfig& m) {
-  if (m.moe_experts == 0 || m.moe_layer_freq == 1) return {};
-  return {{"model.moe_layer_freq", std::to_string(m.moe_layer_freq),
-           "Hugging Face's Mixtral (MixtralForCausalLM) has a sparse MoE block in every layer "
-           "and no layer frequency, so a model with MoE every n-th layer cannot be exported",
-           "export models trained with model.moe_layer_freq = 1, or keep this one in meshtrain's "
-           "own checkpoint format"}};
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+      return "F32";
+    case DType::bf16:
+      return "BF16";
+    case DType::f16:
+      return "F16";
+    case DType::i32:
+      return "I32";
+  }
+  return "?";
+}
+
+// The file's family and MoE structure against the model's, named before any tensor.
+std::vector<std::string> model_kind_problems(
+    const std::map<std::string, HfWeights::Located>& in_file, const ModelConfig& model) {
+  std::vector<std::string> problems;
+  const bool gpt2 = model.family == ModelFamily::gpt2;
+  const bool gpt2_file =
+      in_file.contains("transformer.wte.weight") || in_file.contains("wte.weight");
+  const bool llama_file = in_file.contains("model.embed_tokens.weight");
+  if ((gpt2 && llama_file) || (!gpt2 && gpt2_file)) {
+    problems.push_back(fmt::format("the file holds a {} model, the config says model.family = {}",
+                                   gpt2_file ? "gpt2" : "llama", to_string(model.family)));
+  }
+  if (const std::int64_t experts = experts_in_file(in_file); experts != model.moe_experts) {
+    problems.push_back(
+        experts == 0 ? fmt::format("the file holds a dense model, the config says "
+                                   "model.moe_experts = {} (a MoE model)",
+                                   model.moe_experts)
+                     : fmt::format("the file holds a Mixtral-style MoE model with {} experts per "
+                                   "layer, the config says model.moe_experts = {}{}",
+                                   experts, model.moe_experts,
+                                   model.moe_experts == 0 ? " (a dense model)" : ""));
+  } else if (experts > 0 && model.moe_layer_freq != 1 && model.n_layer > 1 &&
+             in_file.contains("model.layers.1.block_sparse_moe.gate.weight")) {
+    problems.push_back(fmt::format(
+        "the file has MoE blocks where the config (model.moe_layer_freq = {}) has dense MLPs "
+        "(a Mixtral file has one in every layer)",
+        model.moe_layer_freq));
+  }
+  return problems;
 }
 
 }  // namespace
@@ -147,77 +181,6 @@ Tensor from_hf(const Tensor& stored, const HfTensor& spec) {
            "{}: tensor of shape {}, expected {}", spec.hf_name, to_string(stored.shape()),
            to_string(spec.hf_shape()));
   return spec.transposed ? transpose_2d(stored) : stored.clone(MemCategory::other);
-}
-
-std::string hf_config_json(const ModelConfig& m) {
-  if (std::vector<ConfigIssue> issues = hf_export_issues(m); !issues.empty()) {
-    throw ConfigError("the model to export", std::move(issues));
-  }
-  nlohmann::ordered_json j;
-  if (m.family == ModelFamily::llama && m.moe_experts > 0) {
-    // transformers 4.36.2's MixtralConfig names. Mixtral's head_dim is n_embd / n_head (no key
-    // for it), its attention and experts have no bias, and its router is dropless top-k with
-    // renormalised weights (docs/moe.md): meshtrain's capacity factor, drop policy and z-loss
-    // are training settings with no counterpart.
-    j = {{"architectures", {"MixtralForCausalLM"}},
-         {"model_type", "mixtral"},
-         {"vocab_size", m.vocab_size},
-         {"hidden_size", m.n_embd},
-         {"intermediate_size", moe_ffn_hidden_of(m)},
-         {"num_hidden_layers", m.n_layer},
-         {"num_attention_heads", m.n_head},
-         {"num_key_value_heads", kv_heads_of(m)},
-         {"max_position_embeddings", m.block_size},
-         {"hidden_act", "silu"},
-         {"rms_norm_eps", m.norm_eps},
-         {"rope_theta", m.rope_theta},
-         {"sliding_window", nullptr},
-         {"attention_dropout", 0.0},
-         {"num_local_experts", m.moe_experts},
-         {"num_experts_per_tok", m.moe_top_k},
-         {"router_aux_loss_coef", m.moe_aux_loss_coeff},
-         {"output_router_logits", false},
-         {"tie_word_embeddings", false},
-         {"torch_dtype", "float32"}};
-  } else if (m.family == ModelFamily::llama) {
-    j = {{"architectures", {"LlamaForCausalLM"}},
-         {"model_type", "llama"},
-         {"vocab_size", m.vocab_size},
-         {"hidden_size", m.n_embd},
-         {"intermediate_size", ffn_hidden_of(m)},
-         {"num_hidden_layers", m.n_layer},
-         {"num_attention_heads", m.n_head},
-         {"num_key_value_heads", kv_heads_of(m)},
-         {"head_dim", m.n_embd / m.n_head},
-         {"max_position_embeddings", m.block_size},
-         {"hidden_act", "silu"},
-         {"rms_norm_eps", m.norm_eps},
-         {"rope_theta", m.rope_theta},
-         {"attention_bias", false},
-         {"mlp_bias", false},
-         {"tie_word_embeddings", false},
-         {"torch_dtype", "float32"}};
-  } else {
-    j = {{"architectures", {"GPT2LMHeadModel"}},
-         {"model_type", "gpt2"},
-         {"vocab_size", m.vocab_size},
-         {"n_positions", m.block_size},
-         {"n_ctx", m.block_size},
-         {"n_embd", m.n_embd},
-         {"n_layer", m.n_layer},
-         {"n_head", m.n_head},
-         {"n_inner", ffn_hidden_of(m)},
-         {"activation_function", "gelu_new"},  // GELU, tanh approximation
-         {"layer_norm_epsilon", m.norm_eps},
-         {"resid_pdrop", 0.0},
-         {"embd_pdrop", 0.0},
-         {"attn_pdrop", 0.0},
-         {"scale_attn_weights", true},
-         {"tie_word_embeddings", true},
-         {"torch_dtype", "float32"}};
-  }
-  j["meshtrain_note"] = "written by meshtrain export; tokenizer: the run's meta.json";
-  return j.dump(2) + "\n";
 }
 
 void export_hf(const std::vector<NamedTensor>& logical, const Config& config, const fs::path& out) {
@@ -305,70 +268,24 @@ LogicalModel load_logical_model(const fs::path& dir) {
 }
 
 HfImport::HfImport(const fs::path& path, const ModelConfig& model)
-    : index_(read_safetensors_index(path)), specs_(hf_tensors(model)) {
-  const std::string file = path.string();
-  if (const auto f = index_.metadata.find("format");
-      f != index_.metadata.end() && f->second == "meshtrain-model-v1") {
+    : weights_(open_hf_weights(path)), specs_(hf_tensors(model)) {
+  if (const auto f = weights_.metadata.find("format");
+      f != weights_.metadata.end() && f->second == "meshtrain-model-v1") {
     throw DataError(fmt::format(
         "{} is a meshtrain final checkpoint (meshtrain layout), not a Hugging Face file; "
         "convert it first: meshtrain export {} model.safetensors",
-        file, path.parent_path().string()));
+        weights_.name(), weights_.dir.string()));
   }
-  const bool gpt2 = model.family == ModelFamily::gpt2;
-  // The original GPT-2 files name tensors without "transformer.".
-  const bool short_names = gpt2 && !index_.entries.contains("transformer.wte.weight") &&
-                           index_.entries.contains("wte.weight");
-  std::vector<std::string> problems;
-  const bool gpt2_file =
-      index_.entries.contains("transformer.wte.weight") || index_.entries.contains("wte.weight");
-  const bool llama_file = index_.entries.contains("model.embed_tokens.weight");
-  if ((gpt2 && llama_file) || (!gpt2 && gpt2_file)) {
-    problems.push_back(fmt::format("the file holds a {} model, the config says model.family = {}",
-                                   gpt2_file ? "gpt2" : "llama", to_string(model.family)));
+  std::vector<std::string> problems = model_kind_problems(weights_.tensors, model);
+  bool tied_head = model.family == ModelFamily::gpt2;
+  std::error_code ec;
+  if (fs::exists(weights_.dir / "config.json", ec)) {
+    HfConfigCheck check = check_hf_config(weights_.dir / "config.json", model);
+    tied_head = check.tied_head;
+    for (std::string& p : check.problems) problems.push_back(std::move(p));
+    config_checked_ = true;
   }
-  if (const std::int64_t experts = experts_in_file(index_); experts != model.moe_experts) {
-    problems.push_back(
-        experts == 0 ? fmt::format("the file holds a dense model, the config says "
-                                   "model.moe_experts = {} (a MoE model)",
-                                   model.moe_experts)
-                     : fmt::format("the file holds a Mixtral-style MoE model with {} experts per "
-                                   "layer, the config says model.moe_experts = {}{}",
-                                   experts, model.moe_experts,
-                                   model.moe_experts == 0 ? " (a dense model)" : ""));
-  } else if (experts > 0 && model.moe_layer_freq != 1 && model.n_layer > 1 &&
-             index_.entries.contains("model.layers.1.block_sparse_moe.gate.weight")) {
-    problems.push_back(fmt::format(
-        "the file has MoE blocks where the config (model.moe_layer_freq = {}) has dense MLPs "
-        "(a Mixtral file has one in every layer)",
-        model.moe_layer_freq));
-  }
-  std::set<std::string> expected;
-  for (const HfTensor& spec : specs_) {
-    std::string stored = spec.hf_name;
-    if (short_names && stored.starts_with(kGpt2Prefix)) stored = stored.substr(kGpt2Prefix.size());
-    expected.insert(stored);
-    const auto it = index_.entries.find(stored);
-    if (it == index_.entries.end()) {
-      if (!spec.name.empty()) problems.push_back(fmt::format("tensor {} is missing", stored));
-      continue;
-    }
-    if (it->second.dtype != DType::f32 || it->second.shape != spec.hf_shape()) {
-      problems.push_back(fmt::format(
-          "tensor {} has shape {}{} in the file; the model expects {} F32 (Hugging Face layout{})",
-          stored, to_string(it->second.shape), it->second.dtype == DType::f32 ? "" : " I32",
-          to_string(spec.hf_shape()),
-          spec.transposed ? fmt::format(", [in, out] of meshtrain's {}", to_string(spec.shape))
-                          : ""));
-      continue;
-    }
-    file_name_.emplace(spec.hf_name, stored);
-  }
-  for (const auto& [name, entry] : index_.entries) {
-    if (expected.contains(name) || is_hf_buffer(name)) continue;
-    if (gpt2 && name == "lm_head.weight") continue;  // tied to wte: HF itself ignores it
-    problems.push_back(
-        fmt::format("tensor {} ({}) has no place in the model", name, to_string(entry.shape)));
-  }
+  match_tensors(model, tied_head, problems);
   if (!problems.empty()) {
     constexpr std::size_t kShown = 8;
     std::string list;
@@ -379,19 +296,90 @@ HfImport::HfImport(const fs::path& path, const ModelConfig& model)
       list += fmt::format("\n  … and {} more", problems.size() - kShown);
     throw DataError(fmt::format(
         "{} does not fit the model ({}): {} problem(s){}\n  fix: set the model.* keys to those "
-        "of the model that was exported (its config.json), or use that model's file",
-        file, describe(model), problems.size(), list));
+        "of the model in the file (its config.json), or use that model's file",
+        weights_.name(), describe(model), problems.size(), list));
   }
+}
+
+void HfImport::match_tensors(const ModelConfig& model, bool tied_head,
+                             std::vector<std::string>& problems) {
+  const auto& in_file = weights_.tensors;
+  const bool gpt2 = model.family == ModelFamily::gpt2;
+  // The original GPT-2 files name tensors without "transformer.".
+  const bool short_names =
+      gpt2 && !in_file.contains("transformer.wte.weight") && in_file.contains("wte.weight");
+  std::set<std::string> expected;
+  for (const HfTensor& spec : specs_) {
+    std::string stored = spec.hf_name;
+    if (short_names && stored.starts_with(kGpt2Prefix)) stored = stored.substr(kGpt2Prefix.size());
+    // A Llama saved with tie_word_embeddings = true has no lm_head.weight: its head is the
+    // embedding, which then starts meshtrain's untied head.
+    if (!gpt2 && stored == "lm_head.weight" && !in_file.contains(stored) && tied_head) {
+      stored = "model.embed_tokens.weight";
+      head_from_embedding_ = true;
+    }
+    expected.insert(stored);
+    const auto it = in_file.find(stored);
+    if (it == in_file.end()) {
+      if (spec.name.empty()) continue;  // a zero bias of a bias-free gpt2 may be absent
+      problems.push_back(
+          stored == "lm_head.weight"
+              ? std::string("tensor lm_head.weight is missing (a Llama saved with "
+                            "tie_word_embeddings = true omits it: put its config.json beside "
+                            "the file to start the head from the embedding)")
+              : fmt::format("tensor {} is missing", stored));
+      continue;
+    }
+    const SafetensorsEntry& e = it->second.entry;
+    if (e.dtype == DType::i32 || e.shape != spec.hf_shape()) {
+      problems.push_back(fmt::format(
+          "tensor {} is {} {} in the file; the model expects {} F32, BF16 or F16 (Hugging Face "
+          "layout{})",
+          stored, dtype_name(e.dtype), to_string(e.shape), to_string(spec.hf_shape()),
+          spec.transposed ? fmt::format(", [in, out] of meshtrain's {}", to_string(spec.shape))
+                          : ""));
+      continue;
+    }
+    dtypes_.insert(dtype_name(e.dtype));
+    file_name_.emplace(spec.hf_name, stored);
+  }
+  for (const auto& [name, located] : in_file) {
+    if (expected.contains(name)) continue;
+    if (is_hf_buffer(name)) {  // a causal mask or RoPE table: recomputed, not a parameter
+      ++ignored_buffers_;
+      continue;
+    }
+    if (gpt2 && name == "lm_head.weight") continue;  // tied to wte: HF itself ignores it
+    problems.push_back(fmt::format(
+        "tensor {} ({} {}, in {}) has no place in the model: neither a parameter nor one of "
+        "Hugging Face's known buffers (attn.bias, attn.masked_bias, rotary_emb.inv_freq)",
+        name, dtype_name(located.entry.dtype), to_string(located.entry.shape),
+        weights_.file_of(name).filename().string()));
+  }
+}
+
+std::string HfImport::summary() const {
+  std::string dtypes;
+  for (const std::string& d : dtypes_) dtypes += (dtypes.empty() ? "" : "+") + d;
+  std::string out = fmt::format("{} tensors, {}{}", file_name_.size(), dtypes,
+                                dtypes == "F32" ? "" : " widened to f32");
+  if (weights_.files.size() > 1) out += fmt::format(", {} shards", weights_.files.size());
+  if (ignored_buffers_ > 0)
+    out += fmt::format(", {} non-parameter buffers ignored", ignored_buffers_);
+  if (head_from_embedding_) out += ", lm_head.weight from model.embed_tokens.weight (tied)";
+  out += config_checked_ ? ", config.json agrees" : ", no config.json to check";
+  return out;
 }
 
 void HfImport::check_values() const {
   for (const HfTensor& spec : specs_) {
     const auto it = file_name_.find(spec.hf_name);
     if (it == file_name_.end()) continue;  // an absent zero bias
-    const Tensor t = read_safetensors_tensor(index_, it->second);
+    const Tensor t = read_hf_tensor_f32(weights_, it->second);
+    const std::string file = weights_.file_of(it->second).string();
     if (const std::int64_t i = first_non_finite(t); i >= 0) {
-      throw DataError(fmt::format("{}: tensor {} holds a non-finite value (element {})",
-                                  index_.path.string(), it->second, i));
+      throw DataError(
+          fmt::format("{}: tensor {} holds a non-finite value (element {})", file, it->second, i));
     }
     if (spec.name.empty()) {
       const std::span<const float> v = t.span_f32();
@@ -399,14 +387,14 @@ void HfImport::check_values() const {
         throw DataError(fmt::format(
             "{}: tensor {} holds non-zero values, but the model has model.bias = false; set "
             "model.bias = true to use them",
-            index_.path.string(), it->second));
+            file, it->second));
       }
     }
   }
 }
 
 Tensor HfImport::logical(const HfTensor& spec) const {
-  return from_hf(read_safetensors_tensor(index_, file_name_.at(spec.hf_name)), spec);
+  return from_hf(read_hf_tensor_f32(weights_, file_name_.at(spec.hf_name)), spec);
 }
 
 void HfImport::fill(const Parameter& p, std::int64_t begin, std::int64_t end, float* out) {

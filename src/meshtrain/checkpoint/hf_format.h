@@ -19,19 +19,23 @@
 //          [E, C] and block_sparse_moe.experts.{j}.w1/w3 [F, C], w2 [C, F] (meshtrain's names).
 //          Mixtral has a MoE block in every layer: model.moe_layer_freq ≠ 1 does not export
 //          (ConfigError). config.json is transformers 4.36.2's MixtralConfig.
-// Tensors are F32 and logical (no tp padding, gpt2's tied embedding once). The file's
+// Exported tensors are F32 and logical (no tp padding, gpt2's tied embedding once). The file's
 // metadata is {"format": "pt"} (transformers refuses safetensors without it) plus
 // "meshtrain_format": "hf-export-v1".
-// Uses: checkpoint/safetensors.h, model/ (the parameter table of a config), config/.
+// Uses: checkpoint/safetensors.h, hf_weights.h, hf_config.h, model/ (the parameter table of a
+// config), config/.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "meshtrain/checkpoint/hf_config.h"
+#include "meshtrain/checkpoint/hf_weights.h"
 #include "meshtrain/checkpoint/safetensors.h"
 #include "meshtrain/config/config.h"
 #include "meshtrain/layers/parameter.h"
@@ -58,12 +62,6 @@ std::vector<HfTensor> hf_tensors(const ModelConfig& model);
 Tensor to_hf(const Tensor& logical, const HfTensor& spec);
 Tensor from_hf(const Tensor& stored, const HfTensor& spec);
 
-/// Hugging Face's config.json for `model` (model_type gpt2, llama or mixtral: sizes, eps,
-/// rope_theta, tie_word_embeddings, torch_dtype float32; mixtral: num_local_experts,
-/// num_experts_per_tok, intermediate_size = the expert F, router_aux_loss_coef), as JSON text.
-/// Throws ConfigError for a model with no Hugging Face class (MoE with moe_layer_freq ≠ 1).
-std::string hf_config_json(const ModelConfig& model);
-
 /// Writes `out` (safetensors, HF names and layouts, F32) and `out`'s directory/config.json,
 /// each atomically (temporary name, fsync, rename). `logical`: every logical parameter of
 /// config.model under meshtrain's names, [out, in] (Trainer::logical_tensors(), or
@@ -88,18 +86,23 @@ struct LogicalModel {
 /// bad config.toml.
 LogicalModel load_logical_model(const std::filesystem::path& dir);
 
-/// A Hugging Face file opened to initialise a model from (checkpoint.init_from). Reads the
-/// header only; tensors are read one at a time when asked for.
+/// A Hugging Face model opened to initialise a model from (checkpoint.init_from): one
+/// safetensors file, a sharded model's index, or a directory holding either (hf_weights.h).
+/// Reads the headers (and config.json beside them, if any) only; tensors are read one at a time
+/// when asked for, F32 as stored, BF16 and F16 widened exactly to f32.
 class HfImport {
  public:
   /// Opens `path` and checks it against `model` (validated, vocab_size known): every tensor of
   /// hf_tensors(model) present (gpt2: "transformer." may be missing from every name, as in
-  /// the original GPT-2 files; a bias-free model's zero biases may be absent), each of its
-  /// shape and F32, and nothing else but HF's non-parameter buffers (attn.bias,
-  /// attn.masked_bias, rotary_emb.inv_freq) and gpt2's tied lm_head.weight; a Mixtral (MoE)
-  /// file into a dense model, a dense file into a MoE model, or another number of experts is
-  /// named as such first. Throws DataError naming the file, the tensor and both shapes. Reads
-  /// no tensor data.
+  /// OpenAI's original GPT-2 files; a bias-free model's zero biases may be absent; llama: a
+  /// missing lm_head.weight is taken from model.embed_tokens.weight when config.json says
+  /// tie_word_embeddings = true), each of its shape and F32, BF16 or F16, and nothing else but
+  /// HF's non-parameter buffers (attn.bias, attn.masked_bias, rotary_emb.inv_freq: ignored)
+  /// and gpt2's tied lm_head.weight; a config.json beside the file(s) agreeing with `model`
+  /// (check_hf_config); a Mixtral (MoE) file into a dense model, a dense file into a MoE model,
+  /// or another number of experts is named as such first. Throws DataError naming the file,
+  /// the tensor and both shapes (every problem, the first 8 listed), or any DataError of
+  /// open_hf_weights. Reads no tensor data.
   HfImport(const std::filesystem::path& path, const ModelConfig& model);
 
   /// Reads every tensor once and throws DataError naming the file and tensor for a non-finite
@@ -112,14 +115,23 @@ class HfImport {
   /// constructor validated the file).
   void fill(const Parameter& p, std::int64_t begin, std::int64_t end, float* out);
 
-  const std::filesystem::path& path() const noexcept { return index_.path; }
+  const std::filesystem::path& path() const noexcept { return weights_.source; }
+  /// One line for the log: tensors, dtypes, shards, ignored buffers, a tied Llama head, and
+  /// whether a config.json was checked.
+  std::string summary() const;
 
  private:
+  // Maps each spec to its file tensor (file_name_), appending a sentence per problem.
+  void match_tensors(const ModelConfig& model, bool tied_head, std::vector<std::string>& problems);
   Tensor logical(const HfTensor& spec) const;
 
-  SafetensorsIndex index_;
+  HfWeights weights_;
   std::vector<HfTensor> specs_;
   std::map<std::string, std::string> file_name_;  // spec.hf_name → name in the file
+  std::set<std::string> dtypes_;                  // of the tensors used
+  std::int64_t ignored_buffers_ = 0;
+  bool head_from_embedding_ = false;
+  bool config_checked_ = false;
   std::string cached_name_;
   Tensor cached_;
 };

@@ -2,12 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "meshtrain/core/error.h"
+#include "meshtrain/core/half.h"
 #include "meshtrain/core/staged_file.h"
 
 namespace meshtrain {
@@ -27,9 +29,74 @@ std::string dtype_tag(DType dtype) {
   return "?";
 }
 
+// Safetensors' own limit on the header (MAX_HEADER_SIZE in huggingface/safetensors): a larger
+// length field is a damaged or hostile file, refused before anything that size is allocated.
+constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
+
+struct DTypeTag {
+  const char* tag;
+  DType dtype;
+};
+constexpr DTypeTag kTags[] = {
+    {"F32", DType::f32}, {"I32", DType::i32}, {"BF16", DType::bf16}, {"F16", DType::f16}};
+
+// The shape of entry `name`: an array of integers ≥ 0 whose product times `element_bytes` fits
+// in `data_size` bytes (checked without overflow: a hostile shape never wraps around).
+Shape parse_shape(const nlohmann::json& j, std::uint64_t element_bytes, std::uint64_t data_size,
+                  const std::string& name, const std::filesystem::path& path) {
+  if (!j.is_array()) {
+    throw DataError(
+        fmt::format("{}: tensor {} has a shape that is not an array", path.string(), name));
+  }
+  Shape shape;
+  std::uint64_t bytes = element_bytes;
+  for (const nlohmann::json& d : j) {
+    if (!d.is_number_unsigned()) {
+      throw DataError(fmt::format("{}: tensor {} has a dimension {} that is not an integer ≥ 0",
+                                  path.string(), name, d.dump()));
+    }
+    const std::uint64_t n = d.get<std::uint64_t>();
+    if (n != 0 && bytes > data_size / n) {
+      throw DataError(fmt::format("{}: tensor {} of shape {} needs more bytes than the file holds",
+                                  path.string(), name, j.dump()));
+    }
+    bytes *= n;
+    shape.push_back(static_cast<std::int64_t>(n));
+  }
+  return shape;
+}
+
+// One tensor's entry of the header; `data_size`: the bytes after the header.
+SafetensorsEntry parse_entry(const nlohmann::json& entry, const std::string& name,
+                             std::uint64_t length, std::uint64_t data_size, bool allow_16bit,
+                             const std::filesystem::path& path) {
+  const std::string tag = entry.at("dtype").get<std::string>();
+  const auto* known = std::find_if(std::begin(kTags), std::end(kTags),
+                                   [&](const DTypeTag& t) { return tag == t.tag; });
+  if (known == std::end(kTags) || (!allow_16bit && is_16bit_float(known->dtype))) {
+    throw DataError(fmt::format("{}: tensor {} has dtype {}; only {} are supported here",
+                                path.string(), name, tag,
+                                allow_16bit ? "F32, BF16, F16 and I32" : "F32 and I32"));
+  }
+  const std::uint64_t element = dtype_size(known->dtype);
+  const Shape shape = parse_shape(entry.at("shape"), element, data_size, name, path);
+  const auto offsets = entry.at("data_offsets").get<std::vector<std::uint64_t>>();
+  const std::uint64_t bytes = static_cast<std::uint64_t>(shape_numel(shape)) * element;
+  if (offsets.size() != 2 || offsets[1] < offsets[0] || offsets[1] > data_size ||
+      offsets[1] - offsets[0] != bytes) {
+    throw DataError(fmt::format(
+        "{}: tensor {} ({} {}, {} bytes) has data offsets {} outside the file's {} data bytes "
+        "or not matching its dtype and shape (file truncated or damaged?)",
+        path.string(), name, tag, to_string(shape), bytes, entry.at("data_offsets").dump(),
+        data_size));
+  }
+  return {.dtype = known->dtype, .shape = shape, .offset = 8 + length + offsets[0]};
+}
+
 // The header `text` (`length` bytes) of a file of `file_size` bytes, checked against it.
 SafetensorsIndex parse_header(const std::string& text, std::uint64_t length,
-                              std::uint64_t file_size, const std::filesystem::path& path) {
+                              std::uint64_t file_size, bool allow_16bit,
+                              const std::filesystem::path& path) {
   const nlohmann::json header = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object()) {
     throw DataError(fmt::format("{}: malformed JSON header", path.string()));
@@ -46,33 +113,27 @@ SafetensorsIndex parse_header(const std::string& text, std::uint64_t length,
       continue;
     }
     try {
-      const std::string tag = entry.at("dtype").get<std::string>();
-      if (tag != "F32" && tag != "I32") {
-        throw DataError(fmt::format("{}: tensor {} has dtype {}; only F32 and I32 are supported",
-                                    path.string(), name, tag));
-      }
-      const Shape shape = entry.at("shape").get<Shape>();
-      const auto offsets = entry.at("data_offsets").get<std::vector<std::uint64_t>>();
-      for (const std::int64_t d : shape) {
-        if (d < 0)
-          throw DataError(fmt::format("{}: tensor {} has a negative dim", path.string(), name));
-      }
-      const std::uint64_t bytes = static_cast<std::uint64_t>(shape_numel(shape)) * 4;
-      if (offsets.size() != 2 || offsets[1] < offsets[0] || offsets[1] > data_size ||
-          offsets[1] - offsets[0] != bytes) {
-        throw DataError(
-            fmt::format("{}: tensor {} has data offsets outside the file or not "
-                        "matching its shape (file truncated?)",
-                        path.string(), name));
-      }
-      out.entries.emplace(name, SafetensorsEntry{.dtype = tag == "F32" ? DType::f32 : DType::i32,
-                                                 .shape = shape,
-                                                 .offset = 8 + length + offsets[0]});
+      out.entries.emplace(name, parse_entry(entry, name, length, data_size, allow_16bit, path));
     } catch (const nlohmann::json::exception& e) {
       throw DataError(fmt::format("{}: malformed entry for {}: {}", path.string(), name, e.what()));
     }
   }
   return out;
+}
+
+// The header length of a file of `file_size` bytes starting with `length`, checked.
+void check_header_length(std::uint64_t length, std::uint64_t file_size,
+                         const std::filesystem::path& path) {
+  if (length > kMaxHeaderBytes) {
+    throw DataError(fmt::format(
+        "{}: header length {} exceeds safetensors' limit of {} bytes (not a safetensors file, "
+        "or a damaged one)",
+        path.string(), length, kMaxHeaderBytes));
+  }
+  if (length > file_size - 8) {
+    throw DataError(fmt::format("{}: header length {} exceeds the file ({} bytes)", path.string(),
+                                length, file_size));
+  }
 }
 
 }  // namespace
@@ -131,13 +192,11 @@ SafetensorsIndex read_safetensors_index(const std::filesystem::path& path) {
     throw DataError(fmt::format("{}: not a safetensors file (too short)", path.string()));
   std::uint64_t length = 0;
   in.read(reinterpret_cast<char*>(&length), 8);
-  if (length > file_size - 8) {
-    throw DataError(fmt::format("{}: header length {} exceeds the file ({} bytes)", path.string(),
-                                length, file_size));
-  }
+  check_header_length(length, file_size, path);
   std::string text(length, '\0');
   in.read(text.data(), static_cast<std::streamsize>(length));
-  return parse_header(text, length, file_size, path);
+  if (!in) throw DataError(fmt::format("{}: read of the header failed", path.string()));
+  return parse_header(text, length, file_size, /*allow_16bit=*/true, path);
 }
 
 Tensor read_safetensors_tensor(const SafetensorsIndex& index, const std::string& name) {
@@ -150,8 +209,9 @@ Tensor read_safetensors_tensor(const SafetensorsIndex& index, const std::string&
   if (t.bytes() == 0) return t;
   std::ifstream in(index.path, std::ios::binary);
   in.seekg(static_cast<std::streamoff>(e.offset));
-  char* data =
-      e.dtype == DType::f32 ? reinterpret_cast<char*>(t.f32()) : reinterpret_cast<char*>(t.i32());
+  char* data = e.dtype == DType::f32   ? reinterpret_cast<char*>(t.f32())
+               : e.dtype == DType::i32 ? reinterpret_cast<char*>(t.i32())
+                                       : reinterpret_cast<char*>(t.u16());
   in.read(data, static_cast<std::streamsize>(t.bytes()));
   if (!in) throw DataError(fmt::format("{}: read of {} failed", index.path.string(), name));
   return t;
@@ -161,6 +221,12 @@ SafetensorsFile read_safetensors(const std::filesystem::path& path) {
   SafetensorsIndex index = read_safetensors_index(path);
   SafetensorsFile out;
   for (const auto& [name, entry] : index.entries) {
+    if (is_16bit_float(entry.dtype)) {  // meshtrain's own files are F32 / I32
+      throw DataError(
+          fmt::format("{}: tensor {} has a 16-bit dtype; only F32 and I32 are "
+                      "supported here",
+                      path.string(), name));
+    }
     out.tensors.emplace(name, read_safetensors_tensor(index, name));
   }
   out.metadata = std::move(index.metadata);
@@ -174,12 +240,9 @@ SafetensorsFile decode_safetensors(std::span<const std::byte> bytes,
   }
   std::uint64_t length = 0;
   std::memcpy(&length, bytes.data(), 8);
-  if (length > bytes.size() - 8) {
-    throw DataError(fmt::format("{}: header length {} exceeds the file ({} bytes)", path.string(),
-                                length, bytes.size()));
-  }
+  check_header_length(length, bytes.size(), path);
   const std::string text(reinterpret_cast<const char*>(bytes.data()) + 8, length);
-  SafetensorsIndex index = parse_header(text, length, bytes.size(), path);
+  SafetensorsIndex index = parse_header(text, length, bytes.size(), /*allow_16bit=*/false, path);
   SafetensorsFile out;
   for (const auto& [name, e] : index.entries) {
     Tensor t = Tensor::empty(e.shape, MemCategory::other, e.dtype);

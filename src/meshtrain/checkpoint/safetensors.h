@@ -2,7 +2,11 @@
 //
 // Reading and writing the safetensors format (Hugging Face): an 8-byte little-endian header
 // length, a JSON header {name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__":
-// {string: string}}, then the raw little-endian data. f32 ("F32") and i32 ("I32") only.
+// {string: string}}, then the raw little-endian data. meshtrain writes and reads back f32
+// ("F32") and i32 ("I32"); the header-only reader below also accepts bf16 ("BF16") and f16
+// ("F16"), the dtypes of Hugging Face's 16-bit model files. Every header is checked before any
+// data is read: length at most 100 MB (safetensors' own limit), dimensions integers ≥ 0, and
+// each tensor's data_offsets inside the file and spanning exactly dtype size × elements bytes.
 #pragma once
 
 #include <cstddef>
@@ -33,7 +37,8 @@ struct SafetensorsFile {
 };
 
 /// Throws DataError (naming the path and what is wrong) for a missing file, a truncated file,
-/// a malformed header, an unsupported dtype, or offsets outside the data; never crashes.
+/// a malformed or oversized header, a dtype other than F32/I32, or offsets outside the data
+/// or disagreeing with the dtype and shape; never crashes.
 SafetensorsFile read_safetensors(const std::filesystem::path& path);
 
 /// The bytes of a safetensors file holding `tensors` (f32 or i32), as write_safetensors writes
@@ -60,11 +65,12 @@ struct SafetensorsIndex {
   std::map<std::string, std::string> metadata;
 };
 
-/// Reads and checks the header only: the same DataErrors as read_safetensors (missing or
-/// truncated file, malformed header, dtype other than F32/I32, offsets outside the data).
+/// Reads and checks the header only: the same DataErrors as read_safetensors, except that
+/// BF16 and F16 tensors are accepted (Hugging Face model files; see HfImport).
 SafetensorsIndex read_safetensors_index(const std::filesystem::path& path);
 
-/// Reads tensor `name` of `index` (MemCategory::other). Throws DataError naming the file and
+/// Reads tensor `name` of `index` (MemCategory::other) in its stored dtype (bf16/f16 as
+/// their bit patterns, Tensor::u16(); widen with Tensor::to). Throws DataError naming the file and
 /// the tensor when it is not in the index or the read fails (file changed since indexed).
 Tensor read_safetensors_tensor(const SafetensorsIndex& index, const std::string& name);
 
