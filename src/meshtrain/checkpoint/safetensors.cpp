@@ -158,8 +158,10 @@ std::vector<std::byte> encode_safetensors(const std::vector<NamedTensor>& tensor
   std::byte* data = out.data() + 8 + text.size();
   for (const NamedTensor& t : tensors) {
     if (t.tensor.bytes() == 0) continue;
-    const void* from = t.tensor.dtype() == DType::i32 ? static_cast<const void*>(t.tensor.i32())
-                                                      : static_cast<const void*>(t.tensor.f32());
+    const DType d = t.tensor.dtype();
+    const void* from = d == DType::i32   ? static_cast<const void*>(t.tensor.i32())
+                       : d == DType::f32 ? static_cast<const void*>(t.tensor.f32())
+                                         : static_cast<const void*>(t.tensor.u16());
     std::memcpy(data, from, static_cast<std::size_t>(t.tensor.bytes()));
     data += t.tensor.bytes();
   }

@@ -41,7 +41,8 @@ struct SafetensorsFile {
 /// or disagreeing with the dtype and shape; never crashes.
 SafetensorsFile read_safetensors(const std::filesystem::path& path);
 
-/// The bytes of a safetensors file holding `tensors` (f32 or i32), as write_safetensors writes
+/// The bytes of a safetensors file holding `tensors` (f32, i32, or bf16/f16 as Hugging Face's
+/// 16-bit files hold them), as write_safetensors writes
 /// them: for a caller that hashes or writes them itself (sharded checkpoints).
 std::vector<std::byte> encode_safetensors(const std::vector<NamedTensor>& tensors,
                                           const std::map<std::string, std::string>& metadata = {});

@@ -214,7 +214,8 @@ Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
   model_ = std::make_unique<ModelStage>(config_, *mesh_, data_->train(), data_->val());
   optim_ = std::make_unique<OptimizerState>(config_, *mesh_, model_->stage(), import.get());
   if (import && options_.log && world.rank() == 0) {
-    fmt::print("initialised the parameters from {}\n", config_.checkpoint.init_from);
+    fmt::print("initialised the parameters from {} ({})\n", config_.checkpoint.init_from,
+               import->summary());
   }
   report_ = std::make_unique<Reporting>(config_, options_, world, *mesh_, model_->tied_group(),
                                         model_->predicted_bubble());
