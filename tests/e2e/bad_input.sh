@@ -297,5 +297,28 @@ else
   echo "FAIL diverging run"; echo "$out" | sed 's/^/    /'; failures=$((failures + 1))
 fi
 
+# Hugging Face models (issue 15 item 3): hostile files through checkpoint.init_from, and the
+# tokenizer files of `meshtrain export`.
+mkdir -p "$WORK/hf_escape" "$WORK/hf_huge" "$WORK/hf_tok"
+printf '{"weight_map": {"transformer.wte.weight": "../hf/model.safetensors"}}' \
+  >"$WORK/hf_escape/model.safetensors.index.json"
+expect "import of an index naming a shard outside its directory" 3 \
+  "names the shard \"../hf/model.safetensors\", which is not a file name in the index's directory" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" "${IMPORT[@]}" --checkpoint.init_from "$WORK/hf_escape"
+printf '\xff\xff\xff\xff\xff\xff\xff\x7f{}' >"$WORK/hf_huge/model.safetensors"
+expect "import of a file with a huge header length" 3 \
+  "$WORK/hf_huge/model.safetensors: header length 9223372036854775807 exceeds safetensors' limit" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" "${IMPORT[@]}" --checkpoint.init_from "$WORK/hf_huge"
+expect "export of a char run writes no tokenizer files and says so" 0 \
+  "no tokenizer files: Hugging Face has no tokenizer class" -- \
+  "$BIN" export "$WORK/good" "$WORK/hf/model.safetensors"
+cp -r "$WORK/good" "$WORK/gpt2_no_files"
+printf '{"format": "meshtrain-tokens-v2", "tokenizer": {"kind": "gpt2", "files": ["encoder.json", "vocab.bpe"]}}' \
+  >"$WORK/gpt2_no_files/meta.json"
+expect "export of a GPT-2 BPE run whose tokenizer files are missing" 3 \
+  "$WORK/gpt2_no_files/encoder.json: the GPT-2 encoder.json is missing" -- \
+  "$BIN" export "$WORK/gpt2_no_files" "$WORK/hf_tok/model.safetensors"
+[[ -z $(ls -A "$WORK/hf_tok") ]] || { echo "FAIL the failed export left files in $WORK/hf_tok"; failures=$((failures + 1)); }
+
 echo "$passed passed, $failures failed"
 ((failures == 0))

@@ -5,9 +5,13 @@
 // loader of checkpoint.init_from: a file, a sharded index or a directory; F32, BF16 or F16),
 // and writes tokens [batch, T] I32 and meshtrain's logits [batch·T, V] F32 to <out>; the
 // config's vocab_size must be given (model.vocab_size), as no data directory is read.
-// hf_init_reference.py then computes transformers' logits of the same tokens.
+// hf_init_reference.py then computes transformers' logits of the same tokens. With
+// --checkpoint-out DIR META it also writes the model as a run's final checkpoint (DIR:
+// model.safetensors in meshtrain's layout, config.toml, META copied to meta.json), the input of
+// `meshtrain export` in reference.export_tokenizer_matches_transformers.
 //
-//   hf_init_dump <config.toml> <init_from> <out.safetensors> [--section.key value ...]
+//   hf_init_dump <config.toml> <init_from> <out.safetensors> [--checkpoint-out DIR META]
+//                [--section.key value ...]
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -18,6 +22,7 @@
 #include <vector>
 
 #include "meshtrain/checkpoint/hf_format.h"
+#include "meshtrain/checkpoint/model_checkpoint.h"
 #include "meshtrain/checkpoint/safetensors.h"
 #include "meshtrain/comm/single_rank_group.h"
 #include "meshtrain/config/load.h"
@@ -33,10 +38,17 @@ constexpr std::uint64_t kSeed = 2024;
 constexpr std::int64_t kBatch = 2;
 constexpr std::int64_t kMaxTokens = 48;  // per sequence: the logits check, not a long context
 
-int run(const std::string& config_path, const std::string& init_from, const std::string& out,
-        const std::vector<std::string>& overrides) {
+struct Args {
+  std::string config, init_from, out, checkpoint_dir, meta_json;
+  std::vector<std::string> overrides;
+};
+
+int run(const Args& args) {
+  const std::string& config_path = args.config;
+  const std::string& init_from = args.init_from;
+  const std::string& out = args.out;
   const auto start = std::chrono::steady_clock::now();
-  Config config = load_config_file(config_path, parse_overrides(overrides));
+  Config config = load_config_file(config_path, parse_overrides(args.overrides));
   config.checkpoint.init_from = init_from;
   validate_or_throw(config, 1);
   const ModelConfig& mc = config.model;
@@ -60,6 +72,11 @@ int run(const std::string& config_path, const std::string& init_from, const std:
   const Tensor logits = model.logits(tokens.i32(), kBatch, T).clone(MemCategory::other);
   write_safetensors(out, {{"tokens", tokens}, {"logits", logits}},
                     {{"init_from", init_from}, {"generator", "tests/reference/hf_init_dump.cpp"}});
+  if (!args.checkpoint_dir.empty()) {
+    std::vector<NamedTensor> params;
+    for (Parameter* p : model.parameters()) params.push_back({p->name, p->value});
+    save_model_checkpoint(args.checkpoint_dir, params, config, args.meta_json);
+  }
   fmt::print("hf_init_dump: {} ({}) → logits [{}, {}] in {}; load {:.1f} s, total {:.1f} s\n",
              init_from, import.summary(), logits.dim(0), logits.dim(1), out, load_s,
              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
@@ -73,12 +90,22 @@ int main(int argc, char** argv) {
   if (argc < 4) {
     std::fprintf(stderr,
                  "usage: hf_init_dump <config.toml> <init_from> <out.safetensors> "
-                 "[--section.key value ...]\n");
+                 "[--checkpoint-out DIR META] [--section.key value ...]\n");
     return 2;
   }
   try {
-    return meshtrain::run(argv[1], argv[2], argv[3],
-                          std::vector<std::string>(argv + 4, argv + argc));
+    meshtrain::Args args;
+    args.config = argv[1];
+    args.init_from = argv[2];
+    args.out = argv[3];
+    int next = 4;
+    if (argc >= 7 && std::string(argv[4]) == "--checkpoint-out") {
+      args.checkpoint_dir = argv[5];
+      args.meta_json = argv[6];
+      next = 7;
+    }
+    args.overrides.assign(argv + next, argv + argc);
+    return meshtrain::run(args);
   } catch (const meshtrain::DataError& e) {
     std::fprintf(stderr, "hf_init_dump: %s\n", e.what());
     return 3;

@@ -239,10 +239,12 @@ TEST(HfImport, HostileHeadersAreDataErrorsNamingTheFile) {
   tensors[0].tensor = Tensor::zeros(tensors[0].tensor.shape(), MemCategory::other, DType::i32);
   tensors.push_back({"transformer.h.0.attn.extra", Tensor::zeros({3}, MemCategory::other)});
   write_safetensors(f, tensors, {{"format", "pt"}});
-  expect_refused(f, m,
-                 {f.string(), "tensor " + w + " is I32 [5, 8] in the file",
-                  "tensor transformer.h.0.attn.extra (F32 [3], in model.safetensors) has no "
-                  "place in the model"});
+  expect_refused(
+      f, m,
+      {f.string(),
+       "tensor " + w + " has shape [5, 8] in the file; the model expects [5, 8] (the file's is I32",
+       "tensor transformer.h.0.attn.extra (F32 [3], in model.safetensors) has no "
+       "place in the model"});
 }
 
 TEST(HfImport, ConfigJsonBesideTheFileMustAgreeWithTheRunsModel) {

@@ -333,9 +333,9 @@ void HfImport::match_tensors(const ModelConfig& model, bool tied_head,
     const SafetensorsEntry& e = it->second.entry;
     if (e.dtype == DType::i32 || e.shape != spec.hf_shape()) {
       problems.push_back(fmt::format(
-          "tensor {} is {} {} in the file; the model expects {} F32, BF16 or F16 (Hugging Face "
-          "layout{})",
-          stored, dtype_name(e.dtype), to_string(e.shape), to_string(spec.hf_shape()),
+          "tensor {} has shape {} in the file; the model expects {} (the file's is {}; F32, "
+          "BF16 or F16 are read; Hugging Face layout{})",
+          stored, to_string(e.shape), to_string(spec.hf_shape()), dtype_name(e.dtype),
           spec.transposed ? fmt::format(", [in, out] of meshtrain's {}", to_string(spec.shape))
                           : ""));
       continue;

@@ -132,7 +132,7 @@ HfWeights open_hf_weights(const fs::path& path) {
         path.string(), kSingleFile, kIndexFile));
   }
   if (!fs::exists(path, ec)) {
-    throw DataError(fmt::format("{}: no such file or directory", path.string()));
+    throw DataError(fmt::format("{}: cannot open (no such file or directory)", path.string()));
   }
   if (ends_with(path.string(), ".json")) return open_sharded(path, path);
   return open_single(path, path);

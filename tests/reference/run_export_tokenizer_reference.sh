@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# tests/reference/run_export_tokenizer_reference.sh <hf_init_dump> <meshtrain> <python> <script> <gpt2 tokenizer dir> <text> <work dir>
+#
+# The CTest driver of reference.export_tokenizer_matches_transformers: for each variant that
+# hf_export_tokenizer_reference.py makes (GPT-2 BPE, two SentencePiece models, char), a model
+# transformers wrote becomes a meshtrain final checkpoint (hf_init_dump --checkpoint-out: the
+# model in meshtrain's layout, config.toml, meta.json, plus the tokenizer's files beside
+# meta.json, as a run's checkpoint carries them), the real `meshtrain export` writes the Hugging
+# Face directory, and the script's check loads it with AutoTokenizer / AutoModelForCausalLM.
+# Works in a fresh directory under <work dir>, removed at the end. Fails when any step fails.
+set -euo pipefail
+dump=$1 meshtrain=$2 python=$3 script=$4 gpt2=$5 text=$6 work=$7
+mkdir -p "$work"
+tmp=$(mktemp -d "$work/export_tokenizer_reference.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+
+"$python" "$script" make "$tmp" "$gpt2" "$text"
+while read -r name kind; do
+  dir=$tmp/$name
+  "$dump" "$dir/meshtrain.toml" "$dir/hf_in" "$dir/meshtrain.safetensors" \
+    --checkpoint-out "$dir/ckpt" "$dir/meta.json"
+  cp "$dir"/tok/* "$dir/ckpt/" 2>/dev/null || true   # char: no tokenizer files
+  mkdir -p "$dir/out"
+  message=$("$meshtrain" export "$dir/ckpt" "$dir/out/model.safetensors")
+  echo "$message"
+  if [[ $kind == char && $message != *"no tokenizer files: Hugging Face has no tokenizer class"* ]]; then
+    echo "FAILED: the char export does not say that it wrote no tokenizer files" >&2
+    exit 1
+  fi
+done <"$tmp/variants.txt"
+"$python" "$script" check "$tmp" "$gpt2"
