@@ -282,6 +282,25 @@ TEST(HfImport, ConfigJsonBesideTheFileMustAgreeWithTheRunsModel) {
   expect_refused(dir.path, m, {"config.json: rope_scaling", "config.json: attention_bias true"});
   std::ofstream(dir.path / "config.json") << "[]";
   expect_refused(dir.path, m, {"config.json", "not a JSON object"});
+
+  // GPT-2: an activation or attention scaling meshtrain does not have, another MLP width.
+  const TempDir gpt2_dir("meshtrain_hf_import_config_gpt2");
+  const ModelConfig g = tiny_gpt2();
+  write_safetensors(gpt2_dir.path / "model.safetensors", hf_model(g, DType::f32),
+                    {{"format", "pt"}});
+  nlohmann::json gj = nlohmann::json::parse(hf_config_json(g));
+  gj["activation_function"] = "relu";
+  gj["scale_attn_weights"] = false;
+  gj["n_inner"] = 64;
+  std::ofstream(gpt2_dir.path / "config.json") << gj.dump();
+  expect_refused(
+      gpt2_dir.path, g,
+      {"config.json: activation_function \"relu\"", "config.json: scale_attn_weights false",
+       "config.json: n_inner 64, the run has model.ffn_hidden = 32"});
+  gj = nlohmann::json::parse(hf_config_json(g));
+  gj["n_inner"] = nullptr;  // null: 4·C, as transformers reads it
+  std::ofstream(gpt2_dir.path / "config.json") << gj.dump();
+  HfImport(gpt2_dir.path, g).check_values();
 }
 
 TEST(HfImport, ATiedLlamaStartsItsHeadFromTheEmbeddingOnlyWhenConfigJsonSaysSo) {

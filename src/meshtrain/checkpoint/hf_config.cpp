@@ -101,6 +101,10 @@ void compare_gpt2(Comparer& c, const ModelConfig& m) {
            "meshtrain's gpt2 uses GELU's tanh approximation (gelu_new)");
   c.absent_or_false("scale_attn_by_inverse_layer_idx",
                     "meshtrain scales attention by 1/√head_dim only");
+  if (!c.flag("scale_attn_weights", true)) {
+    c.problems.emplace_back(
+        "config.json: scale_attn_weights false, but meshtrain scales attention by 1/√head_dim");
+  }
   if (!c.flag("tie_word_embeddings", true)) {
     c.problems.emplace_back(
         "config.json: tie_word_embeddings false, but meshtrain's gpt2 ties the LM head to wte");

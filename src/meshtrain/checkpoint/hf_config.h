@@ -45,7 +45,8 @@ struct HfConfigCheck {
 /// (n_inner / intermediate_size), vocabulary, positions (gpt2: n_positions = block_size;
 /// llama: max_position_embeddings ≥ block_size), norm epsilon (relative 1e-6), rope_theta,
 /// activation (gelu_new / gelu_pytorch_tanh for gpt2, silu for llama), no attention or MLP bias
-/// and no rope_scaling for llama, experts and top-k for mixtral, a tied head for gpt2. Keys
+/// and no rope_scaling for llama, experts and top-k for mixtral, a tied head and scaled
+/// attention (scale_attn_weights, no scale_attn_by_inverse_layer_idx) for gpt2. Keys
 /// absent take transformers 4.36.2's defaults. Throws DataError naming the file when it cannot
 /// be read or is not a JSON object (at most 1 MB).
 HfConfigCheck check_hf_config(const std::filesystem::path& file, const ModelConfig& model);
