@@ -21,6 +21,7 @@ struct TrainArgs {
   std::string config;
   std::string metrics;
   std::string trace;
+  std::string tensorboard;
   std::vector<std::string> overrides;  // --section.key value ...
 };
 int run_train(const TrainArgs& args, const MpiRuntime& runtime);

@@ -37,6 +37,9 @@ int main(int argc, char** argv) {
   train_cmd->add_option("--trace", train.trace,
                         "write the first 10 steps' pipeline actions of every rank as Chrome-trace "
                         "JSON (open it in Perfetto)");
+  train_cmd->add_option("--tensorboard", train.tensorboard,
+                        "write every per-step metric and the resolved config as a TensorBoard "
+                        "event file in this directory (tensorboard --logdir DIR)");
   train_cmd->allow_extras();
   train_cmd->footer(
       "Every setting of the config can be overridden after it as --section.key value (or\n"

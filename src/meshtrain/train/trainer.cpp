@@ -18,6 +18,7 @@
 #include "meshtrain/kernels/kernels.h"
 #include "meshtrain/parallel/tp/gather.h"
 #include "meshtrain/train/collective_verdict.h"
+#include "meshtrain/train/tensorboard.h"
 
 namespace meshtrain {
 namespace {
@@ -150,6 +151,7 @@ void check_outputs(const Config& config, const TrainerOptions& options, ProcessG
     }
     check_output_file(options.trace_path, "--trace");
     check_output_file(options.metrics_path, "--metrics");
+    check_tensorboard_dir(options.tensorboard_dir, "--tensorboard");
   });
 }
 
@@ -331,6 +333,7 @@ std::vector<StepMetrics> Trainer::run() {
   finish_checkpoint();  // the last save is complete before run() returns
   report_->write_trace();
   report_->report_peak_memory();
+  report_->finish_run();
   if (config_.checkpoint.save_final) {
     const std::vector<NamedTensor> tensors = logical_tensors();
     if (mesh_->rank() == 0) {
