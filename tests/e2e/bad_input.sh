@@ -297,5 +297,9 @@ else
   echo "FAIL diverging run"; echo "$out" | sed 's/^/    /'; failures=$((failures + 1))
 fi
 
+# --tensorboard: a directory that cannot be created is refused before training (exit 2).
+expect "unwritable TensorBoard directory" 2 "--tensorboard = /proc/meshtrain_tb" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" --tensorboard /proc/meshtrain_tb
+
 echo "$passed passed, $failures failed"
 ((failures == 0))
