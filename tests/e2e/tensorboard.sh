@@ -85,6 +85,13 @@ assert len(text) == 1 and text[0].step == 0, "config text: one value at step 0 e
 config_toml = open(f"{work}/ckpt/config.toml").read()
 assert text[0].tensor_proto.string_val[0].decode() == config_toml, "config text != config.toml"
 
+# The server's own reader (the one `tensorboard --logdir` uses) files them under its plugins.
+from tensorboard.backend.event_processing import plugin_event_accumulator
+pa = plugin_event_accumulator.EventAccumulator(f"{work}/tb/run")
+pa.Reload()
+assert set(pa.PluginTagToContent("scalars")) == set(expected), "scalars plugin tags differ"
+assert list(pa.PluginTagToContent("text")) == ["config"], pa.PluginTagToContent("text")
+
 # --- progress: elapsed and ETA -----------------------------------------------------------
 def seconds(hms):
     h, m, s = map(int, hms.split(":"))

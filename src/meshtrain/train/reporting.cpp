@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <array>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "meshtrain/config/load.h"
 #include "meshtrain/config/validate.h"
 #include "meshtrain/core/allocator.h"
+#include "meshtrain/core/error.h"
 #include "meshtrain/core/staged_file.h"
 #include "meshtrain/layers/context_attention.h"
 
@@ -134,9 +136,11 @@ Reporting::Reporting(const Config& config, const TrainerOptions& options, Proces
                   config.checkpoint.resume.empty() ? std::ios::trunc : std::ios::app);
   }
   if (!options.tensorboard_dir.empty()) {
-    tensorboard_ = std::make_unique<TensorBoardWriter>(options.tensorboard_dir);
-    tensorboard_->add_text("config", 0, to_toml(config));
-    tensorboard_->flush();
+    tensorboard_write([&] {
+      tensorboard_ = std::make_unique<TensorBoardWriter>(options.tensorboard_dir);
+      tensorboard_->add_text("config", 0, to_toml(config));
+      tensorboard_->flush();
+    });
   }
 }
 
@@ -301,8 +305,22 @@ void Reporting::log_step(const StepMetrics& m) {
     metrics_.flush();
   }
   if (tensorboard_) {
-    tensorboard_->add_scalars(m.step, tensorboard_scalars(line));
-    tensorboard_->flush();  // a run killed later keeps this step
+    tensorboard_write([&] {
+      tensorboard_->add_scalars(m.step, tensorboard_scalars(line));
+      tensorboard_->flush();  // a run killed later keeps this step
+    });
+  }
+}
+
+void Reporting::tensorboard_write(const std::function<void()>& write) {
+  // Only rank 0 writes: an exception here would stop it alone and leave the other ranks
+  // waiting in the next collective. A full disk costs the TensorBoard file, not the run.
+  try {
+    write();
+  } catch (const DataError& e) {
+    fmt::print(stderr, "meshtrain: warning: {}; no more TensorBoard events are written\n",
+               e.what());
+    tensorboard_.reset();
   }
 }
 
@@ -313,8 +331,10 @@ void Reporting::finish_run() {
     std::fflush(stdout);
   }
   if (tensorboard_) {
-    tensorboard_->close();
-    if (options_.log) fmt::print("wrote TensorBoard events to {}\n", tensorboard_->path().string());
+    tensorboard_write([&] { tensorboard_->close(); });
+    if (tensorboard_ && options_.log) {
+      fmt::print("wrote TensorBoard events to {}\n", tensorboard_->path().string());
+    }
   }
 }
 

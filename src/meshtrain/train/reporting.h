@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -99,6 +100,8 @@ class Reporting {
 
  private:
   void print_stragglers(const StepMetrics& m) const;
+  /// Runs `write` on the TensorBoard file; a DataError is a warning and ends the file.
+  void tensorboard_write(const std::function<void()>& write);
   nlohmann::json metrics_line(const StepMetrics& m, double elapsed_s, double eta_s) const;
 
   const Config& config_;
