@@ -159,7 +159,7 @@ void check_tensorboard_dir(const std::string& dir, const std::string& option) {
   }
   fs::create_directories(dir, ec);
   const fs::path probe = fs::path(dir) / ".meshtrain_write_probe";
-  const int fd = ec ? -1 : ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  const int fd = ec ? -1 : ::open(probe.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
   if (fd >= 0) {
     ::close(fd);
     fs::remove(probe, ec);
