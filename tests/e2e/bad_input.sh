@@ -300,6 +300,8 @@ fi
 # --tensorboard: a directory that cannot be created is refused before training (exit 2).
 expect "unwritable TensorBoard directory" 2 "--tensorboard = /proc/meshtrain_tb" -- \
   "$BIN" train "$CONFIG" "${COMMON[@]}" --tensorboard /proc/meshtrain_tb
+expect "--trace-steps 0" 2 "--trace-steps: Value 0 not in range 1 to 1000000" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" --trace "$WORK/t.json" --trace-steps 0
 
 echo "$passed passed, $failures failed"
 ((failures == 0))

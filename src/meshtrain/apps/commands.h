@@ -22,6 +22,7 @@ struct TrainArgs {
   std::string metrics;
   std::string trace;
   std::string tensorboard;
+  int trace_steps = 10;
   std::vector<std::string> overrides;  // --section.key value ...
 };
 int run_train(const TrainArgs& args, const MpiRuntime& runtime);

@@ -17,6 +17,7 @@ int run_train(const TrainArgs& args, const MpiRuntime& runtime) {
                     {.metrics_path = args.metrics,
                      .trace_path = args.trace,
                      .tensorboard_dir = args.tensorboard,
+                     .trace_steps = args.trace_steps,
                      .log = true,
                      .local_ranks = runtime.local_size()});
     if (rank0) {

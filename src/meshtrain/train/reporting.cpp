@@ -12,7 +12,6 @@
 #include "meshtrain/config/validate.h"
 #include "meshtrain/core/allocator.h"
 #include "meshtrain/core/error.h"
-#include "meshtrain/core/staged_file.h"
 #include "meshtrain/layers/context_attention.h"
 
 namespace meshtrain {
@@ -145,7 +144,7 @@ Reporting::Reporting(const Config& config, const TrainerOptions& options, Proces
 }
 
 void Reporting::start_clock() {
-  world_.barrier();  // a common time origin for the trace (one clock per machine)
+  world_.barrier();  // a common time origin (one clock per machine)
   t0_ = std::chrono::steady_clock::now();
 }
 
@@ -214,62 +213,6 @@ void Reporting::report_peak_memory() {
   }
   fmt::print("peak memory per rank (MiB, tracked allocator):\n{} {:>11}\n{}", header, "total",
              table);
-}
-
-void Reporting::record_trace(std::int64_t step, double offset,
-                             const std::vector<pp::ExecutedAction>& actions) {
-  // Times relative to t0_ (after the barrier in run(), one clock per machine); outside run()
-  // (tests call compute_gradients directly) there is no origin and nothing is recorded.
-  if (options_.trace_path.empty() || step >= options_.trace_steps) return;
-  if (t0_ == std::chrono::steady_clock::time_point{}) return;
-  for (const pp::ExecutedAction& a : actions) {
-    trace_.insert(trace_.end(),
-                  {static_cast<double>(step), static_cast<double>(a.action.kind),
-                   static_cast<double>(a.action.microbatch), static_cast<double>(a.action.chunk),
-                   static_cast<double>(a.action.peer), offset + a.start_s, offset + a.end_s});
-  }
-}
-
-void Reporting::write_trace() {
-  if (options_.trace_path.empty()) return;
-  // Every rank's records reach rank 0 (one broadcast per rank over the world).
-  constexpr std::size_t kFields = 7;
-  nlohmann::json events = nlohmann::json::array();
-  for (int root = 0; root < world_.size(); ++root) {
-    std::int64_t n = static_cast<std::int64_t>(trace_.size());
-    world_.broadcast(std::as_writable_bytes(std::span<std::int64_t>(&n, 1)), root);
-    std::vector<double> records = root == world_.rank() ? trace_ : std::vector<double>();
-    records.resize(static_cast<std::size_t>(n));
-    world_.broadcast(std::as_writable_bytes(std::span<double>(records)), root);
-    if (world_.rank() != 0) continue;
-    const MeshCoords c = mesh_.shape().coords_of(root);
-    events.push_back(
-        {{"name", "process_name"},
-         {"ph", "M"},
-         {"pid", root},
-         {"args",
-          {{"name",
-            fmt::format("rank {} (pp {}, dp {}, cp {}, tp {}; peers in actions are pp ranks)", root,
-                        c.pp, c.dp, c.cp, c.tp)}}}});
-    for (std::size_t i = 0; i + kFields <= records.size(); i += kFields) {
-      const pp::Action action{.kind = static_cast<pp::ActionKind>(records[i + 1]),
-                              .microbatch = static_cast<int>(records[i + 2]),
-                              .chunk = static_cast<int>(records[i + 3]),
-                              .peer = static_cast<int>(records[i + 4])};
-      events.push_back({{"name", pp::to_string(action)},
-                        {"cat", fmt::format("step {}", static_cast<int>(records[i]) + 1)},
-                        {"ph", "X"},
-                        {"pid", root},
-                        {"tid", 0},
-                        {"ts", records[i + 5] * 1e6},
-                        {"dur", (records[i + 6] - records[i + 5]) * 1e6}});
-    }
-  }
-  if (world_.rank() != 0) return;
-  const nlohmann::json trace = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
-  const std::string text = trace.dump();
-  StagedFile(options_.trace_path, std::as_bytes(std::span<const char>(text))).commit();
-  if (options_.log) fmt::print("wrote pipeline trace to {}\n", options_.trace_path);
 }
 
 void Reporting::log_step(const StepMetrics& m) {

@@ -1,8 +1,7 @@
 // src/meshtrain/train/reporting.h
 //
 // What a run tells the outside: the log line (with elapsed time and ETA), the JSON metrics
-// line and the TensorBoard scalars of each step (rank 0), the end-of-run summary,
-// the Chrome trace of the pipeline actions (every rank's records, written by rank 0), the
+// line and the TensorBoard scalars of each step (rank 0), the end-of-run summary, the
 // straggler window (every rank's seconds per phase, compared every
 // training.straggler_interval steps), the peak-memory table at the end, and the per-group
 // communication counters that StepMetrics reports.
@@ -58,7 +57,7 @@ class Reporting {
   Reporting(const Reporting&) = delete;
   Reporting& operator=(const Reporting&) = delete;
 
-  /// The time origin of the trace: a barrier over the world (one clock per machine), then now.
+  /// The time origin of the run: a barrier over the world (one clock per machine), then now.
   void start_clock();
   /// Seconds since start_clock().
   double seconds_since_start() const;
@@ -80,13 +79,6 @@ class Reporting {
   /// and `runner_phases`. Collective over the world.
   std::vector<Straggler> straggler_report(PhaseSeconds& runner_phases);
 
-  /// Keeps step `step`'s actions (0-based) for the trace, shifted by `offset` seconds since
-  /// start_clock(). Only the first options.trace_steps steps, and only after start_clock().
-  void record_trace(std::int64_t step, double offset,
-                    const std::vector<pp::ExecutedAction>& actions);
-  /// Rank 0 writes every rank's recorded actions to options.trace_path (when set).
-  /// Collective over the world.
-  void write_trace();
   /// Rank 0 prints every rank's peak bytes per memory category (and keeps the largest total
   /// for the summary). Collective over the world.
   void report_peak_memory();
@@ -115,7 +107,6 @@ class Reporting {
   PhaseSeconds window_;  // optimizer and comm_wait; data/forward/backward live in the runner
   std::int64_t window_steps_ = 0;
   std::chrono::steady_clock::time_point t0_;
-  std::vector<double> trace_;  // per action: step, kind, microbatch, chunk, peer, start, end
   std::unique_ptr<TensorBoardWriter> tensorboard_;  // rank 0 under --tensorboard
   EtaEstimator eta_;
   RunSummary summary_;
