@@ -320,5 +320,11 @@ expect "export of a GPT-2 BPE run whose tokenizer files are missing" 3 \
   "$BIN" export "$WORK/gpt2_no_files" "$WORK/hf_tok/model.safetensors"
 [[ -z $(ls -A "$WORK/hf_tok") ]] || { echo "FAIL the failed export left files in $WORK/hf_tok"; failures=$((failures + 1)); }
 
+# --tensorboard: a directory that cannot be created is refused before training (exit 2).
+expect "unwritable TensorBoard directory" 2 "--tensorboard = /proc/meshtrain_tb" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" --tensorboard /proc/meshtrain_tb
+expect "--trace-steps 0" 2 "--trace-steps: Value 0 not in range 1 to 1000000" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" --trace "$WORK/t.json" --trace-steps 0
+
 echo "$passed passed, $failures failed"
 ((failures == 0))

@@ -65,7 +65,8 @@ struct StepMetrics {
 
 struct TrainerOptions {
   std::string metrics_path;  // JSON lines on rank 0; empty = none
-  std::string trace_path;    // Chrome-trace JSON of the pipeline actions (rank 0); empty = none
+  std::string trace_path;    // --trace: the whole-step Chrome trace (rank 0); empty = none
+  std::string tensorboard_dir;  // TensorBoard event file of every metric (rank 0); empty = none
   int trace_steps = 10;      // steps recorded in the trace (the first ones)
   bool log = true;           // one line per log_interval steps on rank 0
   int local_ranks = 1;       // ranks of this job on this node (they share its cores)
