@@ -15,7 +15,7 @@ PACKAGES=(
   libboost-dev                        # Boost.CRC: the records' CRC32C (header-only)
   python3 python3-torch python3-numpy   # PyTorch reference tests and bench (/usr/bin/python3)
   python3-pip                           # installs PYDEPS below
-  python3-protobuf python3-sentencepiece  # export tokenizer test: LlamaTokenizerFast, SentencePiece ids
+  python3-sentencepiece                 # export tokenizer test: SentencePiece models and ids
 )
 
 # Python packages the reference tests import beyond Debian's: Hugging Face transformers'
