@@ -337,8 +337,11 @@ std::vector<StepMetrics> Trainer::run() {
   if (config_.checkpoint.save_final) {
     const std::vector<NamedTensor> tensors = logical_tensors();
     if (mesh_->rank() == 0) {
-      save_model_checkpoint(config_.checkpoint.dir, tensors, config_,
-                            fs::path(config_.data.dir) / data::kMetaJsonName);
+      // nanoGPT's and llm.c's data have no meta.json to copy.
+      const fs::path meta_json = config_.data.format == DataFormat::meshtrain
+                                     ? fs::path(config_.data.dir) / data::kMetaJsonName
+                                     : fs::path();
+      save_model_checkpoint(config_.checkpoint.dir, tensors, config_, meta_json);
       if (options_.log) fmt::print("saved checkpoint to {}\n", config_.checkpoint.dir);
     }
   }
