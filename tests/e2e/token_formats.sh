@@ -4,8 +4,8 @@
 # and as llm.c's tiny_shakespeare_{train,val}.bin (GPT-2 header, uint16), trained 30 steps
 # each from the CLI with data.format / data.*_file / model.vocab_size: the losses and val
 # losses are bit-for-bit those of the same run on meshtrain's own files (same tokens, same
-# seed). Then data.sampler = "epoch" on the nanoGPT pair (loss falls from ln 65, and differs
-# from the random sampler's), and an llm.c Llama-3 file (uint32 ids up to 68,867) trained with
+# seed). Then data.sampler = "epoch" on the nanoGPT pair (loss falls from ln 65, differs from
+# the random sampler's, and the metrics' "epoch" is sequences / windows), and an llm.c Llama-3 file (uint32 ids up to 68,867) trained with
 # a 70,000-id vocabulary (loss from ln 70000 ≈ 11.16 down by > 0.3 in 20 steps).
 # Usage: token_formats.sh <meshtrain binary> <prepared data dir>
 set -euo pipefail
@@ -73,6 +73,9 @@ epoch = load("epoch")
 assert abs(epoch[0]["loss"] - math.log(65)) < 0.1, epoch[0]["loss"]
 assert epoch[-1]["loss"] < epoch[0]["loss"] - 0.5, (epoch[0]["loss"], epoch[-1]["loss"])
 assert [l["loss"] for l in epoch] != [l["loss"] for l in load("nanogpt")], "epoch = random?"
+# "epoch" in the metrics: sequences so far / windows, (1003854 - 1) // 64 = 15685 windows
+windows = (1003854 - 1) // 64
+assert all(abs(l["epoch"] - l["step"] * 4 / windows) < 1e-12 for l in epoch), epoch[-1]["epoch"]
 wide = load("llama3")
 assert abs(wide[0]["loss"] - math.log(70000)) < 0.3, wide[0]["loss"]
 assert wide[-1]["loss"] < wide[0]["loss"] - 0.3, (wide[0]["loss"], wide[-1]["loss"])

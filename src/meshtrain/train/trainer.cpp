@@ -286,6 +286,7 @@ StepMetrics Trainer::train_step(std::int64_t step) {
   const Gradients g = compute_gradients(step);
   StepMetrics m;
   m.step = step + 1;
+  m.epoch = data_->train().epochs_after(m.step * global_batch_of(config_));
   m.loss = g.loss;
   m.grad_norm = g.grad_norm;
   m.skipped = g.skipped;
