@@ -13,6 +13,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-torch python3-numpy   # PyTorch reference tests and bench (/usr/bin/python3)
   python3-pip                           # installs PYDEPS below
+  slurmctld slurmd slurm-client munge   # the one-node Slurm of tests/e2e/slurm_job.sh
 )
 
 # Python packages the reference tests import beyond Debian's: Hugging Face transformers'

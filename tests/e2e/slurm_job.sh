@@ -9,9 +9,10 @@
 #      layout, the loss falls, and every step's loss is the same text as the same run
 #      started directly with mpirun -np 2;
 #   2. the same with MESHTRAIN_LAUNCHER=mpirun (OpenMPI's mpirun inside the allocation);
-#   3. a job with a bad config (dp = 3 on 2 ranks) ends with exit code 2 in sbatch and
+#   3. the script `meshtrain plan --emit-sbatch` writes trains (exit 0, the loss falls);
+#   4. a job with a bad config (dp = 3 on 2 ranks) ends with exit code 2 in sbatch and
 #      scontrol (ExitCode=2:0) and its output names the setting;
-#   4. afterwards no process of this test is left: every daemon, step and rank carries
+#   5. afterwards no process of this test is left: every daemon, step and rank carries
 #      SLURM_CONF=<this test's file> in its environment, so they are found and checked by it.
 # Every wait is bounded (the daemons' start, each job), so that a broken Slurm fails, never hangs.
 # Usage: slurm_job.sh <meshtrain binary> <prepared data dir>
@@ -136,16 +137,17 @@ OMP_NUM_THREADS=1 mpirun --oversubscribe --bind-to none -np 2 "$BIN" train "${JO
   --training.threads 1 --checkpoint.dir "$WORK/ref" --metrics "$WORK/ref.jsonl" \
   >"$WORK/ref.log" 2>&1 || fail "the reference mpirun run failed: $(tail -5 "$WORK/ref.log")"
 
-# submit <name> <expected exit code> [sbatch/script arguments...]: runs the job to its end
-# (at most 300 s) and leaves its id in JOBID and its output in $WORK/job-<name>.out.
+# submit <name> <expected exit code> [script arguments...]: runs the job (the script $SCRIPT,
+# by default scripts/slurm/train.sbatch) to its end (at most 300 s) and leaves its id in JOBID
+# and its output in $WORK/job-<name>.out.
 submit() {
   local name=$1 want=$2 rc=0
   shift 2
   # --time: the script asks for an hour, more than the test partition's 30 minutes (a job
   # asking for more would wait forever).
   JOBID=$(timeout 300 sbatch --wait --parsable --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 \
-    --time=10 --chdir="$WORK" --output="$WORK/job-$name.out" "$ROOT/scripts/slurm/train.sbatch" \
-    "$@") || rc=$?
+    --time=10 --chdir="$WORK" --output="$WORK/job-$name.out" \
+    "${SCRIPT:-$ROOT/scripts/slurm/train.sbatch}" "$@") || rc=$?
   ((rc != 124)) || fail "$name: the job did not end within 300 s"
   ((rc == want)) || fail "$name: sbatch --wait exited $rc, expected $want"
   local code
@@ -180,6 +182,21 @@ check_trained srun srun
 MESHTRAIN_LAUNCHER=mpirun submit mpirun 0 "${JOB[@]}" --checkpoint.dir "$WORK/mpirun" \
   --metrics "$WORK/mpirun.jsonl"
 check_trained mpirun mpirun
+# The script `meshtrain plan --emit-sbatch` writes for this machine's preset (1 node × 2 ranks),
+# with the run's own settings added after its name.
+"$BIN" plan --model "$CONFIG" --cluster cpu-this-machine --global-batch 12 --precision fp32 \
+  --emit-sbatch >"$WORK/plan.sbatch" || fail "plan --emit-sbatch exited $?"
+SCRIPT=$WORK/plan.sbatch submit planned 0 --training.max_steps 30 --training.eval_interval 30 \
+  --training.eval_batches 4 --data.dir "$DATA" --checkpoint.dir "$WORK/planned" \
+  --metrics "$WORK/planned.jsonl"
+grep -qF "(gpt2) on 2 rank(s) (dp=2 tp=1 pp=1)" "$WORK/job-planned.out" ||
+  fail "planned: no layout line in the output"
+/usr/bin/python3 - "$WORK/planned.jsonl" <<'PY' || fail "planned: metrics"
+import json, sys
+run = [json.loads(l) for l in open(sys.argv[1])]
+assert len(run) == 30 and run[-1]["loss"] < run[0]["loss"] - 0.8, f"planned: {len(run)} steps"
+print(f"ok   planned: the emitted script trained 30 steps, loss {run[0]['loss']:.4f} -> {run[-1]['loss']:.4f}")
+PY
 submit bad_config 2 "${JOB[@]}" --parallel.dp 3 --checkpoint.dir "$WORK/bad"
 grep -qF "parallel.dp" "$WORK/job-bad_config.out" || fail "bad_config: the output does not name parallel.dp"
 echo "ok   bad_config: the output names parallel.dp"

@@ -67,8 +67,9 @@ std::string sbatch_script(const std::vector<std::string>& flags, const SbatchSet
       R"(#!/bin/bash
 # meshtrain on Slurm, written by `meshtrain plan --emit-sbatch` for the layout
 #   {layout}
-# on {nodes} node(s) x {per_node} rank(s) per node. Submit with `sbatch <this file>`
-# (docs/multinode.md). Data and checkpoint directories must be on a filesystem every node sees.
+# on {nodes} node(s) x {per_node} rank(s) per node. Submit with `sbatch <this file>`; arguments
+# after its name are added to `meshtrain train`'s (sbatch <this file> --checkpoint.dir runs/x).
+# Data and checkpoint directories must be on a filesystem every node sees (docs/multinode.md).
 #SBATCH --job-name=meshtrain
 #SBATCH --nodes={nodes}
 # One MPI rank per device; training.threads follows the cores per rank (below).
@@ -85,7 +86,7 @@ export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK
 #     "$MESHTRAIN" train ...
 srun --mpi=pmix "$MESHTRAIN" train {config} \
   {flags} \
-  --training.threads "$SLURM_CPUS_PER_TASK"
+  --training.threads "$SLURM_CPUS_PER_TASK" "$@"
 )",
       fmt::arg("layout", s.layout), fmt::arg("nodes", s.nodes),
       fmt::arg("per_node", s.ranks_per_node), fmt::arg("config", shell_quote(s.config)),

@@ -36,9 +36,9 @@ struct SbatchSettings {
   std::string layout;                  // the layout's short form, for the script's comment
 };
 
-/// A Slurm batch script (bash) that runs `meshtrain train <config> <flags>` on nodes ×
-/// ranks_per_node ranks with `srun --mpi=pmix`, the OpenMPI-mpirun alternative commented,
-/// in the form of scripts/slurm/train.sbatch. Lines end in '\n'.
+/// A Slurm batch script (bash) that runs `meshtrain train <config> <flags> <the script's own
+/// arguments>` on nodes × ranks_per_node ranks with `srun --mpi=pmix`, the OpenMPI-mpirun
+/// alternative commented, in the form of scripts/slurm/train.sbatch. Lines end in '\n'.
 std::string sbatch_script(const std::vector<std::string>& flags, const SbatchSettings& settings);
 
 }  // namespace meshtrain::plan
