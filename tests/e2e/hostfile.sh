@@ -14,7 +14,8 @@
 #      robin (0, 2 on nodea), which docs/multinode.md warns against;
 #   3. the same two-host job through `meshtrain launch -n 4 --mpirun-args "--hostfile H ..."`.
 # Each run trains 20 steps; its log must name the layout, its loss must fall, and every step's
-# loss must be the same text as the same layout started without a hostfile.
+# loss must be the same text as the same layout started without a hostfile; the two-host runs
+# must have started OpenMPI's daemons on both hosts (the ssh stand-in logs them).
 # Usage: hostfile.sh <meshtrain binary> <prepared data dir>
 set -euo pipefail
 BIN=$(realpath "$1")
@@ -72,8 +73,10 @@ check local_dp2 ref_dp2 "(gpt2) on 2 rank(s) (dp=2 tp=1 pp=1)"
 # 2. Two "hosts". The agent stands in for ssh: OpenMPI runs `<agent> <host> <command...>`.
 # Each host gets a TMPDIR of its own, as separate machines have: OpenMPI's node daemons create
 # their session directories there, and two in one directory race.
+# It logs each host it is asked for, which shows that mpirun used the hostfile.
 cat >"$WORK/fake_ssh" <<EOF
 #!/bin/bash
+echo "\$1" >>$WORK/ssh.log
 export TMPDIR=$WORK/tmp.\$1
 mkdir -p "\$TMPDIR"
 shift
@@ -98,10 +101,19 @@ map=$(timeout 60 mpirun "${TWO[@]}" -np 4 --map-by node --display-map true 2>&1)
   fail "--map-by node is not 0 2 | 1 3: $map"
 echo "ok   mpirun's map: ranks 0 1 on nodea, 2 3 on nodeb (by slot); 0 2 | 1 3 with --map-by node"
 run ref_tp2dp2 mpirun --oversubscribe --bind-to none -np 4 "$BIN" :: "${TP2DP2[@]}"
+# used_both_hosts <name>: mpirun started its daemons on nodea and nodeb (and no other host).
+used_both_hosts() {
+  [[ $(sort -u "$WORK/ssh.log" 2>/dev/null | xargs) == "nodea nodeb" ]] ||
+    fail "$1: mpirun did not start daemons on nodea and nodeb: $(cat "$WORK/ssh.log" 2>&1)"
+  rm -f "$WORK/ssh.log"
+}
+rm -f "$WORK/ssh.log"
 run two_tp2dp2 timeout 300 mpirun "${TWO[@]}" -np 4 "$BIN" :: "${TP2DP2[@]}"
+used_both_hosts two_tp2dp2
 check two_tp2dp2 ref_tp2dp2 "(gpt2) on 4 rank(s) (dp=2 tp=2 pp=1)"
 
 # 3. The launcher with the same hostfile (its --mpirun-args go before the program).
 run launch_tp2dp2 timeout 300 "$BIN" launch -n 4 --mpirun-args "${TWO[*]}" -- :: "${TP2DP2[@]}"
+used_both_hosts launch_tp2dp2
 check launch_tp2dp2 ref_tp2dp2 "(gpt2) on 4 rank(s) (dp=2 tp=2 pp=1)"
 echo "hostfile: all passed"
