@@ -70,7 +70,8 @@ import socket
 s = [socket.socket() for _ in range(2)]
 for x in s: x.bind(("127.0.0.1", 0))
 print(*[x.getsockname()[1] for x in s])')
-HOST=$(hostname -s)
+HOST=$(uname -n)
+HOST=${HOST%%.*}  # the short name, as slurmd and slurmctld take it from gethostname()
 CPUS=$(nproc)
 
 # munge: the authentication Slurm's daemons and commands use, with a key of its own.

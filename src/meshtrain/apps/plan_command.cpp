@@ -103,9 +103,10 @@ void print_claim(const plan::ModelPreset& model, const plan::ClusterSpec& cluste
 // would fail the trainer's own memory check, or on the cluster.
 void print_emitted(const plan::Plan& p, const plan::ModelPreset& model,
                    const plan::ClusterSpec& cluster, const PlanArgs& args) {
+  const std::string source = args.layout.empty() ? "meshtrain plan" : "--layout " + args.layout;
   if (!p.fits) {
     throw ConfigError(
-        "--layout " + args.layout,
+        source,
         {{"--emit", plan::to_string(p.layout), "the layout does not fit in the device memory",
           "emit a layout that fits (run without --emit to see the accounts)"}});
   }
@@ -115,7 +116,7 @@ void print_emitted(const plan::Plan& p, const plan::ModelPreset& model,
     return;
   }
   if (p.layout.devices() != cluster.devices()) {
-    throw ConfigError("--layout " + args.layout,
+    throw ConfigError(source,
                       {{"--emit-sbatch", plan::to_string(p.layout),
                         fmt::format("the layout uses {} of the cluster's {} devices; a batch "
                                     "script allocates them all",
