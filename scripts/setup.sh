@@ -15,6 +15,7 @@ PACKAGES=(
   libboost-dev                        # Boost.CRC: the records' CRC32C (header-only)
   python3 python3-torch python3-numpy   # PyTorch reference tests and bench (/usr/bin/python3)
   python3-pip                           # installs PYDEPS below
+  slurmctld slurmd slurm-client munge   # the one-node Slurm of tests/e2e/slurm_job.sh
 )
 
 # Python packages the reference tests import beyond Debian's: Hugging Face transformers'
