@@ -16,6 +16,7 @@ PACKAGES=(
   python3 python3-torch python3-numpy   # PyTorch reference tests and bench (/usr/bin/python3)
   python3-pip                           # installs PYDEPS below
   python3-sentencepiece                 # export tokenizer test: SentencePiece models and ids
+  slurmctld slurmd slurm-client munge   # the one-node Slurm of tests/e2e/slurm_job.sh
 )
 
 # Python packages the reference tests import beyond Debian's: Hugging Face transformers'
@@ -64,5 +65,19 @@ if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
 echo "setup: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# munge's and slurmd's install scripts start their services and fail the install when that
+# fails (no slurm.conf, no systemd in a container). The tests start their own daemons, so
+# services are kept from starting while installing (policy-rc.d's 101 = "not allowed"), unless
+# the machine already has such a policy.
+policy=/usr/sbin/policy-rc.d
+own_policy=0
+if [[ ! -e $policy ]]; then
+  printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null
+  $SUDO chmod +x "$policy"
+  own_policy=1
+fi
+status=0
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" || status=$?
+if ((own_policy)); then $SUDO rm -f "$policy"; fi
+((status == 0)) || exit "$status"
 install_pydeps

@@ -81,6 +81,8 @@ struct PlanArgs {
   std::string cp_comm = "auto";  // with cp > 1: "p2p", "a2a", or "auto" (both searched)
   bool explain = false;
   bool json = false;
+  bool emit = false;         // print the layout as `meshtrain train` flags only (plan/emit.h)
+  bool emit_sbatch = false;  // print a Slurm batch script that trains it
   std::int64_t top = 10;  // rows of the table, ≥ 1
   // A published throughput to check against the peak (plan/claims.h); nullopt: none.
   std::optional<double> claim_samples_per_s;

@@ -153,6 +153,10 @@ int main(int argc, char** argv) {
       ->default_val("auto");
   plan_cmd->add_flag("--explain", plan_args.explain, "print every term with its formula");
   plan_cmd->add_flag("--json", plan_args.json, "print JSON instead of the table");
+  plan_cmd->add_flag("--emit", plan_args.emit,
+                     "print only the chosen layout as `meshtrain train` flags");
+  plan_cmd->add_flag("--emit-sbatch", plan_args.emit_sbatch,
+                     "print only a Slurm batch script that trains the chosen layout");
   plan_cmd->add_option("--top", plan_args.top, "rows of the table")->default_val(10);
   plan_cmd->add_option("--claim-samples-per-s", plan_args.claim_samples_per_s,
                        "a claimed throughput (sequences/s) to check: the MFU it implies");

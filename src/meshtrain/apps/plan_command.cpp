@@ -9,6 +9,7 @@
 #include "meshtrain/apps/commands.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/plan/claims.h"
+#include "meshtrain/plan/emit.h"
 #include "meshtrain/plan/nearest.h"
 #include "meshtrain/plan/presets.h"
 #include "meshtrain/plan/report.h"
@@ -23,6 +24,10 @@ std::int64_t cp_size(const std::string& text) {
   std::int64_t out = 0;
   const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
   return text.empty() || ec != std::errc() || ptr != text.data() + text.size() ? -1 : out;
+}
+
+bool has_claim(const PlanArgs& a) {
+  return a.claim_samples_per_s.has_value() || a.claim_tokens_per_s.has_value();
 }
 
 void check_args(const PlanArgs& a) {
@@ -67,6 +72,11 @@ void check_args(const PlanArgs& a) {
           "give one claim: tokens/s = samples/s × --seq", "keep one of the two");
   require(!a.json || (!a.claim_samples_per_s && !a.claim_tokens_per_s), "--json", "with a claim",
           "the claim check prints text", "drop --json or the claim");
+  const int outputs = int{a.json} + int{a.emit} + int{a.emit_sbatch} + int{has_claim(a)};
+  require(outputs <= 1 || (!a.emit && !a.emit_sbatch), "--emit / --emit-sbatch",
+          "with --json, a claim or each other",
+          "the emitted flags or script are the whole output, for a shell to use",
+          "give --emit or --emit-sbatch alone");
   if (!issues.empty()) throw ConfigError("meshtrain plan arguments", std::move(issues));
 }
 
@@ -77,19 +87,49 @@ plan::CpChoice nearest_cp(const plan::Layout& layout) {
                        : plan::CpChoice{.size = 1, .comm = CpCommMode::p2p};
 }
 
-bool has_claim(const PlanArgs& a) {
-  return a.claim_samples_per_s.has_value() || a.claim_tokens_per_s.has_value();
-}
-
 // The claimed throughput's implied MFU on `devices` devices (plan/claims.h).
 void print_claim(const plan::ModelPreset& model, const plan::ClusterSpec& cluster,
                  const plan::TrainingSettings& settings, std::int64_t devices,
                  const PlanArgs& args) {
-  const plan::ClaimCheck check = plan::check_claim(
-      model.model, settings.seq, devices, cluster, settings.precision,
-      {.samples_per_s = args.claim_samples_per_s.value_or(0.0),
-       .tokens_per_s = args.claim_tokens_per_s.value_or(0.0)});
+  const plan::ClaimCheck check =
+      plan::check_claim(model.model, settings.seq, devices, cluster, settings.precision,
+                        {.samples_per_s = args.claim_samples_per_s.value_or(0.0),
+                         .tokens_per_s = args.claim_tokens_per_s.value_or(0.0)});
   fmt::print("{}", plan::format_claim(check, model.name));
+}
+
+// --emit / --emit-sbatch: the plan as the `meshtrain train` flags, or a batch script, and
+// nothing else on stdout (plan/emit.h). A layout that does not fit is refused: its command
+// would fail the trainer's own memory check, or on the cluster.
+void print_emitted(const plan::Plan& p, const plan::ModelPreset& model,
+                   const plan::ClusterSpec& cluster, const PlanArgs& args) {
+  const std::string source = args.layout.empty() ? "meshtrain plan" : "--layout " + args.layout;
+  if (!p.fits) {
+    throw ConfigError(
+        source,
+        {{"--emit", plan::to_string(p.layout), "the layout does not fit in the device memory",
+          "emit a layout that fits (run without --emit to see the accounts)"}});
+  }
+  const std::vector<std::string> flags = plan::train_flags(p.config, model.model);
+  if (args.emit) {
+    fmt::print("{}\n", plan::shell_join(flags));
+    return;
+  }
+  if (p.layout.devices() != cluster.devices()) {
+    throw ConfigError(source,
+                      {{"--emit-sbatch", plan::to_string(p.layout),
+                        fmt::format("the layout uses {} of the cluster's {} devices; a batch "
+                                    "script allocates them all",
+                                    p.layout.devices(), cluster.devices()),
+                        "give a layout of all the devices, or --nodes to match"}});
+  }
+  fmt::print(
+      "{}",
+      plan::sbatch_script(
+          flags, {.nodes = cluster.nodes,
+                  .ranks_per_node = cluster.devices_per_node,
+                  .config = args.model.ends_with(".toml") ? args.model : std::string("CONFIG.toml"),
+                  .layout = fmt::format("{} ({})", plan::to_string(p.layout), model.name)}));
 }
 
 int plan_one(const plan::ModelPreset& model, const plan::ClusterSpec& cluster,
@@ -117,6 +157,10 @@ int plan_one(const plan::ModelPreset& model, const plan::ClusterSpec& cluster,
   }
   if (!issues.empty()) throw ConfigError("--layout " + args.layout, issues);
   const plan::Plan p = plan::account(model.model, layout, settings, cluster, time);
+  if (args.emit || args.emit_sbatch) {
+    print_emitted(p, model, cluster, args);
+    return 0;
+  }
   if (args.json) {
     fmt::print("{}", plan::to_json(p, cluster));
     return 0;
@@ -146,6 +190,15 @@ int plan_search(const plan::ModelPreset& model, const plan::ClusterSpec& cluster
   const plan::SearchResult result = plan::search(
       model.model, settings, cluster, time, args.max_micro_batch,
       {.size = cp_size(args.cp), .comm = parse_enum<CpCommMode>(args.cp_comm)});  // auto: nullopt
+  if (args.emit || args.emit_sbatch) {
+    if (result.ranked.empty()) {
+      throw ConfigError("meshtrain plan", {{"--emit", fmt::format("{} valid layouts", result.valid),
+                                            "no layout fits in the device memory",
+                                            "run without --emit to see the smallest layout"}});
+    }
+    print_emitted(result.ranked.front(), model, cluster, args);
+    return 0;
+  }
   if (args.json) {
     fmt::print("{}", plan::to_json(result, cluster, static_cast<std::size_t>(args.top)));
     return result.ranked.empty() ? 2 : 0;
@@ -156,8 +209,10 @@ int plan_search(const plan::ModelPreset& model, const plan::ClusterSpec& cluster
       model.name, cluster.nodes, cluster.name, cluster.devices(),
       cluster.memory_bytes / (1024.0 * 1024.0 * 1024.0), settings.seq, settings.global_batch,
       to_string(settings.precision), result.valid, result.fitting);
-  fmt::print("{}\n", plan::format_table(result.ranked, cluster, static_cast<std::size_t>(args.top)));
-  for (std::size_t i = 0; i < std::min(static_cast<std::size_t>(args.top), result.ranked.size()); ++i) {
+  fmt::print("{}\n",
+             plan::format_table(result.ranked, cluster, static_cast<std::size_t>(args.top)));
+  for (std::size_t i = 0; i < std::min(static_cast<std::size_t>(args.top), result.ranked.size());
+       ++i) {
     fmt::print("{:>3}  {}\n", i + 1, plan::format_memory_bar(result.ranked[i], cluster));
   }
   fmt::print("\n{}\n", plan::recommendation(result));
@@ -186,10 +241,9 @@ int run_plan(const PlanArgs& args) {
           "--cp", {{"--cp", args.cp, fmt::format("must divide the {} devices", cluster.devices()),
                     "use a divisor of the devices, or auto"}});
     }
-    plan::TrainingSettings settings{
-        .seq = args.seq.value_or(model.model.block_size),
-        .global_batch = args.global_batch.value_or(cluster.devices()),
-        .precision = *parse_enum<Precision>(args.precision)};
+    plan::TrainingSettings settings{.seq = args.seq.value_or(model.model.block_size),
+                                    .global_batch = args.global_batch.value_or(cluster.devices()),
+                                    .precision = *parse_enum<Precision>(args.precision)};
     const plan::TimeSettings time{.efficiency = args.efficiency.value_or(0.0),
                                   .dp_overlap = args.dp_overlap,
                                   .usable_memory_fraction = args.memory_fraction};

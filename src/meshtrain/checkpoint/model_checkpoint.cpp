@@ -27,6 +27,7 @@ void save_model_checkpoint(const std::filesystem::path& dir,
   if (ec) throw DataError(fmt::format("cannot create {}: {}", dir.string(), ec.message()));
   write_safetensors(dir / "model.safetensors", tensors, {{"format", "meshtrain-model-v1"}});
   write_text_atomically(dir / "config.toml", to_toml(config));
+  if (meta_json.empty()) return;
   std::ifstream meta(meta_json, std::ios::binary);
   if (!meta) throw DataError(fmt::format("cannot read {}", meta_json.string()));
   write_text_atomically(dir / "meta.json", std::string(std::istreambuf_iterator<char>(meta), {}));

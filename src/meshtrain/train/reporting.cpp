@@ -296,6 +296,7 @@ void Reporting::print_stragglers(const StepMetrics& m) const {
 
 nlohmann::json Reporting::metrics_line(const StepMetrics& m, double elapsed_s, double eta_s) const {
   nlohmann::json line = {{"step", m.step},
+                         {"epoch", m.epoch},
                          {"loss", m.loss},
                          {"lr", m.lr},
                          {"grad_norm", m.grad_norm},

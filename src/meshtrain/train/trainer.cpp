@@ -294,6 +294,7 @@ StepMetrics Trainer::train_step(std::int64_t step) {
   const Gradients g = compute_gradients(step);
   StepMetrics m;
   m.step = step + 1;
+  m.epoch = data_->train().epochs_after(m.step * global_batch_of(config_));
   m.loss = g.loss;
   m.grad_norm = g.grad_norm;
   m.skipped = g.skipped;
@@ -350,8 +351,11 @@ std::vector<StepMetrics> Trainer::run() {
   if (config_.checkpoint.save_final) {
     const std::vector<NamedTensor> tensors = logical_tensors();
     if (mesh_->rank() == 0) {
-      save_model_checkpoint(config_.checkpoint.dir, tensors, config_,
-                            fs::path(config_.data.dir) / data::kMetaJsonName);
+      // nanoGPT's and llm.c's data have no meta.json to copy.
+      const fs::path meta_json = config_.data.format == DataFormat::meshtrain
+                                     ? fs::path(config_.data.dir) / data::kMetaJsonName
+                                     : fs::path();
+      save_model_checkpoint(config_.checkpoint.dir, tensors, config_, meta_json);
       if (options_.log) fmt::print("saved checkpoint to {}\n", config_.checkpoint.dir);
     }
   }

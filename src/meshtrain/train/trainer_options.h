@@ -17,6 +17,7 @@ namespace meshtrain {
 
 struct StepMetrics {
   std::int64_t step = 0;  // optimizer steps done, 1-based
+  double epoch = 0.0;     // passes over the train split: sequences / windows (docs/data.md)
   double loss = 0.0;      // mean train loss of the global batch
   double lr = 0.0;
   double grad_norm = 0.0;  // global, before clipping
