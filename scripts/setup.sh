@@ -11,8 +11,10 @@ PACKAGES=(
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev
   libfmt-dev libspdlog-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libpcre2-dev libsentencepiece-dev     # tokenizers: GPT-2's pre-tokenising regex, SentencePiece
   python3 python3-torch python3-numpy   # PyTorch reference tests and bench (/usr/bin/python3)
   python3-pip                           # installs PYDEPS below
+  python3-sentencepiece                 # tokenizer reference test (tests/reference/tokenizer_reference.py)
 )
 
 # Python packages the reference tests import beyond Debian's: Hugging Face transformers'
@@ -25,6 +27,7 @@ PYDEPS=(
   hf-xet==1.8.0 filelock==4.3.1 fsspec==2026.9.0 packaging==26.4 pyyaml==6.0.4
   regex==2026.11.19 requests==2.34.2 certifi==2026.10.19.post1 charset-normalizer==3.5.3
   idna==3.20 urllib3==2.8.0 tqdm==4.70.1 typing-extensions==4.16.0
+  tiktoken==0.14.0
 )
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 

@@ -3,8 +3,9 @@
 // The final checkpoint of a run: `model.safetensors` (every logical parameter under its Hugging
 // Face name, [out, in] layout, gathered over tp without padding; gpt2's tied LM head is stored
 // once as transformer.wte.weight),
-// `config.toml` (the resolved config) and `meta.json` (the vocabulary, copied from the data
-// directory). Written by rank 0 after training; enough for `meshtrain sample`. Sharded,
+// `config.toml` (the resolved config), `meta.json` (the tokenizer, copied from the data
+// directory) and the tokenizer's files that meta.json lists (encoder.json + vocab.bpe,
+// tokenizer.model; data/metadata.h). Written by rank 0 after training; enough for `meshtrain sample`. Sharded,
 // resumable checkpoints with optimizer state are a later issue.
 #pragma once
 
@@ -16,7 +17,7 @@
 
 namespace meshtrain {
 
-/// Creates `dir` if needed and writes the three files atomically (each to a temporary name,
+/// Creates `dir` if needed and writes the files atomically (each to a temporary name,
 /// then renamed); `tensors` are the logical parameters. Throws DataError when a file cannot be
 /// written.
 void save_model_checkpoint(const std::filesystem::path& dir,

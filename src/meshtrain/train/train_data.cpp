@@ -29,7 +29,7 @@ data::Metadata load_data_metadata(const fs::path& dir) {
 
 // Vocabulary size comes from the data unless the config sets it; a mismatch is a config error.
 void resolve_vocab(Config& config, const data::Metadata& meta) {
-  const std::int64_t data_vocab = meta.vocab.size();
+  const std::int64_t data_vocab = meta.vocab_size;
   if (config.model.vocab_size == 0) {
     config.model.vocab_size = data_vocab;
   } else if (config.model.vocab_size != data_vocab) {

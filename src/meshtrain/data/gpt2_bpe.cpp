@@ -1,0 +1,281 @@
+#include "meshtrain/data/gpt2_bpe.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <fmt/format.h>
+#include <pcre2.h>
+
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <utility>
+
+#include "meshtrain/core/error.h"
+#include "meshtrain/core/staged_file.h"
+#include "meshtrain/data/tokenizer_files.h"
+
+namespace meshtrain::data {
+namespace {
+
+// Code points of a UTF-8 string that nlohmann::json has already validated.
+std::vector<char32_t> code_points(std::string_view s) {
+  std::vector<char32_t> out;
+  for (std::size_t i = 0; i < s.size();) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    const int len = b < 0x80 ? 1 : b < 0xe0 ? 2 : b < 0xf0 ? 3 : 4;
+    char32_t cp = len == 1 ? b : len == 2 ? b & 0x1f : len == 3 ? b & 0x0f : b & 0x07;
+    for (int k = 1; k < len && i + k < s.size(); ++k) {
+      cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3f);
+    }
+    out.push_back(cp);
+    i += static_cast<std::size_t>(len);
+  }
+  return out;
+}
+
+// Length of an incomplete UTF-8 sequence at the end of `text` (0..3): bytes a continuation of
+// the text could complete into one character, so the regex must not see them cut off yet.
+std::size_t incomplete_tail(std::string_view text) {
+  for (std::size_t back = 1; back <= 3 && back <= text.size(); ++back) {
+    const auto b = static_cast<unsigned char>(text[text.size() - back]);
+    if ((b & 0xc0) == 0x80) continue;  // a continuation byte: look further back
+    const std::size_t need = b >= 0xf0 ? 4 : b >= 0xe0 ? 3 : b >= 0xc0 ? 2 : 1;
+    return need > back ? back : 0;
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::array<char32_t, 256> gpt2_byte_to_unicode() {
+  std::array<char32_t, 256> map{};
+  char32_t next = 256;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || b >= 0xae;
+    map[static_cast<std::size_t>(b)] = printable ? static_cast<char32_t>(b) : next++;
+  }
+  return map;
+}
+
+struct Gpt2Pretokenizer::Code {
+  pcre2_code* code = nullptr;
+  ~Code() { pcre2_code_free(code); }
+};
+
+Gpt2Pretokenizer::Gpt2Pretokenizer() : code_(std::make_unique<Code>()) {
+  int error = 0;
+  PCRE2_SIZE offset = 0;
+  code_->code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kGpt2Pattern.data()), kGpt2Pattern.size(),
+                    PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error, &offset, nullptr);
+  MT_CHECK(code_->code != nullptr, "PCRE2 rejected GPT-2's pattern (error {} at {})", error,
+           offset);
+  // Without a JIT (some architectures) the interpreter gives the same matches, slower.
+  pcre2_jit_compile(code_->code, PCRE2_JIT_COMPLETE);
+}
+
+Gpt2Pretokenizer::~Gpt2Pretokenizer() = default;
+
+void Gpt2Pretokenizer::split(std::string_view text, std::vector<Gpt2Piece>& out) const {
+  // Match data per call keeps one compiled pattern usable from several threads.
+  std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> match(
+      pcre2_match_data_create_from_pattern(code_->code, nullptr), &pcre2_match_data_free);
+  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+  std::size_t at = 0;
+  while (at < text.size()) {
+    const int rc = pcre2_match(code_->code, subject, text.size(), at, 0, match.get(), nullptr);
+    if (rc == PCRE2_ERROR_NOMATCH) {
+      out.push_back({at, text.size()});  // trailing invalid UTF-8
+      return;
+    }
+    if (rc < 0) {
+      std::array<PCRE2_UCHAR, 256> message{};
+      pcre2_get_error_message(rc, message.data(), message.size());
+      throw DataError(fmt::format("GPT-2 pre-tokenising failed at byte {}: PCRE2 says {}", at,
+                                  reinterpret_cast<const char*>(message.data())));
+    }
+    const PCRE2_SIZE* range = pcre2_get_ovector_pointer(match.get());
+    if (range[0] > at) out.push_back({at, range[0]});  // invalid UTF-8 between matches
+    out.push_back({range[0], range[1]});
+    at = range[1];
+  }
+}
+
+Gpt2Bpe::Gpt2Bpe(std::string_view encoder_json, std::string_view vocab_bpe,
+                 const std::filesystem::path& encoder_path,
+                 const std::filesystem::path& merges_path)
+    : encoder_json_(encoder_json), vocab_bpe_(vocab_bpe) {
+  const auto bad = [](const std::filesystem::path& path, const std::string& problem) {
+    return DataError(
+        fmt::format("GPT-2 tokenizer file '{}' {}; expected OpenAI's GPT-2 "
+                    "encoder.json and vocab.bpe (data/tokenizers/gpt2)",
+                    path.string(), problem));
+  };
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(encoder_json);
+  } catch (const nlohmann::json::exception& e) {
+    throw bad(encoder_path, fmt::format("is not valid JSON ({})", e.what()));
+  }
+  if (!doc.is_object() || doc.empty()) throw bad(encoder_path, "is not a JSON object of tokens");
+  std::unordered_map<char32_t, unsigned char> byte_of;
+  const std::array<char32_t, 256> to_unicode = gpt2_byte_to_unicode();
+  for (int b = 0; b < 256; ++b)
+    byte_of[to_unicode[static_cast<std::size_t>(b)]] = static_cast<unsigned char>(b);
+
+  token_bytes_.assign(doc.size(), std::string());
+  std::vector<bool> seen(doc.size(), false);
+  eot_id_ = -1;
+  for (const auto& [token, value] : doc.items()) {
+    if (!value.is_number_integer() || value.get<std::int64_t>() < 0 ||
+        value.get<std::int64_t>() >= static_cast<std::int64_t>(doc.size()) ||
+        seen[value.get<std::size_t>()]) {
+      throw bad(encoder_path,
+                fmt::format("maps {} to {}, expected distinct ids 0..{}",
+                            nlohmann::json(token).dump(), value.dump(), doc.size() - 1));
+    }
+    const auto id = value.get<std::int32_t>();
+    seen[static_cast<std::size_t>(id)] = true;
+    if (token == "<|endoftext|>") {
+      eot_id_ = id;
+      token_bytes_[static_cast<std::size_t>(id)] = token;
+      continue;
+    }
+    std::string bytes;
+    for (const char32_t cp : code_points(token)) {
+      const auto it = byte_of.find(cp);
+      if (it == byte_of.end()) {
+        throw bad(encoder_path,
+                  fmt::format("has token {} with code point U+{:04X} outside "
+                              "GPT-2's byte map",
+                              nlohmann::json(token).dump(), static_cast<std::uint32_t>(cp)));
+      }
+      bytes.push_back(static_cast<char>(it->second));
+    }
+    token_bytes_[static_cast<std::size_t>(id)] = bytes;
+    id_of_.emplace(std::move(bytes), id);
+  }
+  if (eot_id_ < 0) throw bad(encoder_path, "has no \"<|endoftext|>\" token");
+  for (int b = 0; b < 256; ++b) {
+    const auto it = id_of_.find(std::string(1, static_cast<char>(b)));
+    if (it == id_of_.end()) throw bad(encoder_path, fmt::format("has no token for byte {}", b));
+    byte_id_[static_cast<std::size_t>(b)] = it->second;
+  }
+
+  std::int32_t rank = 0;
+  std::size_t line_no = 0;
+  for (std::size_t at = 0; at < vocab_bpe.size();) {
+    std::size_t end = vocab_bpe.find('\n', at);
+    if (end == std::string_view::npos) end = vocab_bpe.size();
+    const std::string_view line = vocab_bpe.substr(at, end - at);
+    at = end + 1;
+    ++line_no;
+    if (line.empty() || (line_no == 1 && line.starts_with("#version"))) continue;
+    const std::size_t space = line.find(' ');
+    const auto lookup = [&](std::string_view spelled) -> std::int32_t {
+      std::string bytes;
+      for (const char32_t cp : code_points(spelled)) {
+        const auto it = byte_of.find(cp);
+        if (it == byte_of.end()) return -1;
+        bytes.push_back(static_cast<char>(it->second));
+      }
+      const auto found = id_of_.find(bytes);
+      return found == id_of_.end() ? -1 : found->second;
+    };
+    const std::int32_t left = space == std::string_view::npos ? -1 : lookup(line.substr(0, space));
+    const std::int32_t right =
+        space == std::string_view::npos ? -1 : lookup(line.substr(space + 1));
+    const std::int32_t merged =
+        left < 0 || right < 0
+            ? -1
+            : lookup(std::string(line.substr(0, space)) + std::string(line.substr(space + 1)));
+    if (merged < 0) {
+      throw bad(merges_path,
+                fmt::format("line {} is {}, expected \"a b\" with a, b and ab tokens of "
+                            "encoder.json",
+                            line_no, nlohmann::json(std::string(line)).dump()));
+    }
+    merges_.emplace((static_cast<std::uint64_t>(left) << 32) | static_cast<std::uint32_t>(right),
+                    Merge{rank++, merged});
+  }
+  if (merges_.empty()) throw bad(merges_path, "has no merges");
+}
+
+std::unique_ptr<Gpt2Bpe> Gpt2Bpe::load(const std::filesystem::path& dir) {
+  const std::filesystem::path encoder = dir / "encoder.json";
+  const std::filesystem::path merges = dir / "vocab.bpe";
+  return std::make_unique<Gpt2Bpe>(read_tokenizer_file(encoder, "GPT-2 encoder.json"),
+                                   read_tokenizer_file(merges, "GPT-2 vocab.bpe"), encoder, merges);
+}
+
+void Gpt2Bpe::encode_piece(std::string_view piece, std::vector<std::int32_t>& out) const {
+  std::vector<std::int32_t> parts;
+  parts.reserve(piece.size());
+  for (const char c : piece) parts.push_back(byte_id_[static_cast<unsigned char>(c)]);
+  while (parts.size() > 1) {
+    std::int32_t best_rank = std::numeric_limits<std::int32_t>::max();
+    std::size_t best = 0;
+    std::int32_t best_id = -1;
+    for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+      const auto it = merges_.find((static_cast<std::uint64_t>(parts[i]) << 32) |
+                                   static_cast<std::uint32_t>(parts[i + 1]));
+      if (it != merges_.end() && it->second.rank < best_rank) {
+        best_rank = it->second.rank;
+        best = i;
+        best_id = it->second.id;
+      }
+    }
+    if (best_id < 0) break;
+    parts[best] = best_id;
+    parts.erase(parts.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+  }
+  out.insert(out.end(), parts.begin(), parts.end());
+}
+
+void Gpt2Bpe::encode_pieces(std::string_view text, std::span<const Gpt2Piece> pieces,
+                            std::vector<std::int32_t>& out) const {
+  for (const Gpt2Piece& p : pieces) {
+    const std::string_view piece = text.substr(p.begin, p.end - p.begin);
+    // A piece that is itself a token needs no merging (tiktoken's shortcut; same ids).
+    const auto whole = id_of_.find(std::string(piece));
+    if (whole != id_of_.end()) {
+      out.push_back(whole->second);
+    } else {
+      encode_piece(piece, out);
+    }
+  }
+}
+
+void Gpt2Bpe::encode(std::string_view text, std::vector<std::int32_t>& out) const {
+  std::vector<Gpt2Piece> pieces;
+  pretokenizer_.split(text, pieces);
+  encode_pieces(text, pieces, out);
+}
+
+std::size_t Gpt2Bpe::encode_prefix(std::string_view text, std::vector<std::int32_t>& out) const {
+  const std::size_t limit = text.size() - incomplete_tail(text);
+  std::vector<Gpt2Piece> pieces;
+  pretokenizer_.split(text.substr(0, limit), pieces);
+  std::size_t final_count = 0;
+  while (final_count + 1 < pieces.size() && pieces[final_count].begin + 3 <= limit) ++final_count;
+  encode_pieces(text, std::span<const Gpt2Piece>(pieces).first(final_count), out);
+  return final_count == 0 ? 0 : pieces[final_count].begin;
+}
+
+std::string Gpt2Bpe::decode(std::span<const std::int32_t> ids) const {
+  std::string text;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab_size()) {
+      throw DataError(
+          fmt::format("token id {} at position {} is outside GPT-2's vocabulary [0, {})", ids[i], i,
+                      vocab_size()));
+    }
+    text += token_bytes_[static_cast<std::size_t>(ids[i])];
+  }
+  return text;
+}
+
+void Gpt2Bpe::save_files(const std::filesystem::path& dir) const {
+  StagedFile(dir / "encoder.json", std::as_bytes(std::span<const char>(encoder_json_))).commit();
+  StagedFile(dir / "vocab.bpe", std::as_bytes(std::span<const char>(vocab_bpe_))).commit();
+}
+
+}  // namespace meshtrain::data
