@@ -22,6 +22,8 @@ PACKAGES=(
 # that runs on Debian's torch 1.13. The list is its whole dependency closure, pinned, installed
 # with --no-deps into the repository's ignored .pydeps/ (the CTest test sets PYTHONPATH), so pip
 # never brings its own numpy: pip's numpy breaks Debian's torch; Debian's numpy is used.
+# tiktoken (its deps regex and requests are above) is the GPT-2 reference of
+# tests/reference/tokenizer_reference.py, with tokenizers (Hugging Face's byte-level BPE).
 PYDEPS=(
   transformers==4.36.2 tokenizers==0.15.2 safetensors==0.8.0 huggingface-hub==0.36.2
   hf-xet==1.8.0 filelock==4.3.1 fsspec==2026.9.0 packaging==26.4 pyyaml==6.0.4

@@ -38,14 +38,14 @@ inline constexpr std::string_view kTokensFormat = "meshtrain-tokens-v2";
 ///    "train_tokens": ..., "val_tokens": ...}.
 struct Metadata {
   TokenizerKind tokenizer = TokenizerKind::char_bytes;
-  CharVocab vocab;                           // the char tokenizer's bytes (char only)
-  std::vector<std::string> tokenizer_files;  // beside meta.json (none for char)
-  std::int64_t vocab_size = 0;               // ids of the tokenizer
-  TokenDtype token_dtype = TokenDtype::u16;  // width of the ids in train.bin / val.bin
-  std::optional<std::int32_t> eot_id;        // between documents; none for char
-  std::vector<std::string> sources;          // the text files, as given to prepare
-  std::string document_separator;            // split inside files on this ("" = none)
-  double val_fraction = 0.1;                 // last share of the text that is val
+  CharVocab vocab{};                           // the char tokenizer's bytes (char only)
+  std::vector<std::string> tokenizer_files{};  // beside meta.json (none for char)
+  std::int64_t vocab_size = 0;                 // ids of the tokenizer
+  TokenDtype token_dtype = TokenDtype::u16;    // width of the ids in train.bin / val.bin
+  std::optional<std::int32_t> eot_id{};        // between documents; none for char
+  std::vector<std::string> sources{};          // the text files, as given to prepare
+  std::string document_separator{};            // split inside files on this ("" = none)
+  double val_fraction = 0.1;                   // last share of the text that is val
   std::int64_t train_tokens = 0;
   std::int64_t val_tokens = 0;
 };

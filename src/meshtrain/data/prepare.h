@@ -19,22 +19,22 @@ namespace meshtrain::data {
 
 /// What `meshtrain prepare` is asked for.
 struct PrepareOptions {
-  std::vector<std::filesystem::path> inputs;  // text files; each one is a document
-  std::filesystem::path out_dir;              // gets train.bin, val.bin, meta.json, tokenizer files
-  std::string tokenizer = "char";             // open_tokenizer()'s name
-  double val_fraction = 0.1;                  // the last share of the text that becomes val.bin
+  std::vector<std::filesystem::path> inputs{};  // text files; each one is a document
+  std::filesystem::path out_dir{};  // gets train.bin, val.bin, meta.json, tokenizer files
+  std::string tokenizer = "char";   // open_tokenizer()'s name
+  double val_fraction = 0.1;        // the last share of the text that becomes val.bin
   /// Also split documents inside files at this literal text, which is dropped (TinyStories'
   /// "<|endoftext|>"); "" = files are the only document boundaries.
-  std::string document_separator;
+  std::string document_separator{};
   bool progress = false;               // throttled progress lines (bytes, rate, ETA) on stderr
   std::size_t chunk_bytes = 1u << 20;  // read and encode granularity (tests make it small)
 };
 
 /// What prepare_dataset wrote.
 struct PrepareResult {
-  std::filesystem::path train_bin;  // <out_dir>/train.bin
-  std::filesystem::path val_bin;    // <out_dir>/val.bin
-  std::filesystem::path meta_json;  // <out_dir>/meta.json
+  std::filesystem::path train_bin{};  // <out_dir>/train.bin
+  std::filesystem::path val_bin{};    // <out_dir>/val.bin
+  std::filesystem::path meta_json{};  // <out_dir>/meta.json
   std::int64_t vocab_size = 0;
   TokenDtype token_dtype = TokenDtype::u16;
   std::int64_t text_bytes = 0;  // of all inputs

@@ -52,11 +52,11 @@ class SentencePieceTokenizer final : public Tokenizer {
 
 /// What `meshtrain tokenizer train` asks SentencePieceTrainer for.
 struct SentencePieceTrainArgs {
-  std::vector<std::filesystem::path> inputs;  // text files, one sentence per line
-  std::string model_type = "bpe";             // "bpe" or "unigram"
-  std::int64_t vocab_size = 0;                // pieces, including <unk>, <s>, </s>
-  double character_coverage = 1.0;            // share of characters kept (0.9995 for CJK)
-  std::filesystem::path out_dir;              // gets tokenizer.model
+  std::vector<std::filesystem::path> inputs{};  // text files, one sentence per line
+  std::string model_type = "bpe";               // "bpe" or "unigram"
+  std::int64_t vocab_size = 0;                  // pieces, including <unk>, <s>, </s>
+  double character_coverage = 1.0;              // share of characters kept (0.9995 for CJK)
+  std::filesystem::path out_dir{};              // gets tokenizer.model
 };
 
 /// Trains a model and writes out_dir/tokenizer.model atomically; returns its path.
