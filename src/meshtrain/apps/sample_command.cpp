@@ -115,7 +115,7 @@ int run_sample(const SampleArgs& args) {
     const Config config = load_config_file(dir / "config.toml");
     const data::Metadata meta = data::load_metadata(dir / "meta.json");
     const std::unique_ptr<data::Tokenizer> tokenizer = data::load_tokenizer(meta, dir);
-    if (tokenizer->vocab_size() > config.model.vocab_size) {
+    if (tokenizer->vocab_size() != config.model.vocab_size) {
       throw DataError(fmt::format(
           "{}: a tokenizer of {} ids, but the model was trained with a vocabulary "
           "of {}: meta.json does not belong to this checkpoint",
@@ -138,8 +138,7 @@ int run_sample(const SampleArgs& args) {
     }
     const std::uint64_t stream = stream_of("sample");
     const auto seed = static_cast<std::uint64_t>(args.seed);
-    // Only ids the tokenizer can decode are drawn (a padded embedding table has more rows).
-    const auto vocab = static_cast<std::size_t>(tokenizer->vocab_size());
+    const auto vocab = static_cast<std::size_t>(config.model.vocab_size);
     TextPrinter printer(*tokenizer, ids);  // printed as generated: a long sample shows progress
     for (std::int64_t i = 0; i < args.tokens; ++i) {
       const std::int64_t T =

@@ -64,8 +64,8 @@ data::Metadata load_run_metadata(Config& config) {
 TrainData::TrainData(const Config& config, data::Metadata metadata)
     : metadata_(std::move(metadata)) {
   const fs::path dir = config.data.dir;
-  train_file_ = data::TokenFile(dir / data::kTrainBinName, metadata_.vocab.size());
-  val_file_ = data::TokenFile(dir / data::kValBinName, metadata_.vocab.size());
+  train_file_ = data::TokenFile(dir / data::kTrainBinName, metadata_.vocab_size);
+  val_file_ = data::TokenFile(dir / data::kValBinName, metadata_.vocab_size);
   check_token_counts(metadata_, train_file_, val_file_);
   const std::int64_t global_batch = global_batch_of(config);
   const auto seed = static_cast<std::uint64_t>(config.training.seed);
