@@ -63,13 +63,13 @@ run() {
       --model.n_layer 1 --model.n_embd 32 --model.n_head 2 --training.micro_batch 2 2>&1); then
     fail "$name: train" "$out"; return
   fi
-  local files
+  local files missing=0
   files=$(/usr/bin/python3 -c 'import json,sys; print(" ".join(json.load(open(sys.argv[1]))["tokenizer"]["files"]))' \
     "$WORK/$name/ckpt/meta.json")
   for f in $files; do
-    cmp -s "$WORK/$name/data/$f" "$WORK/$name/ckpt/$f" || fail "$name: checkpoint lacks $f"
+    cmp -s "$WORK/$name/data/$f" "$WORK/$name/ckpt/$f" || { fail "$name: checkpoint lacks $f"; missing=1; }
   done
-  [[ -n $files ]] && ok "$name: the checkpoint carries $files"
+  [[ -n $files && $missing -eq 0 ]] && ok "$name: the checkpoint carries $files"
   if out=$("$BIN" sample "$WORK/$name/ckpt" --prompt "$prompt" --tokens 8 2>&1) && [[ $out == "$prompt"* ]]; then
     ok "$name: sample continues the prompt: ${out:0:40}"
   else
