@@ -4,8 +4,10 @@
 #include <fmt/format.h>
 #include <pcre2.h>
 
+#include <algorithm>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <utility>
 
 #include "meshtrain/core/error.h"
@@ -99,28 +101,50 @@ void Gpt2Pretokenizer::split(std::string_view text, std::vector<Gpt2Piece>& out)
   }
 }
 
+namespace {
+
+DataError bad_file(const std::filesystem::path& path, const std::string& problem) {
+  return DataError(
+      fmt::format("GPT-2 tokenizer file '{}' {}; expected OpenAI's GPT-2 "
+                  "encoder.json and vocab.bpe (data/tokenizers/gpt2)",
+                  path.string(), problem));
+}
+
+// The bytes a byte-map spelling stands for; nullopt when a code point is not in the map.
+std::optional<std::string> spelled_bytes(std::string_view spelled,
+                                         const std::unordered_map<char32_t, char>& byte_of) {
+  std::string bytes;
+  for (const char32_t cp : code_points(spelled)) {
+    const auto it = byte_of.find(cp);
+    if (it == byte_of.end()) return std::nullopt;
+    bytes.push_back(it->second);
+  }
+  return bytes;
+}
+
+}  // namespace
+
 Gpt2Bpe::Gpt2Bpe(std::string_view encoder_json, std::string_view vocab_bpe,
                  const std::filesystem::path& encoder_path,
                  const std::filesystem::path& merges_path)
     : encoder_json_(encoder_json), vocab_bpe_(vocab_bpe) {
-  const auto bad = [](const std::filesystem::path& path, const std::string& problem) {
-    return DataError(
-        fmt::format("GPT-2 tokenizer file '{}' {}; expected OpenAI's GPT-2 "
-                    "encoder.json and vocab.bpe (data/tokenizers/gpt2)",
-                    path.string(), problem));
-  };
-  nlohmann::json doc;
-  try {
-    doc = nlohmann::json::parse(encoder_json);
-  } catch (const nlohmann::json::exception& e) {
-    throw bad(encoder_path, fmt::format("is not valid JSON ({})", e.what()));
-  }
-  if (!doc.is_object() || doc.empty()) throw bad(encoder_path, "is not a JSON object of tokens");
-  std::unordered_map<char32_t, unsigned char> byte_of;
+  std::unordered_map<char32_t, char> byte_of;
   const std::array<char32_t, 256> to_unicode = gpt2_byte_to_unicode();
   for (int b = 0; b < 256; ++b)
-    byte_of[to_unicode[static_cast<std::size_t>(b)]] = static_cast<unsigned char>(b);
+    byte_of[to_unicode[static_cast<std::size_t>(b)]] = static_cast<char>(b);
+  read_encoder(encoder_path, byte_of);
+  read_merges(merges_path, byte_of);
+}
 
+void Gpt2Bpe::read_encoder(const std::filesystem::path& path,
+                           const std::unordered_map<char32_t, char>& byte_of) {
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(encoder_json_);
+  } catch (const nlohmann::json::exception& e) {
+    throw bad_file(path, fmt::format("is not valid JSON ({})", e.what()));
+  }
+  if (!doc.is_object() || doc.empty()) throw bad_file(path, "is not a JSON object of tokens");
   token_bytes_.assign(doc.size(), std::string());
   std::vector<bool> seen(doc.size(), false);
   eot_id_ = -1;
@@ -128,75 +152,63 @@ Gpt2Bpe::Gpt2Bpe(std::string_view encoder_json, std::string_view vocab_bpe,
     if (!value.is_number_integer() || value.get<std::int64_t>() < 0 ||
         value.get<std::int64_t>() >= static_cast<std::int64_t>(doc.size()) ||
         seen[value.get<std::size_t>()]) {
-      throw bad(encoder_path,
-                fmt::format("maps {} to {}, expected distinct ids 0..{}",
-                            nlohmann::json(token).dump(), value.dump(), doc.size() - 1));
+      throw bad_file(path, fmt::format("maps {} to {}, expected distinct ids 0..{}",
+                                       nlohmann::json(token).dump(), value.dump(), doc.size() - 1));
     }
     const auto id = value.get<std::int32_t>();
     seen[static_cast<std::size_t>(id)] = true;
-    if (token == "<|endoftext|>") {
+    if (token == "<|endoftext|>") {  // special: decodes to its text, never encoded
       eot_id_ = id;
       token_bytes_[static_cast<std::size_t>(id)] = token;
       continue;
     }
-    std::string bytes;
-    for (const char32_t cp : code_points(token)) {
-      const auto it = byte_of.find(cp);
-      if (it == byte_of.end()) {
-        throw bad(encoder_path,
-                  fmt::format("has token {} with code point U+{:04X} outside "
-                              "GPT-2's byte map",
-                              nlohmann::json(token).dump(), static_cast<std::uint32_t>(cp)));
-      }
-      bytes.push_back(static_cast<char>(it->second));
+    std::optional<std::string> bytes = spelled_bytes(token, byte_of);
+    if (!bytes) {
+      throw bad_file(path, fmt::format("has token {} with a code point outside GPT-2's byte map",
+                                       nlohmann::json(token).dump()));
     }
-    token_bytes_[static_cast<std::size_t>(id)] = bytes;
-    id_of_.emplace(std::move(bytes), id);
+    token_bytes_[static_cast<std::size_t>(id)] = *bytes;
+    id_of_.emplace(std::move(*bytes), id);
   }
-  if (eot_id_ < 0) throw bad(encoder_path, "has no \"<|endoftext|>\" token");
+  if (eot_id_ < 0) throw bad_file(path, "has no \"<|endoftext|>\" token");
   for (int b = 0; b < 256; ++b) {
     const auto it = id_of_.find(std::string(1, static_cast<char>(b)));
-    if (it == id_of_.end()) throw bad(encoder_path, fmt::format("has no token for byte {}", b));
+    if (it == id_of_.end()) throw bad_file(path, fmt::format("has no token for byte {}", b));
     byte_id_[static_cast<std::size_t>(b)] = it->second;
   }
+}
 
+void Gpt2Bpe::read_merges(const std::filesystem::path& path,
+                          const std::unordered_map<char32_t, char>& byte_of) {
+  const auto id_of = [&](std::string_view spelled) -> std::int32_t {
+    const std::optional<std::string> bytes = spelled_bytes(spelled, byte_of);
+    const auto found = bytes ? id_of_.find(*bytes) : id_of_.end();
+    return found == id_of_.end() ? -1 : found->second;
+  };
+  const std::string_view text = vocab_bpe_;
   std::int32_t rank = 0;
   std::size_t line_no = 0;
-  for (std::size_t at = 0; at < vocab_bpe.size();) {
-    std::size_t end = vocab_bpe.find('\n', at);
-    if (end == std::string_view::npos) end = vocab_bpe.size();
-    const std::string_view line = vocab_bpe.substr(at, end - at);
+  for (std::size_t at = 0; at < text.size();) {
+    const std::size_t end = std::min(text.find('\n', at), text.size());
+    const std::string_view line = text.substr(at, end - at);
     at = end + 1;
     ++line_no;
     if (line.empty() || (line_no == 1 && line.starts_with("#version"))) continue;
     const std::size_t space = line.find(' ');
-    const auto lookup = [&](std::string_view spelled) -> std::int32_t {
-      std::string bytes;
-      for (const char32_t cp : code_points(spelled)) {
-        const auto it = byte_of.find(cp);
-        if (it == byte_of.end()) return -1;
-        bytes.push_back(static_cast<char>(it->second));
-      }
-      const auto found = id_of_.find(bytes);
-      return found == id_of_.end() ? -1 : found->second;
-    };
-    const std::int32_t left = space == std::string_view::npos ? -1 : lookup(line.substr(0, space));
-    const std::int32_t right =
-        space == std::string_view::npos ? -1 : lookup(line.substr(space + 1));
-    const std::int32_t merged =
-        left < 0 || right < 0
-            ? -1
-            : lookup(std::string(line.substr(0, space)) + std::string(line.substr(space + 1)));
-    if (merged < 0) {
-      throw bad(merges_path,
-                fmt::format("line {} is {}, expected \"a b\" with a, b and ab tokens of "
-                            "encoder.json",
-                            line_no, nlohmann::json(std::string(line)).dump()));
+    const std::string_view a = line.substr(0, space);
+    const std::string_view b = space == std::string_view::npos ? "" : line.substr(space + 1);
+    const std::int32_t left = id_of(a);
+    const std::int32_t right = id_of(b);
+    const std::int32_t merged = left < 0 || right < 0 ? -1 : id_of(std::string(a) + std::string(b));
+    if (space == std::string_view::npos || merged < 0) {
+      throw bad_file(path, fmt::format("line {} is {}, expected \"a b\" with a, b and ab tokens "
+                                       "of encoder.json",
+                                       line_no, nlohmann::json(std::string(line)).dump()));
     }
     merges_.emplace((static_cast<std::uint64_t>(left) << 32) | static_cast<std::uint32_t>(right),
                     Merge{rank++, merged});
   }
-  if (merges_.empty()) throw bad(merges_path, "has no merges");
+  if (merges_.empty()) throw bad_file(path, "has no merges");
 }
 
 std::unique_ptr<Gpt2Bpe> Gpt2Bpe::load(const std::filesystem::path& dir) {

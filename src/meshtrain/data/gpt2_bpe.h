@@ -91,6 +91,12 @@ class Gpt2Bpe final : public Tokenizer {
   void encode_piece(std::string_view piece, std::vector<std::int32_t>& out) const;
 
  private:
+  // Fill token_bytes_, id_of_, byte_id_, eot_id_ from encoder_json_, then merges_ from
+  // vocab_bpe_; byte_of inverts gpt2_byte_to_unicode(). `path` names the file in errors.
+  void read_encoder(const std::filesystem::path& path,
+                    const std::unordered_map<char32_t, char>& byte_of);
+  void read_merges(const std::filesystem::path& path,
+                   const std::unordered_map<char32_t, char>& byte_of);
   void encode_pieces(std::string_view text, std::span<const Gpt2Piece> pieces,
                      std::vector<std::int32_t>& out) const;
 
