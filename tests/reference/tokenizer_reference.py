@@ -81,13 +81,22 @@ def nanogpt_split(text):
     return text[: int(n * 0.9)], text[int(n * 0.9):]
 
 
+# Pre-tokens of 20,000 characters (tiktoken 0.14 overflows its regex stack on megabyte runs,
+# which meshtrain's unit test Gpt2Bpe.LongPiecesRoundTrip covers alone).
+LONG_RUNS = ("x" + " " * 20000 + "y\n" + "\n" * 20000 + "z" + "a" * 20000 + " end " + "!" * 20000 +
+             "1" * 20000 + "\n")
+
+
 def corpora():
     mixed = os.path.join(WORK, "mixed.txt")
     with open(mixed, "w", encoding="utf-8", newline="") as f:
         f.write(MIXED * 3)
+    long_runs = os.path.join(WORK, "long_runs.txt")
+    with open(long_runs, "w", encoding="utf-8", newline="") as f:
+        f.write(LONG_RUNS)
     shipped = sorted(os.path.join(ROOT, "data", f) for f in os.listdir(os.path.join(ROOT, "data"))
                      if f.endswith(".txt"))
-    return shipped + [mixed]
+    return shipped + [mixed, long_runs]
 
 
 def read_text(path):

@@ -234,6 +234,16 @@ TEST(Gpt2Bpe, StreamedEqualsWholeText) {
   EXPECT_EQ(streamed(t, shakespeare, 7, 5000), encode(t, shakespeare));
 }
 
+TEST(Gpt2Bpe, LongPiecesRoundTrip) {
+  // Megabyte pre-tokens (a run of spaces, of one letter, of newlines) merge in O(n log n):
+  // rescanning every pair after each merge would take hours here.
+  const std::string text = "x" + std::string(1 << 20, ' ') + "y" + std::string(1 << 20, 'a') +
+                           std::string(1 << 19, '\n') + "z";
+  const std::vector<std::int32_t> ids = encode(gpt2(), text);
+  EXPECT_EQ(gpt2().decode(ids), text);
+  EXPECT_LT(ids.size(), text.size() * 2 / 3);  // merged, not one id per byte
+}
+
 TEST(Gpt2Bpe, BadFilesNameTheFileAndTheProblem) {
   const std::string encoder = read_file(kSource / "data/tokenizers/gpt2/encoder.json");
   const std::string merges = read_file(kSource / "data/tokenizers/gpt2/vocab.bpe");

@@ -5,9 +5,9 @@
 #include <pcre2.h>
 
 #include <algorithm>
-#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <queue>
 #include <utility>
 
 #include "meshtrain/core/error.h"
@@ -219,27 +219,53 @@ std::unique_ptr<Gpt2Bpe> Gpt2Bpe::load(const std::filesystem::path& dir) {
 }
 
 void Gpt2Bpe::encode_piece(std::string_view piece, std::vector<std::int32_t>& out) const {
-  std::vector<std::int32_t> parts;
-  parts.reserve(piece.size());
-  for (const char c : piece) parts.push_back(byte_id_[static_cast<unsigned char>(c)]);
-  while (parts.size() > 1) {
-    std::int32_t best_rank = std::numeric_limits<std::int32_t>::max();
-    std::size_t best = 0;
-    std::int32_t best_id = -1;
-    for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
-      const auto it = merges_.find((static_cast<std::uint64_t>(parts[i]) << 32) |
-                                   static_cast<std::uint32_t>(parts[i + 1]));
-      if (it != merges_.end() && it->second.rank < best_rank) {
-        best_rank = it->second.rank;
-        best = i;
-        best_id = it->second.id;
-      }
-    }
-    if (best_id < 0) break;
-    parts[best] = best_id;
-    parts.erase(parts.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+  // A doubly linked list of parts and a min-heap of (rank, left part) candidates: the pair of
+  // lowest rank, leftmost on a tie, is merged first, exactly as rescanning all pairs would do,
+  // in O(n log n) rather than O(n²) — a piece can be megabytes (a run of spaces). A heap entry
+  // whose pair has changed since it was pushed no longer has its rank and is skipped.
+  const auto n = static_cast<std::int32_t>(piece.size());
+  std::vector<std::int32_t> id(piece.size());
+  std::vector<std::int32_t> next(piece.size());
+  std::vector<std::int32_t> prev(piece.size());
+  for (std::int32_t i = 0; i < n; ++i) {
+    id[static_cast<std::size_t>(i)] =
+        byte_id_[static_cast<unsigned char>(piece[static_cast<std::size_t>(i)])];
+    next[static_cast<std::size_t>(i)] = i + 1 < n ? i + 1 : -1;
+    prev[static_cast<std::size_t>(i)] = i - 1;
   }
-  out.insert(out.end(), parts.begin(), parts.end());
+  const auto merge_of = [&](std::int32_t left) -> const Merge* {
+    const std::int32_t right = next[static_cast<std::size_t>(left)];
+    if (right < 0) return nullptr;
+    const auto it =
+        merges_.find((static_cast<std::uint64_t>(id[static_cast<std::size_t>(left)]) << 32) |
+                     static_cast<std::uint32_t>(id[static_cast<std::size_t>(right)]));
+    return it == merges_.end() ? nullptr : &it->second;
+  };
+  using Candidate = std::pair<std::int32_t, std::int32_t>;  // (rank, left part)
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
+  const auto push = [&](std::int32_t left) {
+    if (left < 0) return;
+    if (const Merge* m = merge_of(left)) heap.emplace(m->rank, left);
+  };
+  for (std::int32_t i = 0; i + 1 < n; ++i) push(i);
+  std::vector<bool> gone(piece.size(), false);
+  while (!heap.empty()) {
+    const auto [rank, left] = heap.top();
+    heap.pop();
+    const Merge* m = gone[static_cast<std::size_t>(left)] ? nullptr : merge_of(left);
+    if (m == nullptr || m->rank != rank) continue;  // stale
+    const std::int32_t right = next[static_cast<std::size_t>(left)];
+    id[static_cast<std::size_t>(left)] = m->id;
+    gone[static_cast<std::size_t>(right)] = true;
+    next[static_cast<std::size_t>(left)] = next[static_cast<std::size_t>(right)];
+    if (next[static_cast<std::size_t>(right)] >= 0)
+      prev[static_cast<std::size_t>(next[static_cast<std::size_t>(right)])] = left;
+    push(prev[static_cast<std::size_t>(left)]);
+    push(left);
+  }
+  for (std::int32_t i = n > 0 ? 0 : -1; i >= 0; i = next[static_cast<std::size_t>(i)]) {
+    out.push_back(id[static_cast<std::size_t>(i)]);
+  }
 }
 
 void Gpt2Bpe::encode_pieces(std::string_view text, std::span<const Gpt2Piece> pieces,
