@@ -131,7 +131,9 @@ std::vector<std::string> pieces(std::string_view text) {
 
 const std::string kMixed =
     "Hello world! I'm sure we're fine, they'll say. 1234567\n"
-    "日本語のテキストです。한국어 😀🤖👍🏽 e\u0301 n\u0303 \u00a0nbsp\u3000space\t\ttabs\n\n\n  "
+    "日本語のテキストです。한국어 😀🤖👍🏽 e\u0301 n\u0303 "
+    "\u00a0nbsp\u3000space\t\ttabs\n\n\n "
+    " "
     " "
     "spaces   \r\n trailing  ";
 

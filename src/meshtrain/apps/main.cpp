@@ -1,5 +1,5 @@
-// src/meshtrain/apps/main.cpp — the `meshtrain` command line: prepare, tokenizer, train, sample, launch,
-// reshard, export, plan.
+// src/meshtrain/apps/main.cpp — the `meshtrain` command line: prepare, tokenizer, train, sample,
+// launch, reshard, export, plan.
 // The only place that parses argv and turns errors into messages and exit codes:
 //   0 success, 1 internal or runtime error, 2 bad configuration or arguments, 3 bad data file.
 #include <fmt/format.h>

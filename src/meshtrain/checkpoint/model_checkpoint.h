@@ -5,8 +5,8 @@
 // once as transformer.wte.weight),
 // `config.toml` (the resolved config), `meta.json` (the tokenizer, copied from the data
 // directory) and the tokenizer's files that meta.json lists (encoder.json + vocab.bpe,
-// tokenizer.model; data/metadata.h). Written by rank 0 after training; enough for `meshtrain sample`. Sharded,
-// resumable checkpoints with optimizer state are a later issue.
+// tokenizer.model; data/metadata.h). Written by rank 0 after training; enough for `meshtrain
+// sample`. Sharded, resumable checkpoints with optimizer state are a later issue.
 #pragma once
 
 #include <filesystem>
