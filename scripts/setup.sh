@@ -12,6 +12,8 @@ PACKAGES=(
   libfmt-dev libspdlog-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libpcre2-dev libsentencepiece-dev     # tokenizers: GPT-2's pre-tokenising regex, SentencePiece
+  protobuf-compiler libprotobuf-dev   # TensorBoard event records (train/tensorboard_event.proto)
+  libboost-dev                        # Boost.CRC: the records' CRC32C (header-only)
   python3 python3-torch python3-numpy   # PyTorch reference tests and bench (/usr/bin/python3)
   python3-pip                           # installs PYDEPS below
   python3-sentencepiece                 # tokenizer reference test (tests/reference/tokenizer_reference.py)
@@ -24,7 +26,11 @@ PACKAGES=(
 # never brings its own numpy: pip's numpy breaks Debian's torch; Debian's numpy is used.
 # tiktoken (its deps regex and requests are above) is the GPT-2 reference of
 # tests/reference/tokenizer_reference.py, with tokenizers (Hugging Face's byte-level BPE).
+# tensorboard + protobuf + absl-py: the closure of TensorBoard's own EventAccumulator (the
+# TensorBoard round-trip test, tests/e2e/tensorboard.sh); the server's grpcio, werkzeug,
+# markdown, pillow and tensorboard-data-server are not imported by it.
 PYDEPS=(
+  tensorboard==2.20.0 protobuf==6.33.5 absl-py==2.1.0
   transformers==4.36.2 tokenizers==0.15.2 safetensors==0.8.0 huggingface-hub==0.36.2
   hf-xet==1.8.0 filelock==4.3.1 fsspec==2026.9.0 packaging==26.4 pyyaml==6.0.4
   regex==2026.11.19 requests==2.34.2 certifi==2026.10.19.post1 charset-normalizer==3.5.3

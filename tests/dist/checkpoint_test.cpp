@@ -60,7 +60,26 @@ struct ResumeCase {
   std::int64_t cp = 1;
   CpCommMode cp_comm = CpCommMode::p2p;
   std::int64_t moe_ep = 0;  // > 0: the MoE llama (test::make_moe) at parallel.ep = moe_ep
+  // data.sampler = "epoch" on a nanoGPT-format copy of the first `epoch_tokens` train tokens:
+  // 2000 tokens are 62 windows of 33, so the 160 samples of 20 steps span 2.6 epochs and the
+  // checkpoint at step 10 (sample 80) lies in the middle of the second.
+  std::int64_t epoch_tokens = 0;
 };
+
+// A nanoGPT-style raw uint16 copy of the first `tokens` tokens of the prepared train split
+// (and of the val split) in dir, written by rank 0.
+void write_small_nanogpt_data(ProcessGroup& world, const fs::path& dir, std::int64_t tokens) {
+  if (world.rank() == 0) {
+    fs::create_directories(dir);
+    for (const char* name : {"train.bin", "val.bin"}) {
+      std::ifstream in(fs::path(test::test_data_dir()) / name, std::ios::binary);
+      std::string bytes(static_cast<std::size_t>(2 * tokens), '\0');
+      in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+      std::ofstream(dir / name, std::ios::binary) << bytes;
+    }
+  }
+  world.barrier();
+}
 
 Config resume_config(const ResumeCase& c) {
   // Global batch 8 whatever the layout.
@@ -78,6 +97,11 @@ Config resume_config(const ResumeCase& c) {
   cfg.checkpoint.interval = 10;
   cfg.checkpoint.async = c.async;
   if (c.moe_ep > 0) test::make_moe(cfg, c.moe_ep);
+  if (c.epoch_tokens > 0) {
+    cfg.data.format = DataFormat::nanogpt;
+    cfg.data.sampler = DataSampler::epoch;
+    cfg.model.vocab_size = 65;  // nanoGPT's files record no vocabulary
+  }
   return cfg;
 }
 
@@ -86,9 +110,14 @@ std::vector<ResumeCase> resume_cases() {
     case 1:
       return {{.name = "single"},
               {.name = "single_fp16_accumulation", .accumulation = 2, .precision = Precision::fp16},
-              {.name = "single_bf16_sync", .precision = Precision::bf16, .async = false}};
+              {.name = "single_bf16_sync", .precision = Precision::bf16, .async = false},
+              {.name = "single_epoch_sampler_nanogpt", .epoch_tokens = 2000}};
     case 2:
       return {{.name = "dp2_zero0_accumulation", .dp = 2, .accumulation = 2},
+              {.name = "dp2_epoch_sampler_accumulation",
+               .dp = 2,
+               .accumulation = 2,
+               .epoch_tokens = 2000},
               {.name = "dp2_zero1", .dp = 2, .zero = 1},
               {.name = "dp2_zero3_accumulation", .dp = 2, .zero = 3, .accumulation = 2},
               {.name = "tp2_sp_llama", .family = ModelFamily::llama, .tp = 2, .sp = true},
@@ -149,12 +178,15 @@ TEST_P(ResumeLayout, StepsAfterTheCheckpointAreBitIdentical) {
   const ResumeCase& c = GetParam();
   const auto world = test::runtime().world_group();
   const fs::path dir = shared_temp_dir(*world);
+  if (c.epoch_tokens > 0) write_small_nanogpt_data(*world, dir / "data", c.epoch_tokens);
   Config first = resume_config(c);
+  if (c.epoch_tokens > 0) first.data.dir = (dir / "data").string();
   first.checkpoint.dir = (dir / "first").string();
   const std::vector<StepMetrics> want = Trainer(first, *world, quiet()).run();
   ASSERT_EQ(want.size(), 20u);
 
   Config second = resume_config(c);
+  second.data.dir = first.data.dir;
   second.checkpoint.dir = (dir / "second").string();
   second.checkpoint.resume = (dir / "first" / "checkpoints" / "step-00000010").string();
   Trainer resumed(second, *world, quiet());

@@ -297,5 +297,45 @@ else
   echo "FAIL diverging run"; echo "$out" | sed 's/^/    /'; failures=$((failures + 1))
 fi
 
+# --tensorboard: a directory that cannot be created is refused before training (exit 2).
+expect "unwritable TensorBoard directory" 2 "--tensorboard = /proc/meshtrain_tb" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" --tensorboard /proc/meshtrain_tb
+expect "--trace-steps 0" 2 "--trace-steps: Value 0 not in range 1 to 1000000" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" --trace "$WORK/t.json" --trace-steps 0
+
+# Token files of other tools (docs/data.md): a bad header, a size that disagrees with it, an id
+# outside the vocabulary, and the settings that describe them.
+mkdir -p "$WORK/tokens"
+/usr/bin/python3 - "$DATA" "$WORK/tokens" <<'PY'
+import sys
+import numpy as np
+data, out = sys.argv[1:]
+ids = np.fromfile(f"{data}/val.bin", dtype=np.uint16)[:5000]
+def llmc(name, magic, version, count, body):
+    h = np.zeros(256, dtype=np.int32)
+    h[0], h[1], h[2] = magic, version, count
+    open(f"{out}/{name}", "wb").write(h.tobytes() + body.tobytes())
+llmc("magic.bin", 20240521, 1, len(ids), ids)
+llmc("short.bin", 20240520, 1, len(ids) + 10, ids)
+llmc("val.bin", 20240520, 1, len(ids), ids)
+bad = ids.copy()
+bad[1234] = 65
+bad.tofile(f"{out}/oov.bin")
+ids.tofile(f"{out}/train.bin")
+PY
+TOK=(--data.dir "$WORK/tokens" --model.vocab_size 65)
+expect "llm.c file with the wrong magic" 3 "magic.bin' has magic 20240521" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" "${TOK[@]}" --data.format llmc --data.train_file magic.bin
+expect "llm.c file shorter than its header says" 3 "says 5010 uint16 tokens" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" "${TOK[@]}" --data.format llmc --data.train_file short.bin
+expect "nanoGPT file with an id outside the vocabulary" 3 "oov.bin' holds id 65 at token 1234" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" "${TOK[@]}" --data.format nanogpt --data.train_file oov.bin
+expect "nanoGPT format without model.vocab_size" 2 "must be > 0 with data.format = \"nanogpt\"" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" --data.dir "$WORK/tokens" --data.format nanogpt
+expect "a token file name that leaves data.dir" 2 "data.train_file = \"../train.bin\"" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" --data.train_file ../train.bin
+expect "an unknown data.format" 2 "data.format = megatron" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" --data.format megatron
+
 echo "$passed passed, $failures failed"
 ((failures == 0))

@@ -718,6 +718,8 @@ TEST(ConfigLoad, BadEnumNamesAreConfigErrorsListingTheAllowedNames) {
       {"training", "lr_scaling", "cubic", {"none", "linear", "sqrt"}},
       {"parallel", "cp_comm", "ring", {"p2p", "a2a"}},
       {"parallel", "pp_schedule", "pipedream", {"gpipe", "1f1b", "interleaved_1f1b", "zb_h1"}},
+      {"data", "format", "megatron", {"meshtrain", "nanogpt", "llmc"}},
+      {"data", "sampler", "sequential", {"random", "epoch"}},
   };
   for (const EnumSetting& s : settings) {
     const std::string key = fmt::format("{}.{}", s.section, s.name);
@@ -743,6 +745,44 @@ TEST(ConfigLoad, BadEnumNamesAreConfigErrorsListingTheAllowedNames) {
       EXPECT_NO_THROW(load_config_text(to_toml(c), "round trip"));
     }
   }
+}
+
+TEST(ConfigValidate, DataFileNamesStayInsideDataDirAndForeignFormatsNeedAVocabulary) {
+  Config c;
+  EXPECT_EQ(c.data.format, DataFormat::meshtrain);
+  EXPECT_EQ(c.data.train_file, "train.bin");
+  EXPECT_EQ(c.data.val_file, "val.bin");
+  EXPECT_EQ(c.data.sampler, DataSampler::random);
+  for (const DataFormat format : {DataFormat::nanogpt, DataFormat::llmc}) {
+    c.data.format = format;
+    const std::string text = issues_text(c, 1);
+    EXPECT_TRUE(has(text, "model.vocab_size = 0")) << text;
+    EXPECT_TRUE(has(text, fmt::format("must be > 0 with data.format = \"{}\"", to_string(format))))
+        << text;
+    EXPECT_TRUE(has(text, "fix:  set model.vocab_size to the tokenizer's vocabulary")) << text;
+    c.model.vocab_size = 50257;
+    EXPECT_TRUE(check_config(c, 1).empty()) << issues_text(c, 1);
+    c.model.vocab_size = 0;
+  }
+  c.data.format = DataFormat::meshtrain;  // meta.json gives the vocabulary
+  EXPECT_TRUE(check_config(c, 1).empty());
+
+  for (const std::string bad : {"", "../train.bin", "sub/train.bin", "/etc/passwd", ".", ".."}) {
+    Config d;
+    d.data.val_file = bad;
+    const std::string text = issues_text(d, 1);
+    EXPECT_TRUE(has(text, fmt::format("data.val_file = \"{}\"", bad))) << text;
+    EXPECT_TRUE(has(text, "must be a file name inside data.dir")) << text;
+    EXPECT_TRUE(has(text, "fix:  set data.val_file = \"val.bin\"")) << text;
+  }
+  // The settings load from TOML and from the command line.
+  const Config loaded = load_config_text(
+      "[data]\nformat = \"llmc\"\ntrain_file = \"tiny_shakespeare_train.bin\"\n", "t.toml",
+      {{"data.val_file", "tiny_shakespeare_val.bin"}, {"data.sampler", "epoch"}});
+  EXPECT_EQ(loaded.data.format, DataFormat::llmc);
+  EXPECT_EQ(loaded.data.train_file, "tiny_shakespeare_train.bin");
+  EXPECT_EQ(loaded.data.val_file, "tiny_shakespeare_val.bin");
+  EXPECT_EQ(loaded.data.sampler, DataSampler::epoch);
 }
 
 TEST(ConfigEnums, NamesRoundTripAndJsonWritesTheName) {

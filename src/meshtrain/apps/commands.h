@@ -40,6 +40,8 @@ struct TrainArgs {
   std::string config;
   std::string metrics;
   std::string trace;
+  std::string tensorboard;
+  int trace_steps = 10;
   std::vector<std::string> overrides;  // --section.key value ...
 };
 int run_train(const TrainArgs& args, const MpiRuntime& runtime);

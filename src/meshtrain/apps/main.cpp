@@ -67,8 +67,16 @@ int main(int argc, char** argv) {
   train_cmd->add_option("config", train.config, "TOML config file")->required();
   train_cmd->add_option("--metrics", train.metrics, "write JSON lines of per-step metrics");
   train_cmd->add_option("--trace", train.trace,
-                        "write the first 10 steps' pipeline actions of every rank as Chrome-trace "
-                        "JSON (open it in Perfetto)");
+                        "write a Chrome-trace JSON of every rank's steps: phases, blocks and every "
+                        "collective and send/recv with its group, bytes and wait (open it in "
+                        "Perfetto; docs/tracing.md)");
+  train_cmd->add_option("--tensorboard", train.tensorboard,
+                        "write every per-step metric and the resolved config as a TensorBoard "
+                        "event file in this directory (tensorboard --logdir DIR)");
+  train_cmd
+      ->add_option("--trace-steps", train.trace_steps, "steps --trace records (the first ones)")
+      ->default_val(10)
+      ->check(CLI::Range(1, 1000000));
   train_cmd->allow_extras();
   train_cmd->footer(
       "Every setting of the config can be overridden after it as --section.key value (or\n"

@@ -16,6 +16,8 @@ int run_train(const TrainArgs& args, const MpiRuntime& runtime) {
     Trainer trainer(std::move(config), *world,
                     {.metrics_path = args.metrics,
                      .trace_path = args.trace,
+                     .tensorboard_dir = args.tensorboard,
+                     .trace_steps = args.trace_steps,
                      .log = true,
                      .local_ranks = runtime.local_size()});
     if (rank0) {

@@ -60,6 +60,7 @@ void save_model_checkpoint(const std::filesystem::path& dir,
   if (ec) throw DataError(fmt::format("cannot create {}: {}", dir.string(), ec.message()));
   write_safetensors(dir / "model.safetensors", tensors, {{"format", "meshtrain-model-v1"}});
   write_text_atomically(dir / "config.toml", to_toml(config));
+  if (meta_json.empty()) return;
   const std::string meta = read_text(meta_json);
   // The tokenizer's files first, so a checkpoint's meta.json never names a missing file.
   for (const std::string& name : tokenizer_file_names(meta, meta_json)) {

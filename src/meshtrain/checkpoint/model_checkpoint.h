@@ -18,8 +18,9 @@
 namespace meshtrain {
 
 /// Creates `dir` if needed and writes the files atomically (each to a temporary name,
-/// then renamed); `tensors` are the logical parameters. Throws DataError when a file cannot be
-/// written.
+/// then renamed); `tensors` are the logical parameters. An empty `meta_json` (data without a
+/// meta.json: nanoGPT's or llm.c's token files) writes no meta.json and no tokenizer file.
+/// Throws DataError when a file cannot be written.
 void save_model_checkpoint(const std::filesystem::path& dir,
                            const std::vector<NamedTensor>& tensors, const Config& config,
                            const std::filesystem::path& meta_json);

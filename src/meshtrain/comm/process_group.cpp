@@ -7,6 +7,7 @@
 #include <array>
 #include <atomic>
 
+#include "meshtrain/comm/trace.h"
 #include "meshtrain/comm/watchdog.h"
 #include "meshtrain/core/error.h"
 
@@ -39,12 +40,15 @@ ProcessGroup::ProcessGroup(int rank, std::vector<int> world_ranks, std::string a
       received_(world_ranks.size(), 0),
       rank_(rank),
       world_ranks_(std::move(world_ranks)),
-      name_(fmt::format("{}{{{}}}", axis_name, fmt::join(world_ranks_, ","))) {
+      name_(fmt::format("{}{{{}}}", axis_name, fmt::join(world_ranks_, ","))),
+      trace_id_(trace::group_id(name_)) {
+  trace::register_group(this);
   const watchdog::GroupHandle h = watchdog::register_group(name_, world_ranks_);
   watchdog_ = {.slot = h.slot, .name_id = h.name_id, .key = h.key};
 }
 
 ProcessGroup::~ProcessGroup() {
+  trace::unregister_group(this);
   watchdog::unregister_group(
       {.slot = watchdog_.slot, .name_id = watchdog_.name_id, .key = watchdog_.key});
 }
@@ -57,6 +61,21 @@ watchdog::OpInfo watched(CommOp op, int slot, std::uint32_t name_id, std::uint64
           .peer = peer,
           .seq = seq,
           .bytes = bytes};
+}
+
+// The trace's record of an operation of `group`: [start, end), blocked `wait` ns.
+trace::Event traced(trace::Kind kind, CommOp op, std::int32_t group, int peer, std::uint64_t bytes,
+                    std::int64_t start, std::int64_t end, std::int64_t wait) {
+  trace::Event e;
+  e.kind = kind;
+  e.op = static_cast<std::uint8_t>(op);
+  e.group = group;
+  e.peer = peer;
+  e.bytes = static_cast<std::int64_t>(bytes);
+  e.start_ns = start;
+  e.end_ns = end;
+  e.wait_ns = wait;
+  return e;
 }
 }  // namespace
 
@@ -111,10 +130,22 @@ ProcessGroup::OpGuard::~OpGuard() {
   if (!counted || !blocks) return;
   const std::int64_t end = watchdog::now_ns();
   counter.seconds += static_cast<double>(end - start_ns) * 1e-9;
+  if (trace::enabled()) {
+    trace::record(traced(trace::Kind::comm, op, group.trace_id_, peer_world, bytes, start_ns, end,
+                         end - start_ns));
+  }
   watchdog::done(record_id,
                  watched(op, group.watchdog_.slot, group.watchdog_.name_id, group.watchdog_.key,
                          peer_world, seq, bytes),
                  end);
+}
+
+std::int64_t ProcessGroup::OpGuard::trace_post() const {
+  if (!trace::enabled()) return -1;
+  trace::Event e = traced(trace::Kind::comm, op, group.trace_id_, peer_world, bytes, start_ns,
+                          watchdog::now_ns(), 0);
+  e.nonblocking = true;
+  return trace::record(e);
 }
 
 namespace {
@@ -311,8 +342,13 @@ namespace {
 class TimedRequest final : public CommRequest {
  public:
   TimedRequest(std::unique_ptr<CommRequest> inner, CommCounter& counter, watchdog::OpInfo op,
-               std::uint64_t record_id)
-      : inner_(std::move(inner)), counter_(counter), op_(op), record_id_(record_id) {}
+               std::uint64_t record_id, std::int32_t trace_group, std::int64_t trace_index)
+      : inner_(std::move(inner)),
+        counter_(counter),
+        op_(op),
+        record_id_(record_id),
+        trace_group_(trace_group),
+        trace_index_(trace_index) {}
   ~TimedRequest() override {
     try {
       wait();
@@ -333,6 +369,11 @@ class TimedRequest final : public CommRequest {
     const std::int64_t end = watchdog::now_ns();
     watchdog::done(record_id_, op_, end);
     counter_.seconds += static_cast<double>(end - start) * 1e-9;
+    if (trace::enabled()) {  // the wait, on the posting's record and as its own span
+      trace::add_wait(trace_index_, end - start);
+      trace::record(traced(trace::Kind::comm_wait, op_.op, trace_group_, op_.peer, 0, start, end,
+                           end - start));
+    }
   }
   bool test() override {
     if (!done_ && inner_->test()) {
@@ -348,6 +389,8 @@ class TimedRequest final : public CommRequest {
   CommCounter& counter_;
   watchdog::OpInfo op_;
   std::uint64_t record_id_;
+  std::int32_t trace_group_;
+  std::int64_t trace_index_;  // the posting's event in the trace, or -1
   bool done_ = false;
 };
 }  // namespace
@@ -355,21 +398,23 @@ class TimedRequest final : public CommRequest {
 std::unique_ptr<CommRequest> ProcessGroup::isend(std::span<const float> x, int peer, int tag) {
   MT_CHECK(peer >= 0 && peer < size() && peer != rank_, "isend to {} on {}", peer, name_);
   const OpGuard guard(*this, CommOp::send, peer, x.size_bytes(), /*blocks=*/false);
+  std::unique_ptr<CommRequest> posted = do_isend(x, peer, tag);
   return std::make_unique<TimedRequest>(
-      do_isend(x, peer, tag), guard.counter,
+      std::move(posted), guard.counter,
       watched(CommOp::send, watchdog_.slot, watchdog_.name_id, watchdog_.key, guard.peer_world,
               guard.seq, guard.bytes),
-      guard.record_id);
+      guard.record_id, trace_id_, guard.trace_post());
 }
 
 std::unique_ptr<CommRequest> ProcessGroup::irecv(std::span<float> x, int peer, int tag) {
   MT_CHECK(peer >= 0 && peer < size() && peer != rank_, "irecv from {} on {}", peer, name_);
   const OpGuard guard(*this, CommOp::recv, peer, x.size_bytes(), /*blocks=*/false);
+  std::unique_ptr<CommRequest> posted = do_irecv(x, peer, tag);
   return std::make_unique<TimedRequest>(
-      do_irecv(x, peer, tag), guard.counter,
+      std::move(posted), guard.counter,
       watched(CommOp::recv, watchdog_.slot, watchdog_.name_id, watchdog_.key, guard.peer_world,
               guard.seq, guard.bytes),
-      guard.record_id);
+      guard.record_id, trace_id_, guard.trace_post());
 }
 
 namespace {
@@ -391,11 +436,12 @@ std::unique_ptr<CommRequest> ProcessGroup::iall_gather(std::span<const float> in
   }
   const OpGuard guard(*this, CommOp::all_gather, 8, in.size(), in.size_bytes(), -1,
                       /*blocks=*/false);
+  std::unique_ptr<CommRequest> posted = do_iall_gather(in, out);
   return std::make_unique<TimedRequest>(
-      do_iall_gather(in, out), guard.counter,
+      std::move(posted), guard.counter,
       watched(CommOp::all_gather, watchdog_.slot, watchdog_.name_id, watchdog_.key, -1, guard.seq,
               guard.bytes),
-      guard.record_id);
+      guard.record_id, trace_id_, guard.trace_post());
 }
 
 }  // namespace meshtrain

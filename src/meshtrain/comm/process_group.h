@@ -12,7 +12,8 @@
 // seconds counter is the wall time spent inside operations, including waiting for late peers.
 //
 // Every operation is also reported to the watchdog (watchdog.h): its flight recorder, the
-// progress records peers read, and the timeout (parallel.comm_timeout_s) on blocking.
+// progress records peers read, and the timeout (parallel.comm_timeout_s) on blocking; and,
+// while `--trace` records (trace.h), to the trace with the same bytes the counters count.
 #pragma once
 
 #include <array>
@@ -166,6 +167,8 @@ class ProcessGroup {
     OpGuard(ProcessGroup& group, CommOp op, int peer, std::size_t bytes, bool blocks = true);
     OpGuard(const OpGuard&) = delete;
     ~OpGuard();
+    // A non-blocking post: records the posting in the trace; its index for the request.
+    std::int64_t trace_post() const;
     ProcessGroup& group;
     CommCounter& counter;
     CommOp op;
@@ -189,6 +192,7 @@ class ProcessGroup {
   int rank_;
   std::vector<int> world_ranks_;
   std::string name_;
+  std::int32_t trace_id_;  // the name's index in trace::group_names()
   std::array<CommCounter, kNumCommOps> counters_{};
   struct WatchdogHandle {
     int slot = -1;

@@ -91,6 +91,23 @@ inline constexpr std::array<EnumName<PipelineSchedule>, 4> kPipelineScheduleName
 }};
 constexpr const auto& enum_names(PipelineSchedule) { return kPipelineScheduleNames; }
 
+// data.format (docs/data.md, "Token files"; the data layer's TokenLayout, train/ maps it)
+enum class DataFormat : std::uint8_t { meshtrain, nanogpt, llmc };
+inline constexpr std::array<EnumName<DataFormat>, 3> kDataFormatNames{{
+    {DataFormat::meshtrain, "meshtrain", "meshtrain prepare's files and meta.json"},
+    {DataFormat::nanogpt, "nanogpt", "raw uint16 ids, no header"},
+    {DataFormat::llmc, "llmc", "llm.c's 1024-byte header, uint16 or uint32 ids"},
+}};
+constexpr const auto& enum_names(DataFormat) { return kDataFormatNames; }
+
+// data.sampler (docs/data.md, "Samplers"; the data layer's SampleOrder, train/ maps it)
+enum class DataSampler : std::uint8_t { random, epoch };
+inline constexpr std::array<EnumName<DataSampler>, 2> kDataSamplerNames{{
+    {DataSampler::random, "random", "nanoGPT's random windows"},
+    {DataSampler::epoch, "epoch", "every window once per epoch, shuffled"},
+}};
+constexpr const auto& enum_names(DataSampler) { return kDataSamplerNames; }
+
 /// A config enum: one with a name table above.
 template <typename E>
 concept ConfigEnum = std::is_enum_v<E> && requires(E e) {
@@ -165,6 +182,8 @@ MESHTRAIN_CONFIG_ENUM_JSON(Precision)
 MESHTRAIN_CONFIG_ENUM_JSON(CpCommMode)
 MESHTRAIN_CONFIG_ENUM_JSON(PipelineSchedule)
 MESHTRAIN_CONFIG_ENUM_JSON(MoeDropPolicy)
+MESHTRAIN_CONFIG_ENUM_JSON(DataFormat)
+MESHTRAIN_CONFIG_ENUM_JSON(DataSampler)
 #undef MESHTRAIN_CONFIG_ENUM_JSON
 
 struct ModelConfig {
@@ -178,7 +197,7 @@ struct ModelConfig {
   std::int64_t n_embd = 128;     // hidden size C
   std::int64_t ffn_hidden = 0;   // MLP hidden size F; 0 = the family's rule (ffn_hidden_of)
   std::int64_t block_size = 64;  // sequence length T (tokens per sequence)
-  std::int64_t vocab_size = 0;   // 0: taken from the data's meta.json
+  std::int64_t vocab_size = 0;   // 0: from meta.json (data.format "meshtrain"); > 0 otherwise
   bool bias = true;              // biases in linears and LayerNorm (gpt2 only; llama has none)
   double dropout = 0.0;          // must be 0 in this version
   double init_std = 0.02;        // N(0, init_std²) weights (Radford et al. 2019, §2.3)
@@ -285,8 +304,20 @@ struct ParallelConfig {
   std::int64_t flight_recorder_size = 256;
 };
 
+// docs/data.md. The token files are data.dir/train_file and data.dir/val_file (plain names,
+// never a path out of the directory). "meshtrain": meshtrain prepare's files, their id width
+// and vocabulary in data.dir/meta.json. "nanogpt": nanoGPT's raw uint16 train.bin / val.bin.
+// "llmc": llm.c's files (e.g. tiny_shakespeare_train.bin), uint16 or uint32 as the header
+// says. nanoGPT's and llm.c's files do not record a vocabulary: model.vocab_size gives it.
 struct DataConfig {
-  std::string dir = "data/prepared/shakespeare_char";  // holds train.bin, val.bin, meta.json
+  std::string dir = "data/prepared/shakespeare_char";
+  DataFormat format = DataFormat::meshtrain;
+  std::string train_file = "train.bin";
+  std::string val_file = "val.bin";
+  // "random": each sequence a uniformly random window (nanoGPT). "epoch": every window of
+  // seq_len + 1 tokens at stride seq_len once per epoch, in a seeded order per epoch
+  // (Megatron-LM's sample and shuffle indices); validation reads its windows in that order too.
+  DataSampler sampler = DataSampler::random;
 };
 
 struct CheckpointConfig {

@@ -20,7 +20,7 @@ namespace {
 // (config.h's tables).
 using FieldRef = std::variant<std::int64_t*, double*, bool*, std::string*, ModelFamily*, LrScaling*,
                               RecomputeMode*, Precision*, CpCommMode*, PipelineSchedule*,
-                              MoeDropPolicy*>;
+                              MoeDropPolicy*, DataFormat*, DataSampler*>;
 struct Field {
   std::string key;  // "section.name"
   FieldRef ref;
@@ -97,6 +97,10 @@ std::vector<Field> fields_of(Config& c) {
       {"parallel.comm_timeout_s", &c.parallel.comm_timeout_s},
       {"parallel.flight_recorder_size", &c.parallel.flight_recorder_size},
       {"data.dir", &c.data.dir},
+      {"data.format", &c.data.format},
+      {"data.train_file", &c.data.train_file},
+      {"data.val_file", &c.data.val_file},
+      {"data.sampler", &c.data.sampler},
       {"checkpoint.dir", &c.checkpoint.dir},
       {"checkpoint.save_final", &c.checkpoint.save_final},
       {"checkpoint.interval", &c.checkpoint.interval},

@@ -37,7 +37,8 @@ void check_model(const ModelConfig& m, std::vector<ConfigIssue>& issues) {
   require(issues, m.block_size >= 1, "model.block_size", m.block_size, "must be ≥ 1",
           "use e.g. 64");
   require(issues, m.vocab_size >= 0, "model.vocab_size", m.vocab_size,
-          "must be ≥ 0 (0 = take it from the data's meta.json)", "leave it at 0");
+          "must be ≥ 0 (0 = take it from the data's meta.json)",
+          "leave it at 0, or give the tokenizer's vocabulary size");
   require(issues, m.ffn_hidden >= 0, "model.ffn_hidden", m.ffn_hidden,
           "must be ≥ 0 (0 = the family's rule: 4·n_embd for gpt2, Llama's ≈8/3·n_embd)",
           "leave it at 0");
@@ -343,6 +344,34 @@ void check_resilience(const Config& config, std::vector<ConfigIssue>& issues) {
           "must lie in [1, 1000000] (operations kept for the watchdog's dump)", "use 256");
 }
 
+// A token file is named inside data.dir: a plain file name, so no setting reads outside it.
+void check_data_file_name(const std::string& setting, const std::string& name,
+                          std::string_view example, std::vector<ConfigIssue>& issues) {
+  const bool plain = !name.empty() && name != "." && name != ".." &&
+                     name.find_first_of(std::string_view("/\0", 2)) == std::string::npos;
+  require(issues, plain, setting, fmt::format("\"{}\"", name),
+          "must be a file name inside data.dir (not empty, no '/', not . or ..)",
+          fmt::format("set {} = \"{}\" and point data.dir at its directory", setting, example));
+}
+
+// data.* (docs/data.md): file names, and the vocabulary that nanoGPT's and llm.c's files do not
+// record. The vocabulary size of a foreign file comes from model.vocab_size; a tokenizer
+// setting (data.tokenizer, naming a tokenizer directory) is where it would otherwise come from,
+// and would relax the rule below to "model.vocab_size > 0 or data.tokenizer given".
+void check_data(const Config& config, std::vector<ConfigIssue>& issues) {
+  const DataConfig& d = config.data;
+  check_data_file_name("data.train_file", d.train_file, "train.bin", issues);
+  check_data_file_name("data.val_file", d.val_file, "val.bin", issues);
+  if (d.format != DataFormat::meshtrain) {
+    require(issues, config.model.vocab_size > 0, "model.vocab_size", config.model.vocab_size,
+            fmt::format("must be > 0 with data.format = \"{}\": its token files do not record "
+                        "the vocabulary",
+                        to_string(d.format)),
+            "set model.vocab_size to the tokenizer's vocabulary, e.g. 50257 for GPT-2 (nanoGPT "
+            "pads it to 50304)");
+  }
+}
+
 }  // namespace
 
 std::vector<ConfigIssue> check_config(const Config& config, int world_size) {
@@ -353,6 +382,7 @@ std::vector<ConfigIssue> check_config(const Config& config, int world_size) {
   check_optimizer(config.training, issues);
   check_memory_settings(config, issues);
   check_resilience(config, issues);
+  check_data(config, issues);
   return issues;
 }
 

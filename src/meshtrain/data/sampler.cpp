@@ -9,13 +9,14 @@ namespace meshtrain::data {
 
 GlobalBatchSampler::GlobalBatchSampler(const TokenFile& file, std::int64_t seq_len,
                                        std::int64_t global_batch, std::uint64_t seed,
-                                       std::string_view split_name)
-    : tokens_(file.tokens()),
+                                       std::string_view split_name, SampleOrder order)
+    : tokens_(file.ids()),
       path_(file.path()),
       seq_len_(seq_len),
       global_batch_(global_batch),
       seed_(seed),
-      stream_(stream_of(split_name)) {
+      stream_(stream_of(split_name)),
+      order_(order) {
   MT_CHECK(seq_len >= 1, "seq_len = {}, expected ≥ 1", seq_len);
   MT_CHECK(global_batch >= 1, "global_batch = {}, expected ≥ 1", global_batch);
   if (file.size() < seq_len + 1) {
@@ -24,6 +25,8 @@ GlobalBatchSampler::GlobalBatchSampler(const TokenFile& file, std::int64_t seq_l
         "sequence and its targets; use a shorter seq_len or a larger corpus",
         path_.string(), split_name, file.size(), seq_len + 1));
   }
+  if (order == SampleOrder::epoch)
+    epoch_.emplace(window_count(file.size(), seq_len), seed, stream_);
 }
 
 std::int64_t GlobalBatchSampler::offset_of(std::int64_t step, std::int64_t sequence) const {
@@ -32,8 +35,8 @@ std::int64_t GlobalBatchSampler::offset_of(std::int64_t step, std::int64_t seque
            global_batch_);
   const auto index = static_cast<std::uint64_t>(step) * static_cast<std::uint64_t>(global_batch_) +
                      static_cast<std::uint64_t>(sequence);
-  const auto starts =
-      static_cast<std::uint64_t>(static_cast<std::int64_t>(tokens_.size()) - seq_len_);
+  if (epoch_) return epoch_->window_of(static_cast<std::int64_t>(index)) * seq_len_;
+  const auto starts = static_cast<std::uint64_t>(tokens_.size() - seq_len_);
   // Modulo bias: each offset's probability differs from 1/(n − seq_len) by a relative error
   // below n / 2^64 (≈ 6e-14 for Tiny Shakespeare's 1e6 tokens), which is negligible; in
   // exchange every sequence costs exactly one Philox call, with no rejection loop.
@@ -48,14 +51,15 @@ void GlobalBatchSampler::fill(std::int64_t step, std::int64_t first_sequence, st
   MT_CHECK(count == 0 || (inputs != nullptr && targets != nullptr), "null output buffer");
   const auto len = static_cast<std::size_t>(seq_len_);
   for (std::int64_t r = 0; r < count; ++r) {
-    const auto offset = static_cast<std::size_t>(offset_of(step, first_sequence + r));
-    std::int32_t* in_row = inputs + static_cast<std::size_t>(r) * len;
-    std::int32_t* target_row = targets + static_cast<std::size_t>(r) * len;
-    for (std::size_t j = 0; j < len; ++j) {
-      in_row[j] = tokens_[offset + j];
-      target_row[j] = tokens_[offset + j + 1];
-    }
+    const std::int64_t offset = offset_of(step, first_sequence + r);
+    const std::size_t row = static_cast<std::size_t>(r) * len;
+    tokens_.copy_to(offset, std::span(inputs + row, len));
+    tokens_.copy_to(offset + 1, std::span(targets + row, len));
   }
+}
+
+double GlobalBatchSampler::epochs_after(std::int64_t samples) const {
+  return static_cast<double>(samples) / static_cast<double>(window_count(tokens_.size(), seq_len_));
 }
 
 std::int64_t first_sequence_of(std::int64_t accumulation_index, int dp_rank, int dp_size,

@@ -2,25 +2,37 @@
 //
 // The global-batch sampler of DESIGN invariant 2: the sequences of global batch `step` are a
 // pure function of (seed, split, step), drawn with the counter-based Philox generator, so no
-// state is carried between steps (resuming at step s needs only s) and no rank's view depends
-// on the mesh. Which rank fills which sequences is first_sequence_of's fixed rule.
-// Uses: core/rng.h, token_file.h. Takes dp rank and size as integers, not a process group.
+// state is carried between steps (resuming at step s needs only s, mid-epoch too) and no
+// rank's view depends on the mesh. Which rank fills which sequences is first_sequence_of's
+// fixed rule. Uses: core/rng.h, token_file.h, epoch_sampler.h. Takes dp rank and size as
+// integers, not a process group.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
-#include <span>
+#include <optional>
 #include <string_view>
 
+#include "meshtrain/data/epoch_sampler.h"
 #include "meshtrain/data/token_file.h"
 
 namespace meshtrain::data {
 
-/// Draws nanoGPT-style random windows (get_batch in nanoGPT's train.py) from one token file.
+/// Which window global sample i = s·global_batch + g is (docs/data.md, "Samplers").
+enum class SampleOrder : std::uint8_t {
+  /// nanoGPT's get_batch (train.py): a uniformly random start,
+  ///   offset(i) = philox_u64(seed, stream_of(split_name), i) mod (n − seq_len)
+  random,
+  /// Every window once per epoch, in a seeded permutation per epoch (epoch_sampler.h):
+  ///   offset(i) = EpochOrder(window_count(n, seq_len), seed, stream_of(split_name))
+  ///                 .window_of(i) · seq_len
+  epoch,
+};
+
+/// Draws the sequences of each global batch from one token file (uint16 or uint32 ids).
 ///
-/// Sequence g of step s (0 ≤ g < global_batch) starts at
-///   offset(s, g) = philox_u64(seed, stream_of(split_name), s·global_batch + g) mod (n − seq_len)
-/// with n = tokens in the file, and holds
+/// Sequence g of step s (0 ≤ g < global_batch) is global sample i = s·global_batch + g; it
+/// starts at offset(i) (SampleOrder above, n = tokens in the file) and holds
 ///   inputs   tokens[offset, offset + seq_len)
 ///   targets  tokens[offset + 1, offset + seq_len + 1)   (the next token of each input)
 /// The split name selects the Philox stream, so "train" and "val" never draw the same
@@ -33,11 +45,16 @@ class GlobalBatchSampler {
   /// Errors: DataError naming the file when it holds fewer than seq_len + 1 tokens (one
   /// sequence plus its last target).
   GlobalBatchSampler(const TokenFile& file, std::int64_t seq_len, std::int64_t global_batch,
-                     std::uint64_t seed, std::string_view split_name);
+                     std::uint64_t seed, std::string_view split_name,
+                     SampleOrder order = SampleOrder::random);
 
   /// Start of sequence `sequence` of step `step`, in [0, n − seq_len). step ≥ 0,
   /// 0 ≤ sequence < global_batch.
   std::int64_t offset_of(std::int64_t step, std::int64_t sequence) const;
+
+  /// Epochs completed after `samples` global samples, a fraction (samples / windows, with
+  /// windows = window_count(n, seq_len)); for the log and metrics. Defined for both orders.
+  double epochs_after(std::int64_t samples) const;
 
   /// Writes sequences [first_sequence, first_sequence + count) of global batch `step`:
   ///   inputs   [count, seq_len]  i32, row r = sequence first_sequence + r
@@ -50,14 +67,17 @@ class GlobalBatchSampler {
 
   std::int64_t seq_len() const noexcept { return seq_len_; }
   std::int64_t global_batch() const noexcept { return global_batch_; }
+  SampleOrder order() const noexcept { return order_; }
 
  private:
-  std::span<const std::uint16_t> tokens_;
+  TokenSpan tokens_;
   std::filesystem::path path_;  // for messages
   std::int64_t seq_len_;
   std::int64_t global_batch_;
   std::uint64_t seed_;
   std::uint64_t stream_;
+  SampleOrder order_;
+  std::optional<EpochOrder> epoch_;  // SampleOrder::epoch only
 };
 
 /// First sequence (of the global batch) that dp rank `dp_rank` fills at gradient-accumulation

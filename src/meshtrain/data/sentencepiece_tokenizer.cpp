@@ -1,32 +1,98 @@
 #include "meshtrain/data/sentencepiece_tokenizer.h"
 
+#include <dlfcn.h>
 #include <fmt/format.h>
-#include <sentencepiece_processor.h>
-#include <sentencepiece_trainer.h>
-#include <unistd.h>
 
+#include <array>
 #include <unordered_map>
 #include <utility>
 
 #include "meshtrain/core/error.h"
 #include "meshtrain/core/staged_file.h"
+#include "meshtrain/data/spm_shim/spm_shim.h"
 #include "meshtrain/data/tokenizer_files.h"
 
 namespace meshtrain::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The module's functions, resolved once (spm_shim.h: why a module, why RTLD_DEEPBIND).
+struct SpmApi {
+  decltype(&mt_spm_load) load;
+  decltype(&mt_spm_free) free;
+  decltype(&mt_spm_piece_size) piece_size;
+  decltype(&mt_spm_eos_id) eos_id;
+  decltype(&mt_spm_encode) encode;
+  decltype(&mt_spm_decode) decode;
+  decltype(&mt_spm_train) train;
+};
+
+template <typename Fn>
+void resolve(void* handle, const char* name, Fn& fn, const fs::path& path) {
+  fn = reinterpret_cast<Fn>(::dlsym(handle, name));
+  if (fn == nullptr) {
+    throw DataError(
+        fmt::format("SentencePiece module '{}' lacks {}; rebuild meshtrain", path.string(), name));
+  }
+}
+
+// Installed: <prefix>/lib/meshtrain/ beside <prefix>/bin/meshtrain; else the build tree's.
+SpmApi open_module() {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  const std::array<fs::path, 2> candidates = {
+      exe.parent_path().parent_path() / "lib" / "meshtrain" / "libmeshtrain_spm.so",
+      fs::path(MESHTRAIN_SPM_MODULE)};
+  for (const fs::path& path : candidates) {
+    if (!fs::is_regular_file(path, ec)) continue;
+    void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    if (handle == nullptr) {
+      throw DataError(
+          fmt::format("cannot load the SentencePiece module '{}': {}", path.string(), ::dlerror()));
+    }
+    SpmApi api{};
+    resolve(handle, "mt_spm_load", api.load, path);
+    resolve(handle, "mt_spm_free", api.free, path);
+    resolve(handle, "mt_spm_piece_size", api.piece_size, path);
+    resolve(handle, "mt_spm_eos_id", api.eos_id, path);
+    resolve(handle, "mt_spm_encode", api.encode, path);
+    resolve(handle, "mt_spm_decode", api.decode, path);
+    resolve(handle, "mt_spm_train", api.train, path);
+    return api;  // the handle stays open for the process's life
+  }
+  throw DataError(fmt::format(
+      "SentencePiece support (libmeshtrain_spm.so) is neither in {} nor in {}; build or install "
+      "meshtrain completely (cmake --build, cmake --install)",
+      candidates[0].string(), candidates[1].string()));
+}
+
+const SpmApi& spm() {
+  static const SpmApi api = open_module();  // thread-safe initialisation
+  return api;
+}
+
+using Error = std::array<char, 1024>;
+
+void assign_bytes(void* context, const char* bytes, std::size_t size) {
+  static_cast<std::string*>(context)->assign(bytes, size);
+}
+
+}  // namespace
 
 SentencePieceTokenizer::SentencePieceTokenizer(std::string model_proto,
                                                const std::filesystem::path& path)
-    : model_proto_(std::move(model_proto)),
-      processor_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {
-  const sentencepiece::util::Status status = processor_->LoadFromSerializedProto(model_proto_);
-  if (!status.ok()) {
+    : model_proto_(std::move(model_proto)) {
+  Error error{};
+  model_ = spm().load(model_proto_.data(), model_proto_.size(), error.data(), error.size());
+  if (model_ == nullptr) {
     throw DataError(fmt::format(
         "SentencePiece model '{}' cannot be loaded ({}); expected a complete .model file "
         "written by SentencePiece (e.g. by `meshtrain tokenizer train`), not a truncated copy",
-        path.string(), status.ToString()));
+        path.string(), error.data()));
   }
-  vocab_size_ = processor_->GetPieceSize();
-  eos_id_ = processor_->eos_id();
+  vocab_size_ = spm().piece_size(model_);
+  eos_id_ = spm().eos_id(model_);
   if (eos_id_ < 0 || eos_id_ >= vocab_size_) {
     throw DataError(fmt::format(
         "SentencePiece model '{}' has no eos piece, which meshtrain uses as the end-of-text id "
@@ -35,7 +101,9 @@ SentencePieceTokenizer::SentencePieceTokenizer(std::string model_proto,
   }
 }
 
-SentencePieceTokenizer::~SentencePieceTokenizer() = default;
+SentencePieceTokenizer::~SentencePieceTokenizer() {
+  if (model_ != nullptr) spm().free(model_);
+}
 
 std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(
     const std::filesystem::path& model_file) {
@@ -44,12 +112,15 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(
 }
 
 void SentencePieceTokenizer::encode(std::string_view text, std::vector<std::int32_t>& out) const {
-  std::vector<int> ids;
-  const sentencepiece::util::Status status = processor_->Encode(text, &ids);
-  if (!status.ok()) {
-    throw DataError(fmt::format("SentencePiece cannot encode the text: {}", status.ToString()));
+  Error error{};
+  const MtSpmIds append = [](void* context, const std::int32_t* ids, std::size_t count) {
+    static_cast<std::vector<std::int32_t>*>(context)->insert(
+        static_cast<std::vector<std::int32_t>*>(context)->end(), ids, ids + count);
+  };
+  if (spm().encode(model_, text.data(), text.size(), append, &out, error.data(), error.size()) !=
+      0) {
+    throw DataError(fmt::format("SentencePiece cannot encode the text: {}", error.data()));
   }
-  out.insert(out.end(), ids.begin(), ids.end());
 }
 
 std::string SentencePieceTokenizer::decode(std::span<const std::int32_t> ids) const {
@@ -61,10 +132,11 @@ std::string SentencePieceTokenizer::decode(std::span<const std::int32_t> ids) co
     }
   }
   std::string text;
-  const sentencepiece::util::Status status =
-      processor_->Decode(std::vector<int>(ids.begin(), ids.end()), &text);
-  if (!status.ok())
-    throw DataError(fmt::format("SentencePiece cannot decode: {}", status.ToString()));
+  Error error{};
+  if (spm().decode(model_, ids.data(), ids.size(), assign_bytes, &text, error.data(),
+                   error.size()) != 0) {
+    throw DataError(fmt::format("SentencePiece cannot decode: {}", error.data()));
+  }
   return text;
 }
 
@@ -128,12 +200,17 @@ std::filesystem::path train_sentencepiece(const SentencePieceTrainArgs& args) {
       {"minloglevel", "1"},
       {"num_threads", "2"},
   };
+  std::vector<const char*> keys;
+  std::vector<const char*> values;
+  for (const auto& [key, value] : kwargs) {
+    keys.push_back(key.c_str());
+    values.push_back(value.c_str());
+  }
   std::string model;
-  const sentencepiece::util::Status status =
-      sentencepiece::SentencePieceTrainer::Train(kwargs, nullptr, &model);
-  if (!status.ok() || model.empty()) {
-    throw DataError(fmt::format("SentencePiece training on {} failed: {}", inputs,
-                                status.ok() ? "no model came back" : status.ToString()));
+  Error error{};
+  if (spm().train(keys.data(), values.data(), keys.size(), assign_bytes, &model, error.data(),
+                  error.size()) != 0) {
+    throw DataError(fmt::format("SentencePiece training on {} failed: {}", inputs, error.data()));
   }
   const std::filesystem::path out = args.out_dir / "tokenizer.model";
   StagedFile(out, std::as_bytes(std::span<const char>(model))).commit();

@@ -3,7 +3,9 @@
 // SentencePiece models (Kudo & Richardson 2018) through Debian's libsentencepiece: a user's
 // .model (e.g. Llama 2's) or one trained here by `meshtrain tokenizer train`
 // (SentencePieceTrainer). Ids equal the Python package's SentencePieceProcessor.encode (no
-// bos/eos added); tests/reference/tokenizer_reference.py checks that. Uses: core/error.h.
+// bos/eos added); tests/reference/tokenizer_reference.py checks that. The library is reached
+// through the module libmeshtrain_spm.so, loaded on first use (spm_shim/spm_shim.h says why).
+// Uses: core/error.h, spm_shim/spm_shim.h, dlopen.
 #pragma once
 
 #include <cstdint>
@@ -14,9 +16,7 @@
 
 #include "meshtrain/data/tokenizer.h"
 
-namespace sentencepiece {
-class SentencePieceProcessor;
-}
+struct MtSpm;  // spm_shim.h
 
 namespace meshtrain::data {
 
@@ -28,6 +28,8 @@ class SentencePieceTokenizer final : public Tokenizer {
   /// garbage) or the model has no eos piece (the end-of-text id).
   SentencePieceTokenizer(std::string model_proto, const std::filesystem::path& path);
   ~SentencePieceTokenizer() override;
+  SentencePieceTokenizer(const SentencePieceTokenizer&) = delete;
+  SentencePieceTokenizer& operator=(const SentencePieceTokenizer&) = delete;
 
   /// Reads and parses `model_file`. Errors: DataError naming a missing or unreadable file,
   /// and the constructor's.
@@ -45,7 +47,7 @@ class SentencePieceTokenizer final : public Tokenizer {
 
  private:
   std::string model_proto_;
-  std::unique_ptr<sentencepiece::SentencePieceProcessor> processor_;
+  MtSpm* model_ = nullptr;  // owned; freed through the module
   std::int64_t vocab_size_ = 0;
   std::int32_t eos_id_ = -1;
 };

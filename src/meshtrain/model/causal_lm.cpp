@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "meshtrain/comm/trace.h"
 #include "meshtrain/config/validate.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/kernels/kernels.h"
@@ -201,7 +202,11 @@ Tensor CausalLm::forward_blocks(const std::int32_t* tokens, const Tensor& x_in, 
   for (std::size_t i = 0; i < blocks_.size(); ++i) {
     const int unit = first_block_unit_ + static_cast<int>(i);
     before_forward(unit);
-    x = blocks_[i]->forward(x, state.batch);
+    {
+      const trace::Scope traced(trace::Kind::block_forward, -1, -1,
+                                static_cast<int>(layout_.first_layer) + static_cast<int>(i));
+      x = blocks_[i]->forward(x, state.batch);
+    }
     after_forward(unit);
   }
   return x;
@@ -233,7 +238,11 @@ Tensor CausalLm::backward_blocks(const Tensor& dh) {
   for (std::size_t i = blocks_.size(); i-- > 0;) {
     const int unit = first_block_unit_ + static_cast<int>(i);
     before_backward(unit);
-    dx = blocks_[i]->backward(dx);
+    {
+      const trace::Scope traced(trace::Kind::block_backward, -1, -1,
+                                static_cast<int>(layout_.first_layer) + static_cast<int>(i));
+      dx = blocks_[i]->backward(dx);
+    }
     after_backward(unit);
   }
   if (!layout_.has_embedding) {

@@ -4,11 +4,14 @@
 
 #include <algorithm>
 #include <array>
-#include <string>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <string>
 
+#include "meshtrain/config/load.h"
+#include "meshtrain/config/validate.h"
 #include "meshtrain/core/allocator.h"
-#include "meshtrain/core/staged_file.h"
+#include "meshtrain/core/error.h"
 #include "meshtrain/layers/context_attention.h"
 
 namespace meshtrain {
@@ -30,7 +33,6 @@ std::string mib(std::int64_t bytes) {
   return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
 }
 
-
 std::string moe_summary(const StepMetrics& m) {
   if (m.moe.empty()) return "";
   // The worst layer's imbalance, the dropped fraction and the aux loss over all MoE layers.
@@ -42,6 +44,20 @@ std::string moe_summary(const StepMetrics& m) {
   }
   return fmt::format(" | moe imbalance {:.2f} dropped {:.1f}% aux {:.4f}", imbalance,
                      dropped * 100.0, aux);
+}
+
+// The TensorBoard tag of a top-level metrics key: grouped so that TensorBoard's sections
+// (the part before '/') gather related curves.
+std::string tensorboard_tag(const std::string& key) {
+  if (key == "val_loss") return "val/loss";
+  if (key.starts_with("peak_bytes")) return "memory/" + key;
+  if (key.find("_comm_") != std::string::npos || key == "attention_s") return "comm/" + key;
+  if (key == "elapsed_s" || key == "eta_s") return "progress/" + key;
+  for (const char* perf :
+       {"step_time_s", "tokens_per_s", "mfu", "bubble", "predicted_bubble", "checkpoint_s"}) {
+    if (key == perf) return "perf/" + key;
+  }
+  return "train/" + key;  // loss, lr, grad_norm, loss_scale, skipped
 }
 
 }  // namespace
@@ -73,6 +89,34 @@ void set_comm_metrics(const CommSnapshot& before, const CommSnapshot& after, Ste
   m.ep_comm_s = after.ep.seconds - before.ep.seconds;
 }
 
+std::vector<TensorBoardScalar> tensorboard_scalars(const nlohmann::json& line) {
+  std::vector<TensorBoardScalar> out;
+  for (const auto& [key, value] : line.items()) {
+    if (key == "step") continue;
+    if (key == "moe") {
+      for (const nlohmann::json& layer : value) {
+        const std::string prefix = fmt::format("moe/layer_{}/", layer.at("layer").get<int>());
+        for (const auto& [field, v] : layer.items()) {
+          if (field == "layer") continue;
+          if (!v.is_array()) {
+            out.push_back({prefix + field, v.get<double>()});
+            continue;
+          }
+          for (std::size_t e = 0; e < v.size(); ++e) {
+            out.push_back({fmt::format("{}{}/{}", prefix, field, e), v[e].get<double>()});
+          }
+        }
+      }
+    } else if (key == "stragglers") {
+      out.push_back({"stragglers/count", static_cast<double>(value.size())});
+    } else if (value.is_number() || value.is_boolean()) {
+      out.push_back({tensorboard_tag(key),
+                     value.is_boolean() ? (value.get<bool>() ? 1.0 : 0.0) : value.get<double>()});
+    }
+  }
+  return out;
+}
+
 Reporting::Reporting(const Config& config, const TrainerOptions& options, ProcessGroup& world,
                      const DeviceMesh& mesh, const ProcessGroup* tied_group,
                      double predicted_bubble)
@@ -82,16 +126,25 @@ Reporting::Reporting(const Config& config, const TrainerOptions& options, Proces
       mesh_(mesh),
       tied_group_(tied_group),
       predicted_bubble_(predicted_bubble),
-      clock_([this] { return comm_seconds(); }) {
-  // Rank 0 checked before anything was allocated that the file can be written (Trainer).
-  if (world.rank() == 0 && !options.metrics_path.empty()) {
+      clock_([this] { return comm_seconds(); }),
+      eta_(config.training.max_steps, config.training.eval_interval) {
+  // Rank 0 checked before anything was allocated that the files can be written (Trainer).
+  if (world.rank() != 0) return;
+  if (!options.metrics_path.empty()) {
     metrics_.open(options.metrics_path,
                   config.checkpoint.resume.empty() ? std::ios::trunc : std::ios::app);
+  }
+  if (!options.tensorboard_dir.empty()) {
+    tensorboard_write([&] {
+      tensorboard_ = std::make_unique<TensorBoardWriter>(options.tensorboard_dir);
+      tensorboard_->add_text("config", 0, to_toml(config));
+      tensorboard_->flush();
+    });
   }
 }
 
 void Reporting::start_clock() {
-  world_.barrier();  // a common time origin for the trace (one clock per machine)
+  world_.barrier();  // a common time origin (one clock per machine)
   t0_ = std::chrono::steady_clock::now();
 }
 
@@ -143,6 +196,10 @@ void Reporting::report_peak_memory() {
   for (int root = 0; root < world_.size(); ++root) {
     auto row = mine;
     world_.broadcast(std::as_writable_bytes(std::span<std::int64_t>(row)), root);
+    if (row[kNumMemCategories] > summary_.peak_bytes) {
+      summary_.peak_bytes = row[kNumMemCategories];
+      summary_.peak_rank = root;
+    }
     const MeshCoords c = mesh_.shape().coords_of(root);
     table += fmt::format("  {:>4}  {:>2} {:>2} {:>2} {:>2}", root, c.pp, c.dp, c.cp, c.tp);
     for (std::int64_t bytes : row)
@@ -158,71 +215,22 @@ void Reporting::report_peak_memory() {
              table);
 }
 
-void Reporting::record_trace(std::int64_t step, double offset,
-                             const std::vector<pp::ExecutedAction>& actions) {
-  // Times relative to t0_ (after the barrier in run(), one clock per machine); outside run()
-  // (tests call compute_gradients directly) there is no origin and nothing is recorded.
-  if (options_.trace_path.empty() || step >= options_.trace_steps) return;
-  if (t0_ == std::chrono::steady_clock::time_point{}) return;
-  for (const pp::ExecutedAction& a : actions) {
-    trace_.insert(trace_.end(),
-                  {static_cast<double>(step), static_cast<double>(a.action.kind),
-                   static_cast<double>(a.action.microbatch), static_cast<double>(a.action.chunk),
-                   static_cast<double>(a.action.peer), offset + a.start_s, offset + a.end_s});
-  }
-}
-
-void Reporting::write_trace() {
-  if (options_.trace_path.empty()) return;
-  // Every rank's records reach rank 0 (one broadcast per rank over the world).
-  constexpr std::size_t kFields = 7;
-  nlohmann::json events = nlohmann::json::array();
-  for (int root = 0; root < world_.size(); ++root) {
-    std::int64_t n = static_cast<std::int64_t>(trace_.size());
-    world_.broadcast(std::as_writable_bytes(std::span<std::int64_t>(&n, 1)), root);
-    std::vector<double> records = root == world_.rank() ? trace_ : std::vector<double>();
-    records.resize(static_cast<std::size_t>(n));
-    world_.broadcast(std::as_writable_bytes(std::span<double>(records)), root);
-    if (world_.rank() != 0) continue;
-    const MeshCoords c = mesh_.shape().coords_of(root);
-    events.push_back(
-        {{"name", "process_name"},
-         {"ph", "M"},
-         {"pid", root},
-         {"args",
-          {{"name",
-            fmt::format("rank {} (pp {}, dp {}, cp {}, tp {}; peers in actions are pp ranks)", root,
-                        c.pp, c.dp, c.cp, c.tp)}}}});
-    for (std::size_t i = 0; i + kFields <= records.size(); i += kFields) {
-      const pp::Action action{.kind = static_cast<pp::ActionKind>(records[i + 1]),
-                              .microbatch = static_cast<int>(records[i + 2]),
-                              .chunk = static_cast<int>(records[i + 3]),
-                              .peer = static_cast<int>(records[i + 4])};
-      events.push_back({{"name", pp::to_string(action)},
-                        {"cat", fmt::format("step {}", static_cast<int>(records[i]) + 1)},
-                        {"ph", "X"},
-                        {"pid", root},
-                        {"tid", 0},
-                        {"ts", records[i + 5] * 1e6},
-                        {"dur", (records[i + 6] - records[i + 5]) * 1e6}});
-    }
-  }
-  if (world_.rank() != 0) return;
-  const nlohmann::json trace = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
-  const std::string text = trace.dump();
-  StagedFile(options_.trace_path, std::as_bytes(std::span<const char>(text))).commit();
-  if (options_.log) fmt::print("wrote pipeline trace to {}\n", options_.trace_path);
-}
-
 void Reporting::log_step(const StepMetrics& m) {
   if (mesh_.rank() != 0) return;
   const TrainingConfig& t = config_.training;
+  // The step's wall time runs from the previous step's log to this one: training, evaluation,
+  // checkpoint and logging (the ETA's w_i, train/progress.h).
+  const double elapsed_s = seconds_since_start();
+  eta_.add(m, elapsed_s - last_step_end_s_);
+  last_step_end_s_ = elapsed_s;
+  summary_.add(m, global_batch_of(config_) * config_.model.block_size, elapsed_s);
+  const double eta_s = eta_.eta_s();
   if (options_.log && (m.step % t.log_interval == 0 || m.step == 1 || m.val_loss)) {
     fmt::print(
         "step {:>5}/{} | loss {:.4f} | lr {:.3e} | grad_norm {:.4f} | {:7.1f} ms | "
-        "{:>8.0f} tokens/s | MFU {:5.1f}% | peak {}{}{}{}{}\n",
+        "{:>8.0f} tokens/s | MFU {:5.1f}% | peak {} | elapsed {} | ETA {}{}{}{}{}\n",
         m.step, t.max_steps, m.loss, m.lr, m.grad_norm, m.step_time_s * 1e3, m.tokens_per_s,
-        m.mfu * 100.0, mib(m.peak_bytes),
+        m.mfu * 100.0, mib(m.peak_bytes), format_duration(elapsed_s), format_duration(eta_s),
         config_.training.precision == Precision::fp16
             ? fmt::format(" | scale {:g}{}", m.loss_scale, m.skipped ? " (skipped)" : "")
             : "",
@@ -233,7 +241,44 @@ void Reporting::log_step(const StepMetrics& m) {
     std::fflush(stdout);
   }
   if (options_.log && m.straggler_report) print_stragglers(m);
-  if (metrics_.is_open()) write_metrics_line(m);
+  if (!metrics_.is_open() && !tensorboard_) return;
+  const nlohmann::json line = metrics_line(m, elapsed_s, eta_s);
+  if (metrics_.is_open()) {
+    metrics_ << line.dump() << '\n';
+    metrics_.flush();
+  }
+  if (tensorboard_) {
+    tensorboard_write([&] {
+      tensorboard_->add_scalars(m.step, tensorboard_scalars(line));
+      tensorboard_->flush();  // a run killed later keeps this step
+    });
+  }
+}
+
+void Reporting::tensorboard_write(const std::function<void()>& write) {
+  // Only rank 0 writes: an exception here would stop it alone and leave the other ranks
+  // waiting in the next collective. A full disk costs the TensorBoard file, not the run.
+  try {
+    write();
+  } catch (const DataError& e) {
+    fmt::print(stderr, "meshtrain: warning: {}; no more TensorBoard events are written\n",
+               e.what());
+    tensorboard_.reset();
+  }
+}
+
+void Reporting::finish_run() {
+  if (world_.rank() != 0) return;
+  if (options_.log && summary_.steps > 0) {
+    fmt::print("{}\n", summary_.format());
+    std::fflush(stdout);
+  }
+  if (tensorboard_) {
+    tensorboard_write([&] { tensorboard_->close(); });
+    if (tensorboard_ && options_.log) {
+      fmt::print("wrote TensorBoard events to {}\n", tensorboard_->path().string());
+    }
+  }
 }
 
 void Reporting::print_stragglers(const StepMetrics& m) const {
@@ -249,8 +294,9 @@ void Reporting::print_stragglers(const StepMetrics& m) const {
              names.empty() ? "none" : names);
 }
 
-void Reporting::write_metrics_line(const StepMetrics& m) {
+nlohmann::json Reporting::metrics_line(const StepMetrics& m, double elapsed_s, double eta_s) const {
   nlohmann::json line = {{"step", m.step},
+                         {"epoch", m.epoch},
                          {"loss", m.loss},
                          {"lr", m.lr},
                          {"grad_norm", m.grad_norm},
@@ -271,7 +317,9 @@ void Reporting::write_metrics_line(const StepMetrics& m) {
                          {"predicted_bubble", predicted_bubble_},
                          {"loss_scale", m.loss_scale},
                          {"skipped", m.skipped},
-                         {"checkpoint_s", m.checkpoint_s}};
+                         {"checkpoint_s", m.checkpoint_s},
+                         {"elapsed_s", elapsed_s},
+                         {"eta_s", eta_s}};
   for (std::size_t c = 0; c < kNumMemCategories; ++c) {
     const auto category = static_cast<MemCategory>(c);
     line[fmt::format("peak_bytes_{}", to_string(category))] =
@@ -301,8 +349,7 @@ void Reporting::write_metrics_line(const StepMetrics& m) {
     }
     line["stragglers"] = list;
   }
-  metrics_ << line.dump() << '\n';
-  metrics_.flush();
+  return line;
 }
 
 }  // namespace meshtrain

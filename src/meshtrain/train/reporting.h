@@ -1,7 +1,7 @@
 // src/meshtrain/train/reporting.h
 //
-// What a run tells the outside: the log line and the JSON metrics line of each step (rank 0),
-// the Chrome trace of the pipeline actions (every rank's records, written by rank 0), the
+// What a run tells the outside: the log line (with elapsed time and ETA), the JSON metrics
+// line and the TensorBoard scalars of each step (rank 0), the end-of-run summary, the
 // straggler window (every rank's seconds per phase, compared every
 // training.straggler_interval steps), the peak-memory table at the end, and the per-group
 // communication counters that StepMetrics reports.
@@ -12,12 +12,19 @@
 #include <chrono>
 #include <cstdint>
 #include <fstream>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "meshtrain/comm/device_mesh.h"
 #include "meshtrain/config/config.h"
 #include "meshtrain/parallel/pp/executor.h"
+#include "meshtrain/train/progress.h"
 #include "meshtrain/train/straggler.h"
+#include "meshtrain/train/tensorboard.h"
 #include "meshtrain/train/trainer_options.h"
 
 namespace meshtrain {
@@ -25,16 +32,24 @@ namespace meshtrain {
 /// Bytes and seconds of every operation of each group that StepMetrics reports, so far.
 struct CommSnapshot {
   CommCounter tp, dp, cp, ep;  // dp: the dp group and, under cp, the dp × cp group
-  double attention_s = 0.0;  // attention_core_compute_seconds()
+  double attention_s = 0.0;    // attention_core_compute_seconds()
 };
 CommSnapshot comm_snapshot(const DeviceMesh& mesh);
 /// StepMetrics' *_comm_bytes and *_comm_s: what happened between `before` and `after`.
 void set_comm_metrics(const CommSnapshot& before, const CommSnapshot& after, StepMetrics& m);
 
+/// The TensorBoard scalars of one metrics line (docs/observability.md lists the tags): every
+/// number and bool of `line` except "step", under "<group>/<key>" — val_loss as "val/loss",
+/// MoE layer fields as "moe/layer_<l>/<field>" (per-expert lists "…/<field>/<e>"), the
+/// straggler list as "stragglers/count".
+std::vector<TensorBoardScalar> tensorboard_scalars(const nlohmann::json& line);
+
 class Reporting {
  public:
   /// Opens options.metrics_path on rank 0 (appending when the run resumes: the steps it
-  /// repeats appear twice, the later line being the resumed run's). `tied_group` (or nullptr)
+  /// repeats appear twice, the later line being the resumed run's), and under
+  /// options.tensorboard_dir a new event file holding the resolved config (config/load.h
+  /// to_toml) as text "config" at step 0. `tied_group` (or nullptr)
   /// is counted in comm_seconds with the mesh's groups; `predicted_bubble` is logged beside
   /// the measured one.
   Reporting(const Config& config, const TrainerOptions& options, ProcessGroup& world,
@@ -42,7 +57,7 @@ class Reporting {
   Reporting(const Reporting&) = delete;
   Reporting& operator=(const Reporting&) = delete;
 
-  /// The time origin of the trace: a barrier over the world (one clock per machine), then now.
+  /// The time origin of the run: a barrier over the world (one clock per machine), then now.
   void start_clock();
   /// Seconds since start_clock().
   double seconds_since_start() const;
@@ -64,22 +79,22 @@ class Reporting {
   /// and `runner_phases`. Collective over the world.
   std::vector<Straggler> straggler_report(PhaseSeconds& runner_phases);
 
-  /// Keeps step `step`'s actions (0-based) for the trace, shifted by `offset` seconds since
-  /// start_clock(). Only the first options.trace_steps steps, and only after start_clock().
-  void record_trace(std::int64_t step, double offset,
-                    const std::vector<pp::ExecutedAction>& actions);
-  /// Rank 0 writes every rank's recorded actions to options.trace_path (when set).
-  /// Collective over the world.
-  void write_trace();
-  /// Rank 0 prints every rank's peak bytes per memory category. Collective over the world.
+  /// Rank 0 prints every rank's peak bytes per memory category (and keeps the largest total
+  /// for the summary). Collective over the world.
   void report_peak_memory();
   /// The log line (rank 0, every log_interval steps, the first and evaluated ones, and the
-  /// straggler report) and the metrics line of one step.
+  /// straggler report), the metrics line and the TensorBoard scalars of one step; the
+  /// TensorBoard file is flushed after each step.
   void log_step(const StepMetrics& m);
+  /// End of the run, after report_peak_memory(): rank 0 prints the summary and closes the
+  /// TensorBoard file (fsync).
+  void finish_run();
 
  private:
   void print_stragglers(const StepMetrics& m) const;
-  void write_metrics_line(const StepMetrics& m);
+  /// Runs `write` on the TensorBoard file; a DataError is a warning and ends the file.
+  void tensorboard_write(const std::function<void()>& write);
+  nlohmann::json metrics_line(const StepMetrics& m, double elapsed_s, double eta_s) const;
 
   const Config& config_;
   const TrainerOptions& options_;
@@ -92,7 +107,10 @@ class Reporting {
   PhaseSeconds window_;  // optimizer and comm_wait; data/forward/backward live in the runner
   std::int64_t window_steps_ = 0;
   std::chrono::steady_clock::time_point t0_;
-  std::vector<double> trace_;  // per action: step, kind, microbatch, chunk, peer, start, end
+  std::unique_ptr<TensorBoardWriter> tensorboard_;  // rank 0 under --tensorboard
+  EtaEstimator eta_;
+  RunSummary summary_;
+  double last_step_end_s_ = 0.0;  // seconds_since_start() when the previous step was logged
 };
 
 }  // namespace meshtrain

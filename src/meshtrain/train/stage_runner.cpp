@@ -3,6 +3,8 @@
 #include <chrono>
 #include <thread>
 
+#include "meshtrain/comm/trace.h"
+
 namespace meshtrain {
 
 std::vector<std::int32_t> zigzag_rows(const std::vector<std::int32_t>& full, std::int64_t sequences,
@@ -73,8 +75,10 @@ Tensor StageRunner::forward(int microbatch, int chunk, const Tensor& input) {
   CausalLm& model = stage_.chunk(chunk);
   const bool first = model.layout().has_embedding;
   if (first || model.layout().has_head) {
+    const trace::Scope traced(trace::Kind::data, microbatch, chunk);
     clock_.time(Phase::data, phases_, [&] { reader_.fill(microbatch); });
   }
+  const trace::Scope traced(trace::Kind::forward, microbatch, chunk);
   return clock_.time(Phase::forward, phases_, [&] {
     delay(Phase::forward);
     const Tensor h = model.forward_blocks(first ? reader_.tokens(microbatch).data() : nullptr,
@@ -88,8 +92,10 @@ Tensor StageRunner::forward(int microbatch, int chunk, const Tensor& input) {
   });
 }
 
-Tensor StageRunner::backward(int /*microbatch*/, int chunk, const Tensor& grad_output,
+Tensor StageRunner::backward(int microbatch, int chunk, const Tensor& grad_output,
                              bool weight_grads) {
+  const trace::Scope traced(weight_grads ? trace::Kind::backward : trace::Kind::backward_input,
+                            microbatch, chunk);
   return clock_.time(Phase::backward, phases_, [&] {
     delay(Phase::backward);
     return backward_untimed(chunk, grad_output, weight_grads);
@@ -109,6 +115,7 @@ Tensor StageRunner::backward_untimed(int chunk, const Tensor& grad_output, bool 
 }
 
 void StageRunner::backward_weight(int microbatch, int chunk) {
+  const trace::Scope traced(trace::Kind::backward_weight, microbatch, chunk);
   clock_.time(Phase::backward, phases_,
               [&] { weight_grads_.run(executor_.slot_of(microbatch, chunk)); });
 }

@@ -41,6 +41,16 @@ void resolve_vocab(Config& config, const data::Metadata& meta) {
   }
 }
 
+// nanoGPT's and llm.c's files come without a meta.json: the vocabulary size is the config's
+// (validation requires it > 0 for these formats). This is where a tokenizer directory
+// (data.tokenizer) would supply it instead; the token counts and width are the files'.
+data::Metadata foreign_metadata(const Config& config) {
+  data::Metadata meta;
+  meta.vocab_size = config.model.vocab_size;
+  meta.sources = {config.data.dir};
+  return meta;
+}
+
 // The sidecar and the token files must describe the same preparation.
 void check_token_counts(const data::Metadata& meta, const data::TokenFile& train,
                         const data::TokenFile& val) {
@@ -53,9 +63,32 @@ void check_token_counts(const data::Metadata& meta, const data::TokenFile& train
   }
 }
 
+// How data.format's files are read; the meshtrain format's width is meta.json's.
+data::TokenFileOptions file_options(const Config& config, const data::Metadata& meta) {
+  data::TokenFileOptions options;
+  options.vocab_size = meta.vocab_size;
+  switch (config.data.format) {
+    case DataFormat::meshtrain:
+      options.dtype = meta.token_dtype;
+      break;
+    case DataFormat::nanogpt:
+      options.dtype = data::TokenDtype::u16;
+      break;
+    case DataFormat::llmc:
+      options.layout = data::TokenLayout::llmc;
+      break;
+  }
+  return options;
+}
+
+data::SampleOrder sample_order(DataSampler sampler) {
+  return sampler == DataSampler::epoch ? data::SampleOrder::epoch : data::SampleOrder::random;
+}
+
 }  // namespace
 
 data::Metadata load_run_metadata(Config& config) {
+  if (config.data.format != DataFormat::meshtrain) return foreign_metadata(config);
   data::Metadata meta = load_data_metadata(config.data.dir);
   resolve_vocab(config, meta);
   return meta;
@@ -64,15 +97,23 @@ data::Metadata load_run_metadata(Config& config) {
 TrainData::TrainData(const Config& config, data::Metadata metadata)
     : metadata_(std::move(metadata)) {
   const fs::path dir = config.data.dir;
-  train_file_ = data::TokenFile(dir / data::kTrainBinName, metadata_.vocab_size);
-  val_file_ = data::TokenFile(dir / data::kValBinName, metadata_.vocab_size);
-  check_token_counts(metadata_, train_file_, val_file_);
+  const data::TokenFileOptions options = file_options(config, metadata_);
+  train_file_ = data::TokenFile(dir / config.data.train_file, options);
+  val_file_ = data::TokenFile(dir / config.data.val_file, options);
+  if (config.data.format == DataFormat::meshtrain) {
+    check_token_counts(metadata_, train_file_, val_file_);
+  } else {
+    metadata_.token_dtype = train_file_.dtype();
+    metadata_.train_tokens = train_file_.size();
+    metadata_.val_tokens = val_file_.size();
+  }
   const std::int64_t global_batch = global_batch_of(config);
   const auto seed = static_cast<std::uint64_t>(config.training.seed);
+  const data::SampleOrder order = sample_order(config.data.sampler);
   train_sampler_ = std::make_unique<data::GlobalBatchSampler>(train_file_, config.model.block_size,
-                                                              global_batch, seed, "train");
+                                                              global_batch, seed, "train", order);
   val_sampler_ = std::make_unique<data::GlobalBatchSampler>(val_file_, config.model.block_size,
-                                                            global_batch, seed, "val");
+                                                            global_batch, seed, "val", order);
 }
 
 }  // namespace meshtrain

@@ -10,6 +10,7 @@
 
 #include "meshtrain/checkpoint/hf_format.h"
 #include "meshtrain/checkpoint/model_checkpoint.h"
+#include "meshtrain/comm/trace.h"
 #include "meshtrain/config/validate.h"
 #include "meshtrain/train/moe_metrics.h"
 #include "meshtrain/core/allocator.h"
@@ -18,6 +19,7 @@
 #include "meshtrain/kernels/kernels.h"
 #include "meshtrain/parallel/tp/gather.h"
 #include "meshtrain/train/collective_verdict.h"
+#include "meshtrain/train/tensorboard.h"
 
 namespace meshtrain {
 namespace {
@@ -150,6 +152,7 @@ void check_outputs(const Config& config, const TrainerOptions& options, ProcessG
     }
     check_output_file(options.trace_path, "--trace");
     check_output_file(options.metrics_path, "--metrics");
+    check_tensorboard_dir(options.tensorboard_dir, "--tensorboard");
   });
 }
 
@@ -218,6 +221,7 @@ Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
   }
   report_ = std::make_unique<Reporting>(config_, options_, world, *mesh_, model_->tied_group(),
                                         model_->predicted_bubble());
+  trace_ = std::make_unique<StepTrace>(options_.trace_path, options_.trace_steps, options_.log);
   model_->runner().set_clock(report_->clock());
   if (options_.slow_rank == world.rank()) {
     model_->runner().set_delay(options_.slow_phase, options_.slow_seconds);
@@ -226,10 +230,12 @@ Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
 }
 
 Trainer::Gradients Trainer::compute_gradients(std::int64_t step) {
-  const double step_start_s = report_->seconds_since_start();
-  const std::vector<pp::ExecutedAction> actions = model_->run_step(step, optim_->loss_scale());
-  report_->record_trace(step, step_start_s, actions);
-  optim_->reduce_gradients(model_->stage().tied_embeddings(), model_->tied_group());
+  model_->run_step(step, optim_->loss_scale());
+  {
+    const trace::Scope traced(trace::Kind::grad_reduce);
+    optim_->reduce_gradients(model_->stage().tied_embeddings(), model_->tied_group());
+  }
+  const trace::Scope traced(trace::Kind::grad_norm);
   const double loss =
       sum_over_stages_and_replicas(*mesh_, model_->runner().loss_sum() /
                                                static_cast<double>(config_.training.accumulation)) /
@@ -265,10 +271,12 @@ Trainer::Gradients Trainer::compute_gradients(std::int64_t step) {
 }
 
 double Trainer::apply_update(std::int64_t step, double grad_norm) {
+  const trace::Scope traced(trace::Kind::optimizer);
   return optim_->apply_update(step, grad_norm);
 }
 
 double Trainer::evaluate() {
+  const trace::Scope traced(trace::Kind::eval);
   const TrainingConfig& t = config_.training;
   const double sum = sum_over_stages_and_replicas(*mesh_, model_->evaluate_sum(t.eval_batches));
   return sum /
@@ -278,12 +286,14 @@ double Trainer::evaluate() {
 StepMetrics Trainer::train_step(std::int64_t step) {
   const TrainingConfig& t = config_.training;
   const auto start = std::chrono::steady_clock::now();
+  trace_->open_window();  // the window of the metrics' comm bytes
   const CommSnapshot comm_before = comm_snapshot(*mesh_);
   const double loss_scale = optim_->loss_scale();  // what this step's backward uses
   const double comm0 = report_->comm_seconds();
   const Gradients g = compute_gradients(step);
   StepMetrics m;
   m.step = step + 1;
+  m.epoch = data_->train().epochs_after(m.step * global_batch_of(config_));
   m.loss = g.loss;
   m.grad_norm = g.grad_norm;
   m.skipped = g.skipped;
@@ -300,6 +310,7 @@ StepMetrics Trainer::train_step(std::int64_t step) {
   m.bubble = model_->last_bubble();
   m.peak_bytes = TrackedAllocator::instance().total().peak_bytes;
   set_comm_metrics(comm_before, comm_snapshot(*mesh_), m);
+  trace_->close_window();
   // After the step's counters: the metrics' own reductions are not the step's traffic.
   m.moe = collect_moe_metrics(model_->stage(), *mesh_, config_.model,
                               config_.parallel.sequence_parallel);
@@ -314,7 +325,9 @@ std::vector<StepMetrics> Trainer::run() {
   const TrainingConfig& t = config_.training;
   std::vector<StepMetrics> history;
   report_->start_clock();
+  trace_->start(world_);
   for (std::int64_t step = start_step_; step < t.max_steps; ++step) {
+    trace_->begin_step(step);
     StepMetrics m = train_step(step);
     const bool last = step + 1 == t.max_steps;
     if (last || (t.eval_interval > 0 && (step + 1) % t.eval_interval == 0)) {
@@ -322,20 +335,26 @@ std::vector<StepMetrics> Trainer::run() {
     }
     const std::int64_t interval = config_.checkpoint.interval;
     if (interval > 0 && ((step + 1) % interval == 0 || last)) {
+      const trace::Scope traced(trace::Kind::checkpoint);
       save_checkpoint(step + 1);
       m.checkpoint_s = last_checkpoint_s_;
     }
+    trace_->end_step();
     report_->log_step(m);
     history.push_back(m);
   }
   finish_checkpoint();  // the last save is complete before run() returns
-  report_->write_trace();
+  trace_->write(world_, mesh_->shape());
   report_->report_peak_memory();
+  report_->finish_run();
   if (config_.checkpoint.save_final) {
     const std::vector<NamedTensor> tensors = logical_tensors();
     if (mesh_->rank() == 0) {
-      save_model_checkpoint(config_.checkpoint.dir, tensors, config_,
-                            fs::path(config_.data.dir) / data::kMetaJsonName);
+      // nanoGPT's and llm.c's data have no meta.json to copy.
+      const fs::path meta_json = config_.data.format == DataFormat::meshtrain
+                                     ? fs::path(config_.data.dir) / data::kMetaJsonName
+                                     : fs::path();
+      save_model_checkpoint(config_.checkpoint.dir, tensors, config_, meta_json);
       if (options_.log) fmt::print("saved checkpoint to {}\n", config_.checkpoint.dir);
     }
   }

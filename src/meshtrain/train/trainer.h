@@ -27,6 +27,7 @@
 #include "meshtrain/train/model_stage.h"
 #include "meshtrain/train/optimizer_state.h"
 #include "meshtrain/train/reporting.h"
+#include "meshtrain/train/step_trace.h"
 #include "meshtrain/train/train_data.h"
 #include "meshtrain/train/trainer_options.h"
 
@@ -125,6 +126,7 @@ class Trainer {
   std::unique_ptr<ModelStage> model_;
   std::unique_ptr<OptimizerState> optim_;
   std::unique_ptr<Reporting> report_;
+  std::unique_ptr<StepTrace> trace_;  // --trace
   // Sharded checkpoints (trainer_checkpoint.cpp).
   std::unique_ptr<CheckpointWriter> checkpoint_writer_;  // from the first save on
   std::int64_t start_step_ = 0;

@@ -17,6 +17,7 @@ namespace meshtrain {
 
 struct StepMetrics {
   std::int64_t step = 0;  // optimizer steps done, 1-based
+  double epoch = 0.0;     // passes over the train split: sequences / windows (docs/data.md)
   double loss = 0.0;      // mean train loss of the global batch
   double lr = 0.0;
   double grad_norm = 0.0;  // global, before clipping
@@ -65,7 +66,8 @@ struct StepMetrics {
 
 struct TrainerOptions {
   std::string metrics_path;  // JSON lines on rank 0; empty = none
-  std::string trace_path;    // Chrome-trace JSON of the pipeline actions (rank 0); empty = none
+  std::string trace_path;    // --trace: the whole-step Chrome trace (rank 0); empty = none
+  std::string tensorboard_dir;  // TensorBoard event file of every metric (rank 0); empty = none
   int trace_steps = 10;      // steps recorded in the trace (the first ones)
   bool log = true;           // one line per log_interval steps on rank 0
   int local_ranks = 1;       // ranks of this job on this node (they share its cores)
