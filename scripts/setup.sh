@@ -11,12 +11,14 @@ PACKAGES=(
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev
   libfmt-dev libspdlog-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libpcre2-dev libsentencepiece-dev     # tokenizers: GPT-2's pre-tokenising regex, SentencePiece
   protobuf-compiler libprotobuf-dev   # TensorBoard event records (train/tensorboard_event.proto)
   libboost-dev                        # Boost.CRC: the records' CRC32C (header-only)
   python3 python3-torch python3-numpy   # PyTorch reference tests and bench (/usr/bin/python3)
   python3-pip                           # installs PYDEPS below
   python3-sentencepiece                 # export tokenizer test: SentencePiece models and ids
   slurmctld slurmd slurm-client munge   # the one-node Slurm of tests/e2e/slurm_job.sh
+  python3-sentencepiece                 # tokenizer reference test (tests/reference/tokenizer_reference.py)
 )
 
 # Python packages the reference tests import beyond Debian's: Hugging Face transformers'
@@ -24,6 +26,8 @@ PACKAGES=(
 # that runs on Debian's torch 1.13. The list is its whole dependency closure, pinned, installed
 # with --no-deps into the repository's ignored .pydeps/ (the CTest test sets PYTHONPATH), so pip
 # never brings its own numpy: pip's numpy breaks Debian's torch; Debian's numpy is used.
+# tiktoken (its deps regex and requests are above) is the GPT-2 reference of
+# tests/reference/tokenizer_reference.py, with tokenizers (Hugging Face's byte-level BPE).
 # tensorboard + protobuf + absl-py: the closure of TensorBoard's own EventAccumulator (the
 # TensorBoard round-trip test, tests/e2e/tensorboard.sh); the server's grpcio, werkzeug,
 # markdown, pillow and tensorboard-data-server are not imported by it.

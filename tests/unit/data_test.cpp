@@ -157,7 +157,7 @@ TEST(PrepareCharDataset, TinyShakespeareMatchesNanoGpt) {
             (std::vector<std::int32_t>{46, 47, 47, 1, 58, 46, 43, 56, 43}));  // nanoGPT's demo
   EXPECT_EQ(meta.train_tokens, 1003854);
   EXPECT_EQ(meta.val_tokens, 111540);
-  EXPECT_EQ(meta.source, tiny_shakespeare().string());
+  EXPECT_EQ(meta.sources, std::vector<std::string>{tiny_shakespeare().string()});
 
   // "First Citizen": 'F' is id 18, stored little-endian.
   const std::string train_bytes = read_file(result.train_bin);
@@ -261,12 +261,15 @@ TEST(TokenFile, BadFilesThrowNamingThePath) {
 TEST(DataMetadata, RoundTripsAndRejectsBadFilesNamingThePath) {
   const TempDir dir;
   const fs::path path = dir.path() / "meta.json";
-  const Metadata meta{
-      .vocab = CharVocab::from_text("ba\n"), .source = "x.txt", .train_tokens = 9, .val_tokens = 1};
+  const Metadata meta{.vocab = CharVocab::from_text("ba\n"),
+                      .vocab_size = 3,
+                      .sources = {"x.txt"},
+                      .train_tokens = 9,
+                      .val_tokens = 1};
   write_file(path, metadata_to_json(meta));
   const Metadata loaded = load_metadata(path);
   EXPECT_EQ(loaded.vocab.decode(std::vector<std::int32_t>{0, 1, 2}), "\nab");
-  EXPECT_EQ(loaded.source, "x.txt");
+  EXPECT_EQ(loaded.sources, std::vector<std::string>{"x.txt"});
   EXPECT_EQ(loaded.train_tokens, 9);
   EXPECT_EQ(loaded.val_tokens, 1);
 

@@ -12,10 +12,29 @@ namespace meshtrain {
 class MpiRuntime;
 
 struct PrepareArgs {
-  std::string text;
+  std::vector<std::string> texts;  // input text files, each a document
   std::string out_dir;
+  std::string tokenizer = "char";  // char | gpt2 | a GPT-2 directory | a SentencePiece .model
+  double val_fraction = 0.1;
+  std::string document_separator;  // --document-separator: also split documents at this text
+  bool quiet = false;              // no progress lines on stderr
 };
 int run_prepare(const PrepareArgs& args);
+
+struct TokenizerArgs {
+  // train
+  std::vector<std::string> inputs;
+  std::string model_type = "bpe";
+  std::int64_t vocab_size = 0;
+  double character_coverage = 1.0;
+  std::string out_dir;
+  // encode / decode
+  std::string tokenizer = "gpt2";
+  std::string text;  // encode: the text; decode: space-separated ids
+};
+int run_tokenizer_train(const TokenizerArgs& args);
+int run_tokenizer_encode(const TokenizerArgs& args);
+int run_tokenizer_decode(const TokenizerArgs& args);
 
 struct TrainArgs {
   std::string config;

@@ -1,5 +1,5 @@
-// src/meshtrain/apps/main.cpp — the `meshtrain` command line: prepare, train, sample, launch,
-// reshard, export, plan.
+// src/meshtrain/apps/main.cpp — the `meshtrain` command line: prepare, tokenizer, train, sample,
+// launch, reshard, export, plan.
 // The only place that parses argv and turns errors into messages and exit codes:
 //   0 success, 1 internal or runtime error, 2 bad configuration or arguments, 3 bad data file.
 #include <fmt/format.h>
@@ -24,10 +24,42 @@ int main(int argc, char** argv) {
 
   PrepareArgs prepare;
   CLI::App* prepare_cmd =
-      app.add_subcommand("prepare", "text file → train.bin/val.bin/meta.json (character level)");
-  prepare_cmd->add_option("text", prepare.text, "input text file")->required();
+      app.add_subcommand("prepare", "text files → train.bin/val.bin/meta.json (streaming)");
+  prepare_cmd->add_option("text", prepare.texts, "input text files (each one a document)")
+      ->required();
   prepare_cmd->add_option("--out", prepare.out_dir, "output directory")
       ->default_val("data/prepared/shakespeare_char");
+  prepare_cmd->add_option("--tokenizer", prepare.tokenizer,
+                          "char, gpt2, a directory with encoder.json + vocab.bpe, or a "
+                          "SentencePiece .model")
+      ->default_val("char");
+  prepare_cmd->add_option("--val-fraction", prepare.val_fraction,
+                          "last share of the text that becomes val.bin")
+      ->default_val(0.1);
+  prepare_cmd->add_option("--document-separator", prepare.document_separator,
+                          "also split documents at this literal text, e.g. \"<|endoftext|>\"");
+  prepare_cmd->add_flag("--quiet", prepare.quiet, "no progress lines on stderr");
+
+  TokenizerArgs tok;
+  CLI::App* tokenizer_cmd = app.add_subcommand("tokenizer", "train or try a tokenizer");
+  tokenizer_cmd->require_subcommand(1);
+  CLI::App* tok_train = tokenizer_cmd->add_subcommand(
+      "train", "train a SentencePiece model → DIR/tokenizer.model");
+  tok_train->add_option("--input", tok.inputs, "training text files")->required();
+  tok_train->add_option("--model-type", tok.model_type, "bpe or unigram")->default_val("bpe");
+  tok_train->add_option("--vocab-size", tok.vocab_size, "number of pieces")->required();
+  tok_train->add_option("--character-coverage", tok.character_coverage,
+                        "share of characters kept (1.0; 0.9995 for CJK)")
+      ->default_val(1.0);
+  tok_train->add_option("--out", tok.out_dir, "output directory")->required();
+  CLI::App* tok_encode = tokenizer_cmd->add_subcommand("encode", "print the ids of a text");
+  CLI::App* tok_decode = tokenizer_cmd->add_subcommand("decode", "print the text of ids");
+  for (CLI::App* cmd : {tok_encode, tok_decode}) {
+    cmd->add_option("--tokenizer", tok.tokenizer, "gpt2, a GPT-2 directory or a .model")
+        ->default_val("gpt2");
+  }
+  tok_encode->add_option("text", tok.text, "the text")->required();
+  tok_decode->add_option("ids", tok.text, "ids separated by spaces")->required();
 
   TrainArgs train;
   CLI::App* train_cmd = app.add_subcommand(
@@ -196,6 +228,9 @@ int main(int argc, char** argv) {
   }
 
   if (*prepare_cmd) return run_prepare(prepare);
+  if (*tok_train) return run_tokenizer_train(tok);
+  if (*tok_encode) return run_tokenizer_encode(tok);
+  if (*tok_decode) return run_tokenizer_decode(tok);
   if (*reshard_cmd) {
     reshard.overrides = reshard_cmd->remaining();
     return run_reshard(reshard);

@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <memory>
 #include <numeric>
+#include <string>
+#include <utility>
 
 #include "meshtrain/apps/command_errors.h"
 #include "meshtrain/apps/commands.h"
@@ -13,6 +16,7 @@
 #include "meshtrain/core/error.h"
 #include "meshtrain/core/rng.h"
 #include "meshtrain/data/metadata.h"
+#include "meshtrain/data/tokenizer.h"
 #include "meshtrain/model/causal_lm.h"
 
 namespace meshtrain {
@@ -46,6 +50,40 @@ std::int32_t draw(std::span<const float> logits, double temperature, std::int64_
   return order[k - 1];
 }
 
+// Prints the text of a growing id sequence as it grows. The byte-level tokenizers' text is the
+// concatenation of their tokens' bytes; SentencePiece's decoding depends on neighbours (the
+// leading-space marker), so its text is decoded whole and the new suffix printed.
+class TextPrinter {
+ public:
+  TextPrinter(const data::Tokenizer& tokenizer, std::vector<std::int32_t> prompt)
+      : tokenizer_(tokenizer), ids_(std::move(prompt)) {
+    printed_ = tokenizer_.decode(ids_);
+    print(printed_);
+  }
+
+  void add(std::int32_t id) {
+    ids_.push_back(id);
+    if (tokenizer_.kind() != data::TokenizerKind::sentencepiece) {
+      return print(tokenizer_.decode(std::span<const std::int32_t>(&id, 1)));
+    }
+    const std::string text = tokenizer_.decode(ids_);
+    if (text.size() > printed_.size() && text.starts_with(printed_)) {
+      print(std::string_view(text).substr(printed_.size()));
+      printed_ = text;
+    }
+  }
+
+ private:
+  static void print(std::string_view text) {
+    fmt::print("{}", text);
+    std::fflush(stdout);
+  }
+
+  const data::Tokenizer& tokenizer_;
+  std::vector<std::int32_t> ids_;
+  std::string printed_;
+};
+
 }  // namespace
 
 int run_sample(const SampleArgs& args) {
@@ -76,11 +114,12 @@ int run_sample(const SampleArgs& args) {
     }
     const Config config = load_config_file(dir / "config.toml");
     const data::Metadata meta = data::load_metadata(dir / "meta.json");
-    if (meta.vocab.size() != config.model.vocab_size) {
-      throw DataError(
-          fmt::format("{}: vocabulary of {} characters, but the model was trained "
-                      "with {}: meta.json does not belong to this checkpoint",
-                      (dir / "meta.json").string(), meta.vocab.size(), config.model.vocab_size));
+    const std::unique_ptr<data::Tokenizer> tokenizer = data::load_tokenizer(meta, dir);
+    if (tokenizer->vocab_size() != config.model.vocab_size) {
+      throw DataError(fmt::format(
+          "{}: a tokenizer of {} ids, but the model was trained with a vocabulary "
+          "of {}: meta.json does not belong to this checkpoint",
+          (dir / "meta.json").string(), tokenizer->vocab_size(), config.model.vocab_size));
     }
     const auto tp = single_rank_group("tp");  // the whole model in this process
     CausalLm model(config.model, 0, TensorParallel{*tp});
@@ -88,7 +127,7 @@ int run_sample(const SampleArgs& args) {
     // A prompt the vocabulary cannot encode is a bad argument (exit 2), not a bad file.
     std::vector<std::int32_t> ids;
     try {
-      ids = meta.vocab.encode(args.prompt);
+      tokenizer->encode(args.prompt, ids);
     } catch (const DataError& e) {
       throw ConfigError("the command line", {{"--prompt", args.prompt, e.what(),
                                               "use only characters of the training text"}});
@@ -99,21 +138,18 @@ int run_sample(const SampleArgs& args) {
     }
     const std::uint64_t stream = stream_of("sample");
     const auto seed = static_cast<std::uint64_t>(args.seed);
-    // Printed as generated, so a long sample shows progress.
-    fmt::print("{}", meta.vocab.decode(ids));
-    std::fflush(stdout);
+    const auto vocab = static_cast<std::size_t>(config.model.vocab_size);
+    TextPrinter printer(*tokenizer, ids);  // printed as generated: a long sample shows progress
     for (std::int64_t i = 0; i < args.tokens; ++i) {
       const std::int64_t T =
           std::min<std::int64_t>(static_cast<std::int64_t>(ids.size()), config.model.block_size);
       const Tensor logits = model.logits(ids.data() + ids.size() - T, 1, T);
-      const std::span<const float> last(logits.f32() + (T - 1) * config.model.vocab_size,
-                                        static_cast<std::size_t>(config.model.vocab_size));
+      const std::span<const float> last(logits.f32() + (T - 1) * config.model.vocab_size, vocab);
       const double u =
           static_cast<double>(philox_u64(seed, stream, static_cast<std::uint64_t>(i)) >> 11) *
           0x1.0p-53;
       ids.push_back(draw(last, args.temperature, args.top_k, u));
-      fmt::print("{}", meta.vocab.decode(std::span<const std::int32_t>(&ids.back(), 1)));
-      std::fflush(stdout);
+      printer.add(ids.back());
     }
     fmt::print("\n");
     return 0;

@@ -4,6 +4,9 @@
 
 #include <cmath>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "meshtrain/checkpoint/safetensors.h"
 #include "meshtrain/config/load.h"
@@ -17,6 +20,36 @@ void write_text_atomically(const std::filesystem::path& path, const std::string&
   StagedFile(path, std::as_bytes(std::span<const char>(text))).commit();
 }
 
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw DataError(fmt::format("cannot read {}", path.string()));
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// meta.json's "tokenizer": {"files": [...]} (format v2, data/metadata.h; v1 and char have
+// none). data/ is not a dependency of checkpoint/, so the one field is read here; names
+// that are not plain file names are refused, so a hostile meta.json copies nothing from
+// outside its directory.
+std::vector<std::string> tokenizer_file_names(const std::string& meta,
+                                              const std::filesystem::path& meta_json) {
+  const nlohmann::json doc = nlohmann::json::parse(meta, nullptr, /*allow_exceptions=*/false);
+  const auto tokenizer = doc.is_object() ? doc.find("tokenizer") : doc.end();
+  if (!doc.is_object() || tokenizer == doc.end() || !tokenizer->is_object() ||
+      !tokenizer->contains("files")) {
+    return {};
+  }
+  std::vector<std::string> names;
+  for (const nlohmann::json& entry : (*tokenizer)["files"]) {
+    const std::string name = entry.is_string() ? entry.get<std::string>() : "";
+    if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) {
+      throw DataError(fmt::format("{} names tokenizer file {}, expected a plain file name",
+                                  meta_json.string(), entry.dump()));
+    }
+    names.push_back(name);
+  }
+  return names;
+}
+
 }  // namespace
 
 void save_model_checkpoint(const std::filesystem::path& dir,
@@ -28,9 +61,12 @@ void save_model_checkpoint(const std::filesystem::path& dir,
   write_safetensors(dir / "model.safetensors", tensors, {{"format", "meshtrain-model-v1"}});
   write_text_atomically(dir / "config.toml", to_toml(config));
   if (meta_json.empty()) return;
-  std::ifstream meta(meta_json, std::ios::binary);
-  if (!meta) throw DataError(fmt::format("cannot read {}", meta_json.string()));
-  write_text_atomically(dir / "meta.json", std::string(std::istreambuf_iterator<char>(meta), {}));
+  const std::string meta = read_text(meta_json);
+  // The tokenizer's files first, so a checkpoint's meta.json never names a missing file.
+  for (const std::string& name : tokenizer_file_names(meta, meta_json)) {
+    write_text_atomically(dir / name, read_text(meta_json.parent_path() / name));
+  }
+  write_text_atomically(dir / "meta.json", meta);
 }
 
 void load_model_parameters(const std::filesystem::path& dir, const ParameterList& params) {

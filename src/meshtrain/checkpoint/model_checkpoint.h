@@ -3,9 +3,10 @@
 // The final checkpoint of a run: `model.safetensors` (every logical parameter under its Hugging
 // Face name, [out, in] layout, gathered over tp without padding; gpt2's tied LM head is stored
 // once as transformer.wte.weight),
-// `config.toml` (the resolved config) and `meta.json` (the vocabulary, copied from the data
-// directory). Written by rank 0 after training; enough for `meshtrain sample`. Sharded,
-// resumable checkpoints with optimizer state are a later issue.
+// `config.toml` (the resolved config), `meta.json` (the tokenizer, copied from the data
+// directory) and the tokenizer's files that meta.json lists (encoder.json + vocab.bpe,
+// tokenizer.model; data/metadata.h). Written by rank 0 after training; enough for `meshtrain
+// sample`. Sharded, resumable checkpoints with optimizer state are a later issue.
 #pragma once
 
 #include <filesystem>
@@ -16,10 +17,10 @@
 
 namespace meshtrain {
 
-/// Creates `dir` if needed and writes the three files atomically (each to a temporary name,
+/// Creates `dir` if needed and writes the files atomically (each to a temporary name,
 /// then renamed); `tensors` are the logical parameters. An empty `meta_json` (data without a
-/// meta.json: nanoGPT's or llm.c's token files) writes no meta.json. Throws DataError when a
-/// file cannot be written.
+/// meta.json: nanoGPT's or llm.c's token files) writes no meta.json and no tokenizer file.
+/// Throws DataError when a file cannot be written.
 void save_model_checkpoint(const std::filesystem::path& dir,
                            const std::vector<NamedTensor>& tensors, const Config& config,
                            const std::filesystem::path& meta_json);

@@ -67,6 +67,17 @@ std::string CharVocab::decode(std::span<const std::int32_t> ids) const {
   return text;
 }
 
+void CharTokenizer::encode(std::string_view text, std::vector<std::int32_t>& out) const {
+  const std::vector<std::int32_t> ids = vocab_.encode(text);
+  out.insert(out.end(), ids.begin(), ids.end());
+}
+
+std::size_t CharTokenizer::encode_prefix(std::string_view text,
+                                         std::vector<std::int32_t>& out) const {
+  encode(text, out);
+  return text.size();
+}
+
 std::string describe_byte(std::uint8_t byte) {
   if (byte >= 0x20 && byte < 0x7f)
     return fmt::format("'{}' (byte {})", static_cast<char>(byte), byte);

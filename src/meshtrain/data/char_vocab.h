@@ -10,7 +10,10 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
+
+#include "meshtrain/data/tokenizer.h"
 
 namespace meshtrain::data {
 
@@ -51,6 +54,30 @@ class CharVocab {
 
   std::vector<std::uint8_t> chars_;           // id -> byte
   std::array<std::int16_t, 256> id_of_byte_;  // byte -> id, -1 when absent
+};
+
+/// The char vocabulary behind the Tokenizer interface (the main job's default). No end-of-
+/// text id (documents are concatenated) and no files (meta.json lists the bytes).
+class CharTokenizer final : public Tokenizer {
+ public:
+  explicit CharTokenizer(CharVocab vocab) : vocab_(std::move(vocab)) {}
+
+  const CharVocab& vocab() const noexcept { return vocab_; }
+
+  TokenizerKind kind() const noexcept override { return TokenizerKind::char_bytes; }
+  std::int64_t vocab_size() const noexcept override { return vocab_.size(); }
+  void encode(std::string_view text, std::vector<std::int32_t>& out) const override;
+  /// Every byte is final: encodes all of `text`.
+  std::size_t encode_prefix(std::string_view text, std::vector<std::int32_t>& out) const override;
+  std::string decode(std::span<const std::int32_t> ids) const override {
+    return vocab_.decode(ids);
+  }
+  std::optional<std::int32_t> eot_id() const noexcept override { return std::nullopt; }
+  std::vector<std::string> file_names() const override { return {}; }
+  void save_files(const std::filesystem::path&) const override {}
+
+ private:
+  CharVocab vocab_;
 };
 
 /// "'a' (byte 97)" for a printable ASCII byte, "byte 0xc3" otherwise: bytes as a user can

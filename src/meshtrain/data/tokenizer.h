@@ -5,7 +5,8 @@
 // encoder.py and tiktoken's "gpt2" encoding) and SentencePiece models (a user's .model, or one
 // `meshtrain tokenizer train` made). A prepared dataset, a checkpoint and an export each carry
 // the tokenizer's files and a TokenizerSpec in their JSON, so sampling and Hugging Face
-// loading decode with the tokenizer the data was made with. Uses: core/error.h.
+// loading decode with the tokenizer the data was made with. Uses: core/error.h, char_vocab.h,
+// gpt2_bpe.h, sentencepiece_tokenizer.h (the factory). docs/tokenizers.md describes them all.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,8 @@
 #include <vector>
 
 namespace meshtrain::data {
+
+class CharVocab;
 
 /// Which tokenizer; names in JSON and on the command line: "char", "gpt2", "sentencepiece".
 enum class TokenizerKind { char_bytes, gpt2_bpe, sentencepiece };
@@ -41,6 +44,15 @@ class Tokenizer {
   /// its position.
   virtual void encode(std::string_view text, std::vector<std::int32_t>& out) const = 0;
 
+  /// Streaming form of encode(): appends the ids of the longest prefix of `text` whose ids no
+  /// continuation of the text can change, and returns that prefix's length in bytes (0 when
+  /// no such prefix is known yet). prepare.h feeds a corpus chunk by chunk through this and
+  /// calls encode() on what is left at the end of a document, which gives exactly the ids of
+  /// encode() on the whole document. The char vocabulary consumes everything; GPT-2 keeps
+  /// back its last pre-token (gpt2_bpe.h says why that suffices); SentencePiece keeps all,
+  /// since its normaliser (dummy prefix, whitespace folding) has no provable restart point.
+  virtual std::size_t encode_prefix(std::string_view text, std::vector<std::int32_t>& out) const;
+
   /// The text of `ids`. Errors: DataError naming the first id outside [0, vocab_size()) and
   /// its position.
   virtual std::string decode(std::span<const std::int32_t> ids) const = 0;
@@ -57,5 +69,27 @@ class Tokenizer {
   /// Writes file_names() into `dir` (which must exist). Errors: DataError naming the file.
   virtual void save_files(const std::filesystem::path& dir) const = 0;
 };
+
+/// "char", "gpt2", "sentencepiece": the names in meta.json.
+std::string_view tokenizer_kind_name(TokenizerKind kind) noexcept;
+
+/// Opens the tokenizer a command line names (`meshtrain prepare --tokenizer NAME`):
+///   "char"       the byte vocabulary of the corpus: `corpus_chars` (prepare scans the inputs);
+///   "gpt2"       the shipped data/tokenizers/gpt2 (searched relative to the current directory,
+///                then to the source tree this binary was built from);
+///   a directory  holding encoder.json + vocab.bpe (GPT-2 byte-level BPE);
+///   a .model     file: a SentencePiece model.
+/// Errors: DataError naming the name or file and what is expected, for an unknown name, a
+/// missing/unreadable file, or a file that does not parse; "char" without `corpus_chars`.
+std::unique_ptr<Tokenizer> open_tokenizer(std::string_view name,
+                                          const CharVocab* corpus_chars = nullptr);
+
+struct Metadata;
+
+/// Recreates the tokenizer a meta.json describes from the files beside it in `dir` (a
+/// dataset directory or a checkpoint directory). Errors: DataError naming the file when a
+/// tokenizer file is missing or invalid, or when its vocabulary size differs from the
+/// metadata's "vocab_size".
+std::unique_ptr<Tokenizer> load_tokenizer(const Metadata& meta, const std::filesystem::path& dir);
 
 }  // namespace meshtrain::data

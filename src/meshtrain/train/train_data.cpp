@@ -47,7 +47,7 @@ void resolve_vocab(Config& config, const data::Metadata& meta) {
 data::Metadata foreign_metadata(const Config& config) {
   data::Metadata meta;
   meta.vocab_size = config.model.vocab_size;
-  meta.source = config.data.dir;
+  meta.sources = {config.data.dir};
   return meta;
 }
 

@@ -1,0 +1,43 @@
+// src/meshtrain/data/spm_shim/spm_shim.h
+//
+// A C interface to Debian's libsentencepiece, built as a separate loadable module
+// (libmeshtrain_spm.so) that sentencepiece_tokenizer.cpp opens with dlopen(RTLD_LOCAL |
+// RTLD_DEEPBIND). Why: Debian's libsentencepiece.so 0.1.97 carries its own protobuf-lite 3.14
+// and exports its 1,600 google::protobuf symbols; linked into a process that also links the
+// system libprotobuf 3.21 (TensorBoard's event records), either library binds to the other's
+// copies and the process dies before main() (seen: a crash in libprotobuf's static
+// initialisation; with libprotobuf first, SentencePiece aborts on its version check). Loaded
+// deep-bound and local, the module resolves protobuf inside libsentencepiece and exposes
+// nothing to the rest of the process. Only C types cross this boundary.
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct MtSpm MtSpm;
+
+// Receivers of results, called once with the whole result.
+typedef void (*MtSpmIds)(void* context, const int32_t* ids, size_t count);
+typedef void (*MtSpmBytes)(void* context, const char* bytes, size_t size);
+
+// Each function that can fail returns 0 on success; otherwise it writes a NUL-terminated
+// message into error[error_size] and returns non-zero (mt_spm_load: NULL).
+MtSpm* mt_spm_load(const char* model_proto, size_t size, char* error, size_t error_size);
+void mt_spm_free(MtSpm* model);
+int mt_spm_piece_size(const MtSpm* model);
+int mt_spm_eos_id(const MtSpm* model);
+int mt_spm_encode(const MtSpm* model, const char* text, size_t size, MtSpmIds sink, void* context,
+                  char* error, size_t error_size);
+int mt_spm_decode(const MtSpm* model, const int32_t* ids, size_t count, MtSpmBytes sink,
+                  void* context, char* error, size_t error_size);
+// SentencePieceTrainer::Train on keys[i] = values[i]; the serialized model goes to `sink`.
+int mt_spm_train(const char* const* keys, const char* const* values, size_t count, MtSpmBytes sink,
+                 void* context, char* error, size_t error_size);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Tokenizers end to end (issue 15): GPT-2 and SentencePiece datasets train, their checkpoints
+# carry the tokenizer files, and `sample` encodes the prompt and decodes with the run's
+# tokenizer; bad tokenizer inputs exit 3 (a bad file, named) or 2 (a bad argument).
+# Usage: tokenizer_data.sh <meshtrain binary>
+set -u
+BIN=$1
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+CONFIG=$ROOT/configs/shakespeare_char.toml
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+export OMP_NUM_THREADS=1
+failures=0
+passed=0
+ok() { echo "ok   $1"; passed=$((passed + 1)); }
+fail() { echo "FAIL $1"; [[ -n ${2:-} ]] && echo "$2" | sed 's/^/    /'; failures=$((failures + 1)); }
+
+# expect <name> <exit code> <text the message must contain> -- <command...>
+expect() {
+  local name=$1 code=$2 text=$3
+  shift 4
+  local out got
+  out=$("$@" 2>&1)
+  got=$?
+  if [[ $got -ne $code ]]; then
+    fail "$name: exit $got, expected $code" "$out"
+  elif ! grep -qF -- "$text" <<<"$out"; then
+    fail "$name: message lacks '$text'" "$out"
+  else
+    ok "$name (exit $got)"
+  fi
+}
+
+TEXT=$ROOT/data/tinystories_sample.txt
+expect "prepare: unknown tokenizer name" 3 "unknown tokenizer 'gpt3'" -- \
+  "$BIN" prepare "$TEXT" --tokenizer gpt3 --out "$WORK/p"
+expect "prepare: a missing .model" 3 "$WORK/none.model" -- \
+  "$BIN" prepare "$TEXT" --tokenizer "$WORK/none.model" --out "$WORK/p"
+printf 'not a model' >"$WORK/garbage.model"
+expect "prepare: a garbage .model" 3 "$WORK/garbage.model" -- \
+  "$BIN" prepare "$TEXT" --tokenizer "$WORK/garbage.model" --out "$WORK/p"
+mkdir -p "$WORK/badgpt2" && echo '{"a": 0' >"$WORK/badgpt2/encoder.json" && : >"$WORK/badgpt2/vocab.bpe"
+expect "prepare: a broken encoder.json" 3 "$WORK/badgpt2/encoder.json" -- \
+  "$BIN" prepare "$TEXT" --tokenizer "$WORK/badgpt2" --out "$WORK/p"
+expect "prepare: --val-fraction 1" 2 "--val-fraction = 1" -- \
+  "$BIN" prepare "$TEXT" --val-fraction 1 --out "$WORK/p"
+[[ -e $WORK/p ]] && fail "a rejected prepare left $WORK/p behind" || ok "rejected prepares wrote nothing"
+expect "tokenizer train: bad model type and size" 2 "--model-type = wordpiece" -- \
+  "$BIN" tokenizer train --input "$TEXT" --model-type wordpiece --vocab-size 3 --out "$WORK/sp"
+expect "tokenizer train: a missing input" 3 "$WORK/none.txt" -- \
+  "$BIN" tokenizer train --input "$WORK/none.txt" --vocab-size 100 --out "$WORK/sp"
+
+# A tokenizer's dataset → a short run → the checkpoint → sample with that tokenizer.
+# run <name> <tokenizer> <prompt>
+run() {
+  local name=$1 tokenizer=$2 prompt=$3 out
+  if ! out=$("$BIN" prepare "$ROOT/data/tinyshakespeare.txt" "$TEXT" --tokenizer "$tokenizer" \
+      --document-separator "<|endoftext|>" --out "$WORK/$name/data" --quiet 2>&1); then
+    fail "$name: prepare" "$out"; return
+  fi
+  if ! out=$("$BIN" train "$CONFIG" --data.dir "$WORK/$name/data" --checkpoint.dir "$WORK/$name/ckpt" \
+      --training.max_steps 3 --training.eval_interval 3 --training.eval_batches 1 \
+      --model.n_layer 1 --model.n_embd 32 --model.n_head 2 --training.micro_batch 2 2>&1); then
+    fail "$name: train" "$out"; return
+  fi
+  local files missing=0
+  files=$(/usr/bin/python3 -c 'import json,sys; print(" ".join(json.load(open(sys.argv[1]))["tokenizer"]["files"]))' \
+    "$WORK/$name/ckpt/meta.json")
+  for f in $files; do
+    cmp -s "$WORK/$name/data/$f" "$WORK/$name/ckpt/$f" || { fail "$name: checkpoint lacks $f"; missing=1; }
+  done
+  [[ -n $files && $missing -eq 0 ]] && ok "$name: the checkpoint carries $files"
+  if out=$("$BIN" sample "$WORK/$name/ckpt" --prompt "$prompt" --tokens 8 2>&1) && [[ $out == "$prompt"* ]]; then
+    ok "$name: sample continues the prompt: ${out:0:40}"
+  else
+    fail "$name: sample" "$out"
+  fi
+}
+run gpt2 gpt2 "Once upon a time"
+if "$BIN" tokenizer train --input "$ROOT/data/tinyshakespeare.txt" --vocab-size 500 \
+    --out "$WORK/sp" >/dev/null 2>&1; then
+  run sentencepiece "$WORK/sp/tokenizer.model" "ROMEO:"
+else
+  fail "tokenizer train"
+fi
+# A truncated model in a checkpoint is a bad file there too.
+if [[ -f $WORK/sentencepiece/ckpt/tokenizer.model ]]; then
+  head -c 100 "$WORK/sp/tokenizer.model" >"$WORK/sentencepiece/ckpt/tokenizer.model"
+  expect "sample: a truncated tokenizer.model in the checkpoint" 3 \
+    "$WORK/sentencepiece/ckpt/tokenizer.model" -- "$BIN" sample "$WORK/sentencepiece/ckpt" --prompt "A"
+fi
+
+echo "$passed passed, $failures failed"
+((failures == 0))
