@@ -4,8 +4,8 @@
 # The CTest driver of reference.export_tokenizer_matches_transformers: for each variant that
 # hf_export_tokenizer_reference.py makes (GPT-2 BPE, two SentencePiece models, char), a model
 # transformers wrote becomes a meshtrain final checkpoint (hf_init_dump --checkpoint-out: the
-# model in meshtrain's layout, config.toml, meta.json, plus the tokenizer's files beside
-# meta.json, as a run's checkpoint carries them), the real `meshtrain export` writes the Hugging
+# model in meshtrain's layout, config.toml, meta.json and the tokenizer files it names, copied
+# by the checkpoint writer as in a run), the real `meshtrain export` writes the Hugging
 # Face directory, and the script's check loads it with AutoTokenizer / AutoModelForCausalLM.
 # Works in a fresh directory under <work dir>, removed at the end. Fails when any step fails.
 set -euo pipefail
@@ -17,9 +17,11 @@ trap 'rm -rf "$tmp"' EXIT
 "$python" "$script" make "$tmp" "$gpt2" "$text"
 while read -r name kind; do
   dir=$tmp/$name
+  # meta.json beside the tokenizer's files, as in a prepared dataset: the checkpoint writer
+  # copies the files meta.json names (none for char) into the checkpoint.
+  cp "$dir/meta.json" "$dir/tok/meta.json"
   "$dump" "$dir/meshtrain.toml" "$dir/hf_in" "$dir/meshtrain.safetensors" \
-    --checkpoint-out "$dir/ckpt" "$dir/meta.json"
-  cp "$dir"/tok/* "$dir/ckpt/" 2>/dev/null || true   # char: no tokenizer files
+    --checkpoint-out "$dir/ckpt" "$dir/tok/meta.json"
   mkdir -p "$dir/out"
   message=$("$meshtrain" export "$dir/ckpt" "$dir/out/model.safetensors")
   echo "$message"

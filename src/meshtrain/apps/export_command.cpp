@@ -5,45 +5,28 @@
 #include <fmt/format.h>
 
 #include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "meshtrain/apps/command_errors.h"
 #include "meshtrain/apps/commands.h"
 #include "meshtrain/checkpoint/hf_format.h"
 #include "meshtrain/checkpoint/hf_tokenizer.h"
 #include "meshtrain/core/error.h"
+#include "meshtrain/data/metadata.h"
+#include "meshtrain/data/tokenizer.h"
 
 namespace meshtrain {
 namespace {
 
 namespace fs = std::filesystem;
 
-// The tokenizer kind recorded in the checkpoint's meta.json ("" when it has none: a sharded
-// checkpoints/step-N directory, or a run from before meta.json recorded it). Reads only the
-// two fields of the format docs/tokenizers.md defines: "format" and "tokenizer"."kind".
-// TODO(issue 15, tok): use data::load_metadata once the v2 reader is on main.
+// The tokenizer kind recorded in the checkpoint's meta.json (docs/tokenizers.md; data::
+// load_metadata validates it, a bad one is a DataError naming the file), "" when the checkpoint
+// has none (a sharded checkpoints/step-N directory, or a run on foreign token files).
 std::string tokenizer_kind(const fs::path& checkpoint) {
-  const fs::path meta = checkpoint / "meta.json";
+  const fs::path meta = checkpoint / data::kMetaJsonName;
   std::error_code ec;
   if (!fs::exists(meta, ec)) return "";
-  std::ifstream in(meta);
-  std::stringstream text;
-  text << in.rdbuf();
-  const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  const auto field = [&](const nlohmann::json& o, const char* key) {
-    return o.is_object() && o.contains(key) && o[key].is_string() ? o[key].get<std::string>() : "";
-  };
-  const std::string format = field(j, "format");
-  if (format == "meshtrain-char-v1") return "char";
-  if (format == "meshtrain-tokens-v2" && j.contains("tokenizer")) {
-    if (std::string kind = field(j["tokenizer"], "kind"); !kind.empty()) return kind;
-  }
-  throw DataError(fmt::format(
-      "{}: not a meshtrain meta.json (format \"meshtrain-tokens-v2\" with a tokenizer kind, or "
-      "\"meshtrain-char-v1\")",
-      meta.string()));
+  return std::string(data::tokenizer_kind_name(data::load_metadata(meta).tokenizer));
 }
 
 void check_out_path(const ExportArgs& args, const fs::path& dir) {
