@@ -3,6 +3,7 @@
 # as scripts/train_shakespeare_bpe.sh does it, then the shipped configs/shakespeare_bpe.toml
 # trained as that script runs it (2 data-parallel ranks, micro-batch 4) for 8 steps instead of
 # 500. Asserts the dataset's token counts (nanoGPT's `shakespeare`: 301,966 / 36,059), the
+# reference losses tools/token_baselines.py gives on it (unigram 6.4749, bigram 5.1605), the
 # model's parameter count (7,236,864 = a tied 50,257 × 128 embedding + 4 layers), a first loss
 # within 0.1 of ln(50257) ≈ 10.82 (measured 10.81) and a loss at step 8 at least 0.2 below it
 # (measured 10.50 when this test was written).
@@ -18,6 +19,11 @@ out=$("$BIN" prepare "$ROOT/data/tinyshakespeare.txt" --tokenizer gpt2 --out "$W
 grep -qF "vocab 50257, 301966 train tokens, 36059 val tokens" <<<"$out" ||
   { echo "FAIL prepare: unexpected dataset: $out"; exit 1; }
 echo "ok   prepare: $out"
+# The reference losses the README and docs/performance.md quote for this dataset.
+out=$(/usr/bin/python3 "$ROOT/tools/token_baselines.py" "$WORK/data")
+grep -qE "unigram +6\.4749 " <<<"$out" && grep -qE "bigram \(λ 0\.5\) +5\.1605 " <<<"$out" ||
+  { echo "FAIL token_baselines.py: not the documented 6.4749 / 5.1605"; echo "$out"; exit 1; }
+echo "ok   baselines: unigram 6.4749, bigram 5.1605 nats/token"
 
 out=$(mpirun --oversubscribe --bind-to none -np 2 "$BIN" train "$ROOT/configs/shakespeare_bpe.toml" \
   --parallel.dp 2 --training.micro_batch 4 --training.max_steps 8 --training.eval_interval 8 \
