@@ -313,7 +313,9 @@ expect "export of a char run writes no tokenizer files and says so" 0 \
   "no tokenizer files: Hugging Face has no tokenizer class" -- \
   "$BIN" export "$WORK/good" "$WORK/hf/model.safetensors"
 cp -r "$WORK/good" "$WORK/gpt2_no_files"
-printf '{"format": "meshtrain-tokens-v2", "tokenizer": {"kind": "gpt2", "files": ["encoder.json", "vocab.bpe"]}}' \
+printf '%s' '{"format": "meshtrain-tokens-v2", "tokenizer": {"kind": "gpt2", "files": ["encoder.json", "vocab.bpe"]},
+  "vocab_size": 50257, "token_dtype": "uint16", "eot_id": 50256, "sources": ["x.txt"],
+  "document_separator": null, "val_fraction": 0.1, "train_tokens": 1, "val_tokens": 1}' \
   >"$WORK/gpt2_no_files/meta.json"
 expect "export of a GPT-2 BPE run whose tokenizer files are missing" 3 \
   "$WORK/gpt2_no_files/encoder.json: the GPT-2 encoder.json is missing" -- \

@@ -22,43 +22,15 @@
 #include "meshtrain/data/prepare.h"
 #include "meshtrain/data/sampler.h"
 #include "meshtrain/data/token_file.h"
+#include "../support/temp_files.h"
 
 namespace meshtrain::data {
 namespace {
 
 namespace fs = std::filesystem;
-
-// A fresh directory under the system temp dir, removed with everything in it at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() / ("meshtrain-data-test-" + std::to_string(::getpid()) + "-" +
-                                         info->test_suite_name() + "-" + info->name());
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_file(const fs::path& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
+using test::TempDir;
+using test::read_file;
+using test::write_file;
 
 // Little-endian uint16 token file, the format prepare writes.
 void write_tokens(const fs::path& path, const std::vector<std::uint16_t>& tokens) {

@@ -23,32 +23,13 @@
 #include "meshtrain/data/sampler.h"
 #include "meshtrain/data/token_file.h"
 #include "meshtrain/train/train_data.h"
+#include "../support/temp_files.h"
 
 namespace meshtrain::data {
 namespace {
 
 namespace fs = std::filesystem;
-
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() / ("meshtrain-tokens-test-" + std::to_string(::getpid()) +
-                                         "-" + info->test_suite_name() + "-" + info->name());
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using test::TempDir;
 
 void write_bytes(const fs::path& path, const std::vector<char>& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

@@ -27,44 +27,17 @@
 #include "meshtrain/data/metadata.h"
 #include "meshtrain/data/prepare.h"
 #include "meshtrain/data/sentencepiece_tokenizer.h"
+#include "../support/temp_files.h"
 
 namespace meshtrain::data {
 namespace {
 
 namespace fs = std::filesystem;
+using test::TempDir;
+using test::read_file;
+using test::write_file;
 
 const fs::path kSource(MESHTRAIN_SOURCE_DIR);
-
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() / ("meshtrain-tok-test-" + std::to_string(::getpid()) + "-" +
-                                         info->test_suite_name() + "-" + info->name());
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_file(const fs::path& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
 
 void expect_data_error(const std::function<void()>& fn, const std::vector<std::string>& needles) {
   try {
