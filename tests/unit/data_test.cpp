@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/temp_files.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/core/rng.h"
 #include "meshtrain/data/char_vocab.h"
@@ -22,14 +23,13 @@
 #include "meshtrain/data/prepare.h"
 #include "meshtrain/data/sampler.h"
 #include "meshtrain/data/token_file.h"
-#include "../support/temp_files.h"
 
 namespace meshtrain::data {
 namespace {
 
 namespace fs = std::filesystem;
-using test::TempDir;
 using test::read_file;
+using test::TempDir;
 using test::write_file;
 
 // Little-endian uint16 token file, the format prepare writes.

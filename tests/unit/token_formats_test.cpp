@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/temp_files.h"
 #include "meshtrain/config/config.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/core/rng.h"
@@ -23,7 +24,6 @@
 #include "meshtrain/data/sampler.h"
 #include "meshtrain/data/token_file.h"
 #include "meshtrain/train/train_data.h"
-#include "../support/temp_files.h"
 
 namespace meshtrain::data {
 namespace {

@@ -21,20 +21,20 @@
 #include <string>
 #include <vector>
 
+#include "../support/temp_files.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/data/char_vocab.h"
 #include "meshtrain/data/gpt2_bpe.h"
 #include "meshtrain/data/metadata.h"
 #include "meshtrain/data/prepare.h"
 #include "meshtrain/data/sentencepiece_tokenizer.h"
-#include "../support/temp_files.h"
 
 namespace meshtrain::data {
 namespace {
 
 namespace fs = std::filesystem;
-using test::TempDir;
 using test::read_file;
+using test::TempDir;
 using test::write_file;
 
 const fs::path kSource(MESHTRAIN_SOURCE_DIR);
