@@ -120,12 +120,13 @@ TEST(TrainDataTokenizer, NanoGptFilesTakeTheVocabularyFromTheTokenizerAndTheChec
   const std::vector<std::int32_t> hello{15496, 995};  // tiktoken gpt2: "Hello world"
   EXPECT_EQ(data::load_tokenizer(meta, ckpt.path())->decode(hello), "Hello world");
 
-  // Without data.tokenizer the vocabulary is model.vocab_size and nothing is written.
-  const TempDir none;
+  // Without data.tokenizer the vocabulary is model.vocab_size and nothing is written; a
+  // meta.json of an earlier run in the directory is removed (it would describe other ids).
   Config plain = data_config(dir.path(), DataFormat::nanogpt, "", 50257);
   const TrainData untokenized(plain, load_run_metadata(plain));
-  untokenized.write_tokenizer(none.path());
-  EXPECT_TRUE(fs::is_empty(none.path()));
+  untokenized.write_tokenizer(ckpt.path());
+  EXPECT_FALSE(fs::exists(ckpt.path() / "meta.json"));
+  EXPECT_TRUE(fs::exists(ckpt.path() / "encoder.json"));  // only meta.json is removed
 }
 
 TEST(TrainDataTokenizer, APaddedVocabularyIsAllowedASmallerOneIsAConfigError) {

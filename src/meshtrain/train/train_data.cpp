@@ -171,7 +171,9 @@ RunMetadata load_run_metadata(Config& config) {
 }
 
 TrainData::TrainData(const Config& config, RunMetadata metadata)
-    : metadata_(std::move(metadata.metadata)), tokenizer_(std::move(metadata.tokenizer)) {
+    : metadata_(std::move(metadata.metadata)),
+      tokenizer_(std::move(metadata.tokenizer)),
+      foreign_(config.data.format != DataFormat::meshtrain) {
   const fs::path dir = config.data.dir;
   const data::TokenFileOptions options = file_options(config, metadata_);
   train_file_ = data::TokenFile(dir / config.data.train_file, options);
@@ -196,7 +198,12 @@ TrainData::TrainData(const Config& config, RunMetadata metadata)
 }
 
 void TrainData::write_tokenizer(const fs::path& dir) const {
-  if (!tokenizer_) return;
+  if (!tokenizer_) {
+    // A meta.json an earlier run left there would describe another model's ids.
+    std::error_code ec;
+    if (foreign_) fs::remove(dir / data::kMetaJsonName, ec);
+    return;
+  }
   // The files first, so the checkpoint's meta.json never names a missing file.
   tokenizer_->save_files(dir);
   const std::string json = data::metadata_to_json(metadata_);

@@ -56,13 +56,15 @@ class TrainData {
   /// Foreign data read with data.tokenizer: writes the tokenizer's files and then a meta.json
   /// (v2, data/metadata.h) describing them and the token files into `dir`, each atomically,
   /// so a checkpoint directory decodes as one trained on meshtrain's format does (whose
-  /// meta.json save_model_checkpoint copies). Nothing otherwise. Errors: DataError naming the
+  /// meta.json save_model_checkpoint copies). Foreign data without it: removes a meta.json an
+  /// earlier run left in `dir`. Nothing for meshtrain's format. Errors: DataError naming the
   /// file that cannot be written.
   void write_tokenizer(const std::filesystem::path& dir) const;
 
  private:
   data::Metadata metadata_;
   std::unique_ptr<data::Tokenizer> tokenizer_;
+  bool foreign_ = false;  // data.format "nanogpt" or "llmc"
   data::TokenFile train_file_, val_file_;
   std::unique_ptr<data::GlobalBatchSampler> train_sampler_, val_sampler_;
 };
