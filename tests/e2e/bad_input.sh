@@ -357,6 +357,15 @@ expect "nanoGPT file with an id outside the vocabulary" 3 "oov.bin' holds id 65 
   "$BIN" train "$CONFIG" "${COMMON[@]}" "${TOK[@]}" --data.format nanogpt --data.train_file oov.bin
 expect "nanoGPT format without model.vocab_size" 2 "must be > 0 with data.format = \"nanogpt\"" -- \
   "$BIN" train "$CONFIG" "${COMMON[@]}" --data.dir "$WORK/tokens" --data.format nanogpt
+expect "data.tokenizer naming a missing file" 3 "$WORK/none/tokenizer.model' does not exist" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" --data.dir "$WORK/tokens" --data.format nanogpt \
+  --data.tokenizer "$WORK/none/tokenizer.model"
+expect "model.vocab_size below data.tokenizer's" 2 "model.vocab_size = 65" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" "${TOK[@]}" --data.format nanogpt --data.tokenizer gpt2
+expect "data.tokenizer that is not meta.json's" 2 "it is a gpt2 tokenizer, the data's is char" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" --data.tokenizer gpt2
+expect "data.tokenizer = char" 2 "data.tokenizer = \"char\"" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" --data.tokenizer char
 expect "a token file name that leaves data.dir" 2 "data.train_file = \"../train.bin\"" -- \
   "$BIN" train "$CONFIG" "${COMMON[@]}" --data.train_file ../train.bin
 expect "an unknown data.format" 2 "data.format = megatron" -- \

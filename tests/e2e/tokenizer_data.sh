@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Tokenizers end to end (issue 15): GPT-2 and SentencePiece datasets train, their checkpoints
 # carry the tokenizer files, and `sample` encodes the prompt and decodes with the run's
-# tokenizer; bad tokenizer inputs exit 3 (a bad file, named) or 2 (a bad argument).
+# tokenizer; nanoGPT's raw GPT-2 files trained with data.tokenizer (plain and padded to 50304)
+# do the same; bad tokenizer inputs exit 3 (a bad file, named) or 2 (a bad argument).
 # Usage: tokenizer_data.sh <meshtrain binary>
 set -u
 BIN=$1
@@ -77,6 +78,57 @@ run() {
   fi
 }
 run gpt2 gpt2 "Once upon a time"
+
+# nanoGPT's raw files of GPT-2 ids (the gpt2 run's .bin without meta.json) with data.tokenizer
+# and no model.vocab_size, and with nanoGPT's padded 50304: the checkpoint gets a meta.json and
+# GPT-2's files, and sample decodes with them.
+# foreign <name> <extra train args...>
+foreign() {
+  local name=$1 out
+  shift
+  if ! out=$("$BIN" train "$CONFIG" --data.dir "$WORK/nanogpt" --data.format nanogpt \
+      --data.tokenizer gpt2 --checkpoint.dir "$WORK/$name" --training.max_steps 3 \
+      --training.eval_interval 3 --training.eval_batches 1 --model.n_layer 1 --model.n_embd 32 \
+      --model.n_head 2 --training.micro_batch 2 "$@" 2>&1); then
+    fail "$name: train" "$out"; return
+  fi
+  if out=$(/usr/bin/python3 - "$WORK/$name" "$ROOT/data/tokenizers/gpt2" <<'PY' 2>&1
+import filecmp, json, sys
+ckpt, gpt2 = sys.argv[1:]
+meta = json.load(open(f"{ckpt}/meta.json"))
+assert meta["format"] == "meshtrain-tokens-v2", meta
+assert meta["tokenizer"] == {"kind": "gpt2", "files": ["encoder.json", "vocab.bpe"]}, meta
+assert (meta["vocab_size"], meta["eot_id"], meta["token_dtype"]) == (50257, 50256, "uint16"), meta
+for f in ("encoder.json", "vocab.bpe"):
+    assert filecmp.cmp(f"{ckpt}/{f}", f"{gpt2}/{f}", shallow=False), f
+PY
+  ); then
+    ok "$name: the checkpoint carries meta.json (gpt2, 50257 ids) and GPT-2's files"
+  else
+    fail "$name: checkpoint tokenizer" "$out"
+  fi
+  local prompt="Once upon a time"
+  if out=$("$BIN" sample "$WORK/$name" --prompt "$prompt" --tokens 8 2>&1) &&
+      [[ $out == "$prompt"* && ${#out} -gt ${#prompt} ]]; then
+    ok "$name: sample decodes with GPT-2: ${out:0:40}"
+  else
+    fail "$name: sample" "$out"
+  fi
+}
+mkdir -p "$WORK/nanogpt" && cp "$WORK/gpt2/data/train.bin" "$WORK/gpt2/data/val.bin" "$WORK/nanogpt/"
+foreign nanogpt_tokenizer
+foreign nanogpt_padded --model.vocab_size 50304
+# Same tokens, same seed: the nanoGPT run is the meshtrain-format gpt2 run, so are its samples.
+if [[ $("$BIN" sample "$WORK/nanogpt_tokenizer" --prompt "The" --tokens 20 2>&1) == \
+      "$("$BIN" sample "$WORK/gpt2/ckpt" --prompt "The" --tokens 20 2>&1)" ]]; then
+  ok "nanogpt_tokenizer: samples equal the meshtrain-format gpt2 run's"
+else
+  fail "nanogpt_tokenizer: samples differ from the gpt2 run's"
+fi
+grep -q '^vocab_size = 50304$' "$WORK/nanogpt_padded/config.toml" &&
+  ok "nanogpt_padded: config.toml keeps model.vocab_size = 50304" ||
+  fail "nanogpt_padded: config.toml" "$(grep vocab_size "$WORK/nanogpt_padded/config.toml")"
+
 if "$BIN" tokenizer train --input "$ROOT/data/tinyshakespeare.txt" --vocab-size 500 \
     --out "$WORK/sp" >/dev/null 2>&1; then
   run sentencepiece "$WORK/sp/tokenizer.model" "ROMEO:"

@@ -759,7 +759,7 @@ TEST(ConfigValidate, DataFileNamesStayInsideDataDirAndForeignFormatsNeedAVocabul
     EXPECT_TRUE(has(text, "model.vocab_size = 0")) << text;
     EXPECT_TRUE(has(text, fmt::format("must be > 0 with data.format = \"{}\"", to_string(format))))
         << text;
-    EXPECT_TRUE(has(text, "fix:  set model.vocab_size to the tokenizer's vocabulary")) << text;
+    EXPECT_TRUE(has(text, "or model.vocab_size to the tokenizer's vocabulary")) << text;
     c.model.vocab_size = 50257;
     EXPECT_TRUE(check_config(c, 1).empty()) << issues_text(c, 1);
     c.model.vocab_size = 0;
@@ -783,6 +783,28 @@ TEST(ConfigValidate, DataFileNamesStayInsideDataDirAndForeignFormatsNeedAVocabul
   EXPECT_EQ(loaded.data.train_file, "tiny_shakespeare_train.bin");
   EXPECT_EQ(loaded.data.val_file, "tiny_shakespeare_val.bin");
   EXPECT_EQ(loaded.data.sampler, DataSampler::epoch);
+}
+
+TEST(ConfigValidate, DataTokenizerGivesForeignFormatsTheirVocabularyCharIsRefused) {
+  Config c;
+  EXPECT_EQ(c.data.tokenizer, "");
+  c.data.format = DataFormat::nanogpt;
+  EXPECT_TRUE(has(issues_text(c, 1), "fix:  set data.tokenizer = \"gpt2\"")) << issues_text(c, 1);
+  c.data.tokenizer = "gpt2";  // the vocabulary comes from it: model.vocab_size may stay 0
+  EXPECT_TRUE(check_config(c, 1).empty()) << issues_text(c, 1);
+  for (const DataFormat format : {DataFormat::meshtrain, DataFormat::llmc}) {
+    c.data.format = format;
+    c.data.tokenizer = "char";  // a corpus's bytes: only a meta.json knows them
+    const std::string text = issues_text(c, 1);
+    EXPECT_TRUE(has(text, "data.tokenizer = \"char\"")) << text;
+    EXPECT_TRUE(has(text, "the char vocabulary is made from a corpus")) << text;
+    EXPECT_TRUE(has(text, "fix:  set data.tokenizer = \"\"")) << text;
+  }
+  const Config loaded = load_config_text("[data]\nformat = \"nanogpt\"\ntokenizer = \"gpt2\"\n",
+                                         "t.toml", {{"data.tokenizer", "runs/sp/tokenizer.model"}});
+  EXPECT_EQ(loaded.data.tokenizer, "runs/sp/tokenizer.model");
+  EXPECT_EQ(load_config_text(to_toml(loaded), "round trip").data.tokenizer,
+            "runs/sp/tokenizer.model");
 }
 
 TEST(ConfigEnums, NamesRoundTripAndJsonWritesTheName) {

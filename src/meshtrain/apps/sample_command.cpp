@@ -115,7 +115,12 @@ int run_sample(const SampleArgs& args) {
     const Config config = load_config_file(dir / "config.toml");
     const data::Metadata meta = data::load_metadata(dir / "meta.json");
     const std::unique_ptr<data::Tokenizer> tokenizer = data::load_tokenizer(meta, dir);
-    if (tokenizer->vocab_size() != config.model.vocab_size) {
+    // A run on nanoGPT's or llm.c's files may give the model more rows than the tokenizer has
+    // ids (a padded vocabulary, nanoGPT's 50304 for GPT-2's 50257; docs/data.md); otherwise
+    // the sizes are equal.
+    const bool padded = config.data.format != DataFormat::meshtrain &&
+                        tokenizer->vocab_size() < config.model.vocab_size;
+    if (tokenizer->vocab_size() != config.model.vocab_size && !padded) {
       throw DataError(fmt::format(
           "{}: a tokenizer of {} ids, but the model was trained with a vocabulary "
           "of {}: meta.json does not belong to this checkpoint",
@@ -138,7 +143,9 @@ int run_sample(const SampleArgs& args) {
     }
     const std::uint64_t stream = stream_of("sample");
     const auto seed = static_cast<std::uint64_t>(args.seed);
-    const auto vocab = static_cast<std::size_t>(config.model.vocab_size);
+    // Only the tokenizer's ids are drawn: the padding rows of a padded vocabulary are never a
+    // target, but their logits are not -inf.
+    const auto vocab = static_cast<std::size_t>(tokenizer->vocab_size());
     TextPrinter printer(*tokenizer, ids);  // printed as generated: a long sample shows progress
     for (std::int64_t i = 0; i < args.tokens; ++i) {
       const std::int64_t T =

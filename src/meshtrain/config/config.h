@@ -197,7 +197,7 @@ struct ModelConfig {
   std::int64_t n_embd = 128;     // hidden size C
   std::int64_t ffn_hidden = 0;   // MLP hidden size F; 0 = the family's rule (ffn_hidden_of)
   std::int64_t block_size = 64;  // sequence length T (tokens per sequence)
-  std::int64_t vocab_size = 0;   // 0: from meta.json (data.format "meshtrain"); > 0 otherwise
+  std::int64_t vocab_size = 0;   // 0: from meta.json or data.tokenizer (docs/data.md)
   bool bias = true;              // biases in linears and LayerNorm (gpt2 only; llama has none)
   double dropout = 0.0;          // must be 0 in this version
   double init_std = 0.02;        // N(0, init_std²) weights (Radford et al. 2019, §2.3)
@@ -308,7 +308,8 @@ struct ParallelConfig {
 // never a path out of the directory). "meshtrain": meshtrain prepare's files, their id width
 // and vocabulary in data.dir/meta.json. "nanogpt": nanoGPT's raw uint16 train.bin / val.bin.
 // "llmc": llm.c's files (e.g. tiny_shakespeare_train.bin), uint16 or uint32 as the header
-// says. nanoGPT's and llm.c's files do not record a vocabulary: model.vocab_size gives it.
+// says. nanoGPT's and llm.c's files do not record a vocabulary: data.tokenizer or
+// model.vocab_size gives it.
 struct DataConfig {
   std::string dir = "data/prepared/shakespeare_char";
   DataFormat format = DataFormat::meshtrain;
@@ -318,6 +319,12 @@ struct DataConfig {
   // seq_len + 1 tokens at stride seq_len once per epoch, in a seeded order per epoch
   // (Megatron-LM's sample and shuffle indices); validation reads its windows in that order too.
   DataSampler sampler = DataSampler::random;
+  // The tokenizer of the token files: "" = none (meshtrain's format: meta.json's), "gpt2" (the
+  // shipped data/tokenizers/gpt2), a directory with GPT-2's encoder.json + vocab.bpe, or a
+  // SentencePiece .model (data/tokenizer.h, open_tokenizer). With "nanogpt" / "llmc" it gives
+  // the vocabulary and is saved with the final checkpoint; with "meshtrain" it must be
+  // meta.json's.
+  std::string tokenizer;
 };
 
 struct CheckpointConfig {

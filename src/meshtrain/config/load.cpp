@@ -101,6 +101,7 @@ std::vector<Field> fields_of(Config& c) {
       {"data.train_file", &c.data.train_file},
       {"data.val_file", &c.data.val_file},
       {"data.sampler", &c.data.sampler},
+      {"data.tokenizer", &c.data.tokenizer},
       {"checkpoint.dir", &c.checkpoint.dir},
       {"checkpoint.save_final", &c.checkpoint.save_final},
       {"checkpoint.interval", &c.checkpoint.interval},

@@ -37,7 +37,7 @@ void check_model(const ModelConfig& m, std::vector<ConfigIssue>& issues) {
   require(issues, m.block_size >= 1, "model.block_size", m.block_size, "must be ≥ 1",
           "use e.g. 64");
   require(issues, m.vocab_size >= 0, "model.vocab_size", m.vocab_size,
-          "must be ≥ 0 (0 = take it from the data's meta.json)",
+          "must be ≥ 0 (0 = take it from the data's meta.json or data.tokenizer)",
           "leave it at 0, or give the tokenizer's vocabulary size");
   require(issues, m.ffn_hidden >= 0, "model.ffn_hidden", m.ffn_hidden,
           "must be ≥ 0 (0 = the family's rule: 4·n_embd for gpt2, Llama's ≈8/3·n_embd)",
@@ -354,20 +354,28 @@ void check_data_file_name(const std::string& setting, const std::string& name,
           fmt::format("set {} = \"{}\" and point data.dir at its directory", setting, example));
 }
 
-// data.* (docs/data.md): file names, and the vocabulary that nanoGPT's and llm.c's files do not
-// record. The vocabulary size of a foreign file comes from model.vocab_size; a tokenizer
-// setting (data.tokenizer, naming a tokenizer directory) is where it would otherwise come from,
-// and would relax the rule below to "model.vocab_size > 0 or data.tokenizer given".
+// data.* (docs/data.md): file names, the tokenizer setting, and the vocabulary that nanoGPT's
+// and llm.c's files do not record: model.vocab_size or data.tokenizer must give it. Whether
+// the tokenizer opens and agrees with model.vocab_size or meta.json needs its files, so
+// load_run_metadata (train/train_data.h) checks that, still before anything is allocated.
 void check_data(const Config& config, std::vector<ConfigIssue>& issues) {
   const DataConfig& d = config.data;
   check_data_file_name("data.train_file", d.train_file, "train.bin", issues);
   check_data_file_name("data.val_file", d.val_file, "val.bin", issues);
+  // The char vocabulary is the set of a corpus's bytes: only meta.json can say which.
+  require(issues, d.tokenizer != "char", "data.tokenizer", "\"char\"",
+          "must be \"\", \"gpt2\", a directory holding encoder.json + vocab.bpe, or a "
+          "SentencePiece .model: the char vocabulary is made from a corpus and lives in its "
+          "meta.json",
+          "set data.tokenizer = \"\" and train on meshtrain prepare's files");
   if (d.format != DataFormat::meshtrain) {
-    require(issues, config.model.vocab_size > 0, "model.vocab_size", config.model.vocab_size,
-            fmt::format("must be > 0 with data.format = \"{}\": its token files do not record "
-                        "the vocabulary",
+    require(issues, config.model.vocab_size > 0 || !d.tokenizer.empty(), "model.vocab_size",
+            config.model.vocab_size,
+            fmt::format("must be > 0 with data.format = \"{}\" and no data.tokenizer: its "
+                        "token files do not record the vocabulary",
                         to_string(d.format)),
-            "set model.vocab_size to the tokenizer's vocabulary, e.g. 50257 for GPT-2 (nanoGPT "
+            "set data.tokenizer = \"gpt2\" (or a tokenizer directory or .model), or "
+            "model.vocab_size to the tokenizer's vocabulary, e.g. 50257 for GPT-2 (nanoGPT "
             "pads it to 50304)");
   }
 }

@@ -7,6 +7,7 @@
 
 #include "meshtrain/config/validate.h"
 #include "meshtrain/core/error.h"
+#include "meshtrain/core/staged_file.h"
 
 namespace meshtrain {
 namespace {
@@ -41,14 +42,88 @@ void resolve_vocab(Config& config, const data::Metadata& meta) {
   }
 }
 
-// nanoGPT's and llm.c's files come without a meta.json: the vocabulary size is the config's
-// (validation requires it > 0 for these formats). This is where a tokenizer directory
-// (data.tokenizer) would supply it instead; the token counts and width are the files'.
-data::Metadata foreign_metadata(const Config& config) {
-  data::Metadata meta;
-  meta.vocab_size = config.model.vocab_size;
-  meta.sources = {config.data.dir};
-  return meta;
+// data.tokenizer opened; a bad name or file is the DataError of open_tokenizer (naming the
+// file) with the setting and where relative paths start.
+std::unique_ptr<data::Tokenizer> open_data_tokenizer(const Config& config) {
+  try {
+    return data::open_tokenizer(config.data.tokenizer);
+  } catch (const DataError& e) {
+    std::error_code ec;
+    throw DataError(
+        fmt::format("{}\n  data.tokenizer = \"{}\" (relative paths start at the "
+                    "current directory, {})",
+                    e.what(), config.data.tokenizer, fs::current_path(ec).string()));
+  }
+}
+
+// How `named` differs from `own` (the data's), or "" when they are the same tokenizer as far as
+// the ids go: kind, size, end-of-text id and the text of every id.
+std::string tokenizer_difference(const data::Tokenizer& named, const data::Tokenizer& own) {
+  if (named.kind() != own.kind()) {
+    return fmt::format("it is a {} tokenizer, the data's is {}",
+                       data::tokenizer_kind_name(named.kind()),
+                       data::tokenizer_kind_name(own.kind()));
+  }
+  if (named.vocab_size() != own.vocab_size()) {
+    return fmt::format("it has {} ids, the data's {}", named.vocab_size(), own.vocab_size());
+  }
+  if (named.eot_id() != own.eot_id()) return "its end-of-text id differs from the data's";
+  for (std::int32_t id = 0; id < named.vocab_size(); ++id) {
+    const std::span<const std::int32_t> one(&id, 1);
+    if (named.decode(one) != own.decode(one)) {
+      return fmt::format("id {} is another text in it than in the data's", id);
+    }
+  }
+  return "";
+}
+
+// data.tokenizer beside a meta.json names what the user expects the data to be: a check only,
+// the ids are meta.json's tokenizer's either way.
+void check_named_tokenizer(const Config& config, const data::Metadata& meta) {
+  if (config.data.tokenizer.empty()) return;
+  const std::unique_ptr<data::Tokenizer> named = open_data_tokenizer(config);
+  const std::unique_ptr<data::Tokenizer> own = data::load_tokenizer(meta, config.data.dir);
+  const std::string difference = tokenizer_difference(*named, *own);
+  if (difference.empty()) return;
+  throw ConfigError(
+      config.source,
+      {{"data.tokenizer", fmt::format("\"{}\"", config.data.tokenizer),
+        fmt::format("must be the tokenizer of {}'s meta.json ({}, {} ids): {}", config.data.dir,
+                    data::tokenizer_kind_name(meta.tokenizer), meta.vocab_size, difference),
+        "set data.tokenizer = \"\" (meta.json's tokenizer is used), or point "
+        "data.dir at data prepared with this tokenizer"}});
+}
+
+// nanoGPT's and llm.c's files come without a meta.json: the vocabulary is data.tokenizer's or,
+// without one, model.vocab_size (validation requires one of them); the token counts and width
+// are the files' (TrainData).
+RunMetadata foreign_metadata(Config& config) {
+  RunMetadata run;
+  data::Metadata& meta = run.metadata;
+  meta.sources = {(fs::path(config.data.dir) / config.data.train_file).string(),
+                  (fs::path(config.data.dir) / config.data.val_file).string()};
+  if (config.data.tokenizer.empty()) {
+    meta.vocab_size = config.model.vocab_size;
+    return run;
+  }
+  run.tokenizer = open_data_tokenizer(config);
+  const data::Tokenizer& tok = *run.tokenizer;
+  meta.tokenizer = tok.kind();
+  meta.tokenizer_files = tok.file_names();
+  meta.vocab_size = tok.vocab_size();
+  meta.eot_id = tok.eot_id();
+  if (config.model.vocab_size == 0) {
+    config.model.vocab_size = meta.vocab_size;
+  } else if (config.model.vocab_size < meta.vocab_size) {
+    throw ConfigError(
+        config.source,
+        {{"model.vocab_size", std::to_string(config.model.vocab_size),
+          fmt::format("must be ≥ the {} ids of data.tokenizer = \"{}\" (a larger value pads the "
+                      "embedding, as nanoGPT's 50304 for GPT-2)",
+                      meta.vocab_size, config.data.tokenizer),
+          fmt::format("set model.vocab_size = 0 to take {} from the tokenizer", meta.vocab_size)}});
+  }
+  return run;
 }
 
 // The sidecar and the token files must describe the same preparation.
@@ -87,15 +162,18 @@ data::SampleOrder sample_order(DataSampler sampler) {
 
 }  // namespace
 
-data::Metadata load_run_metadata(Config& config) {
+RunMetadata load_run_metadata(Config& config) {
   if (config.data.format != DataFormat::meshtrain) return foreign_metadata(config);
-  data::Metadata meta = load_data_metadata(config.data.dir);
-  resolve_vocab(config, meta);
-  return meta;
+  RunMetadata run{.metadata = load_data_metadata(config.data.dir), .tokenizer = nullptr};
+  resolve_vocab(config, run.metadata);
+  check_named_tokenizer(config, run.metadata);
+  return run;
 }
 
-TrainData::TrainData(const Config& config, data::Metadata metadata)
-    : metadata_(std::move(metadata)) {
+TrainData::TrainData(const Config& config, RunMetadata metadata)
+    : metadata_(std::move(metadata.metadata)),
+      tokenizer_(std::move(metadata.tokenizer)),
+      foreign_(config.data.format != DataFormat::meshtrain) {
   const fs::path dir = config.data.dir;
   const data::TokenFileOptions options = file_options(config, metadata_);
   train_file_ = data::TokenFile(dir / config.data.train_file, options);
@@ -106,6 +184,9 @@ TrainData::TrainData(const Config& config, data::Metadata metadata)
     metadata_.token_dtype = train_file_.dtype();
     metadata_.train_tokens = train_file_.size();
     metadata_.val_tokens = val_file_.size();
+    // meta.json's "the last share of the tokens that is val", here the files' share.
+    metadata_.val_fraction = static_cast<double>(metadata_.val_tokens) /
+                             static_cast<double>(metadata_.train_tokens + metadata_.val_tokens);
   }
   const std::int64_t global_batch = global_batch_of(config);
   const auto seed = static_cast<std::uint64_t>(config.training.seed);
@@ -114,6 +195,19 @@ TrainData::TrainData(const Config& config, data::Metadata metadata)
                                                               global_batch, seed, "train", order);
   val_sampler_ = std::make_unique<data::GlobalBatchSampler>(val_file_, config.model.block_size,
                                                             global_batch, seed, "val", order);
+}
+
+void TrainData::write_tokenizer(const fs::path& dir) const {
+  if (!tokenizer_) {
+    // A meta.json an earlier run left there would describe another model's ids.
+    std::error_code ec;
+    if (foreign_) fs::remove(dir / data::kMetaJsonName, ec);
+    return;
+  }
+  // The files first, so the checkpoint's meta.json never names a missing file.
+  tokenizer_->save_files(dir);
+  const std::string json = data::metadata_to_json(metadata_);
+  StagedFile(dir / data::kMetaJsonName, std::as_bytes(std::span<const char>(json))).commit();
 }
 
 }  // namespace meshtrain

@@ -203,7 +203,7 @@ Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
   // Every rank gets here with a valid config (validation is the same pure function on every
   // rank), so the watchdog's collective start-up cannot leave one rank behind.
   watchdog_ = start_watchdog(config_, world);
-  data::Metadata metadata = load_run_metadata(config_);  // resolves model.vocab_size
+  RunMetadata metadata = load_run_metadata(config_);  // resolves model.vocab_size
   check_memory_or_throw(config_, options_.local_ranks);
   data_ = std::make_unique<TrainData>(config_, std::move(metadata));
   check_outputs(config_, options_, world);
@@ -351,11 +351,13 @@ std::vector<StepMetrics> Trainer::run() {
   if (config_.checkpoint.save_final) {
     const std::vector<NamedTensor> tensors = logical_tensors();
     if (mesh_->rank() == 0) {
-      // nanoGPT's and llm.c's data have no meta.json to copy.
+      // nanoGPT's and llm.c's data have no meta.json to copy: with data.tokenizer, one is
+      // written for them.
       const fs::path meta_json = config_.data.format == DataFormat::meshtrain
                                      ? fs::path(config_.data.dir) / data::kMetaJsonName
                                      : fs::path();
       save_model_checkpoint(config_.checkpoint.dir, tensors, config_, meta_json);
+      data_->write_tokenizer(config_.checkpoint.dir);
       if (options_.log) fmt::print("saved checkpoint to {}\n", config_.checkpoint.dir);
     }
   }
