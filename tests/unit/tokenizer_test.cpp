@@ -284,6 +284,31 @@ TEST(SentencePiece, TrainsLoadsRoundTripsAndRejectsTruncatedModels) {
   }
 }
 
+// SentencePiece logs warnings to std::cerr (a line over its 4,192-byte limit is skipped, and a
+// vocabulary the corpus cannot reach fails). Loaded RTLD_DEEPBIND, the module once wrote to an
+// unconstructed std::cerr and crashed on the first warning: these two runs killed the binary.
+TEST(SentencePieceTrain,
+     WarningsAreLoggedAndAnUnreachableVocabularyIsADataErrorLeavingNoDirectory) {
+  TempDir dir;
+  const fs::path corpus = dir.path() / "long_line.txt";
+  write_file(corpus,
+             std::string(4300, 'x') + "\n" + read_file(kSource / "data/tinystories_sample.txt"));
+  SentencePieceTrainArgs args{
+      .inputs = {corpus}, .model_type = "bpe", .vocab_size = 150, .out_dir = dir.path() / "ok"};
+  EXPECT_EQ(open_tokenizer(train_sentencepiece(args).string())->vocab_size(), 150);
+
+  args.vocab_size = 60000;
+  args.out_dir = dir.path() / "too_big";
+  try {
+    train_sentencepiece(args);
+    ADD_FAILURE() << "expected a DataError";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("Vocabulary size too high"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(args.out_dir));
+}
+
 // ---- prepare ------------------------------------------------------------------------------
 
 TEST(PrepareDataset, SmallChunksGiveTheSameFilesAsOneChunk) {

@@ -17,7 +17,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The module's functions, resolved once (spm_shim.h: why a module, why RTLD_DEEPBIND).
+// The module's functions, resolved once (spm_shim.h: why a module, loaded locally).
 struct SpmApi {
   decltype(&mt_spm_load) load;
   decltype(&mt_spm_free) free;
@@ -46,7 +46,7 @@ SpmApi open_module() {
       fs::path(MESHTRAIN_SPM_MODULE)};
   for (const fs::path& path : candidates) {
     if (!fs::is_regular_file(path, ec)) continue;
-    void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (handle == nullptr) {
       throw DataError(
           fmt::format("cannot load the SentencePiece module '{}': {}", path.string(), ::dlerror()));
@@ -184,12 +184,6 @@ std::filesystem::path train_sentencepiece(const SentencePieceTrainArgs& args) {
   for (const std::filesystem::path& input : args.inputs) {
     inputs += (inputs.empty() ? "" : ",") + input.string();
   }
-  std::error_code ec;
-  std::filesystem::create_directories(args.out_dir, ec);
-  if (ec || !std::filesystem::is_directory(args.out_dir)) {
-    throw DataError(fmt::format("cannot create output directory '{}'; choose a writable one",
-                                args.out_dir.string()));
-  }
   // Trained in memory (the serialized proto comes back), written atomically by us.
   const std::unordered_map<std::string, std::string> kwargs = {
       {"input", inputs},
@@ -211,6 +205,13 @@ std::filesystem::path train_sentencepiece(const SentencePieceTrainArgs& args) {
   if (spm().train(keys.data(), values.data(), keys.size(), assign_bytes, &model, error.data(),
                   error.size()) != 0) {
     throw DataError(fmt::format("SentencePiece training on {} failed: {}", inputs, error.data()));
+  }
+  // Created only now, so a failed training leaves no empty directory behind.
+  std::error_code ec;
+  std::filesystem::create_directories(args.out_dir, ec);
+  if (ec || !std::filesystem::is_directory(args.out_dir)) {
+    throw DataError(fmt::format("cannot create output directory '{}'; choose a writable one",
+                                args.out_dir.string()));
   }
   const std::filesystem::path out = args.out_dir / "tokenizer.model";
   StagedFile(out, std::as_bytes(std::span<const char>(model))).commit();

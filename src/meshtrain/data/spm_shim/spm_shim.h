@@ -1,14 +1,17 @@
 // src/meshtrain/data/spm_shim/spm_shim.h
 //
 // A C interface to Debian's libsentencepiece, built as a separate loadable module
-// (libmeshtrain_spm.so) that sentencepiece_tokenizer.cpp opens with dlopen(RTLD_LOCAL |
-// RTLD_DEEPBIND). Why: Debian's libsentencepiece.so 0.1.97 carries its own protobuf-lite 3.14
-// and exports its 1,600 google::protobuf symbols; linked into a process that also links the
-// system libprotobuf 3.21 (TensorBoard's event records), either library binds to the other's
-// copies and the process dies before main() (seen: a crash in libprotobuf's static
-// initialisation; with libprotobuf first, SentencePiece aborts on its version check). Loaded
-// deep-bound and local, the module resolves protobuf inside libsentencepiece and exposes
-// nothing to the rest of the process. Only C types cross this boundary.
+// (libmeshtrain_spm.so) that sentencepiece_tokenizer.cpp opens with dlopen(RTLD_LOCAL). Why:
+// Debian's libsentencepiece.so 0.1.97 carries its own protobuf-lite 3.14 and exports its 1,600
+// google::protobuf symbols; in a process that also has the system libprotobuf 3.21's symbols
+// (TensorBoard's event records) either library binds to the other's copies and the process dies
+// before main() (seen: a crash in libprotobuf's static initialisation; with libprotobuf first,
+// SentencePiece aborts on its version check). So libprotobuf 3.21 is linked statically with
+// its symbols kept out of the dynamic table (src/meshtrain/CMakeLists.txt), and libsentencepiece
+// is loaded only here, locally: its protobuf references then find only its own copy, while the
+// C++ runtime (std::cerr, which SentencePiece logs to) is the process's one. (Loading it
+// RTLD_DEEPBIND instead bound SentencePiece to libstdc++'s unconstructed std::cerr — the
+// executable has a copy-relocated one — and its first warning crashed.) Only C types cross.
 #pragma once
 
 #include <stddef.h>
