@@ -57,7 +57,8 @@ struct PrepareResult {
 /// Atomic: the token files and meta.json are written and fsynced under temporary names; then
 /// an old meta.json is removed, the tokenizer files and .bin files are put in place and
 /// meta.json is renamed last. A directory whose meta.json exists holds one run's files, and a
-/// failed run leaves no partial file behind.
+/// run that fails with an error leaves no partial file behind (a killed one can leave its
+/// temporary files, which nothing reads).
 ///
 /// Errors: DataError naming the path and what to do when an input is missing, not a regular
 /// file or unreadable, when the text is too short to give both sides a unit, when the
