@@ -3,6 +3,7 @@
 // the run's tokenizer files for AutoTokenizer (checkpoint/hf_tokenizer.h) beside them. One
 // process, no MPI. Everything is read and checked before the first file is written.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <filesystem>
 
@@ -12,6 +13,7 @@
 #include "meshtrain/checkpoint/hf_tokenizer.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/data/metadata.h"
+#include "meshtrain/data/sentencepiece_tokenizer.h"
 #include "meshtrain/data/tokenizer.h"
 
 namespace meshtrain {
@@ -19,14 +21,31 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The tokenizer kind recorded in the checkpoint's meta.json (docs/tokenizers.md; data::
-// load_metadata validates it, a bad one is a DataError naming the file), "" when the checkpoint
-// has none (a sharded checkpoints/step-N directory, or a run on foreign token files).
-std::string tokenizer_kind(const fs::path& checkpoint) {
-  const fs::path meta = checkpoint / data::kMetaJsonName;
+// The checkpoint's tokenizer as its meta.json records it (docs/tokenizers.md): the kind, ""
+// when the checkpoint has none (a sharded checkpoints/step-N directory, or a run on foreign
+// token files), and the special ids config.json names. data::load_metadata and
+// data::load_tokenizer check the files: a bad one is a DataError naming it.
+struct CheckpointTokenizer {
+  std::string kind;
+  HfTokenIds ids;
+};
+
+CheckpointTokenizer checkpoint_tokenizer(const fs::path& checkpoint) {
+  const fs::path meta_json = checkpoint / data::kMetaJsonName;
   std::error_code ec;
-  if (!fs::exists(meta, ec)) return "";
-  return std::string(data::tokenizer_kind_name(data::load_metadata(meta).tokenizer));
+  if (!fs::exists(meta_json, ec)) return {};
+  const data::Metadata meta = data::load_metadata(meta_json);
+  CheckpointTokenizer out{.kind = std::string(data::tokenizer_kind_name(meta.tokenizer)),
+                          .ids = {}};
+  if (meta.tokenizer == data::TokenizerKind::char_bytes) return out;  // no bos, no eos
+  const std::unique_ptr<data::Tokenizer> tokenizer = data::load_tokenizer(meta, checkpoint);
+  out.ids.eos = tokenizer->eot_id();
+  if (const auto* sp = dynamic_cast<const data::SentencePieceTokenizer*>(tokenizer.get())) {
+    out.ids.bos = sp->bos_id();
+  } else {
+    out.ids.bos = out.ids.eos;  // GPT-2's <|endoftext|> is both, as Hugging Face's gpt2 config
+  }
+  return out;
 }
 
 void check_out_path(const ExportArgs& args, const fs::path& dir) {
@@ -53,7 +72,8 @@ int run_export(const ExportArgs& args) {
     const fs::path dir = out.has_parent_path() ? out.parent_path() : fs::path(".");
     check_out_path(args, dir);
     const LogicalModel model = load_logical_model(args.checkpoint);
-    const std::string kind = tokenizer_kind(args.checkpoint);
+    const CheckpointTokenizer source = checkpoint_tokenizer(args.checkpoint);
+    const std::string& kind = source.kind;
     const HfTokenizerFiles tokenizer =
         kind.empty() ? HfTokenizerFiles{.files = {},
                                         .note =
@@ -62,9 +82,10 @@ int run_export(const ExportArgs& args) {
                                             "for them)"}
                      : read_hf_tokenizer(kind, args.checkpoint, model.config.model.vocab_size,
                                          model.config.model.block_size);
+    std::vector<std::string> removed;
     try {
-      export_hf(model.tensors, model.config, out);
-      write_hf_tokenizer(tokenizer, dir);
+      export_hf(model.tensors, model.config, out, source.ids);
+      removed = write_hf_tokenizer(tokenizer, dir);
     } catch (const DataError& e) {
       throw DataError(fmt::format("{}: {}", args.checkpoint, e.what()));
     }
@@ -76,6 +97,10 @@ int run_export(const ExportArgs& args) {
                args.checkpoint, to_string(model.config.model.family), elements,
                model.tensors.size(), out.string(), (dir / "config.json").string(), tokenizer_files,
                tokenizer.note);
+    if (!removed.empty()) {
+      fmt::print("removed {} from {}: an earlier export's tokenizer files, not this model's\n",
+                 fmt::join(removed, ", "), dir.string());
+    }
     return 0;
   });
 }

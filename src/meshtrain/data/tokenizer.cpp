@@ -117,6 +117,16 @@ std::unique_ptr<Tokenizer> load_tokenizer(const Metadata& meta, const fs::path& 
         (dir / kMetaJsonName).string(), fmt::join(meta.tokenizer_files, ", "),
         tokenizer_kind_name(meta.tokenizer), fmt::join(tokenizer->file_names(), ", ")));
   }
+  if (tokenizer->eot_id() != meta.eot_id) {
+    const auto text = [](std::optional<std::int32_t> id) {
+      return id ? std::to_string(*id) : std::string("null");
+    };
+    throw DataError(fmt::format(
+        "'{}' says \"eot_id\" = {} but the {} tokenizer beside it has end-of-text id {}: the "
+        "tokenizer files do not belong to this dataset; prepare it again",
+        (dir / kMetaJsonName).string(), text(meta.eot_id), tokenizer_kind_name(meta.tokenizer),
+        text(tokenizer->eot_id())));
+  }
   if (tokenizer->vocab_size() != meta.vocab_size) {
     throw DataError(fmt::format(
         "the {} tokenizer in '{}' has {} ids but its meta.json says \"vocab_size\" = {}: the "
