@@ -161,6 +161,8 @@ if [[ -f $WORK/sentencepiece/data/tokenizer.model ]]; then
     edit_meta 'm["tokenizer"]["kind"] = "gpt2"'
   broken "meta.json vocab_size 2000 for a 500-id model" "$SPD" "has 500 ids but its meta.json says \"vocab_size\" = 2000" \
     edit_meta 'm["vocab_size"] = 2000'
+  broken "meta.json eot_id 5 for a model whose eos is 2" "$SPD" "says \"eot_id\" = 5 but the sentencepiece tokenizer beside it has end-of-text id 2" \
+    edit_meta 'm["eot_id"] = 5'
 fi
 if [[ -f $WORK/gpt2/data/encoder.json ]]; then
   broken "a deleted vocab.bpe" "$WORK/gpt2/data" "$WORK/broken/vocab.bpe" rm "$WORK/broken/vocab.bpe"
