@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include <filesystem>
+#include <optional>
 
 #include "meshtrain/apps/command_errors.h"
 #include "meshtrain/apps/commands.h"
@@ -21,31 +22,28 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The checkpoint's tokenizer as its meta.json records it (docs/tokenizers.md): the kind, ""
-// when the checkpoint has none (a sharded checkpoints/step-N directory, or a run on foreign
-// token files), and the special ids config.json names. data::load_metadata and
-// data::load_tokenizer check the files: a bad one is a DataError naming it.
-struct CheckpointTokenizer {
-  std::string kind;
-  HfTokenIds ids;
-};
-
-CheckpointTokenizer checkpoint_tokenizer(const fs::path& checkpoint) {
+// The checkpoint's meta.json (docs/tokenizers.md; data::load_metadata validates it, a bad one
+// is a DataError naming the file), none when the checkpoint has none (a sharded
+// checkpoints/step-N directory, or a run on foreign token files).
+std::optional<data::Metadata> checkpoint_metadata(const fs::path& checkpoint) {
   const fs::path meta_json = checkpoint / data::kMetaJsonName;
   std::error_code ec;
-  if (!fs::exists(meta_json, ec)) return {};
-  const data::Metadata meta = data::load_metadata(meta_json);
-  CheckpointTokenizer out{.kind = std::string(data::tokenizer_kind_name(meta.tokenizer)),
-                          .ids = {}};
-  if (meta.tokenizer == data::TokenizerKind::char_bytes) return out;  // no bos, no eos
-  const std::unique_ptr<data::Tokenizer> tokenizer = data::load_tokenizer(meta, checkpoint);
-  out.ids.eos = tokenizer->eot_id();
+  if (!fs::exists(meta_json, ec)) return std::nullopt;
+  return data::load_metadata(meta_json);
+}
+
+// The special ids config.json names, from the tokenizer itself (data::load_tokenizer checks
+// its files against meta.json: a mismatch is a DataError naming the file): GPT-2's
+// <|endoftext|> is bos and eos (as Hugging Face's gpt2 config), SentencePiece has its own bos
+// and eos pieces, char has neither.
+HfTokenIds special_ids(const std::optional<data::Metadata>& meta, const fs::path& checkpoint) {
+  if (!meta || meta->tokenizer == data::TokenizerKind::char_bytes) return {};
+  const std::unique_ptr<data::Tokenizer> tokenizer = data::load_tokenizer(*meta, checkpoint);
+  HfTokenIds ids{.bos = tokenizer->eot_id(), .eos = tokenizer->eot_id()};
   if (const auto* sp = dynamic_cast<const data::SentencePieceTokenizer*>(tokenizer.get())) {
-    out.ids.bos = sp->bos_id();
-  } else {
-    out.ids.bos = out.ids.eos;  // GPT-2's <|endoftext|> is both, as Hugging Face's gpt2 config
+    ids.bos = sp->bos_id();
   }
-  return out;
+  return ids;
 }
 
 void check_out_path(const ExportArgs& args, const fs::path& dir) {
@@ -72,19 +70,19 @@ int run_export(const ExportArgs& args) {
     const fs::path dir = out.has_parent_path() ? out.parent_path() : fs::path(".");
     check_out_path(args, dir);
     const LogicalModel model = load_logical_model(args.checkpoint);
-    const CheckpointTokenizer source = checkpoint_tokenizer(args.checkpoint);
-    const std::string& kind = source.kind;
+    const std::optional<data::Metadata> meta = checkpoint_metadata(args.checkpoint);
     const HfTokenizerFiles tokenizer =
-        kind.empty() ? HfTokenizerFiles{.files = {},
-                                        .note =
-                                            "no tokenizer files: the checkpoint has no "
-                                            "meta.json (export the run's final checkpoint "
-                                            "for them)"}
-                     : read_hf_tokenizer(kind, args.checkpoint, model.config.model.vocab_size,
-                                         model.config.model.block_size);
+        !meta ? HfTokenizerFiles{.files = {},
+                                 .note =
+                                     "no tokenizer files: the checkpoint has no "
+                                     "meta.json (export the run's final checkpoint "
+                                     "for them)"}
+              : read_hf_tokenizer(data::tokenizer_kind_name(meta->tokenizer), args.checkpoint,
+                                  model.config.model.vocab_size, model.config.model.block_size);
+    const HfTokenIds ids = special_ids(meta, args.checkpoint);
     std::vector<std::string> removed;
     try {
-      export_hf(model.tensors, model.config, out, source.ids);
+      export_hf(model.tensors, model.config, out, ids);
       removed = write_hf_tokenizer(tokenizer, dir);
     } catch (const DataError& e) {
       throw DataError(fmt::format("{}: {}", args.checkpoint, e.what()));
