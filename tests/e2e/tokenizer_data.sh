@@ -135,6 +135,42 @@ if "$BIN" tokenizer train --input "$ROOT/data/tinyshakespeare.txt" --vocab-size 
 else
   fail "tokenizer train"
 fi
+# A dataset whose tokenizer files do not match its meta.json is refused before the first step
+# (exit 3, the file named) and no checkpoint is written: the final checkpoint copies those
+# files and sample/export read them. broken <name> <dataset> <text> <edit command...>
+broken() {
+  local name=$1 data=$2 text=$3
+  shift 3
+  rm -rf "$WORK/broken" && cp -r "$data" "$WORK/broken" && "$@"
+  expect "train: $name" 3 "$text" -- "$BIN" train "$CONFIG" --data.dir "$WORK/broken" \
+    --checkpoint.dir "$WORK/broken_ckpt" --training.max_steps 2 --model.n_layer 1 \
+    --model.n_embd 32 --model.n_head 2 --training.micro_batch 2
+  [[ -e $WORK/broken_ckpt ]] && fail "train: $name left $WORK/broken_ckpt" ||
+    ok "train: $name wrote no checkpoint"
+}
+edit_meta() {
+  /usr/bin/python3 -c 'import json,sys; p=sys.argv[1]; m=json.load(open(p)); exec(sys.argv[2]); json.dump(m, open(p, "w"))' \
+    "$WORK/broken/meta.json" "$1"
+}
+if [[ -f $WORK/sentencepiece/data/tokenizer.model ]]; then
+  SPD=$WORK/sentencepiece/data
+  broken "a deleted tokenizer.model" "$SPD" "$WORK/broken/tokenizer.model" rm "$WORK/broken/tokenizer.model"
+  broken "a garbage tokenizer.model" "$SPD" "$WORK/broken/tokenizer.model" \
+    /usr/bin/python3 -c 'import os,sys; open(sys.argv[1], "wb").write(os.urandom(4096))' "$WORK/broken/tokenizer.model"
+  broken "meta.json kind gpt2 beside a tokenizer.model" "$SPD" "$WORK/broken/vocab.bpe" \
+    edit_meta 'm["tokenizer"]["kind"] = "gpt2"'
+  broken "meta.json vocab_size 2000 for a 500-id model" "$SPD" "has 500 ids but its meta.json says \"vocab_size\" = 2000" \
+    edit_meta 'm["vocab_size"] = 2000'
+  broken "meta.json eot_id 5 for a model whose eos is 2" "$SPD" "says \"eot_id\" = 5 but the sentencepiece tokenizer beside it has end-of-text id 2" \
+    edit_meta 'm["eot_id"] = 5'
+fi
+if [[ -f $WORK/gpt2/data/encoder.json ]]; then
+  broken "a deleted vocab.bpe" "$WORK/gpt2/data" "$WORK/broken/vocab.bpe" rm "$WORK/broken/vocab.bpe"
+  broken "gpt2 meta.json naming tokenizer.model" "$WORK/gpt2/data" \
+    "names tokenizer files [tokenizer.model] but a gpt2 tokenizer is [encoder.json, vocab.bpe]" \
+    edit_meta 'm["tokenizer"]["files"] = ["tokenizer.model"]'
+fi
+
 # A truncated model in a checkpoint is a bad file there too.
 if [[ -f $WORK/sentencepiece/ckpt/tokenizer.model ]]; then
   head -c 100 "$WORK/sp/tokenizer.model" >"$WORK/sentencepiece/ckpt/tokenizer.model"

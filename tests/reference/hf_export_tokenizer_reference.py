@@ -21,11 +21,14 @@ meta.json, as the checkpoint carries them) and runs `meshtrain export` into DIR/
                  (identity normalisation, spaces kept, byte fallback): AutoTokenizer
                  (LlamaTokenizerFast) and LlamaTokenizer give SentencePiece's ids;
   sp_default     the same with SentencePiece's default normalisation (NFKC, extra spaces
-                 removed): LlamaTokenizer (use_fast=False) gives SentencePiece's ids (the fast
+                 removed) and bos/eos ids 2/1: LlamaTokenizer (use_fast=False) gives
+                 SentencePiece's ids (the fast
                  conversion does not model that normaliser; docs/interop.md);
-  char           meshtrain's char vocabulary: no tokenizer files are written;
+  char           meshtrain's char vocabulary: no tokenizer files are written (the export goes
+                 into a directory holding the GPT-2 export's, which it removes);
 and for every variant AutoModelForCausalLM's logits on meshtrain's tokens match meshtrain's
-(max|Δ| / max|reference| ≤ 1e-4, both in f32).
+(max|Δ| / max|reference| ≤ 1e-4, both in f32), and config.json's bos_token_id /
+eos_token_id are the tokenizer's (null for char, so generate() never stops at GPT-2's 50256).
 """
 import json
 import os
@@ -93,7 +96,8 @@ def make(directory, gpt2_dir, text_file):
             out.write(f.read()[:200000])
     for name, kwargs in (("sp_llama", dict(normalization_rule_name="identity",
                                            remove_extra_whitespaces=False, byte_fallback=True)),
-                         ("sp_default", {})):
+                         # bos and eos swapped, so that LlamaConfig's defaults (1, 2) are wrong
+                         ("sp_default", dict(bos_id=2, eos_id=1))):
         prefix = os.path.join(directory, name + "_sp")
         spm.SentencePieceTrainer.train(input=corpus, model_prefix=prefix, vocab_size=400,
                                        model_type="bpe", minloglevel=2, **kwargs)
@@ -101,8 +105,9 @@ def make(directory, gpt2_dir, text_file):
         cfg = LlamaConfig(vocab_size=400, hidden_size=64, intermediate_size=96,
                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                           max_position_embeddings=64, rms_norm_eps=1e-5)
+        eos = spm.SentencePieceProcessor(model_file=prefix + ".model").eos_id()
         path = variant(name, LlamaForCausalLM(cfg).eval(), llama_toml(cfg),
-                       meta_v2("sentencepiece", ["tokenizer.model"], 400, None), "sentencepiece")
+                       meta_v2("sentencepiece", ["tokenizer.model"], 400, eos), "sentencepiece")
         shutil.copy(prefix + ".model", os.path.join(path, "tok", "tokenizer.model"))
 
     torch.manual_seed(SEED)
@@ -155,6 +160,39 @@ def check_tokenizer(name, kind, path, gpt2_dir, report):
             report.add(name, f"{label} decode round trip (differ: {back})", len(back), 0)
 
 
+def check_special_ids(name, kind, path, model, report):
+    """config.json's bos/eos are the tokenizer's (GPT-2: 50256 both; SentencePiece: its bos and
+    eos pieces); a char model has none, and generate() then stops only at max_new_tokens instead
+    of at GPT2Config's default 50256, an id outside its 65."""
+    from transformers import AutoTokenizer
+    out = os.path.join(path, "out")
+    with open(os.path.join(out, "config.json")) as f:
+        config = json.load(f)
+    got = (config.get("bos_token_id", "absent"), config.get("eos_token_id", "absent"))
+    if kind == "char":
+        want = (None, None)
+    elif kind == "gpt2":
+        want = (50256, 50256)
+    else:
+        import sentencepiece as spm
+        sp = spm.SentencePieceProcessor(model_file=os.path.join(path, "tok", "tokenizer.model"))
+        want = (sp.bos_id(), sp.eos_id())
+    report.add(name, f"config.json bos/eos_token_id {got} = the tokenizer's {want}",
+               int(got != want), 0)
+    if kind != "char":
+        tok = AutoTokenizer.from_pretrained(out, use_fast=False)
+        report.add(name, f"config.json eos_token_id {got[1]} = AutoTokenizer's eos "
+                   f"{tok.eos_token_id}", int(got[1] != tok.eos_token_id), 0)
+        return
+    prompt = torch.tensor([[1, 2, 3]])
+    with torch.no_grad():
+        ids = model.generate(prompt, max_new_tokens=6, do_sample=False)
+    report.add(name, f"generate(): eos {model.generation_config.eos_token_id}, "
+               f"{ids.shape[1] - 3} of 6 new tokens, all < 65",
+               int(model.generation_config.eos_token_id is not None or ids.shape[1] != 9
+                   or int(ids.max()) >= 65), 0)
+
+
 def check(directory, gpt2_dir):
     from transformers import AutoModelForCausalLM
     report = Report()
@@ -171,6 +209,7 @@ def check(directory, gpt2_dir):
         ref = ref.reshape(-1, ref.shape[-1]).numpy()
         report.add(name, "AutoModelForCausalLM logits of the export vs meshtrain's",
                    max_rel(got["logits"], ref), LOGITS_TOL)
+        check_special_ids(name, kind, path, model, report)
     report.print()
     if report.failures:
         print("FAILED:\n  " + "\n  ".join(report.failures))

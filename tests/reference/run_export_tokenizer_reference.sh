@@ -23,10 +23,18 @@ while read -r name kind; do
   "$dump" "$dir/meshtrain.toml" "$dir/hf_in" "$dir/meshtrain.safetensors" \
     --checkpoint-out "$dir/ckpt" "$dir/tok/meta.json"
   mkdir -p "$dir/out"
+  # The char model goes into a directory that holds the GPT-2 export's tokenizer files: the
+  # export removes them (check then finds none), or AutoTokenizer would load GPT-2's 50,257 ids.
+  [[ $kind == char ]] && cp "$tmp"/gpt2/out/{vocab.json,merges.txt,tokenizer_config.json,special_tokens_map.json} "$dir/out/"
   message=$("$meshtrain" export "$dir/ckpt" "$dir/out/model.safetensors")
   echo "$message"
   if [[ $kind == char && $message != *"no tokenizer files: Hugging Face has no tokenizer class"* ]]; then
     echo "FAILED: the char export does not say that it wrote no tokenizer files" >&2
+    exit 1
+  fi
+  stale="removed vocab.json, merges.txt, tokenizer_config.json, special_tokens_map.json from $dir/out"
+  if [[ $kind == char && $message != *"$stale"* ]]; then
+    echo "FAILED: the char export does not say '$stale'" >&2
     exit 1
   fi
 done <"$tmp/variants.txt"

@@ -4,6 +4,7 @@
 // refused with a DataError naming the file, never a crash or a read outside the directory.
 // (Files transformers itself wrote: tests/reference/hf_init_reference.py.)
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -36,7 +37,9 @@ ModelConfig tiny_gpt2() {
 
 // A fresh directory, removed when the test ends.
 struct TempDir {
-  explicit TempDir(const std::string& name) : path(fs::temp_directory_path() / name) {
+  // The pid keeps concurrent runs (several checkouts on one machine) apart.
+  explicit TempDir(const std::string& name)
+      : path(fs::temp_directory_path() / (name + "-" + std::to_string(::getpid()))) {
     fs::remove_all(path);
     fs::create_directories(path);
   }

@@ -4,6 +4,7 @@
 #include "meshtrain/checkpoint/hf_tokenizer.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -19,7 +20,9 @@ namespace {
 namespace fs = std::filesystem;
 
 struct TempDir {
-  explicit TempDir(const std::string& name) : path(fs::temp_directory_path() / name) {
+  // The pid keeps concurrent runs (several checkouts on one machine) apart.
+  explicit TempDir(const std::string& name)
+      : path(fs::temp_directory_path() / (name + "-" + std::to_string(::getpid()))) {
     fs::remove_all(path);
     fs::create_directories(path);
   }

@@ -145,7 +145,7 @@ std::vector<ConfigIssue> hf_export_issues(const ModelConfig& m) {
            "own checkpoint format"}};
 }
 
-std::string hf_config_json(const ModelConfig& m) {
+std::string hf_config_json(const ModelConfig& m, const HfTokenIds& ids) {
   if (std::vector<ConfigIssue> issues = hf_export_issues(m); !issues.empty()) {
     throw ConfigError("the model to export", std::move(issues));
   }
@@ -212,6 +212,11 @@ std::string hf_config_json(const ModelConfig& m) {
          {"tie_word_embeddings", true},
          {"torch_dtype", "float32"}};
   }
+  const auto id_or_null = [](std::optional<std::int64_t> id) {
+    return id ? nlohmann::ordered_json(*id) : nlohmann::ordered_json(nullptr);
+  };
+  j["bos_token_id"] = id_or_null(ids.bos);
+  j["eos_token_id"] = id_or_null(ids.eos);
   j["meshtrain_note"] = "written by meshtrain export; tokenizer: the run's meta.json";
   return j.dump(2) + "\n";
 }

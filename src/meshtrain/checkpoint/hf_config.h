@@ -9,7 +9,9 @@
 // Uses: config/.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,11 +24,22 @@ namespace meshtrain {
 /// model.moe_layer_freq ≠ 1 (Mixtral has a sparse MoE block in every layer).
 std::vector<ConfigIssue> hf_export_issues(const ModelConfig& model);
 
+/// The tokenizer's special ids config.json names (bos_token_id, eos_token_id): GPT-2 50256 for
+/// both (as Hugging Face's gpt2 config), SentencePiece its bos and eos pieces; none for the
+/// char tokenizer or an unknown one.
+struct HfTokenIds {
+  std::optional<std::int64_t> bos{};
+  std::optional<std::int64_t> eos{};
+};
+
 /// Hugging Face's config.json for `model` (model_type gpt2, llama or mixtral: sizes, eps,
 /// rope_theta, tie_word_embeddings, torch_dtype float32; mixtral: num_local_experts,
 /// num_experts_per_tok, intermediate_size = the expert F, router_aux_loss_coef), as JSON text.
-/// Throws ConfigError for a model with no Hugging Face class (see hf_export_issues).
-std::string hf_config_json(const ModelConfig& model);
+/// bos_token_id / eos_token_id are `ids`', written as null when unknown: GPT2Config's and
+/// LlamaConfig's defaults (50256; 1 and 2) would otherwise name ids of another vocabulary, and
+/// with null generate() stops only at max_new_tokens. Throws ConfigError for a model with no
+/// Hugging Face class (see hf_export_issues).
+std::string hf_config_json(const ModelConfig& model, const HfTokenIds& ids = {});
 
 /// A config.json read against the run's model.
 struct HfConfigCheck {

@@ -183,7 +183,8 @@ Tensor from_hf(const Tensor& stored, const HfTensor& spec) {
   return spec.transposed ? transpose_2d(stored) : stored.clone(MemCategory::other);
 }
 
-void export_hf(const std::vector<NamedTensor>& logical, const Config& config, const fs::path& out) {
+void export_hf(const std::vector<NamedTensor>& logical, const Config& config, const fs::path& out,
+               const HfTokenIds& ids) {
   if (config.model.vocab_size <= 0) {
     throw DataError(fmt::format("export: model.vocab_size is {}; pass the run's resolved config",
                                 config.model.vocab_size));
@@ -228,7 +229,7 @@ void export_hf(const std::vector<NamedTensor>& logical, const Config& config, co
     }
   }
   write_safetensors(out, tensors, {{"format", "pt"}, {"meshtrain_format", "hf-export-v1"}});
-  const std::string json = hf_config_json(config.model);
+  const std::string json = hf_config_json(config.model, ids);
   const fs::path dir = out.has_parent_path() ? out.parent_path() : fs::path(".");
   StagedFile(dir / "config.json", std::as_bytes(std::span<const char>(json))).commit();
 }

@@ -68,9 +68,9 @@ Tensor from_hf(const Tensor& stored, const HfTensor& spec);
 /// load_logical_model). Throws DataError naming the tensor for a missing or extra tensor, a
 /// shape other than the model's, a non-finite value, or a file that cannot be written, and
 /// ConfigError for a model with no Hugging Face class (see hf_config_json); nothing is written
-/// then.
+/// then. `ids`: config.json's bos_token_id / eos_token_id (hf_config_json).
 void export_hf(const std::vector<NamedTensor>& logical, const Config& config,
-               const std::filesystem::path& out);
+               const std::filesystem::path& out, const HfTokenIds& ids = {});
 
 /// A trained model as logical tensors: its resolved config and every parameter under
 /// meshtrain's names, [out, in], no padding.

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <span>
@@ -136,10 +137,26 @@ HfTokenizerFiles read_hf_tokenizer(std::string_view kind, const fs::path& source
                               source_dir.string(), kind));
 }
 
-void write_hf_tokenizer(const HfTokenizerFiles& files, const fs::path& dir) {
+std::vector<std::string> write_hf_tokenizer(const HfTokenizerFiles& files, const fs::path& dir) {
   for (const HfTokenizerFiles::File& f : files.files) {
     StagedFile(dir / f.name, std::as_bytes(std::span<const char>(f.bytes))).commit();
   }
+  std::vector<std::string> removed;
+  for (const std::string_view name : kHfTokenizerFileNames) {
+    const bool written = std::ranges::any_of(
+        files.files, [&](const HfTokenizerFiles::File& f) { return f.name == name; });
+    const fs::path path = dir / name;
+    std::error_code ec;
+    if (written || !fs::exists(fs::symlink_status(path, ec))) continue;
+    if (!fs::remove(path, ec) || ec) {
+      throw DataError(
+          fmt::format("cannot remove {} (an earlier export's tokenizer file, which "
+                      "AutoTokenizer would load for this model): {}",
+                      path.string(), ec.message()));
+    }
+    removed.emplace_back(name);
+  }
+  return removed;
 }
 
 }  // namespace meshtrain

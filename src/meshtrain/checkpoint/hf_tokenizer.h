@@ -48,8 +48,18 @@ struct HfTokenizerFiles {
 HfTokenizerFiles read_hf_tokenizer(std::string_view kind, const std::filesystem::path& source_dir,
                                    std::int64_t vocab_size, std::int64_t model_max_length);
 
-/// Writes `files` into `dir`, each atomically (temporary name, fsync, rename). Throws
-/// DataError naming the file that cannot be written.
-void write_hf_tokenizer(const HfTokenizerFiles& files, const std::filesystem::path& dir);
+/// The tokenizer file names AutoTokenizer reads from a directory (transformers 4.36.2's
+/// GPT2Tokenizer, LlamaTokenizer and their fast forms).
+inline constexpr std::string_view kHfTokenizerFileNames[] = {
+    "vocab.json",      "merges.txt",     "tokenizer_config.json", "special_tokens_map.json",
+    "tokenizer.model", "tokenizer.json", "added_tokens.json"};
+
+/// Writes `files` into `dir`, each atomically (temporary name, fsync, rename), and removes the
+/// kHfTokenizerFileNames that `files` does not hold from `dir`: an earlier export's vocab.json
+/// beside a char model would make AutoTokenizer load a 50,257-id tokenizer for a 65-id model.
+/// Returns the names removed. Throws DataError naming the file that cannot be written or
+/// removed.
+std::vector<std::string> write_hf_tokenizer(const HfTokenizerFiles& files,
+                                            const std::filesystem::path& dir);
 
 }  // namespace meshtrain

@@ -23,6 +23,7 @@ struct SpmApi {
   decltype(&mt_spm_free) free;
   decltype(&mt_spm_piece_size) piece_size;
   decltype(&mt_spm_eos_id) eos_id;
+  decltype(&mt_spm_bos_id) bos_id;
   decltype(&mt_spm_encode) encode;
   decltype(&mt_spm_decode) decode;
   decltype(&mt_spm_train) train;
@@ -56,6 +57,7 @@ SpmApi open_module() {
     resolve(handle, "mt_spm_free", api.free, path);
     resolve(handle, "mt_spm_piece_size", api.piece_size, path);
     resolve(handle, "mt_spm_eos_id", api.eos_id, path);
+    resolve(handle, "mt_spm_bos_id", api.bos_id, path);
     resolve(handle, "mt_spm_encode", api.encode, path);
     resolve(handle, "mt_spm_decode", api.decode, path);
     resolve(handle, "mt_spm_train", api.train, path);
@@ -93,6 +95,7 @@ SentencePieceTokenizer::SentencePieceTokenizer(std::string model_proto,
   }
   vocab_size_ = spm().piece_size(model_);
   eos_id_ = spm().eos_id(model_);
+  bos_id_ = spm().bos_id(model_);
   if (eos_id_ < 0 || eos_id_ >= vocab_size_) {
     throw DataError(fmt::format(
         "SentencePiece model '{}' has no eos piece, which meshtrain uses as the end-of-text id "

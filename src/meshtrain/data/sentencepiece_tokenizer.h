@@ -42,6 +42,11 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::string decode(std::span<const std::int32_t> ids) const override;
   /// The model's eos id (Llama 2: 2).
   std::optional<std::int32_t> eot_id() const noexcept override { return eos_id_; }
+  /// The model's bos id (Llama 2: 1), none when the model has no bos piece (bos_id = -1).
+  std::optional<std::int32_t> bos_id() const noexcept {
+    if (bos_id_ < 0 || bos_id_ >= vocab_size_) return std::nullopt;
+    return bos_id_;
+  }
   std::vector<std::string> file_names() const override { return {"tokenizer.model"}; }
   void save_files(const std::filesystem::path& dir) const override;
 
@@ -50,6 +55,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   MtSpm* model_ = nullptr;  // owned; freed through the module
   std::int64_t vocab_size_ = 0;
   std::int32_t eos_id_ = -1;
+  std::int32_t bos_id_ = -1;
 };
 
 /// What `meshtrain tokenizer train` asks SentencePieceTrainer for.

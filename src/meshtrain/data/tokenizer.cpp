@@ -1,6 +1,7 @@
 #include "meshtrain/data/tokenizer.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <fstream>
 #include <system_error>
@@ -106,6 +107,25 @@ std::unique_ptr<Tokenizer> load_tokenizer(const Metadata& meta, const fs::path& 
     case TokenizerKind::sentencepiece:
       tokenizer = SentencePieceTokenizer::load(dir / "tokenizer.model");
       break;
+  }
+  // The checkpoint copies meta.json's file list: it must be the files this kind reads.
+  if (meta.tokenizer != TokenizerKind::char_bytes &&
+      meta.tokenizer_files != tokenizer->file_names()) {
+    throw DataError(fmt::format(
+        "'{}' names tokenizer files [{}] but a {} tokenizer is [{}]: meta.json does not "
+        "describe the tokenizer beside it; prepare the dataset again",
+        (dir / kMetaJsonName).string(), fmt::join(meta.tokenizer_files, ", "),
+        tokenizer_kind_name(meta.tokenizer), fmt::join(tokenizer->file_names(), ", ")));
+  }
+  if (tokenizer->eot_id() != meta.eot_id) {
+    const auto text = [](std::optional<std::int32_t> id) {
+      return id ? std::to_string(*id) : std::string("null");
+    };
+    throw DataError(fmt::format(
+        "'{}' says \"eot_id\" = {} but the {} tokenizer beside it has end-of-text id {}: the "
+        "tokenizer files do not belong to this dataset; prepare it again",
+        (dir / kMetaJsonName).string(), text(meta.eot_id), tokenizer_kind_name(meta.tokenizer),
+        text(tokenizer->eot_id())));
   }
   if (tokenizer->vocab_size() != meta.vocab_size) {
     throw DataError(fmt::format(

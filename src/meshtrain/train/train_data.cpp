@@ -77,13 +77,27 @@ std::string tokenizer_difference(const data::Tokenizer& named, const data::Token
   return "";
 }
 
+// The dataset's own tokenizer, opened before any allocation: the final checkpoint copies its
+// files and sample/export read them, so a missing or garbage file, or one whose kind, file
+// names or vocab_size differ from meta.json's, is load_tokenizer's DataError (naming the file)
+// now rather than after the last step.
+std::unique_ptr<data::Tokenizer> open_own_tokenizer(const Config& config,
+                                                    const data::Metadata& meta) {
+  try {
+    return data::load_tokenizer(meta, config.data.dir);
+  } catch (const DataError& e) {
+    throw DataError(fmt::format("{}\n  data.dir = {} (its meta.json names this tokenizer)",
+                                e.what(), config.data.dir));
+  }
+}
+
 // data.tokenizer beside a meta.json names what the user expects the data to be: a check only,
 // the ids are meta.json's tokenizer's either way.
-void check_named_tokenizer(const Config& config, const data::Metadata& meta) {
+void check_named_tokenizer(const Config& config, const data::Metadata& meta,
+                           const data::Tokenizer& own) {
   if (config.data.tokenizer.empty()) return;
   const std::unique_ptr<data::Tokenizer> named = open_data_tokenizer(config);
-  const std::unique_ptr<data::Tokenizer> own = data::load_tokenizer(meta, config.data.dir);
-  const std::string difference = tokenizer_difference(*named, *own);
+  const std::string difference = tokenizer_difference(*named, own);
   if (difference.empty()) return;
   throw ConfigError(
       config.source,
@@ -166,7 +180,7 @@ RunMetadata load_run_metadata(Config& config) {
   if (config.data.format != DataFormat::meshtrain) return foreign_metadata(config);
   RunMetadata run{.metadata = load_data_metadata(config.data.dir), .tokenizer = nullptr};
   resolve_vocab(config, run.metadata);
-  check_named_tokenizer(config, run.metadata);
+  check_named_tokenizer(config, run.metadata, *open_own_tokenizer(config, run.metadata));
   return run;
 }
 

@@ -48,6 +48,8 @@ int mt_spm_piece_size(const MtSpm* model) { return model->processor.GetPieceSize
 
 int mt_spm_eos_id(const MtSpm* model) { return model->processor.eos_id(); }
 
+int mt_spm_bos_id(const MtSpm* model) { return model->processor.bos_id(); }
+
 int mt_spm_encode(const MtSpm* model, const char* text, size_t size, MtSpmIds sink, void* context,
                   char* error, size_t error_size) {
   try {

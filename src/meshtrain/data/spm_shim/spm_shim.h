@@ -33,6 +33,7 @@ MtSpm* mt_spm_load(const char* model_proto, size_t size, char* error, size_t err
 void mt_spm_free(MtSpm* model);
 int mt_spm_piece_size(const MtSpm* model);
 int mt_spm_eos_id(const MtSpm* model);
+int mt_spm_bos_id(const MtSpm* model);  // -1: the model has no bos piece
 int mt_spm_encode(const MtSpm* model, const char* text, size_t size, MtSpmIds sink, void* context,
                   char* error, size_t error_size);
 int mt_spm_decode(const MtSpm* model, const int32_t* ids, size_t count, MtSpmBytes sink,
