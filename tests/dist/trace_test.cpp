@@ -2,6 +2,8 @@
 // run while recording leaves one event with the group, op, peer and exactly the bytes its
 // counter counted; non-blocking ones their posting and their wait; nothing when recording is
 // off, on another thread, or beyond the buffer's capacity (counted as dropped).
+#include "meshtrain/comm/trace.h"
+
 #include <gtest/gtest.h>
 
 #include <array>
@@ -9,7 +11,6 @@
 #include <vector>
 
 #include "dist_env.h"
-#include "meshtrain/comm/trace.h"
 
 namespace meshtrain {
 namespace {
@@ -22,7 +23,25 @@ Counters counters_of(const ProcessGroup& g) {
   return c;
 }
 
-// One call of every operation (blocking and non-blocking) on `g`; p2p only with a peer.
+// One blocking and one non-blocking send/recv pair around the ring of `g` (size ≥ 2).
+void run_point_to_point(ProcessGroup& g) {
+  const int next = (g.rank() + 1) % g.size(), prev = (g.rank() + g.size() - 1) % g.size();
+  std::vector<float> sent(7, 2.0f), got(7);
+  if (g.rank() % 2 == 0) {
+    g.send(sent, next, 1);
+    g.recv(got, prev, 1);
+  } else {
+    g.recv(got, prev, 1);
+    g.send(sent, next, 1);
+  }
+  auto r = g.irecv(got, prev, 2);
+  auto s = g.isend(sent, next, 2);
+  s->wait();
+  r->wait();
+}
+
+// One call of every operation (blocking and non-blocking) on `g`. A group of one has no peer
+// for p2p; its collectives still run, and the tests assert that they record nothing.
 void run_every_operation(ProcessGroup& g) {
   const auto n = static_cast<std::size_t>(g.size());
   std::vector<float> x(3 * n, 1.0f), out(3 * n), part(3);
@@ -38,20 +57,7 @@ void run_every_operation(ProcessGroup& g) {
   const std::vector<std::int64_t> counts(n, 3);
   g.all_to_allv(x, counts, out, counts);
   g.iall_gather(part, out)->wait();
-  if (g.size() == 1) return;  // no peer to send to
-  const int next = (g.rank() + 1) % g.size(), prev = (g.rank() + g.size() - 1) % g.size();
-  std::vector<float> sent(7, 2.0f), got(7);
-  if (g.rank() % 2 == 0) {
-    g.send(sent, next, 1);
-    g.recv(got, prev, 1);
-  } else {
-    g.recv(got, prev, 1);
-    g.send(sent, next, 1);
-  }
-  auto r = g.irecv(got, prev, 2);
-  auto s = g.isend(sent, next, 2);
-  s->wait();
-  r->wait();
+  if (g.size() > 1) run_point_to_point(g);
 }
 
 TEST(Trace, EveryOperationIsRecordedWithTheBytesItsCounterCounted) {
@@ -70,8 +76,8 @@ TEST(Trace, EveryOperationIsRecordedWithTheBytesItsCounterCounted) {
     EXPECT_LE(e.start_ns, e.end_ns);
     const auto op = static_cast<CommOp>(e.op);
     if (op == CommOp::send || op == CommOp::recv) {
-      const int peer = (world->rank() + (op == CommOp::send ? 1 : world->size() - 1)) %
-                       world->size();
+      const int peer =
+          (world->rank() + (op == CommOp::send ? 1 : world->size() - 1)) % world->size();
       EXPECT_EQ(e.peer, world->world_ranks()[static_cast<std::size_t>(peer)]);
     } else {
       EXPECT_EQ(e.peer, -1);
