@@ -16,40 +16,50 @@
 #include "meshtrain/comm/mpi_runtime.h"
 #include "meshtrain/core/error.h"
 
-int main(int argc, char** argv) {
-  using namespace meshtrain;
-  CLI::App app{"meshtrain: train GPT-style language models over MPI ranks"};
-  app.require_subcommand(1);
-  app.set_version_flag("--version", "meshtrain " MESHTRAIN_VERSION);
+namespace meshtrain {
+namespace {
 
-  PrepareArgs prepare;
+struct TokenizerCommands {
+  CLI::App* train;
+  CLI::App* encode;
+  CLI::App* decode;
+};
+
+// One function per command: its subcommand and options, bound to that command's arguments.
+CLI::App* add_prepare_command(CLI::App& app, PrepareArgs& prepare) {
   CLI::App* prepare_cmd =
       app.add_subcommand("prepare", "text files → train.bin/val.bin/meta.json (streaming)");
   prepare_cmd->add_option("text", prepare.texts, "input text files (each one a document)")
       ->required();
   prepare_cmd->add_option("--out", prepare.out_dir, "output directory")
       ->default_val("data/prepared/shakespeare_char");
-  prepare_cmd->add_option("--tokenizer", prepare.tokenizer,
-                          "char, gpt2, a directory with encoder.json + vocab.bpe, or a "
-                          "SentencePiece .model")
+  prepare_cmd
+      ->add_option("--tokenizer", prepare.tokenizer,
+                   "char, gpt2, a directory with encoder.json + vocab.bpe, or a "
+                   "SentencePiece .model")
       ->default_val("char");
-  prepare_cmd->add_option("--val-fraction", prepare.val_fraction,
-                          "last share of the text that becomes val.bin")
+  prepare_cmd
+      ->add_option("--val-fraction", prepare.val_fraction,
+                   "last share of the text that becomes val.bin")
       ->default_val(0.1);
   prepare_cmd->add_option("--document-separator", prepare.document_separator,
                           "also split documents at this literal text, e.g. \"<|endoftext|>\"");
   prepare_cmd->add_flag("--quiet", prepare.quiet, "no progress lines on stderr");
+  return prepare_cmd;
+}
 
-  TokenizerArgs tok;
+// `tokenizer train|encode|decode`.
+TokenizerCommands add_tokenizer_commands(CLI::App& app, TokenizerArgs& tok) {
   CLI::App* tokenizer_cmd = app.add_subcommand("tokenizer", "train or try a tokenizer");
   tokenizer_cmd->require_subcommand(1);
-  CLI::App* tok_train = tokenizer_cmd->add_subcommand(
-      "train", "train a SentencePiece model → DIR/tokenizer.model");
+  CLI::App* tok_train =
+      tokenizer_cmd->add_subcommand("train", "train a SentencePiece model → DIR/tokenizer.model");
   tok_train->add_option("--input", tok.inputs, "training text files")->required();
   tok_train->add_option("--model-type", tok.model_type, "bpe or unigram")->default_val("bpe");
   tok_train->add_option("--vocab-size", tok.vocab_size, "number of pieces")->required();
-  tok_train->add_option("--character-coverage", tok.character_coverage,
-                        "share of characters kept (1.0; 0.9995 for CJK)")
+  tok_train
+      ->add_option("--character-coverage", tok.character_coverage,
+                   "share of characters kept (1.0; 0.9995 for CJK)")
       ->default_val(1.0);
   tok_train->add_option("--out", tok.out_dir, "output directory")->required();
   CLI::App* tok_encode = tokenizer_cmd->add_subcommand("encode", "print the ids of a text");
@@ -60,8 +70,10 @@ int main(int argc, char** argv) {
   }
   tok_encode->add_option("text", tok.text, "the text")->required();
   tok_decode->add_option("ids", tok.text, "ids separated by spaces")->required();
+  return {tok_train, tok_encode, tok_decode};
+}
 
-  TrainArgs train;
+CLI::App* add_train_command(CLI::App& app, TrainArgs& train) {
   CLI::App* train_cmd = app.add_subcommand(
       "train", "train from a TOML config; any key overridable as --section.key value");
   train_cmd->add_option("config", train.config, "TOML config file")->required();
@@ -83,8 +95,10 @@ int main(int argc, char** argv) {
       "--section.key=value), e.g. --training.max_steps 500 --parallel.dp 2. The keys are listed\n"
       "in README.md, \"Configuration\". Launch several ranks with mpirun -np N meshtrain train "
       "...");
+  return train_cmd;
+}
 
-  SampleArgs sample;
+CLI::App* add_sample_command(CLI::App& app, SampleArgs& sample) {
   CLI::App* sample_cmd = app.add_subcommand("sample", "generate text from a checkpoint");
   sample_cmd->add_option("checkpoint", sample.checkpoint, "checkpoint directory")->required();
   sample.prompt = "\n";
@@ -95,8 +109,10 @@ int main(int argc, char** argv) {
   sample_cmd->add_option("--top-k", sample.top_k, "sample from the k most likely (0 = all)")
       ->default_val(200);
   sample_cmd->add_option("--seed", sample.seed, "sampling seed")->default_val(1337);
+  return sample_cmd;
+}
 
-  LaunchArgs launch;
+CLI::App* add_launch_command(CLI::App& app, LaunchArgs& launch) {
   CLI::App* launch_cmd = app.add_subcommand(
       "launch", "run `train` under mpirun; restart it from the newest checkpoint when a rank dies");
   launch_cmd->add_option("-n", launch.ranks, "number of ranks (mpirun -np)")->required();
@@ -114,8 +130,10 @@ int main(int argc, char** argv) {
       "exceeds\nthe cores). When the job fails (a rank dies, a peer times out), every process of "
       "it is ended\nand it starts again with --checkpoint.resume auto, up to K times. Exit codes "
       "2 (configuration)\nand 3 (data) are not retried. See docs/resilience.md, \"Launcher\".");
+  return launch_cmd;
+}
 
-  ReshardArgs reshard;
+CLI::App* add_reshard_command(CLI::App& app, ReshardArgs& reshard) {
   CLI::App* reshard_cmd = app.add_subcommand(
       "reshard", "rewrite a sharded checkpoint for another layout (offline, no MPI)");
   reshard_cmd->add_option("checkpoint", reshard.checkpoint, "complete checkpoint directory")
@@ -130,17 +148,22 @@ int main(int argc, char** argv) {
       "  meshtrain reshard runs/a/checkpoints/step-00000500 runs/b/checkpoints --parallel.tp 2 "
       "--parallel.dp 1\nA run with --checkpoint.dir runs/b --checkpoint.resume auto then "
       "continues from it.");
+  return reshard_cmd;
+}
 
-  ExportArgs export_args;
+CLI::App* add_export_command(CLI::App& app, ExportArgs& export_args) {
   CLI::App* export_cmd = app.add_subcommand(
       "export",
       "checkpoint → one consolidated safetensors file with Hugging Face names and layouts "
-      "(GPT2LMHeadModel / LlamaForCausalLM), plus config.json beside it");
+      "(GPT2LMHeadModel / LlamaForCausalLM / MixtralForCausalLM), plus config.json and the "
+      "run's tokenizer files beside it");
   export_cmd->add_option("checkpoint", export_args.checkpoint, "checkpoint directory")->required();
   export_cmd->add_option("out", export_args.out, "output file, e.g. hf/model.safetensors")
       ->required();
+  return export_cmd;
+}
 
-  PlanArgs plan_args;
+CLI::App* add_plan_command(CLI::App& app, PlanArgs& plan_args) {
   CLI::App* plan_cmd = app.add_subcommand(
       "plan",
       "memory, communication, bubble and step time of a model on a cluster; searches "
@@ -194,6 +217,34 @@ int main(int argc, char** argv) {
                        "a claimed throughput (sequences/s) to check: the MFU it implies");
   plan_cmd->add_option("--claim-tokens-per-s", plan_args.claim_tokens_per_s,
                        "a claimed throughput (tokens/s) to check: the MFU it implies");
+  return plan_cmd;
+}
+
+}  // namespace
+}  // namespace meshtrain
+
+int main(int argc, char** argv) {
+  using namespace meshtrain;
+  CLI::App app{"meshtrain: train GPT-style language models over MPI ranks"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "meshtrain " MESHTRAIN_VERSION);
+
+  PrepareArgs prepare;
+  CLI::App* prepare_cmd = add_prepare_command(app, prepare);
+  TokenizerArgs tok;
+  const TokenizerCommands tokenizer_cmds = add_tokenizer_commands(app, tok);
+  TrainArgs train;
+  CLI::App* train_cmd = add_train_command(app, train);
+  SampleArgs sample;
+  CLI::App* sample_cmd = add_sample_command(app, sample);
+  LaunchArgs launch;
+  CLI::App* launch_cmd = add_launch_command(app, launch);
+  ReshardArgs reshard;
+  CLI::App* reshard_cmd = add_reshard_command(app, reshard);
+  ExportArgs export_args;
+  CLI::App* export_cmd = add_export_command(app, export_args);
+  PlanArgs plan_args;
+  CLI::App* plan_cmd = add_plan_command(app, plan_args);
 
   if (argc > 1 && argv[1][0] != '-') {
     const std::string_view command = argv[1];
@@ -228,9 +279,9 @@ int main(int argc, char** argv) {
   }
 
   if (*prepare_cmd) return run_prepare(prepare);
-  if (*tok_train) return run_tokenizer_train(tok);
-  if (*tok_encode) return run_tokenizer_encode(tok);
-  if (*tok_decode) return run_tokenizer_decode(tok);
+  if (*tokenizer_cmds.train) return run_tokenizer_train(tok);
+  if (*tokenizer_cmds.encode) return run_tokenizer_encode(tok);
+  if (*tokenizer_cmds.decode) return run_tokenizer_decode(tok);
   if (*reshard_cmd) {
     reshard.overrides = reshard_cmd->remaining();
     return run_reshard(reshard);
