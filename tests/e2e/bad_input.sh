@@ -4,6 +4,7 @@
 # (One case checks that a valid variant, 0, is accepted and also writes nothing.)
 # Usage: bad_input.sh <meshtrain binary> <prepared data dir>
 set -u
+. "$(dirname "$0")/mpirun_retry.sh"
 BIN=$1
 DATA=$2
 CONFIG=$(dirname "$0")/../../configs/shakespeare_char.toml
@@ -19,9 +20,10 @@ passed=0
 expect() {
   local name=$1 code=$2 text=$3
   shift 4
-  local out
-  out=$("$@" 2>&1)
+  run_mpirun_job "$WORK/out" "$@"
   local got=$?
+  local out
+  out=$(cat "$WORK/out")
   if [[ $got -ne $code ]]; then
     echo "FAIL $name: exit $got, expected $code"; echo "$out" | sed 's/^/    /'
     failures=$((failures + 1))

@@ -7,6 +7,7 @@
 # that the watchdog's directory is removed.)
 # Usage: watchdog.sh <watchdog_probe binary>
 set -u
+. "$(dirname "$0")/mpirun_retry.sh"
 PROBE=$1
 TIMEOUT_S=2
 WORK=$(mktemp -d)
@@ -26,16 +27,13 @@ scenario() {
   shift 3
   export TMPDIR=$WORK/tmp.$name.$np
   mkdir -p "$TMPDIR"
-  local start end
-  start=$(date +%s%N)
   # -k: an mpirun that ignores SIGTERM (its ranks stuck) is killed 5 s later; ranks it leaves
   # behind are killed below, so one stuck scenario cannot stall the others.
-  timeout -k 5 $((TIMEOUT_S + 30)) mpirun --oversubscribe --bind-to none -np "$np" "$PROBE" \
-    "$name" "$TIMEOUT_S" >"$WORK/out" 2>&1
+  run_mpirun_job "$WORK/out" timeout -k 5 $((TIMEOUT_S + 30)) mpirun --oversubscribe \
+    --bind-to none -np "$np" "$PROBE" "$name" "$TIMEOUT_S"
   local got=$?
   pkill -9 -f "^$PROBE $name " 2>/dev/null || true
-  end=$(date +%s%N)
-  local ms=$(((end - start) / 1000000))
+  local ms=$MPIRUN_JOB_MS
   local label="$name (np $np)"
   if [[ $got -ne $code ]]; then
     fail "$label" "exit $got, expected $code"; return
