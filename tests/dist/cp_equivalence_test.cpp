@@ -45,8 +45,11 @@ constexpr double kLossRtol = 1e-5;
 // single process's tiles and still met 2e-3). Measured before bf16 operands: ≤ 2.0e-4 on
 // losses, val loss and grad norm over 20 steps and ≤ 2.1e-4 × max|g| on step-1 gradients.
 // 5e-3 keeps 2× headroom over the largest and stays below the ≥ 1e-2 of a wrong position or
-// token count.
-constexpr double kBf16LossRtol = 1e-3;
+// token count. Losses drift further as 20 Adam steps compound those roundings, and how far
+// depends on the CPU's oneDNN bf16 kernels: gpt2 cp 2 p2p reached 1.85e-3 at step 20 on a
+// 2 vCPU Intel Xeon with avx512_bf16/avx512_fp16 and no AMX (it stayed below 1e-3 on an
+// AMX-BF16 Xeon), so losses get the gradients' 5e-3 too.
+constexpr double kBf16LossRtol = 5e-3;
 constexpr double kBf16GradRtol = 5e-3;
 
 struct CpLayout {
