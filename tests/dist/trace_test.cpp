@@ -57,6 +57,7 @@ void run_every_operation(ProcessGroup& g) {
   const std::vector<std::int64_t> counts(n, 3);
   g.all_to_allv(x, counts, out, counts);
   g.iall_gather(part, out)->wait();
+  g.iall_reduce_sum(std::span<float>(x))->wait();
   if (g.size() > 1) run_point_to_point(g);
 }
 
@@ -105,12 +106,13 @@ TEST(Trace, EveryOperationIsRecordedWithTheBytesItsCounterCounted) {
     EXPECT_TRUE(trace::events().empty());
   } else {
     // 11 blocking calls (3 all-reduces, broadcast, barrier, reduce-scatter, all-gather,
-    // all-to-all, all-to-allv, send, recv), 3 postings and their 3 waits.
-    EXPECT_EQ(trace::events().size(), 17u);
-    EXPECT_EQ(waits, 3);
+    // all-to-all, all-to-allv, send, recv), 4 postings (iall_gather, iall_reduce_sum, isend,
+    // irecv) and their 4 waits.
+    EXPECT_EQ(trace::events().size(), 19u);
+    EXPECT_EQ(waits, 4);
     EXPECT_EQ(bytes[static_cast<std::size_t>(CommOp::send)], 2 * 7 * 4);
     EXPECT_EQ(bytes[static_cast<std::size_t>(CommOp::all_reduce)],
-              2 * static_cast<std::int64_t>(3 * world->size() * 4) + 5 * 8);
+              3 * static_cast<std::int64_t>(3 * world->size() * 4) + 5 * 8);
   }
   trace::reset();
 }

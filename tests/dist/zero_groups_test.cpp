@@ -54,6 +54,8 @@ TEST_P(ZeroGroupsStage, ReducesEachParameterOverItsReplicaGroupAndCountsItOnce) 
       ZeroOptions{.stage = stage,
                   .compute_dtype = DType::f32,
                   .bucket_bytes = 4 << 20,
+                  .overlap_grad_reduce = false,
+                  .microbatches = 1,
                   .seed = 7,
                   .initial_values = {}});
 

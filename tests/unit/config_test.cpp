@@ -522,6 +522,25 @@ TEST(ConfigLoad, NewModelAndParallelKeysLoadFromAFileAndFromOverrides) {
   EXPECT_EQ(to_toml(load_config_text(to_toml(o), "round trip")), to_toml(o));
 }
 
+// parallel.overlap_grad_reduce (parallel/dp/grad_buckets.h): on by default, off from a file
+// or the command line, a non-bool reported naming the key, and kept by the round trip.
+TEST(ConfigLoad, OverlapGradReduceDefaultsOnLoadsAndRejectsNonBools) {
+  EXPECT_TRUE(Config{}.parallel.overlap_grad_reduce);
+  const Config f = load_config_text("[parallel]\noverlap_grad_reduce = false\n", "t.toml");
+  EXPECT_FALSE(f.parallel.overlap_grad_reduce);
+  const Config o = load_config_text("", "overrides",
+                                    parse_overrides({"--parallel.overlap_grad_reduce", "false"}));
+  EXPECT_FALSE(o.parallel.overlap_grad_reduce);
+  EXPECT_TRUE(check_config(o, 1).empty()) << issues_text(o, 1);
+  EXPECT_EQ(to_toml(load_config_text(to_toml(o), "round trip")), to_toml(o));
+  try {
+    load_config_text("", "t.toml", {{"parallel.overlap_grad_reduce", "sometimes"}});
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_TRUE(has(e.what(), "parallel.overlap_grad_reduce = sometimes")) << e.what();
+  }
+}
+
 TEST(ConfigLoad, NewKeysWithTheWrongTypeAreReported) {
   try {
     load_config_text("[model]\nn_kv_head = \"two\"\n", "t.toml",

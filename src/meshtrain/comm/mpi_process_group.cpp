@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <utility>
+#include <vector>
 
 #include "meshtrain/comm/mpi_runtime.h"
 #include "meshtrain/core/error.h"
@@ -242,6 +244,50 @@ std::unique_ptr<CommRequest> MpiProcessGroup::do_iall_gather(std::span<const flo
                            count_of(in.size()), MPI_FLOAT, comm_.get(), &request),
             "MPI_Iallgather");
   return std::make_unique<MpiRequest>(request);
+}
+
+namespace {
+// The chunks of one non-blocking all-reduce: complete when all are. MPI_Testall lets OpenMPI
+// move every chunk's schedule forward (libnbc progresses inside MPI calls only).
+class MpiRequests final : public CommRequest {
+ public:
+  explicit MpiRequests(std::vector<MPI_Request> requests) : requests_(std::move(requests)) {}
+  ~MpiRequests() override {
+    MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
+  }
+  void wait() override {
+    check_mpi(
+        MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE),
+        "MPI_Waitall");
+  }
+  bool test() override {
+    int done = 0;
+    check_mpi(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done,
+                          MPI_STATUSES_IGNORE),
+              "MPI_Testall");
+    return done != 0;
+  }
+
+ private:
+  std::vector<MPI_Request> requests_;  // MPI_REQUEST_NULL once complete
+};
+}  // namespace
+
+std::unique_ptr<CommRequest> MpiProcessGroup::do_iall_reduce_sum(std::span<float> x) {
+  // The same chunks as the blocking all-reduce, all posted at once (MPI allows several
+  // outstanding non-blocking collectives on a communicator; they complete in any order).
+  const std::size_t chunk = kChunkBytes / sizeof(float);
+  std::vector<MPI_Request> requests;
+  requests.reserve((x.size() + chunk - 1) / chunk);
+  for (std::size_t begin = 0; begin < x.size(); begin += chunk) {
+    const std::size_t n = std::min(chunk, x.size() - begin);
+    MPI_Request request = MPI_REQUEST_NULL;
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, x.data() + begin, count_of(n), MPI_FLOAT, MPI_SUM,
+                             comm_.get(), &request),
+              "MPI_Iallreduce");
+    requests.push_back(request);
+  }
+  return std::make_unique<MpiRequests>(std::move(requests));
 }
 
 }  // namespace meshtrain

@@ -55,6 +55,7 @@ class MpiProcessGroup final : public ProcessGroup {
   std::unique_ptr<CommRequest> do_irecv(std::span<float> x, int peer, int tag) override;
   std::unique_ptr<CommRequest> do_iall_gather(std::span<const float> in,
                                               std::span<float> out) override;
+  std::unique_ptr<CommRequest> do_iall_reduce_sum(std::span<float> x) override;
 
   MpiComm comm_;
   Tensor ring_scratch_;  // reduce-scatter's receive block, grown once, MemCategory::comm

@@ -153,7 +153,7 @@ namespace {
 std::atomic<bool> debug_checks_on{false};
 
 // The collectives OpGuard numbers, by the index it is given.
-constexpr std::array<std::string_view, 10> kCallNames = {"all_reduce_sum(f32)",
+constexpr std::array<std::string_view, 11> kCallNames = {"all_reduce_sum(f32)",
                                                          "all_reduce_sum(f64)",
                                                          "all_reduce_max(f32)",
                                                          "broadcast(bytes)",
@@ -162,7 +162,8 @@ constexpr std::array<std::string_view, 10> kCallNames = {"all_reduce_sum(f32)",
                                                          "all_gather(f32)",
                                                          "all_to_all(f32)",
                                                          "iall_gather(f32)",
-                                                         "all_to_allv(f32)"};
+                                                         "all_to_allv(f32)",
+                                                         "iall_reduce_sum(f32)"};
 
 }  // namespace
 
@@ -440,6 +441,18 @@ std::unique_ptr<CommRequest> ProcessGroup::iall_gather(std::span<const float> in
   return std::make_unique<TimedRequest>(
       std::move(posted), guard.counter,
       watched(CommOp::all_gather, watchdog_.slot, watchdog_.name_id, watchdog_.key, -1, guard.seq,
+              guard.bytes),
+      guard.record_id, trace_id_, guard.trace_post());
+}
+
+std::unique_ptr<CommRequest> ProcessGroup::iall_reduce_sum(std::span<float> x) {
+  if (size() == 1) return std::make_unique<CompletedRequest>();
+  const OpGuard guard(*this, CommOp::all_reduce, 10, x.size(), x.size_bytes(), -1,
+                      /*blocks=*/false);
+  std::unique_ptr<CommRequest> posted = do_iall_reduce_sum(x);
+  return std::make_unique<TimedRequest>(
+      std::move(posted), guard.counter,
+      watched(CommOp::all_reduce, watchdog_.slot, watchdog_.name_id, watchdog_.key, -1, guard.seq,
               guard.bytes),
       guard.record_id, trace_id_, guard.trace_post());
 }

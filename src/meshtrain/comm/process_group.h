@@ -3,8 +3,9 @@
 // ProcessGroup: the collectives and point-to-point operations of a group of ranks, with bytes
 // and calls counted per operation (DESIGN invariant 5). The MPI backend (mpi_process_group.h)
 // is the only implementation today; a NCCL one can be added behind the same interface.
-// Knows nothing of models. Every operation is blocking; a group of one rank returns at once
-// and counts nothing, so a parallel layer with a group of size 1 is the plain layer.
+// Knows nothing of models. Every operation is blocking except the i-prefixed ones, which return
+// a CommRequest; a group of one rank returns at once and counts nothing, so a parallel layer
+// with a group of size 1 is the plain layer.
 //
 // Byte counters record the message size D this rank hands to the operation (for all-gather and
 // all-to-all: the bytes of this rank's input), not what the algorithm puts on the wire; the
@@ -110,6 +111,18 @@ class ProcessGroup {
   /// counted when posted, the time in wait() is added to all_gather's seconds. ZeRO-3 issues
   /// the next layer's parameter gather with it while the current layer computes.
   std::unique_ptr<CommRequest> iall_gather(std::span<const float> in, std::span<float> out);
+  /// Non-blocking all_reduce_sum (MPI_Iallreduce, in place, in chunks of ≤ 4 MiB so that no
+  /// single MPI call pays the large-message collapse of the machine notes): returns at once;
+  /// x must stay alive and untouched until the request's wait() (or a test() that returned
+  /// true) says it is done. Every rank posts the group's non-blocking collectives in the same
+  /// order. Counted as all_reduce (one call, x's bytes) when posted; the seconds blocked in
+  /// wait() are added to all_reduce's seconds; watched and traced as iall_gather. OpenMPI
+  /// moves a non-blocking collective forward only inside MPI calls: a caller overlapping it
+  /// with compute calls test() now and then (data-parallel gradient buckets do, per layer).
+  /// The result does not depend on when the request is tested or waited for, but may differ in
+  /// the last bits from all_reduce_sum's (OpenMPI's non-blocking and blocking collectives
+  /// choose their algorithms apart): callers that compare runs use one of the two throughout.
+  std::unique_ptr<CommRequest> iall_reduce_sum(std::span<float> x);
 
   /// A new group of the members that pass the same `color`, ordered by `key`, named
   /// `axis_name`{ranks}. Collective over this group: every member calls it, in the same order.
@@ -144,14 +157,14 @@ class ProcessGroup {
   virtual void do_all_gather(std::span<const float> in, std::span<float> out) = 0;
   virtual void do_all_to_all(std::span<const float> in, std::span<float> out) = 0;
   virtual void do_all_to_allv(std::span<const float> in, std::span<const std::int64_t> send_counts,
-                              std::span<float> out,
-                              std::span<const std::int64_t> recv_counts) = 0;
+                              std::span<float> out, std::span<const std::int64_t> recv_counts) = 0;
   virtual void do_send(std::span<const float> x, int peer, int tag) = 0;
   virtual void do_recv(std::span<float> x, int peer, int tag) = 0;
   virtual std::unique_ptr<CommRequest> do_isend(std::span<const float> x, int peer, int tag) = 0;
   virtual std::unique_ptr<CommRequest> do_irecv(std::span<float> x, int peer, int tag) = 0;
   virtual std::unique_ptr<CommRequest> do_iall_gather(std::span<const float> in,
                                                       std::span<float> out) = 0;
+  virtual std::unique_ptr<CommRequest> do_iall_reduce_sum(std::span<float> x) = 0;
 
  private:
   // For the whole of one blocking operation: numbers it (collectives: and runs the debug

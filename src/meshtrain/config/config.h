@@ -288,6 +288,12 @@ struct ParallelConfig {
   std::int64_t virtual_stages = 1;
   std::string pp_layers;        // empty = even split
   std::int64_t bucket_mib = 4;  // gradient all-reduce bucket size, MiB
+  // ZeRO-0 with dp > 1 (docs/data_parallel.md, "Overlap"): each bucket's all-reduce is posted
+  // during backward, as soon as the last micro-batch's backward has finished its gradients,
+  // and overlaps the rest of backward (Megatron-LM's --overlap-grad-reduce). Off: all buckets
+  // are reduced after backward. Same gradients bit for bit either way. Ignored (off, with a
+  // note in the log) under pp_schedule = zb_h1, whose weight gradients wait for W passes.
+  bool overlap_grad_reduce = true;
   // ZeRO stage over dp (Rajbhandari et al. 2020; parallel/dp/zero.h): 0 = plain data parallel,
   // 1 = optimizer state sharded, 2 = + gradients, 3 = + parameters (FSDP FULL_SHARD).
   std::int64_t zero_stage = 0;

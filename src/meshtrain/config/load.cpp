@@ -92,6 +92,7 @@ std::vector<Field> fields_of(Config& c) {
       {"parallel.virtual_stages", &c.parallel.virtual_stages},
       {"parallel.pp_layers", &c.parallel.pp_layers},
       {"parallel.bucket_mib", &c.parallel.bucket_mib},
+      {"parallel.overlap_grad_reduce", &c.parallel.overlap_grad_reduce},
       {"parallel.zero_stage", &c.parallel.zero_stage},
       {"parallel.debug_collectives", &c.parallel.debug_collectives},
       {"parallel.comm_timeout_s", &c.parallel.comm_timeout_s},

@@ -1,6 +1,7 @@
 #include "meshtrain/train/optimizer_state.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "meshtrain/config/validate.h"
@@ -25,6 +26,8 @@ ZeroOptions zero_options(const Config& config, HfImport* import) {
   ZeroOptions options{.stage = static_cast<int>(config.parallel.zero_stage),
                       .compute_dtype = compute_dtype(config.training),
                       .bucket_bytes = config.parallel.bucket_mib << 20,
+                      .overlap_grad_reduce = overlap_grad_reduce(config.parallel),
+                      .microbatches = static_cast<int>(config.training.accumulation),
                       .seed = static_cast<std::uint64_t>(config.training.seed),
                       .initial_values = {}};
   if (import != nullptr) {
@@ -35,6 +38,10 @@ ZeroOptions zero_options(const Config& config, HfImport* import) {
 }
 
 }  // namespace
+
+bool overlap_grad_reduce(const ParallelConfig& p) {
+  return p.overlap_grad_reduce && p.pp_schedule != PipelineSchedule::zb_h1;
+}
 
 // Every rank that holds a replica of the parameters: dp × cp (context parallel splits
 // sequences, not weights); the dp group itself when cp = 1.
@@ -79,7 +86,9 @@ OptimizerState::OptimizerState(const Config& config, const DeviceMesh& mesh, Pip
 }
 
 void OptimizerState::reduce_gradients(const ParameterList& tied, ProcessGroup* tied_group) {
+  const auto start = std::chrono::steady_clock::now();
   zero_->reduce_gradients();
+  dp_exposed_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   sum_tied_embeddings(tied, tied_group);
   replicated_grads_->all_reduce();  // sequence parallel: partial sums over tp, once per step
 }

@@ -31,6 +31,10 @@ ProcessGroup& grad_reduction_group(const DeviceMesh& mesh);
 ProcessGroup& replica_group(const DeviceMesh& mesh, ReplicaGroup g);
 /// This rank's groups for placements (layers/placement.h).
 PlacementGroups placement_groups(const DeviceMesh& mesh);
+/// Whether the dp gradient buckets overlap backward: parallel.overlap_grad_reduce, except under
+/// zb_h1, whose deferred weight gradients (W passes) are final only after the unit's backward
+/// hook has run.
+bool overlap_grad_reduce(const ParallelConfig& p);
 
 class OptimizerState {
  public:
@@ -57,6 +61,11 @@ class OptimizerState {
   /// stage's; `tied_group` between the first and last stage, or nullptr), and the tp sum of
   /// the replicated parameters' partial gradients (sequence parallel).
   void reduce_gradients(const ParameterList& tied, ProcessGroup* tied_group);
+  /// Seconds the last reduce_gradients() spent in the dp (ZeRO) reduction after backward:
+  /// posting the buckets not posted during backward and waiting for all (stage 0), the
+  /// reduce-scatters (stage 1); about 0 at stages 2, 3 (reduced during backward). The
+  /// metrics' dp_comm_exposed_s.
+  double dp_exposed_seconds() const noexcept { return dp_exposed_s_; }
   /// fp16: whether some rank of `world` holds a non-finite gradient (the same verdict on every
   /// rank); updates the scale and, unless the step is skipped, unscales the gradients.
   /// Returns true when the step is skipped. Without a scaler: false, nothing changes.
@@ -80,6 +89,7 @@ class OptimizerState {
   std::unique_ptr<DynamicLossScaler> scaler_;
   std::unique_ptr<AdamW> optimizer_;
   bool skipped_ = false;  // the last unscale_or_skip skipped its step
+  double dp_exposed_s_ = 0.0;
 };
 
 }  // namespace meshtrain

@@ -308,6 +308,7 @@ nlohmann::json Reporting::metrics_line(const StepMetrics& m, double elapsed_s, d
                          {"dp_comm_bytes", m.dp_comm_bytes},
                          {"tp_comm_s", m.tp_comm_s},
                          {"dp_comm_s", m.dp_comm_s},
+                         {"dp_comm_exposed_s", m.dp_comm_exposed_s},
                          {"cp_comm_bytes", m.cp_comm_bytes},
                          {"cp_comm_s", m.cp_comm_s},
                          {"attention_s", m.attention_s},

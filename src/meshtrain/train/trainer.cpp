@@ -12,13 +12,13 @@
 #include "meshtrain/checkpoint/model_checkpoint.h"
 #include "meshtrain/comm/trace.h"
 #include "meshtrain/config/validate.h"
-#include "meshtrain/train/moe_metrics.h"
 #include "meshtrain/core/allocator.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/core/system.h"
 #include "meshtrain/kernels/kernels.h"
 #include "meshtrain/parallel/tp/gather.h"
 #include "meshtrain/train/collective_verdict.h"
+#include "meshtrain/train/moe_metrics.h"
 #include "meshtrain/train/tensorboard.h"
 
 namespace meshtrain {
@@ -216,6 +216,13 @@ Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
   kernels::set_num_threads(threads_);
   model_ = std::make_unique<ModelStage>(config_, *mesh_, data_->train(), data_->val());
   optim_ = std::make_unique<OptimizerState>(config_, *mesh_, model_->stage(), import.get());
+  const ParallelConfig& p = config_.parallel;
+  if (p.overlap_grad_reduce && !overlap_grad_reduce(p) && p.dp * p.cp > 1 && options_.log &&
+      world.rank() == 0) {
+    fmt::print(
+        "note: parallel.overlap_grad_reduce is off under pp_schedule = zb_h1 (weight gradients "
+        "are final only after the W passes); the dp buckets are reduced after backward\n");
+  }
   if (import && options_.log && world.rank() == 0) {
     fmt::print("initialised the parameters from {} ({})\n", config_.checkpoint.init_from,
                import->summary());
@@ -311,6 +318,7 @@ StepMetrics Trainer::train_step(std::int64_t step) {
   m.bubble = model_->last_bubble();
   m.peak_bytes = TrackedAllocator::instance().total().peak_bytes;
   set_comm_metrics(comm_before, comm_snapshot(*mesh_), m);
+  m.dp_comm_exposed_s = optim_->dp_exposed_seconds();
   trace_->close_window();
   // After the step's counters: the metrics' own reductions are not the step's traffic.
   m.moe = collect_moe_metrics(model_->stage(), *mesh_, config_.model,

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "meshtrain/train/moe_metrics.h"
-
 #include "meshtrain/train/straggler.h"
 
 namespace meshtrain {
@@ -34,6 +33,9 @@ struct StepMetrics {
   // Seconds this rank spent inside those collectives (waiting for peers included).
   double tp_comm_s = 0.0;
   double dp_comm_s = 0.0;
+  // Seconds the step waited on the dp gradient reduction after its last backward (what
+  // parallel.overlap_grad_reduce did not hide; OptimizerState::dp_exposed_seconds).
+  double dp_comm_exposed_s = 0.0;
   double cp_comm_s = 0.0;
   // Seconds in the attention core's kernels during the step (forward, backward, recompute;
   // not evaluation): cp_comm_s / attention_s is the share of attention time spent waiting
@@ -65,12 +67,12 @@ struct StepMetrics {
 };
 
 struct TrainerOptions {
-  std::string metrics_path;  // JSON lines on rank 0; empty = none
-  std::string trace_path;    // --trace: the whole-step Chrome trace (rank 0); empty = none
+  std::string metrics_path;     // JSON lines on rank 0; empty = none
+  std::string trace_path;       // --trace: the whole-step Chrome trace (rank 0); empty = none
   std::string tensorboard_dir;  // TensorBoard event file of every metric (rank 0); empty = none
-  int trace_steps = 10;      // steps recorded in the trace (the first ones)
-  bool log = true;           // one line per log_interval steps on rank 0
-  int local_ranks = 1;       // ranks of this job on this node (they share its cores)
+  int trace_steps = 10;         // steps recorded in the trace (the first ones)
+  bool log = true;              // one line per log_interval steps on rank 0
+  int local_ranks = 1;          // ranks of this job on this node (they share its cores)
   // Test hook: world rank `inject_inf_rank` writes `inject_value` (inf, or NaN) into its first
   // gradient element at step `inject_inf_step` (0-based; −1 = never), after the reductions,
   // before the checks.

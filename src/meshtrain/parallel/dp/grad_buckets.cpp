@@ -1,5 +1,7 @@
 #include "meshtrain/parallel/dp/grad_buckets.h"
 
+#include <utility>
+
 #include "meshtrain/core/error.h"
 #include "meshtrain/kernels/kernels.h"
 
@@ -24,7 +26,7 @@ GradBuckets::GradBuckets(const ParameterList& params, ProcessGroup& dp, std::int
       shapes.push_back(p->local_shape());
       p->grad = Tensor();
     }
-    Bucket bucket{current, Tensor::zeros({current_elements}, MemCategory::grads)};
+    Bucket bucket{current, Tensor::zeros({current_elements}, MemCategory::grads), nullptr, 0, 0};
     std::int64_t offset = 0;
     for (std::size_t i = 0; i < current.size(); ++i) {
       const std::int64_t n = shape_numel(shapes[i]);
@@ -44,13 +46,67 @@ GradBuckets::GradBuckets(const ParameterList& params, ProcessGroup& dp, std::int
   close();
 }
 
+void GradBuckets::enable_overlap(const std::function<int(const Parameter&)>& passes) {
+  overlap_ = true;
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    Bucket& bucket = buckets_[b];
+    bucket.tracked = 0;
+    for (const Parameter* p : bucket.params) {
+      const int n = passes(*p);
+      MT_CHECK(n >= 0, "{}: {} backward passes per step", p->name, n);
+      tracks_[p] = Track{.bucket = b, .passes = n, .done = 0};
+      if (n > 0) ++bucket.tracked;
+    }
+    bucket.waiting = bucket.tracked;
+  }
+}
+
+void GradBuckets::post(Bucket& bucket) {
+  bucket.request = dp_.iall_reduce_sum(bucket.buffer.span_f32());
+}
+
+void GradBuckets::grad_ready(const Parameter& p) {
+  if (!overlap_) return;
+  const auto it = tracks_.find(&p);
+  if (it == tracks_.end()) return;  // dp = 1: no buckets
+  Track& t = it->second;
+  Bucket& bucket = buckets_[t.bucket];
+  MT_CHECK(!bucket.request, "{}: a gradient contribution after its bucket's all-reduce was posted",
+           p.name);
+  if (++t.done < t.passes) return;
+  t.done = 0;
+  // Only a bucket whose every parameter is tracked may go early: an untracked one's gradient
+  // is final only when backward as a whole is.
+  if (--bucket.waiting == 0 && bucket.tracked == static_cast<int>(bucket.params.size())) {
+    post(bucket);
+  }
+}
+
+void GradBuckets::progress() {
+  for (Bucket& bucket : buckets_) {
+    if (bucket.request) bucket.request->test();
+  }
+}
+
 void GradBuckets::all_reduce_mean() {
   if (dp_.size() == 1) return;
   const float inv = 1.0f / static_cast<float>(dp_.size());
+  posted_in_backward_ = 0;
   for (Bucket& bucket : buckets_) {
-    dp_.all_reduce_sum(bucket.buffer.span_f32());
-    kernels::scale_inplace(bucket.buffer.f32(), inv, bucket.buffer.numel());
+    if (bucket.request) {
+      ++posted_in_backward_;
+    } else {
+      post(bucket);
+      if (!overlap_) bucket.request->wait();  // one transfer at a time, as a blocking call
+    }
   }
+  for (Bucket& bucket : buckets_) {
+    bucket.request->wait();
+    bucket.request.reset();
+    kernels::scale_inplace(bucket.buffer.f32(), inv, bucket.buffer.numel());
+    bucket.waiting = bucket.tracked;
+  }
+  for (auto& [p, t] : tracks_) t.done = 0;  // a step cut short must not carry counts over
 }
 
 }  // namespace meshtrain

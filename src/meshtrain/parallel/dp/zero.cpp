@@ -115,6 +115,16 @@ ZeroSharding::ZeroSharding(const ParameterList& params, std::vector<ParameterLis
   }
   MT_CHECK(options.stage < 2 || covered == params.size(), "{} of {} parameters in no unit",
            params.size() - covered, params.size());
+  if (buckets_ && options.overlap_grad_reduce) {
+    // A unit's gradients are final after its backward of the step's last micro-batch.
+    buckets_->enable_overlap([this, m = options.microbatches](const Parameter& p) {
+      return slots_[index_.at(&p)].units * m;
+    });
+  }
+}
+
+std::size_t ZeroSharding::buckets_posted_in_backward() const noexcept {
+  return buckets_ ? buckets_->posted_in_backward() : 0;
 }
 
 std::int64_t zero_slice(int stage, std::int64_t numel, int ranks, bool low_precision) {
@@ -358,6 +368,7 @@ void ZeroSharding::after_forward(const ParameterList& unit) {
 }
 
 void ZeroSharding::before_backward(const ParameterList& unit, const ParameterList* next) {
+  if (buckets_) buckets_->progress();  // MPI moves posted buckets only inside MPI calls
   if (options_.stage < 2) return;
   for (Parameter* p : unit) {
     // The unit's full gradient exists only during its backward: a communication buffer.
@@ -369,6 +380,10 @@ void ZeroSharding::before_backward(const ParameterList& unit, const ParameterLis
 }
 
 void ZeroSharding::after_backward(const ParameterList& unit) {
+  if (buckets_ && buckets_->overlap()) {
+    for (const Parameter* p : unit) buckets_->grad_ready(*p);
+    buckets_->progress();
+  }
   if (options_.stage < 2) return;
   // A parameter in several units (gpt2's tied token embedding: the embedding and the head)
   // keeps its full gradient until the last of them has run backward, and is reduce-scattered

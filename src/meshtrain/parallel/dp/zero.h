@@ -37,9 +37,8 @@
 #include <memory>
 #include <optional>
 #include <unordered_map>
-#include <vector>
-
 #include <utility>
+#include <vector>
 
 #include "meshtrain/comm/process_group.h"
 #include "meshtrain/layers/parameter.h"
@@ -52,6 +51,11 @@ struct ZeroOptions {
   int stage = 0;                        // 0, 1, 2 or 3 (parallel.zero_stage)
   DType compute_dtype = DType::f32;     // what the layers compute with (training.precision)
   std::int64_t bucket_bytes = 4 << 20;  // stage 0 all-reduce buckets, stage 1 reduce-scatters
+  // Stage 0: post each bucket's all-reduce as soon as its gradients are final, during backward
+  // (GradBuckets' overlap; parallel.overlap_grad_reduce). `microbatches`: backward passes per
+  // step (training.accumulation), each unit's gradients are final after the last one.
+  bool overlap_grad_reduce = false;
+  int microbatches = 1;
   // The model's initialisation seed: stage 3 initialises the slices of parameters built under
   // DeferParameterStorage itself (initialize_range), as the model would have.
   std::uint64_t seed = 0;
@@ -102,6 +106,9 @@ class ZeroSharding final : public ParameterHooks {
   void publish_parameters();
   /// Zeroes the gradients for the next step (full gradients and/or gradient slices).
   void zero_grad();
+  /// Stage 0 with overlap: buckets the last reduce_gradients() found already posted during
+  /// backward (GradBuckets::posted_in_backward); 0 otherwise.
+  std::size_t buckets_posted_in_backward() const noexcept;
 
   /// The full fp32 master of `p` (its whole local tensor, no dp padding), gathered over dp.
   /// Collective over dp: every rank calls it for the same parameters in the same order.
@@ -109,7 +116,7 @@ class ZeroSharding final : public ParameterHooks {
   /// The full dp-mean gradient of `p` after reduce_gradients(), gathered over dp. Collective.
   Tensor gather_grad(const Parameter& p);
 
-  // ParameterHooks (stages 2 and 3; no-ops below).
+  // ParameterHooks (stages 2 and 3; stage 0 with overlap: gradient buckets; no-ops otherwise).
   void before_forward(const ParameterList& unit, const ParameterList* next) override;
   void after_forward(const ParameterList& unit) override;
   void before_backward(const ParameterList& unit, const ParameterList* next) override;

@@ -72,6 +72,12 @@ void ZeroGroups::zero_grad() {
   for (Group& g : groups_) g.zero->zero_grad();
 }
 
+std::size_t ZeroGroups::buckets_posted_in_backward() const noexcept {
+  std::size_t n = 0;
+  for (const Group& g : groups_) n += g.zero->buckets_posted_in_backward();
+  return n;
+}
+
 Tensor ZeroGroups::gather_master(const Parameter& p) { return of(p).gather_master(p); }
 Tensor ZeroGroups::gather_grad(const Parameter& p) { return of(p).gather_grad(p); }
 

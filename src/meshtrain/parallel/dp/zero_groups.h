@@ -46,6 +46,8 @@ class ZeroGroups final : public ParameterHooks {
   void reduce_gradients();
   void publish_parameters();
   void zero_grad();
+  /// Σ over the groups of ZeroSharding::buckets_posted_in_backward.
+  std::size_t buckets_posted_in_backward() const noexcept;
   /// ZeroSharding's, on p's group (collective over it).
   Tensor gather_master(const Parameter& p);
   Tensor gather_grad(const Parameter& p);
