@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """bench/plot_scaling.py — draws bench/scaling_bench.sh's scaling.json as a PNG.
 
-    plot_scaling.py SCALING_JSON OUT_PNG
+    plot_scaling.py SCALING_JSON [SCALING_JSON ...] OUT_PNG
 
-One column per sweep present (width: n_embd, depth: n_layer, seq: block_size). Top row:
+Several JSON files (e.g. one scaling_bench.sh run per sweep) are drawn as one: their rows
+joined, the first file's machine line in the title. One column per sweep present (width: n_embd, depth: n_layer, seq: block_size). Top row:
 tokens/s measured (solid) and GEMM-bound (dashed, same colour) per precision, log scale, so
 the gap between a solid line and its dashed one is how far meshtrain is from the GEMM limit.
 Bottom row: MFU against the measured peak (bench/fma_peak) and, dotted, against the configured
@@ -32,14 +33,15 @@ def fixed_of(rows):
 
 
 def main(argv):
-    if len(argv) != 3:
-        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+    if len(argv) < 3:
+        print("usage: " + __doc__.strip().splitlines()[2].strip(), file=sys.stderr)
         return 2
-    doc = json.load(open(argv[1]))
-    rows, meta = doc.get("rows", []), doc.get("meta", {})
+    docs = [json.load(open(path)) for path in argv[1:-1]]
+    rows = [r for d in docs for r in d.get("rows", [])]
+    meta = docs[0].get("meta", {})
     sweeps = [s for s in X if any(r["sweep"] == s for r in rows)]
     if not sweeps:
-        print(f"plot_scaling.py: no rows in {argv[1]}", file=sys.stderr)
+        print(f"plot_scaling.py: no rows in {', '.join(argv[1:-1])}", file=sys.stderr)
         return 2
     fig, axes = plt.subplots(2, len(sweeps), figsize=(5 * len(sweeps), 7.5), squeeze=False)
     for col, sweep in enumerate(sweeps):
@@ -73,7 +75,7 @@ def main(argv):
     fig.suptitle(f"meshtrain train, {meta.get('threads', '?')} thread(s): {meta.get('cpu', '')} "
                  f"({meta.get('flags', '')})", fontsize=10)
     fig.tight_layout()
-    fig.savefig(argv[2], dpi=100)
+    fig.savefig(argv[-1], dpi=100)
     return 0
 
 
