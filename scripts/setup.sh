@@ -17,6 +17,7 @@ PACKAGES=(
   python3 python3-torch python3-numpy   # PyTorch reference tests and bench (/usr/bin/python3)
   python3-pip                           # installs PYDEPS below
   python3-sentencepiece                 # export tokenizer test: SentencePiece models and ids
+  python3-matplotlib                    # bench/plot_scaling.py (bench/scaling_bench.sh's PNG)
   slurmctld slurmd slurm-client munge   # the one-node Slurm of tests/e2e/slurm_job.sh
   python3-sentencepiece                 # tokenizer reference test (tests/reference/tokenizer_reference.py)
 )
