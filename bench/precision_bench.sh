@@ -1,34 +1,56 @@
 #!/usr/bin/env bash
-# bench/precision_bench.sh — fp32 against bf16 (and fp16) step time on a GEMM-bound model, in
-# one invocation (a command, not a test). Issue 5's benchmark: an 8-layer, 512-wide GPT-2
-# (8 heads, block 256, vocabulary 65, micro-batch 8 = 2048 tokens per step), one process with
-# 2 threads (both cores).
+# bench/precision_bench.sh — fp32 against bf16 and fp16 step time, side by side in one
+# invocation (a command, not a test; issue 16 item 3, issue 5 before it).
 #
-#   bench/precision_bench.sh [--steps N] [--warmup W] [--rounds R]
+#   bench/precision_bench.sh [--model 6l384|8l512] [--threads T[,T…]] [--steps N]
+#                            [--warmup W] [--rounds R] [--loss-check] [--verbose-isa]
 #
-# Each round runs fp32, bf16 and fp16 one after the other. Reported per precision: the median
-# step time over N steps after W warm-up steps (metrics JSON step_time_s), the model FLOP/s it
-# achieves (6·N + 12·L·C·T FLOPs per token, the MFU column's count: metrics mfu × the fp32
-# peak it was computed against), that rate against each precision's peak on 2 cores (fp32 FMA
-# 438 GFLOP/s; bf16 dot 841 GFLOP/s, DESIGN machine notes / issue 5), the final loss, and the
-# speed-up over fp32 (median over R alternating rounds). fp16 has no oneDNN matmul in
-# Debian's oneDNN 2.6: its GEMMs widen to f32 (docs/mixed_precision.md), so it shows the cost
-# of the conversions. Defaults N=10, W=3, R=3: about 4 minutes here.
+# Models: 6l384 (default) is issue 16's GEMM-bound GPT-2: 6 layers × 384, 6 heads, block 256,
+# micro-batch 4 (1024 tokens per step); 8l512 is issue 5's: 8 × 512, 8 heads, block 256,
+# micro-batch 8. Vocabulary 65 (Tiny Shakespeare, characters), AdamW, one process.
+#
+# For each thread count, each round runs fp32, bf16 and fp16 one after the other; reported per
+# precision: the median step time over N steps after W warm-up steps (metrics JSON
+# step_time_s) in every round, and the speed-up over fp32 (median over the R rounds of the
+# per-round ratio, so machine load shared by the three runs of a round cancels).
+# fp16 has no oneDNN matmul in Debian's oneDNN 2.6: its GEMMs widen to f32
+# (docs/mixed_precision.md), so it shows the cost of the conversions.
+#
+# --loss-check: instead of timing, 300 steps of each precision from the same seed (threads =
+# the first of --threads), printing the final training losses and |bf16 − fp32|,
+# |fp16 − fp32|; exits 1 when a difference exceeds 1e-2 (issue 16's bound).
+# --verbose-isa: instead of timing steps, R alternating rounds of 2 fp32 and 2 bf16 steps under
+# ONEDNN_VERBOSE=1, printing oneDNN's version and ISA line, which kernels ran the second
+# step's matmuls (implementation:ISA, e.g. brg:avx512_core_bf16 or brg:avx512_core_amx, with
+# the layouts) and their GEMM rate from the verbose exec times (2·M·N·K per matmul).
+# Defaults: --threads 1,2 N=8 W=2 R=3 (about 3 minutes here).
 #
 # Environment: MESHTRAIN_BIN (default build/src/meshtrain/meshtrain).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-steps=10 warmup=3 rounds=3
+model=6l384 threads=1,2 steps=8 warmup=2 rounds=3 loss_check=0 verbose_isa=0
 while (($#)); do
   case $1 in
+    --model) model=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
+    --loss-check) loss_check=1; shift ;;
+    --verbose-isa) verbose_isa=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "precision_bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
+case $model in
+  6l384) shape=(--model.n_layer 6 --model.n_head 6 --model.n_embd 384 --model.block_size 256
+                --training.micro_batch 4) ;;
+  8l512) shape=(--model.n_layer 8 --model.n_head 8 --model.n_embd 512 --model.block_size 256
+                --training.micro_batch 8) ;;
+  *) echo "precision_bench.sh: --model must be 6l384 or 8l512, got '$model'" >&2; exit 2 ;;
+esac
+IFS=, read -r -a thread_list <<<"$threads"
 
 bin=${MESHTRAIN_BIN:-build/src/meshtrain/meshtrain}
 if [[ ! -x $bin ]]; then
@@ -40,45 +62,102 @@ data_dir=data/prepared/shakespeare_char
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-peak_per_core=2.19e11
-common=(--model.n_layer 8 --model.n_head 8 --model.n_embd 512 --model.block_size 256
-        --training.micro_batch 8 --training.max_steps $((steps + warmup)) --training.threads 2
-        --training.warmup_steps 5 --training.eval_interval 0 --training.eval_batches 1
-        --training.log_interval 1000 --training.peak_flops_per_core $peak_per_core
-        --checkpoint.save_final false --data.dir "$data_dir")
+# run PRECISION THREADS STEPS METRICS
+run() {
+  "$bin" train configs/shakespeare_char.toml "${shape[@]}" --training.max_steps "$3" \
+    --training.threads "$2" --training.warmup_steps 5 --training.eval_interval 0 \
+    --training.eval_batches 1 --training.log_interval 1000 --checkpoint.save_final false \
+    --data.dir "$data_dir" --training.precision "$1" --metrics "$4" >/dev/null
+}
 
-for ((r = 1; r <= rounds; ++r)); do
+if ((verbose_isa)); then
+  # Two steps per run under ONEDNN_VERBOSE=1 (stdout carries the verbose lines); the second
+  # step's matmuls (the last half of the exec lines) give the GEMM rate inside the step.
+  for ((r = 1; r <= rounds; ++r)); do
+    for p in fp32 bf16; do
+      echo "oneDNN verbose, round $r/$rounds: $p" >&2
+      ONEDNN_VERBOSE=1 "$bin" train configs/shakespeare_char.toml "${shape[@]}" \
+        --training.max_steps 2 --training.threads "${thread_list[0]}" --training.eval_interval 0 \
+        --training.eval_batches 1 --checkpoint.save_final false --data.dir "$data_dir" \
+        --training.precision "$p" >"$work/verbose.$p.$r.txt" 2>&1
+    done
+  done
+  /usr/bin/python3 - "$work" "$rounds" "${thread_list[0]}" <<'PY'
+import collections, statistics, sys
+work, rounds, threads = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+def parse(p, r):
+    lines = [l.strip().split(",") for l in open(f"{work}/verbose.{p}.{r}.txt")
+             if l.startswith("onednn_verbose,exec,")]
+    info = [l.strip() for l in open(f"{work}/verbose.{p}.{r}.txt")
+            if l.startswith("onednn_verbose,info,") and ("isa:" in l or "oneDNN v" in l)]
+    step2 = lines[len(lines) // 2:]
+    ms = flops = 0.0
+    kernels = collections.Counter()
+    for f in step2:
+        m_k, k_n, _ = f[-2].split(":")
+        m, k = map(int, m_k.split("x")); n = int(k_n.split("x")[1])
+        flops += 2.0 * m * n * k; ms += float(f[-1])
+        kernels[f"{f[3]} {f[4]} {f[6].split()[0].split(':')[0]}"] += 1
+    return ms, flops, kernels, info
+res = {p: [parse(p, r) for r in range(1, rounds + 1)] for p in ("fp32", "bf16")}
+print("\n".join(res["bf16"][0][3]))
+print(f"oneDNN matmuls of one training step ({threads} thread(s)), from ONEDNN_VERBOSE exec times:")
+for p in ("fp32", "bf16"):
+    for k, c in res[p][0][2].most_common():
+        print(f"  {p}: {c:3d} × {k}")
+    rates = [x[1] / x[0] / 1e6 for x in res[p]]
+    print(f"  {p}: matmul ms per step {' / '.join('%.0f' % x[0] for x in res[p])}, "
+          f"GFLOP/s {' / '.join('%.1f' % x for x in rates)} (median {statistics.median(rates):.1f})")
+ratios = [res["bf16"][i][1] / res["bf16"][i][0] / (res["fp32"][i][1] / res["fp32"][i][0])
+          for i in range(rounds)]
+print(f"  bf16 / fp32 GEMM rate: {statistics.median(ratios):.2f}× "
+      f"(rounds {', '.join('%.2f' % x for x in ratios)})")
+PY
+  exit 0
+fi
+
+if ((loss_check)); then
+  t=${thread_list[0]}
   for p in fp32 bf16 fp16; do
-    echo "round $r/$rounds: $p" >&2
-    "$bin" train configs/shakespeare_char.toml "${common[@]}" --training.precision "$p" \
-      --metrics "$work/$p.$r.jsonl" >/dev/null
+    echo "loss check: $p, 300 steps, $t thread(s)" >&2
+    run "$p" "$t" 300 "$work/$p.loss.jsonl"
+  done
+  exec /usr/bin/python3 - "$work" "$model" <<'PY'
+import json, sys
+work, model = sys.argv[1], sys.argv[2]
+loss = {p: [json.loads(l) for l in open(f"{work}/{p}.loss.jsonl")][-1]["loss"]
+        for p in ("fp32", "bf16", "fp16")}
+print(f"loss after 300 steps, {model}: " + ", ".join(f"{p} {v:.4f}" for p, v in loss.items()))
+bad = 0
+for p in ("bf16", "fp16"):
+    d = abs(loss[p] - loss["fp32"])
+    bad += d > 1e-2
+    print(f"|{p} - fp32| = {d:.4f} ({'within' if d <= 1e-2 else 'OVER'} 1e-2)")
+sys.exit(1 if bad else 0)
+PY
+fi
+
+for t in "${thread_list[@]}"; do
+  for ((r = 1; r <= rounds; ++r)); do
+    for p in fp32 bf16 fp16; do
+      echo "threads $t, round $r/$rounds: $p" >&2
+      run "$p" "$t" $((steps + warmup)) "$work/$p.$t.$r.jsonl"
+    done
   done
 done
 
-/usr/bin/python3 - "$work" "$rounds" "$warmup" "$peak_per_core" <<'PY'
+/usr/bin/python3 - "$work" "$rounds" "$warmup" "$model" "${thread_list[@]}" <<'PY'
 import json, statistics, sys
-work, rounds, warmup, peak_core = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
-peaks = {"fp32": 438e9, "bf16": 841e9, "fp16": 438e9}
-def load(p, r):
-    rows = [json.loads(l) for l in open(f"{work}/{p}.{r}.jsonl")]
-    timed = [x for x in rows if x["step"] > warmup]
-    ms = statistics.median(x["step_time_s"] for x in timed) * 1e3
-    flops = statistics.median(x["mfu"] for x in timed) * peak_core * 2  # achieved model FLOP/s
-    return {"ms": ms, "flops": flops, "loss": rows[-1]["loss"],
-            "act": rows[-1]["peak_bytes_activations"]}
-res = {p: [load(p, r) for r in range(1, rounds + 1)] for p in ("fp32", "bf16", "fp16")}
-print(f"mixed precision on 2 cores (1 process × 2 threads): gpt2 8 layers × 512, block 256, "
-      f"micro-batch 8, median step of each run, {rounds} alternating rounds")
-print(f"{'precision':<9} {'ms/step (rounds)':<26} {'GFLOP/s':>8} {'of peak':>8} "
-      f"{'peak act.':>10} {'final loss':>11}")
-for p in ("fp32", "bf16", "fp16"):
-    rs = res[p]
-    med = statistics.median(x["ms"] for x in rs)
-    fl = statistics.median(x["flops"] for x in rs)
-    print(f"{p:<9} {' / '.join('%.0f' % x['ms'] for x in rs):<26} {fl / 1e9:>8.0f} "
-          f"{fl / peaks[p] * 100:>7.0f}% {rs[0]['act'] / 2**20:>6.1f} MiB {rs[0]['loss']:>11.4f}")
-for p in ("bf16", "fp16"):
-    ratios = [res["fp32"][i]["ms"] / res[p][i]["ms"] for i in range(rounds)]
-    print(f"speed-up {p} / fp32: {statistics.median(ratios):.2f}× "
-          f"(rounds {', '.join('%.2f' % x for x in ratios)})")
+work, rounds, warmup, model = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+def ms(p, t, r):
+    rows = [json.loads(l) for l in open(f"{work}/{p}.{t}.{r}.jsonl")]
+    return statistics.median(x["step_time_s"] for x in rows if x["step"] > warmup) * 1e3
+print(f"mixed precision, {model}, 1 process, median step of each run, {rounds} rounds")
+print(f"{'threads':>7} {'precision':<9} {'ms/step (rounds)':<24} {'speed-up vs fp32 (rounds)'}")
+for t in sys.argv[5:]:
+    res = {p: [ms(p, t, r) for r in range(1, rounds + 1)] for p in ("fp32", "bf16", "fp16")}
+    for p, v in res.items():
+        ratios = [res["fp32"][i] / v[i] for i in range(rounds)]
+        print(f"{t:>7} {p:<9} {' / '.join('%.0f' % x for x in v):<24} "
+              f"{statistics.median(ratios):.2f}× ({', '.join('%.2f' % x for x in ratios)})")
 PY
