@@ -1,26 +1,25 @@
 // bench/attention_bench.cpp
 //
-// Causal self-attention, today's row-at-a-time kernel (gqa_attention_forward/backward) against
-// the tiled FlashAttention-2 chunk kernel (attention_chunk_forward, attention_delta +
-// attention_chunk_backward) on one full sequence, batch 1, GPT-2's fused [q | k | v] rows, the
-// 6-layer/384 model's heads (6 × head_dim 64) by default, at T = 256 … 8192.
+// The tiled FlashAttention-2 chunk kernel (attention_chunk_forward, attention_delta +
+// attention_chunk_backward, kernels/cpu/flash_*.cpp) on one full causal sequence, batch 1,
+// GPT-2's fused [q | k | v] rows, the 6-layer/384 model's heads (6 × head_dim 64) by default,
+// against oneDNN's GEMM on the same shapes in the same run, f32 and bf16 tile operands.
 //
-//   attention_bench [threads] [--heads H] [--max-t T] [--old-max-t T] [--new-only] [--cpu-time]
+//   attention_bench [threads] [--heads H] [--t T ...] [--rounds R] [--no-bf16]
+//                   [--bf16-portable] [--old] [--cpu-time]
 //
 // GFLOP/s convention: causal forward = 2 GEMMs (S = q·kᵀ, O = P·v) over half the T×T scores,
-// 2·2·(T²/2)·d = 2·T²·d FLOPs per head; forward+backward = 3.5× that (the backward's 5 GEMMs,
-// i.e. 2.5× the forward, FlashAttention-2 §4.1's convention), whatever a kernel recomputes.
-// Each figure is the best of 3 windows of ≥ 0.3 s (≥ 1 call), after a warm-up call. The old
-// kernel takes tens of seconds per call at T = 8192, so above --old-max-t (default 2048) it
-// runs one head only (its rate per head does not depend on the head count with 1 thread;
-// marked *). The GEMM column is kernels::gemm (oneDNN f32) on the forward's score shape
-// [T, 64]·[64, T] (T ≤ 2048; 384×384×384 once, on the header line), the rate the tiles
-// would reach as one big GEMM. Scratch: bytes per thread per call, from each kernel's layout
-// (old: K/V transposed for the whole sequence; new: O(block), kernels/cpu/flash_tile.h).
-// The bf16 columns run the tiled kernel with bf16 tile operands (AttentionChunkDims::operands,
-// kernels/cpu/flash_operands.h): the path bf16 picks (AVX512_BF16 VDPBF16PS where built), or
-// with --bf16-portable the bf16-rounded operands through the f32 micro-kernel; same FLOP
-// convention; "bf16 x" is their rate over the f32 tiled kernel's. --no-bf16 skips them.
+// 2·2·(T²/2)·d = 2·T²·d FLOPs per head; backward 2.5× that (5 GEMMs; attention_delta counted
+// in its time), forward+backward 3.5× (FlashAttention-2 §4.1's convention), whatever a kernel
+// recomputes. "gemm" is kernels::gemm (oneDNN f32; for the bf16 rows kernels::gemm_16bit, oneDNN
+// bf16 with f32 sums) on the forward's two products as whole GEMMs, [T, d]·[d, T] (scores,
+// B transposed) then [T, T]·[T, d], rated by their FLOPs over their summed time: the rate the
+// tiles would reach as big GEMMs. "x gemm" is a kernel's rate over that. Each round measures
+// every figure of a T side by side (gemm, fwd, bwd, fwd+bwd; best of 2 windows of ≥ 0.2 s,
+// ≥ 1 call, after a warm-up call); the table prints each figure's median over the rounds.
+// bf16 rows run the path bf16 selects (AVX512_BF16 VDPBF16PS where built; --bf16-portable:
+// the bf16-rounded operands through the f32 micro-kernel). --old adds the row-at-a-time kernel
+// (gqa_attention_forward/backward) as an f32 row "old" (slow above T = 2048).
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -31,6 +30,7 @@
 #include <functional>
 #include <vector>
 
+#include "meshtrain/core/half.h"
 #include "meshtrain/core/rng.h"
 #include "meshtrain/kernels/cpu/flash_operands.h"
 #include "meshtrain/kernels/kernels.h"
@@ -52,11 +52,11 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-/// Best seconds per call of `call` over 3 windows of ≥ 0.3 s each (at least one call each).
+/// Best seconds per call of `call` over 2 windows of ≥ 0.2 s each (at least one call each).
 double seconds_per_call(const std::function<void()>& call) {
   call();  // warm-up: pages, caches, oneDNN primitive
   double best = 1e300;
-  for (int w = 0; w < 3; ++w) {
+  for (int w = 0; w < 2; ++w) {
     std::int64_t calls = 0;
     const double start = now_s();
     double elapsed = 0.0;
@@ -64,20 +64,22 @@ double seconds_per_call(const std::function<void()>& call) {
       call();
       ++calls;
       elapsed = now_s() - start;
-    } while (elapsed < 0.3);
+    } while (elapsed < 0.2);
     best = std::min(best, elapsed / static_cast<double>(calls));
   }
   return best;
 }
 
 struct Rates {
-  double fwd, fwd_bwd;  // GFLOP/s
+  double gemm, fwd, bwd, fwd_bwd;  // GFLOP/s
 };
 
-/// Old and new kernels on one causal sequence of T tokens with `heads` heads of `hd`; the new
-/// one on tile path `path` (kernels/cpu/flash_operands.h).
-Rates time_kernel(bool tiled, std::int64_t T, std::int64_t heads, std::int64_t hd,
-                  TilePath path = TilePath::f32) {
+enum class Kernel : std::uint8_t { old_rows, tiled };
+
+/// One round of a kernel on one causal sequence of T tokens with `heads` heads of `hd`, the
+/// tiled one on tile path `path`.
+Rates time_attention(Kernel kernel, std::int64_t T, std::int64_t heads, std::int64_t hd,
+                     TilePath path) {
   namespace k = meshtrain::kernels;
   const std::int64_t C = heads * hd;
   std::vector<float> qkv(static_cast<std::size_t>(T * 3 * C)),
@@ -90,6 +92,7 @@ Rates time_kernel(bool tiled, std::int64_t T, std::int64_t heads, std::int64_t h
   const k::QkvGradRows grad{dqkv.data(), dqkv.data() + C, dqkv.data() + 2 * C, 3 * C, 3 * C};
   const k::GqaDims gd{1, T, heads, heads, hd};
   const AttentionChunkDims cd{1, T, T, heads, heads, hd, 0, 0, T, T, T};
+  const bool tiled = kernel == Kernel::tiled;
   const auto forward = [&] {
     if (tiled) {
       k::cpu::flash::chunk_forward(path, in, cd, AttentionMask::causal, out.data(), C, lse.data());
@@ -97,8 +100,7 @@ Rates time_kernel(bool tiled, std::int64_t T, std::int64_t heads, std::int64_t h
       k::gqa_attention_forward(in, out.data(), lse.data(), gd);
     }
   };
-  const auto forward_backward = [&] {
-    forward();
+  const auto backward = [&] {
     if (tiled) {
       k::attention_delta(out.data(), dout.data(), C, cd, delta.data());
       k::cpu::flash::chunk_backward(path, in, dout.data(), C, lse.data(), delta.data(), grad, cd,
@@ -109,41 +111,83 @@ Rates time_kernel(bool tiled, std::int64_t T, std::int64_t heads, std::int64_t h
   };
   const double flops = 2.0 * static_cast<double>(T) * static_cast<double>(T) *
                        static_cast<double>(hd) * static_cast<double>(heads);
-  return {flops / seconds_per_call(forward) * 1e-9,
-          3.5 * flops / seconds_per_call(forward_backward) * 1e-9};
+  Rates r{};
+  r.fwd = flops / seconds_per_call(forward) * 1e-9;
+  r.bwd = 2.5 * flops / seconds_per_call(backward) * 1e-9;
+  r.fwd_bwd = 3.5 * flops / seconds_per_call([&] {
+                forward();
+                backward();
+              }) *
+              1e-9;
+  return r;
 }
 
-double gemm_gflops(std::int64_t m, std::int64_t n, std::int64_t kk, bool trans_b) {
-  std::vector<float> a(static_cast<std::size_t>(m * kk)), b(static_cast<std::size_t>(kk * n));
-  std::vector<float> c(static_cast<std::size_t>(m * n));
-  meshtrain::fill_normal(a, 1, 3, 0, 0.0f, 1.0f);
-  meshtrain::fill_normal(b, 1, 4, 0, 0.0f, 1.0f);
-  const double s = seconds_per_call([&] {
-    meshtrain::kernels::gemm(a.data(), b.data(), c.data(), m, n, kk, false, trans_b, 1.0f, 0.0f);
+/// The forward's two products as whole GEMMs (f32, or bf16 operands with f32 sums).
+double gemm_gflops(std::int64_t T, std::int64_t hd, bool bf16) {
+  namespace k = meshtrain::kernels;
+  const auto n = static_cast<std::size_t>(T * hd);
+  std::vector<float> q(n), kk(n), v(n), s(static_cast<std::size_t>(T * T)), o(n);
+  meshtrain::fill_normal(q, 1, 3, 0, 0.0f, 1.0f);
+  meshtrain::fill_normal(kk, 1, 4, 0, 0.0f, 1.0f);
+  meshtrain::fill_normal(v, 1, 5, 0, 0.0f, 1.0f);
+  meshtrain::fill_normal(s, 1, 6, 0, 0.0f, 0.1f);
+  const auto half = [](const std::vector<float>& x) {
+    std::vector<std::uint16_t> h(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) h[i] = meshtrain::f32_to_bf16(x[i]);
+    return h;
+  };
+  const std::vector<std::uint16_t> qh = half(q), kh = half(kk), vh = half(v), sh = half(s);
+  const double sec = seconds_per_call([&] {
+    if (bf16) {
+      k::gemm_16bit(qh.data(), kh.data(), s.data(), T, T, hd, false, true, 1.0f, 0.0f,
+                    meshtrain::DType::bf16);
+      k::gemm_16bit(sh.data(), vh.data(), o.data(), T, hd, T, false, false, 1.0f, 0.0f,
+                    meshtrain::DType::bf16);
+    } else {
+      k::gemm(q.data(), kk.data(), s.data(), T, T, hd, false, true, 1.0f, 0.0f);
+      k::gemm(s.data(), v.data(), o.data(), T, hd, T, false, false, 1.0f, 0.0f);
+    }
   });
-  return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(kk) / s * 1e-9;
+  return 4.0 * static_cast<double>(T) * static_cast<double>(T) * static_cast<double>(hd) / sec *
+         1e-9;
 }
 
-/// Per-thread scratch bytes per call. Old: forward T·d + T floats, backward 2·T·d + 2T
-/// (kernels/cpu/attention.cpp). New: the largest block scratch of the forward and the two
-/// backward passes (Br = 96, Bc = 48, head_dim padded to whole vectors, hdp; the carve-outs
-/// of flash_attention.cpp and flash_attention_backward.cpp), independent of T.
-std::int64_t scratch_bytes(bool tiled, std::int64_t T, std::int64_t hd) {
-  if (!tiled) return 4 * (2 * T * hd + 2 * T);
-  const std::int64_t br = 96, bc = 48, hdp = (hd + 7) / 8 * 8;
-  const std::int64_t fwd = hd * br + 2 * bc * hdp + bc * br + br * hdp + 3 * br;
-  const std::int64_t kv_pass = 2 * hd * bc + 2 * bc * hdp + 2 * br * hdp + 2 * br * bc;
-  const std::int64_t q_pass = 2 * bc * hdp + br * hdp + 2 * hd * br + 2 * bc * br + 3 * br;
-  return 4 * std::max({fwd, kv_pass, q_pass});
+double median(std::vector<double> x) {
+  std::sort(x.begin(), x.end());
+  const std::size_t m = x.size() / 2;
+  return x.size() % 2 != 0 ? x[m] : 0.5 * (x[m - 1] + x[m]);
+}
+
+struct Row {
+  const char* name;
+  Kernel kernel;
+  TilePath path;
+  bool bf16_gemm;
+};
+
+void print_row(const Row& row, std::int64_t T, const std::vector<Rates>& rounds) {
+  std::vector<double> g, f, b, fb;
+  for (const Rates& r : rounds) {
+    g.push_back(r.gemm);
+    f.push_back(r.fwd);
+    b.push_back(r.bwd);
+    fb.push_back(r.fwd_bwd);
+  }
+  const double gm = median(g), fm = median(f), bm = median(b), fbm = median(fb);
+  std::printf("%6lld | %-8s | %8.1f | %8.1f %8.1f %8.1f | %6.2fx %6.2fx %6.2fx | %8.1f-%-8.1f\n",
+              static_cast<long long>(T), row.name, gm, fm, bm, fbm, fm / gm, bm / gm, fbm / gm,
+              *std::min_element(fb.begin(), fb.end()), *std::max_element(fb.begin(), fb.end()));
+  std::fflush(stdout);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int threads = 1;
-  bool bf16 = true;
+  int threads = 1, rounds = 3;
+  bool bf16 = true, old = false;
   TilePath bf16_path = meshtrain::kernels::cpu::flash::tile_path(meshtrain::DType::bf16);
-  std::int64_t heads = 6, max_t = 8192, old_max_t = 2048;
+  std::int64_t heads = 6;
+  std::vector<std::int64_t> lengths;
   const std::int64_t hd = 64;
   for (int i = 1; i < argc; ++i) {
     const auto value = [&] { return i + 1 < argc ? std::atoll(argv[++i]) : 0LL; };
@@ -153,52 +197,50 @@ int main(int argc, char** argv) {
       bf16_path = TilePath::bf16_rounded;
     } else if (std::strcmp(argv[i], "--no-bf16") == 0) {
       bf16 = false;
-    } else if (std::strcmp(argv[i], "--new-only") == 0) {
-      old_max_t = 0;
+    } else if (std::strcmp(argv[i], "--old") == 0) {
+      old = true;
     } else if (std::strcmp(argv[i], "--heads") == 0) {
       heads = value();
-    } else if (std::strcmp(argv[i], "--max-t") == 0) {
-      max_t = value();
-    } else if (std::strcmp(argv[i], "--old-max-t") == 0) {
-      old_max_t = value();
+    } else if (std::strcmp(argv[i], "--t") == 0) {
+      lengths.push_back(value());
+    } else if (std::strcmp(argv[i], "--rounds") == 0) {
+      rounds = static_cast<int>(value());
     } else {
       threads = std::atoi(argv[i]);
     }
   }
-  if (threads < 1 || heads < 1 || (g_cpu_time && threads != 1)) {
+  if (lengths.empty()) lengths = {256, 1024, 4096};
+  const bool bad_t = std::any_of(lengths.begin(), lengths.end(), [](auto t) { return t < 1; });
+  if (threads < 1 || heads < 1 || rounds < 1 || bad_t || (g_cpu_time && threads != 1)) {
     std::fprintf(stderr,
-                 "usage: %s [threads] [--heads H] [--max-t T] [--old-max-t T] [--new-only] "
-                 "[--no-bf16] [--bf16-portable] [--cpu-time (1 thread)]\n",
+                 "usage: %s [threads] [--heads H] [--t T ...] [--rounds R] [--no-bf16] "
+                 "[--bf16-portable] [--old] [--cpu-time (1 thread)]\n",
                  argv[0]);
     return 2;
   }
   meshtrain::kernels::set_num_threads(threads);
   std::printf(
-      "attention_bench: %d thread(s), batch 1, %lld heads x head_dim %lld, causal, %s;"
-      " GFLOP/s (fwd 2*T^2*d per head, fwd+bwd 3.5x); gemm 384^3 %.1f GFLOP/s; bf16 path %s\n",
+      "attention_bench: %d thread(s), batch 1, %lld heads x head_dim %lld, causal, %s, median "
+      "of %d rounds; GFLOP/s (fwd 2*T^2*d per head, bwd 2.5x, fwd+bwd 3.5x); bf16 path %s\n",
       threads, static_cast<long long>(heads), static_cast<long long>(hd),
-      g_cpu_time ? "thread CPU time" : "wall clock", gemm_gflops(384, 384, 384, false),
+      g_cpu_time ? "thread CPU time" : "wall clock", rounds,
       bf16_path == TilePath::bf16_dot ? "avx512_bf16 dot" : "portable (rounded, f32 FMA)");
-  std::printf("%6s | %9s %9s | %9s %9s | %7s %7s | %9s %9s %7s %7s | %9s | %11s %11s\n", "T",
-              "old fwd", "new fwd", "old f+b", "new f+b", "fwd x", "f+b x", "bf16 fwd", "bf16 f+b",
-              "fwd x", "f+b x", "gemm", "old scratch", "new scratch");
-  for (std::int64_t T = 256; T <= max_t; T *= 2) {
-    const std::int64_t old_heads = T > old_max_t ? 1 : heads;
-    const Rates old_r = old_max_t > 0 ? time_kernel(false, T, old_heads, hd) : Rates{0.0, 0.0};
-    const Rates new_r = time_kernel(true, T, heads, hd);
-    const Rates bf_r = bf16 ? time_kernel(true, T, heads, hd, bf16_path) : Rates{0.0, 0.0};
-    char gemm_text[32] = "        -";
-    if (T <= 2048) std::snprintf(gemm_text, sizeof gemm_text, "%9.1f", gemm_gflops(T, T, hd, true));
-    std::printf(
-        "%6lld | %8.2f%s %9.2f | %8.2f%s %9.2f | %6.1fx %6.1fx | %9.2f %9.2f %6.2fx %6.2fx | %s | "
-        "%11lld %11lld\n",
-        static_cast<long long>(T), old_r.fwd, old_heads == heads ? " " : "*", new_r.fwd,
-        old_r.fwd_bwd, old_heads == heads ? " " : "*", new_r.fwd_bwd, new_r.fwd / old_r.fwd,
-        new_r.fwd_bwd / old_r.fwd_bwd, bf_r.fwd, bf_r.fwd_bwd, bf_r.fwd / new_r.fwd,
-        bf_r.fwd_bwd / new_r.fwd_bwd, gemm_text,
-        static_cast<long long>(scratch_bytes(false, T, hd)),
-        static_cast<long long>(scratch_bytes(true, T, hd)));
-    std::fflush(stdout);
+  std::printf("%6s | %-8s | %8s | %8s %8s %8s | %7s %7s %7s | %s\n", "T", "kernel", "gemm", "fwd",
+              "bwd", "fwd+bwd", "fwd x", "bwd x", "f+b x", "f+b range");
+  std::vector<Row> rows;
+  if (old) rows.push_back({"old f32", Kernel::old_rows, TilePath::f32, false});
+  rows.push_back({"f32", Kernel::tiled, TilePath::f32, false});
+  if (bf16) rows.push_back({"bf16", Kernel::tiled, bf16_path, true});
+  for (const std::int64_t T : lengths) {
+    std::vector<std::vector<Rates>> results(rows.size());
+    for (int round = 0; round < rounds; ++round) {
+      for (std::size_t i = 0; i < rows.size(); ++i) {
+        Rates r = time_attention(rows[i].kernel, T, heads, hd, rows[i].path);
+        r.gemm = gemm_gflops(T, hd, rows[i].bf16_gemm);
+        results[i].push_back(r);
+      }
+    }
+    for (std::size_t i = 0; i < rows.size(); ++i) print_row(rows[i], T, results[i]);
   }
   return 0;
 }

@@ -9,7 +9,8 @@
 //   - ring-attention style chunking: per-pair forward + attention_merge equals one call, and
 //     per-pair backward from the final lse and delta sums to the one-call backward;
 //   - central differences (of the double reference, and of the kernel's own f32 forward);
-//   - bitwise equality with 1 and 2 threads; that an off-by-one mask fails the tolerances;
+//   - bitwise equality with 1 and 2 threads (and of the fused and two-pass backward); that an
+//     off-by-one mask fails the tolerances;
 //   - MT_CHECK deaths on bad dims and strides.
 #include <gtest/gtest.h>
 
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "meshtrain/core/rng.h"
+#include "meshtrain/kernels/cpu/flash_tile.h"
 #include "meshtrain/kernels/kernels.h"
 
 namespace meshtrain::kernels {
@@ -579,11 +581,18 @@ TEST(FlashAttentionKernel, BackwardMatchesFiniteDifferences) {
 // Threads, checks
 
 TEST(FlashAttentionKernel, OneAndTwoThreadsGiveTheSameBits) {
+  // The last case below runs both backward schedules only while this holds.
+  ASSERT_TRUE(cpu::flash::fused_backward(3, 1));
+  ASSERT_FALSE(cpu::flash::fused_backward(3, 2));
   const int saved = num_threads();
   for (const MaskCase& mc :
        {MaskCase{chunk(2, 150, 150, 4, 2, 32, 0, 0), AttentionMask::causal, "causal"},
         MaskCase{chunk(1, 100, 200, 4, 1, 16, 96, 64), AttentionMask::causal, "causal, offsets"},
-        MaskCase{chunk(3, 70, 90, 2, 2, 64, 0, 0), AttentionMask::full, "full"}}) {
+        MaskCase{chunk(3, 70, 90, 2, 2, 64, 0, 0), AttentionMask::full, "full"},
+        // 3 (sequence, kv head) tasks: fused backward with 1 thread, two passes with 2
+        // (cpu::flash::fused_backward); head_dim 48, a scale 1/√48 that rounds, so the two
+        // schedules agree only if both put the scale on the same operand.
+        MaskCase{chunk(3, 110, 110, 2, 1, 48, 0, 0), AttentionMask::causal, "fused vs 2 passes"}}) {
     const Problem p = make_problem(mc.d, "threads");
     set_num_threads(1);
     const Result one = run_kernel(p, mc.mask);

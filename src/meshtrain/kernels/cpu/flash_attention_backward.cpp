@@ -4,26 +4,34 @@
 // Algorithm 2 (Dao 2023) from the FINAL lse and D = rowsum(dO∘O) of the query rows, so each
 // tile's P = exp(S − lse) is already normalised and tiles of different chunk pairs add up.
 //
-// Determinism without atomics: the algorithm runs as two passes in one parallel region.
-//   pass 1, one task per (sequence, kv head, key block): dK and dV of its kBc keys, summed over
-//           the group's query heads in head order and their query blocks in order;
-//   pass 2, one task per (sequence, query head, query block): dQ of its kBr queries, summed
-//           over the key blocks in order.
-// Each output element is owned by one task and summed in a fixed order, so results are bitwise
-// the same for every thread count, and the scratch stays O(block) per thread. The price is
-// recomputing S, P and dP in pass 2 (7 tile GEMMs per tile pair instead of 5); the FA-2 paper
-// instead updates dQ with atomic adds, which is neither deterministic nor available here.
+// Determinism without atomics: two schedules, chosen by fused_backward (flash_tile.h) from the
+// task and thread counts, with bitwise the same results:
+//   fused, one task per (sequence, kv head): its key blocks in order, each computing the 5 tile
+//           products of every visible query block (S, dP, dV, dK and dQ += dS·K), dK and dV
+//           in block scratch and dQ of the group's query heads in a task-local [group, q rows,
+//           head_dim] buffer, added to the gradient at the end. Used with one thread, or when
+//           there are ≥ 2 tasks per thread to balance.
+//   two passes in one parallel region, for few (sequence, kv head) pairs on many threads:
+//     pass 1, one task per (sequence, kv head, key block): dK and dV of its kBc keys, summed
+//             over the group's query heads in head order and their query blocks in order;
+//     pass 2, one task per (sequence, query head, query block): dQ of its kBr queries, summed
+//             over the key blocks in order, recomputing S, P and dP (7 tile products per tile
+//             pair instead of 5).
+// Each output element is owned by one task and summed in a fixed order (dQ: over key blocks
+// in order, in both schedules; S is scale·Q·Kᵀ with the scale on Q in both), so results are
+// bitwise the same for every thread count. The FA-2 paper updates dQ with atomic adds instead,
+// which is neither deterministic nor available here.
 //
 // With S = scale·Q·Kᵀ, P = exp(S − lse) (Algorithm 2, lines 11–16):
 //   dV += Pᵀ·dO,  dP = dO·Vᵀ,  dS = P∘(dP − D),  dK += scale·dSᵀ·Q,  dQ += scale·dS·K.
 // Each pass lays its tiles out so that the operands it revisits per tile are read as stored:
-// pass 1 packs its K and V block transposed once and computes S and dP [queries, keys] from
-// the Q and dO rows in place; pass 2, like the forward (flash_attention.cpp), packs its Q and
-// dO block transposed once and computes Sᵀ and dPᵀ [keys, queries] from the K and V rows in
-// place. Pᵀ and dSᵀ are read through strided A operands (MatA), never copied.
-// With bf16 operands (flash_operands.h) every tile product reads bf16 copies of its operands
-// (Q, K, V, dO and P, dS, rounded after the f32 elementwise step) with f32 sums; the loop
-// invariant side of each pass (K, V in pass 1; Q, dO in pass 2) is packed once per task.
+// pass 1 (and the fused task) packs its K and V block transposed once and computes S and dP
+// [queries, keys] from the dO rows in place and a scaled copy of the Q rows; pass 2, like the
+// forward (flash_attention.cpp), packs its Q and dO block transposed once and computes Sᵀ and dPᵀ
+// [keys, queries] from the K and V rows in place. Pᵀ and dSᵀ are read through strided A operands
+// (MatA), never copied. With bf16 operands (flash_operands.h) every tile product reads bf16 copies
+// of its operands (Q, K, V, dO and P, dS, rounded after the f32 elementwise step) with f32 sums;
+// the loop invariant side of each pass (K, V in pass 1; Q, dO in pass 2) is packed once per task.
 // exp is cpu::exp_approx, as in the forward, so P matches the forward's probabilities.
 #include <algorithm>
 #include <cmath>
@@ -56,17 +64,17 @@ struct BackwardTask {
 };
 
 /// Packed operand scratch of a backward task (flash_operands.h; none on the f32 path): slots
-/// 0, 1 of [hd, kBr] for the side packed once per task, 2 … 5 of [kBr, hdp] and 6, 7 of
-/// [kBr, kBc] for the operands packed per tile pair.
+/// 0, 1 of [hd, kBr] for the side packed once per task, 2 … 6 of [kBr, hdp] and 7 … 9 of
+/// [kBr, kBc] for the operands packed per tile pair (or per key block).
 std::size_t operand_slots_floats(TilePath path, std::int64_t hd, std::int64_t hdp) {
   if (path == TilePath::f32) return 0;
-  return 2 * operand_floats(hd, kBr) + 4 * operand_floats(kBr, hdp) + 2 * operand_floats(kBr, kBc);
+  return 2 * operand_floats(hd, kBr) + 5 * operand_floats(kBr, hdp) + 3 * operand_floats(kBr, kBc);
 }
 float* operand_slot(float* base, int i, std::int64_t hd, std::int64_t hdp) {
   const std::size_t fixed = operand_floats(hd, kBr), tile = operand_floats(kBr, hdp);
   if (i < 2) return base + i * fixed;
-  if (i < 6) return base + 2 * fixed + (i - 2) * tile;
-  return base + 2 * fixed + 4 * tile + (i - 6) * operand_floats(kBr, kBc);
+  if (i < 7) return base + 2 * fixed + (i - 2) * tile;
+  return base + 2 * fixed + 5 * tile + (i - 7) * operand_floats(kBr, kBc);
 }
 
 /// The query side of one tile pair: (scale·Q)ᵀ and dOᵀ [head_dim, kBr], lse and D of the
@@ -142,57 +150,81 @@ void probs_and_dscores_rows(float* s, float* dp, std::int64_t br, std::int64_t b
   }
 }
 
-/// Pass 1: dK, dV of key block kb of kv head kvh of sequence b (ACCUMULATED into grad). Tiles
-/// are S = Q·(scale·K)ᵀ [queries, keys] here, the forward's orientation transposed: the task
-/// packs its K and V block transposed once, and every query block's Q and dO rows are GEMM
-/// operands as stored (A for S and dP, B for dK and dV), with no copy per tile.
-void backward_kv_block(const BackwardTask& t, std::int64_t b, std::int64_t kvh, std::int64_t kb) {
+/// f32 scratch floats of backward_kv_block: Kᵀ, Vᵀ [hd, kBc]; dK, dV and the K rows [kBc, hdp];
+/// scale·Q, Q and dO rows [kBr, hdp]; S and dP [kBr, kBc].
+std::size_t kv_block_floats(std::int64_t hd, std::int64_t hdp) {
+  return static_cast<std::size_t>(2 * hd * kBc + 3 * kBc * hdp + 3 * kBr * hdp + 2 * kBr * kBc);
+}
+
+/// dK, dV of key block kb of kv head kvh of sequence b (ACCUMULATED into grad), and with dq
+/// (the fused schedule) dQ += dS·K of every query block into dq ([group heads][q rows, hdp],
+/// unscaled). Tiles are S = (scale·Q)·Kᵀ [queries, keys], the forward's orientation
+/// transposed: the block's Kᵀ and Vᵀ are packed once, dO rows are GEMM operands as stored,
+/// and the scaled Q rows are a copy per tile pair (O(block), against the tile's O(block²)
+/// FLOPs). The products scale·q·k are those of the forward and of pass 2 (which scale Q, not
+/// K), so S, P and dS are bitwise pass 2's and the fused dQ is bitwise the two-pass dQ.
+void backward_kv_block(const BackwardTask& t, std::int64_t b, std::int64_t kvh, std::int64_t kb,
+                       float* scratch, float* dq) {
   const AttentionChunkDims& d = t.d;
   const TilePath path = t.path;
   const std::int64_t hd = d.head_dim, hdp = t.g.hdp;
   const std::int64_t j0 = kb * kBc, bc = std::min(kBc, d.kv_len - j0);
   const std::int64_t mk = round_up(bc, kMR), nk = round_up(mk, kVec);  // ≤ kBc
-  const auto f32_floats =
-      static_cast<std::size_t>(2 * hd * kBc + 2 * kBc * hdp + 2 * kBr * hdp + 2 * kBr * kBc);
-  float* kt = cpu::thread_scratch(f32_floats + operand_slots_floats(path, hd, hdp));
+  float* kt = scratch;
   float* vt = kt + hd * kBc;
   float* dk = vt + hd * kBc;
   float* dv = dk + kBc * hdp;
-  float* qn = dv + kBc * hdp;  // Q and dO rows when they must be copied
+  float* kn = dv + kBc * hdp;  // K rows when they must be copied
+  float* qs = kn + kBc * hdp;  // scale·Q rows
+  float* qn = qs + kBr * hdp;  // Q and dO rows when they must be copied
   float* don = qn + kBr * hdp;
   float* s = don + kBr * hdp;
   float* dp = s + kBr * kBc;
-  const auto slot = [&](int i) { return operand_slot(kt + f32_floats, i, hd, hdp); };
+  const auto slot = [&](int i) {
+    return operand_slot(scratch + kv_block_floats(hd, hdp), i, hd, hdp);
+  };
   const std::int64_t kv_row0 = b * d.kv_seq_rows + j0;
-  pack_transposed(t.in.k + kv_row0 * t.in.kv_stride + kvh * hd, t.in.kv_stride, bc, hd, t.g.scale,
-                  kBc, nk, kt);
+  const float* k_src = t.in.k + kv_row0 * t.in.kv_stride + kvh * hd;
+  pack_transposed(k_src, t.in.kv_stride, bc, hd, 1.0f, kBc, nk, kt);
   pack_transposed(t.in.v + kv_row0 * t.in.kv_stride + kvh * hd, t.in.kv_stride, bc, hd, 1.0f, kBc,
                   nk, vt);
   const TileB ktb = tile_b(path, kt, kBc, hd, nk, slot(0));
   const TileB vtb = tile_b(path, vt, kBc, hd, nk, slot(1));
+  TileB krows{};
+  if (dq != nullptr) {
+    const Rows k = rows_operand(k_src, t.in.kv_stride, bc, kBc, hd, hdp, kn);
+    krows = tile_b(path, k.p, k.ld, bc, hdp, slot(6));
+  }
   std::fill(dk, dk + 2 * kBc * hdp, 0.0f);  // dk and dv
   const std::int64_t first_block = visible_q_begin(d, t.mask, j0) / kBr;
+  const std::int64_t q_rows = round_up(d.q_len, kMR);
   for (std::int64_t h = kvh * t.g.group; h < (kvh + 1) * t.g.group; ++h) {
     for (std::int64_t qb = first_block; qb < t.g.q_blocks; ++qb) {
       const std::int64_t i0 = qb * kBr, br = std::min(kBr, d.q_len - i0);
       const std::int64_t mq = round_up(br, kMR), row0 = b * d.q_seq_rows + i0;
-      const Rows q =
-          rows_operand(t.in.q + row0 * t.in.q_stride + h * hd, t.in.q_stride, br, kBr, hd, hdp, qn);
+      const float* q_src = t.in.q + row0 * t.in.q_stride + h * hd;
+      const Rows q = rows_operand(q_src, t.in.q_stride, br, kBr, hd, hdp, qn);
       const Rows dout = rows_operand(t.dout + row0 * t.dout_stride + h * hd, t.dout_stride, br, kBr,
                                      hd, hdp, don);
-      const TileA qa = tile_a(path, {q.p, q.ld, 1}, mq, hd, slot(2));
+      pack_rows_scaled(q_src, t.in.q_stride, br, hd, t.g.scale, hdp, mq, qs);
+      const TileA qa = tile_a(path, {qs, hdp, 1}, mq, hd, slot(2));
       const TileA doa = tile_a(path, {dout.p, dout.ld, 1}, mq, hd, slot(3));
-      tile_product(path, qa, ktb, s, kBc, mq, nk, hd, false);    // S
+      tile_product(path, qa, ktb, s, kBc, mq, nk, hd, false);    // S = (scale·Q)·Kᵀ
       tile_product(path, doa, vtb, dp, kBc, mq, nk, hd, false);  // dP = dO·Vᵀ
       const std::int64_t at = (b * d.heads + h) * d.lse_seq_len + i0;
       probs_and_dscores_rows(s, dp, br, bc, nk, t.lse + at, t.delta + at, t.mask,
                              d.q_offset + i0 - d.kv_offset - j0);
-      const TileA pa = tile_a(path, {s, 1, kBc}, mk, br, slot(6));
-      const TileA dsa = tile_a(path, {dp, 1, kBc}, mk, br, slot(7));
+      const TileA pa = tile_a(path, {s, 1, kBc}, mk, br, slot(7));
+      const TileA dsa = tile_a(path, {dp, 1, kBc}, mk, br, slot(8));
       const TileB dob = tile_b(path, dout.p, dout.ld, br, hdp, slot(4));
       const TileB qb_rows = tile_b(path, q.p, q.ld, br, hdp, slot(5));
       tile_product(path, pa, dob, dv, hdp, mk, hdp, br, true);       // dV += Pᵀ·dO
       tile_product(path, dsa, qb_rows, dk, hdp, mk, hdp, br, true);  // dK += dSᵀ·Q
+      if (dq != nullptr) {  // dQ += dS·K (pass 2's product, summed in the same key order)
+        const TileA ds_rows = tile_a(path, {dp, kBc, 1}, mq, bc, slot(9));
+        float* dq_block = dq + ((h - kvh * t.g.group) * q_rows + i0) * hdp;
+        tile_product(path, ds_rows, krows, dq_block, hdp, mq, hdp, bc, true);
+      }
     }
   }
   for (std::int64_t j = 0; j < bc; ++j) {
@@ -201,6 +233,29 @@ void backward_kv_block(const BackwardTask& t, std::int64_t b, std::int64_t kvh, 
     for (std::int64_t c = 0; c < hd; ++c) {
       dk_row[c] += t.g.scale * dk[j * hdp + c];  // dK = scale·dSᵀ·Q
       dv_row[c] += dv[j * hdp + c];
+    }
+  }
+}
+
+/// The fused schedule: every key block of kv head kvh of sequence b in order (dK, dV as pass
+/// 1) and the dQ of the group's query heads, accumulated over the key blocks in pass 2's order
+/// in a task-local [group, q rows, hdp] buffer (no atomics, no reduction across threads), then
+/// added as scale·dQ. 5 tile products per tile pair instead of the two passes' 7.
+void backward_fused(const BackwardTask& t, std::int64_t b, std::int64_t kvh) {
+  const AttentionChunkDims& d = t.d;
+  const std::int64_t hd = d.head_dim, hdp = t.g.hdp, q_rows = round_up(d.q_len, kMR);
+  const std::size_t block = kv_block_floats(hd, hdp) + operand_slots_floats(t.path, hd, hdp);
+  const auto dq_floats = static_cast<std::size_t>(t.g.group * q_rows * hdp);
+  float* scratch = cpu::thread_scratch(block + dq_floats);
+  float* dq = scratch + block;
+  std::fill(dq, dq + dq_floats, 0.0f);
+  for (std::int64_t kb = 0; kb < t.g.kv_blocks; ++kb) backward_kv_block(t, b, kvh, kb, scratch, dq);
+  for (std::int64_t g = 0; g < t.g.group; ++g) {
+    const std::int64_t h = kvh * t.g.group + g;
+    for (std::int64_t r = 0; r < d.q_len; ++r) {
+      float* dq_row = t.grad.dq + (b * d.q_seq_rows + r) * t.grad.q_stride + h * hd;
+      const float* src = dq + (g * q_rows + r) * hdp;
+      for (std::int64_t c = 0; c < hd; ++c) dq_row[c] += t.g.scale * src[c];
     }
   }
 }
@@ -242,7 +297,7 @@ void backward_q_block(const BackwardTask& t, std::int64_t b, std::int64_t h, std
     tile_product(path, ka, qtb, st, kBr, mk, q.nq, hd, false);    // Sᵀ
     tile_product(path, va, dotb, dpt, kBr, mk, q.nq, hd, false);  // dPᵀ
     probs_and_dscores(st, dpt, bc, q, t.mask, d.q_offset + q.i0 - d.kv_offset - j0);
-    const TileA dsa = tile_a(path, {dpt, 1, kBr}, mq, bc, slot(6));
+    const TileA dsa = tile_a(path, {dpt, 1, kBr}, mq, bc, slot(7));
     tile_product(path, dsa, tile_b(path, k.p, k.ld, bc, hdp, slot(4)), dq, hdp, mq, hdp, bc,
                  true);  // dQ += dS·K
   }
@@ -269,13 +324,23 @@ void cpu::flash::chunk_backward(TilePath path, const QkvRows& in, const float* d
   const std::int64_t B = dims.batch, H = dims.heads, KV = dims.kv_heads;
   const bool parallel = B * H * (g.q_blocks + g.kv_blocks) > 1 &&
                         B * H * dims.q_len * dims.kv_len >= cpu::kParallelGrain;
+  if (fused_backward(B * KV, parallel ? num_threads() : 1)) {
+#pragma omp parallel for collapse(2) schedule(dynamic, 1) if (parallel)
+    for (std::int64_t b = 0; b < B; ++b) {
+      for (std::int64_t kvh = 0; kvh < KV; ++kvh) backward_fused(task, b, kvh);
+    }
+    return;
+  }
   // The passes write disjoint outputs (dk, dv vs dq), so threads leave pass 1 without a barrier.
 #pragma omp parallel if (parallel)
   {
+    float* scratch = cpu::thread_scratch(kv_block_floats(dims.head_dim, g.hdp) +
+                                         operand_slots_floats(path, dims.head_dim, g.hdp));
 #pragma omp for collapse(3) schedule(dynamic, 1) nowait
     for (std::int64_t b = 0; b < B; ++b) {
       for (std::int64_t kvh = 0; kvh < KV; ++kvh) {
-        for (std::int64_t kb = 0; kb < g.kv_blocks; ++kb) backward_kv_block(task, b, kvh, kb);
+        for (std::int64_t kb = 0; kb < g.kv_blocks; ++kb)
+          backward_kv_block(task, b, kvh, kb, scratch, nullptr);
       }
     }
 #pragma omp for collapse(3) schedule(dynamic, 1)

@@ -83,7 +83,7 @@ TileB pack_b(TilePath path, const float* b, std::int64_t ld, std::int64_t k, std
 namespace {
 
 /// C[kMR, NV·16] = (accumulate ? C : 0) + Σ_q A(r, 2q..2q+1)·B(2q..2q+1, :): kMR × NV
-/// accumulators (12 of AVX-512's 32 registers), the B words loaded once per q and each A word
+/// accumulators (up to 24 of AVX-512's 32 registers), the B words loaded once per q and each A word
 /// (a pair of bf16) broadcast to every lane. Pairs are summed in order q = 0, 1, ….
 template <int NV>
 void dot_kernel(const TileA& A, const std::uint32_t* a, const std::uint32_t* b, std::int64_t ldb,
@@ -120,9 +120,13 @@ void tile_gemm_bf16(const TileA& A, const TileB& B, float* c, std::int64_t ldc, 
   for (std::int64_t i = 0; i < m; i += kMR) {
     const std::uint32_t* a = A.h + i * A.row;
     std::int64_t j = 0;
-    for (; j + 32 <= n; j += 32)
-      dot_kernel<2>(A, a, B.h + j, B.ld, c + i * ldc + j, ldc, pairs, accumulate);
-    if (j < n) dot_kernel<1>(A, a, B.h + j, B.ld, c + i * ldc + j, ldc, pairs, accumulate);
+    for (; j + 64 <= n; j += 64)  // 6 × 4 accumulators, as tile_gemm (flash_tile.h, kNV)
+      dot_kernel<4>(A, a, B.h + j, B.ld, c + i * ldc + j, ldc, pairs, accumulate);
+    float* ci = c + i * ldc + j;
+    const std::uint32_t* bj = B.h + j;
+    if (n - j == 48) dot_kernel<3>(A, a, bj, B.ld, ci, ldc, pairs, accumulate);
+    if (n - j == 32) dot_kernel<2>(A, a, bj, B.ld, ci, ldc, pairs, accumulate);
+    if (n - j == 16) dot_kernel<1>(A, a, bj, B.ld, ci, ldc, pairs, accumulate);
   }
 }
 #else

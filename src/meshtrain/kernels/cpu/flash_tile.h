@@ -92,17 +92,28 @@ inline void micro_kernel(MatA A, const float* b, std::int64_t ldb, float* c, std
   }
 }
 
+/// Vectors of C per micro-kernel call: with AVX-512's 32 registers a 6 × 4 tile (24
+/// accumulators, 4 B vectors and the broadcast A value: 29 registers) does 24 FMAs per 10
+/// loads, against 12 per 8 for 6 × 2; AVX2's 16 registers hold 6 × 2 only.
+inline constexpr int kNV = kVec == 16 ? 4 : 2;
+
 /// C[m, n] (+)= A[m, k]·B[k, n]: m a multiple of kMR, n of kVec, ldb and ldc too (B and C
-/// row-major). Every element sums its k products in order, whatever m and n.
+/// row-major). Every element sums its k products in order, whatever m and n: the micro-kernel
+/// widths (kNV, then 3, 2, 1 vectors for the rest of n) change no result bit.
 inline void tile_gemm(MatA A, const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
                       std::int64_t m, std::int64_t n, std::int64_t k, bool accumulate) {
   for (std::int64_t i = 0; i < m; i += kMR) {
     const MatA Ai{A.a + i * A.row, A.row, A.col};
     std::int64_t j = 0;
-    for (; j + 2 * kVec <= n; j += 2 * kVec) {
-      micro_kernel<2>(Ai, b + j, ldb, c + i * ldc + j, ldc, k, accumulate);
+    for (; j + kNV * kVec <= n; j += kNV * kVec) {
+      micro_kernel<kNV>(Ai, b + j, ldb, c + i * ldc + j, ldc, k, accumulate);
     }
-    if (j < n) micro_kernel<1>(Ai, b + j, ldb, c + i * ldc + j, ldc, k, accumulate);
+    const std::int64_t rest = (n - j) / kVec;
+    if constexpr (kNV == 4) {
+      if (rest == 3) micro_kernel<3>(Ai, b + j, ldb, c + i * ldc + j, ldc, k, accumulate);
+      if (rest == 2) micro_kernel<2>(Ai, b + j, ldb, c + i * ldc + j, ldc, k, accumulate);
+    }
+    if (rest == 1) micro_kernel<1>(Ai, b + j, ldb, c + i * ldc + j, ldc, k, accumulate);
   }
 }
 
@@ -116,6 +127,27 @@ inline void pack_rows(const float* src, std::int64_t stride, std::int64_t n, std
     std::fill(dst + r * ld + hd, dst + (r + 1) * ld, 0.0f);
   }
   std::fill(dst + n * ld, dst + rows_padded * ld, 0.0f);
+}
+
+/// pack_rows with every element multiplied by scale: dst [rows_padded, ld] ← scale · rows
+/// [0, n) of src, zero padding.
+inline void pack_rows_scaled(const float* src, std::int64_t stride, std::int64_t n, std::int64_t hd,
+                             float scale, std::int64_t ld, std::int64_t rows_padded, float* dst) {
+  for (std::int64_t r = 0; r < n; ++r) {
+    const float* s = src + r * stride;
+    float* o = dst + r * ld;
+    for (std::int64_t c = 0; c < hd; ++c) o[c] = scale * s[c];
+    std::fill(o + hd, o + ld, 0.0f);
+  }
+  std::fill(dst + n * ld, dst + rows_padded * ld, 0.0f);
+}
+
+/// Whether the backward runs fused (one task per (sequence, kv head), 5 tile products per tile
+/// pair, dQ in a task-local buffer) rather than as two passes (7 products, finer tasks): with
+/// one thread always, else when there are ≥ 2 tasks per thread to balance. Both schedules give
+/// bitwise the same results (flash_attention_backward.cpp), so this changes speed only.
+inline bool fused_backward(std::int64_t kv_tasks, int threads) {
+  return threads <= 1 || kv_tasks >= 2 * std::int64_t{threads};
 }
 
 /// A GEMM operand of rows with `ld` floats between rows.
