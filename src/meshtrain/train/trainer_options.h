@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "meshtrain/train/moe_metrics.h"
-
 #include "meshtrain/train/straggler.h"
 
 namespace meshtrain {
@@ -25,6 +24,8 @@ struct StepMetrics {
   double tokens_per_s = 0.0;    // global batch tokens / step time
   double mfu = 0.0;             // model FLOP/s utilisation against training.peak_flops_per_core
   std::int64_t peak_bytes = 0;  // this rank's tracked-allocator peak, all categories
+  std::int64_t allocator_misses = 0;  // this rank's allocations the cache missed in the step
+  std::int64_t minor_faults = 0;      // this rank's minor page faults in the step (ru_minflt)
   // Bytes this rank handed to collectives during the step (training only, not evaluation),
   // per group, counted as ProcessGroup's counters define them (all-gather: the input).
   std::int64_t tp_comm_bytes = 0;
@@ -65,12 +66,12 @@ struct StepMetrics {
 };
 
 struct TrainerOptions {
-  std::string metrics_path;  // JSON lines on rank 0; empty = none
-  std::string trace_path;    // --trace: the whole-step Chrome trace (rank 0); empty = none
+  std::string metrics_path;     // JSON lines on rank 0; empty = none
+  std::string trace_path;       // --trace: the whole-step Chrome trace (rank 0); empty = none
   std::string tensorboard_dir;  // TensorBoard event file of every metric (rank 0); empty = none
-  int trace_steps = 10;      // steps recorded in the trace (the first ones)
-  bool log = true;           // one line per log_interval steps on rank 0
-  int local_ranks = 1;       // ranks of this job on this node (they share its cores)
+  int trace_steps = 10;         // steps recorded in the trace (the first ones)
+  bool log = true;              // one line per log_interval steps on rank 0
+  int local_ranks = 1;          // ranks of this job on this node (they share its cores)
   // Test hook: world rank `inject_inf_rank` writes `inject_value` (inf, or NaN) into its first
   // gradient element at step `inject_inf_step` (0-based; −1 = never), after the reductions,
   // before the checks.
