@@ -201,6 +201,10 @@ TEST(FusedBiasGelu, ForwardAndBackwardAreLinearBiasThenGeluBitwise) {
       kernels::gelu_bias_backward(pre.data(), d.data(), d.data(), db.data(), rows, F);
       EXPECT_TRUE(same_bits(d, dx_ref));
       EXPECT_TRUE(same_bits(db, db_ref));
+      std::vector<float> dx(n), db2 = db0;  // out of place: dy must stay untouched
+      kernels::gelu_bias_backward(pre.data(), dy.data(), dx.data(), db2.data(), rows, F);
+      EXPECT_TRUE(same_bits(dx, dx_ref));
+      EXPECT_TRUE(same_bits(db2, db_ref));
     }
     kernels::set_num_threads(1);
   }
