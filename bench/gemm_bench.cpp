@@ -1,29 +1,47 @@
 // bench/gemm_bench.cpp
 //
-// GFLOP/s of meshtrain::kernels::gemm on the GEMMs of the main GPT job: for every linear
-// layer (x [tokens, in] · Wᵀ, W [out, in]) the forward y = x·Wᵀ and the two backward GEMMs
-// dx = dy·W and dW += dyᵀ·x, at 768 and 384 tokens per rank (C = 128: qkv 128→384, attention
-// proj 128→128, MLP 128→512 and 512→128, lm_head 128→65). Each GEMM is timed with f32
-// operands (kernels::gemm) and with the bf16 and f16 operands of mixed precision
-// (kernels::gemm_16bit: f32 accumulation and output; f16 runs as widened f32 with Debian's
-// oneDNN 2.6, which has no f16 CPU matmul), side by side.
+// GFLOP/s of meshtrain::kernels::gemm (oneDNN matmul) on the GEMMs of meshtrain's training steps.
 //
 //   gemm_bench [threads] [--json] [--dtypes f32,bf16,f16] [--cpu-time]
+//              [--model L,C,F,V,TOKENS | --model 6l384] [--windows N] [--min-seconds S]
 //
-// threads defaults to 1, --dtypes to all three; --cpu-time (1 thread only) times by the
-// thread's CPU clock instead of the wall clock, for a machine shared with other jobs. Prints one
-// line per GEMM (per dtype the median of 3 timed windows of ≥ 0.3 s each, after a warm-up, and its
-// ratio to f32) and the mean of the medians per dtype; with --json, stdout carries only {"gflops":
-// f32 mean, "gflops_bf16": …, "gflops_f16": …} (the dtypes measured; per-GEMM lines go to stderr)
-// so scripts can parse it.
+// Default mode: for every linear layer of the main GPT job (x [tokens, in] · Wᵀ, W [out, in]) the
+// forward y = x·Wᵀ and the two backward GEMMs dx = dy·W and dW += dyᵀ·x, at 768 and 384 tokens per
+// rank (C = 128: qkv 128→384, attention proj 128→128, MLP 128→512 and 512→128, lm_head 128→65).
+// Each GEMM is timed with f32 operands (kernels::gemm) and with the bf16 and f16 operands of mixed
+// precision (kernels::gemm_16bit: f32 accumulation and output; f16 runs as widened f32 with
+// Debian's oneDNN 2.6, which has no f16 CPU matmul), side by side. Prints one line per GEMM and
+// the mean of the medians per dtype; with --json, stdout carries only {"gflops": f32 mean,
+// "gflops_bf16": …, "gflops_f16": …} (per-GEMM lines go to stderr).
+//
+// --model L,C,F,V,TOKENS: every GEMM of one training step of a GPT-2 model with L blocks, width
+// C, MLP hidden F, vocabulary V and TOKENS tokens per step (micro-batch × block), with the shapes
+// and transposes the trainer uses (fused c_attn C→3C, attn c_proj C→C, c_fc C→F, mlp c_proj
+// F→C per block, lm_head C→V; each forward, backward-data and backward-weight, dx included for
+// the first block since the embedding needs it). The attention core's own products (QKᵀ, PV)
+// are not counted: they run in the tiled attention kernel, not in oneDNN. `6l384` is
+// 6,384,1536,65,1024 (GPT-2 6L/384, T 256 × micro-batch 4, the character vocabulary). Prints, per
+// dtype, the GEMM FLOPs of the step, the seconds the step's GEMMs take at the measured rates
+// (Σ count × seconds per call) and the resulting GFLOP/s; with --json stdout carries only
+// {"model": …, "flops_per_step": …, "seconds_per_step": f32, "gflops": f32,
+// "seconds_per_step_bf16": …, "gflops_bf16": …}. Any dtype subset may be measured in this mode.
+//
+// --dtypes: comma-separated whole names out of f32, bf16, f16 (anything else exits 2); the
+// default mode needs f32 (the reference of its ratios). --windows N (default 3) timed windows of
+// at least --min-seconds S (default 0.3) each, after a warm-up; the median is reported (on a
+// shared 2-core machine a burst of someone else's work can halve one window). --cpu-time (1
+// thread only) times by the thread's CPU clock instead of the wall clock. Both modes print the
+// CPU model and the ISA oneDNN dispatches (dnnl::get_effective_cpu_isa) first.
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <fstream>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,10 +51,13 @@
 
 namespace {
 
+using meshtrain::DType;
+
 struct Layer {
-  const char* name;
+  std::string name;
   std::int64_t in;
   std::int64_t out;
+  std::int64_t count;  // how many such layers one step runs
 };
 
 struct Gemm {
@@ -44,13 +65,20 @@ struct Gemm {
   std::int64_t m, n, k;
   bool trans_a, trans_b;
   float beta;
+  std::int64_t count;  // calls per step (model mode)
+  double flops() const {
+    return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  }
 };
 
-constexpr double kMinSeconds = 0.3;  // per timed window
-constexpr std::size_t kWindows = 3;
-
-struct Result {
-  double median, min, max;  // GFLOP/s over the windows
+struct Options {
+  int threads = 1;
+  bool json = false;
+  std::vector<DType> dtypes{DType::f32, DType::bf16, DType::f16};
+  std::optional<std::vector<std::int64_t>> model;  // L, C, F, V, TOKENS
+  std::string model_text;
+  int windows = 3;
+  double min_seconds = 0.3;
 };
 
 // --cpu-time: this thread's CPU seconds instead of wall seconds. With 1 thread every GEMM runs
@@ -69,7 +97,8 @@ double now_s() {
 
 double seconds_since(double start) { return now_s() - start; }
 
-double measure_gflops(const Gemm& g, meshtrain::DType dtype) {
+/// GFLOP/s of one timed window of at least min_seconds (after a warm-up).
+double measure_gflops(const Gemm& g, DType dtype, double min_seconds) {
   const auto size = [](std::int64_t rows, std::int64_t cols) {
     return static_cast<std::size_t>(rows * cols);
   };
@@ -77,12 +106,12 @@ double measure_gflops(const Gemm& g, meshtrain::DType dtype) {
   meshtrain::fill_normal(a, 1, 1, 0, 0.0f, 1.0f);
   meshtrain::fill_normal(b, 1, 2, 0, 0.0f, 1.0f);
   std::vector<std::uint16_t> a16(a.size()), b16(b.size());
-  if (dtype != meshtrain::DType::f32) {
+  if (dtype != DType::f32) {
     meshtrain::cast_f32_to_16bit(a.data(), a16.data(), static_cast<std::int64_t>(a.size()), dtype);
     meshtrain::cast_f32_to_16bit(b.data(), b16.data(), static_cast<std::int64_t>(b.size()), dtype);
   }
   const auto call = [&] {
-    if (dtype == meshtrain::DType::f32) {
+    if (dtype == DType::f32) {
       meshtrain::kernels::gemm(a.data(), b.data(), c.data(), g.m, g.n, g.k, g.trans_a, g.trans_b,
                                1.0f, g.beta);
     } else {
@@ -94,131 +123,305 @@ double measure_gflops(const Gemm& g, meshtrain::DType dtype) {
   const double warm_start = now_s();
   for (int i = 0; i < 5 || seconds_since(warm_start) < 0.05; ++i) call();
 
-  // Timed: doubling batches until one lasts ≥ kMinSeconds, so the clock is read rarely.
+  // Timed: doubling batches until one lasts ≥ min_seconds, so the clock is read rarely.
   std::int64_t iters = 1;
-  const double flops_per_call =
-      2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k);
   for (;;) {
     const double start = now_s();
     for (std::int64_t i = 0; i < iters; ++i) call();
     const double elapsed = seconds_since(start);
-    if (elapsed >= kMinSeconds) return flops_per_call * static_cast<double>(iters) / elapsed * 1e-9;
+    if (elapsed >= min_seconds) return g.flops() * static_cast<double>(iters) / elapsed * 1e-9;
     iters *= 2;
   }
 }
 
-/// Median of kWindows timed windows: on the 2-core machines a burst of someone else's work
-/// (a compile, a test) can halve one window, and with 2 OpenMP threads a busy core stalls
-/// the other thread at every barrier; the median ignores one such window.
-Result measure(const Gemm& g, meshtrain::DType dtype) {
-  std::array<double, kWindows> runs{};
-  for (double& r : runs) r = measure_gflops(g, dtype);
+/// Median GFLOP/s of `windows` timed windows: on the 2-core machines a burst of someone else's
+/// work (a compile, a test) can halve one window, and with 2 OpenMP threads a busy core stalls
+/// the other thread at every barrier; the median ignores such windows.
+double measure(const Gemm& g, DType dtype, const Options& o) {
+  std::vector<double> runs(static_cast<std::size_t>(o.windows));
+  for (double& r : runs) r = measure_gflops(g, dtype, o.min_seconds);
   std::sort(runs.begin(), runs.end());
-  return {runs[kWindows / 2], runs.front(), runs.back()};
+  return runs[runs.size() / 2];
 }
 
-}  // namespace
+std::string name_of(DType d) { return std::string(meshtrain::to_string(d)); }
 
-int main(int argc, char** argv) {
-  int threads = 1;
-  bool json = false;
-  std::vector<meshtrain::DType> dtypes{meshtrain::DType::f32, meshtrain::DType::bf16,
-                                       meshtrain::DType::f16};
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--json") == 0) {
-      json = true;
-    } else if (std::strcmp(argv[i], "--cpu-time") == 0) {
-      g_cpu_time = true;
-    } else if (std::strcmp(argv[i], "--dtypes") == 0 && i + 1 < argc) {
-      dtypes.clear();
-      const std::string list = argv[++i];
-      for (const meshtrain::DType d :
-           {meshtrain::DType::f32, meshtrain::DType::bf16, meshtrain::DType::f16}) {
-        if (list.find(meshtrain::to_string(d)) != std::string::npos) dtypes.push_back(d);
-      }
-      if (dtypes.empty() || dtypes.front() != meshtrain::DType::f32) {
-        std::fprintf(stderr, "--dtypes must include f32 (the reference), got %s\n", list.c_str());
-        return 2;
-      }
-    } else {
-      char* end = nullptr;
-      const long value = std::strtol(argv[i], &end, 10);
-      if (end == argv[i] || *end != '\0' || value < 1 || value > 1024) {
-        std::fprintf(stderr,
-                     "usage: %s [threads ≥ 1] [--json] [--dtypes f32,bf16,f16] [--cpu-time]\n",
-                     argv[0]);
-        return 2;
-      }
-      threads = static_cast<int>(value);
-    }
-  }
-  if (g_cpu_time && threads != 1) {
-    std::fprintf(stderr, "--cpu-time needs 1 thread (it reads the calling thread's clock)\n");
-    return 2;
-  }
-  meshtrain::kernels::set_num_threads(threads);
+/// The three GEMMs of each linear layer, shapes and transposes exactly as linear_forward /
+/// linear_backward call gemm.
+void add_linear(std::vector<Gemm>& out, const Layer& l, std::int64_t tokens,
+                const std::string& tag) {
+  out.push_back({"fwd y=x*W^T     " + tag, tokens, l.out, l.in, false, true, 0.0f, l.count});
+  out.push_back({"bwd dx=dy*W     " + tag, tokens, l.in, l.out, false, false, 0.0f, l.count});
+  out.push_back({"bwd dW+=dy^T*x  " + tag, l.out, l.in, tokens, true, false, 1.0f, l.count});
+}
 
+std::vector<Gemm> default_gemms() {
   const Layer layers[] = {
-      {"attn.qkv", 128, 384}, {"attn.proj", 128, 128}, {"mlp.fc", 128, 512},
-      {"mlp.proj", 512, 128}, {"lm_head", 128, 65},
+      {"attn.qkv", 128, 384, 1}, {"attn.proj", 128, 128, 1}, {"mlp.fc", 128, 512, 1},
+      {"mlp.proj", 512, 128, 1}, {"lm_head", 128, 65, 1},
   };
   std::vector<Gemm> gemms;
   for (const std::int64_t tokens : {768, 384}) {
     for (const Layer& l : layers) {
-      const std::string tag = std::string(l.name) + " tokens=" + std::to_string(tokens);
-      // Shapes and transposes exactly as linear_forward / linear_backward call gemm.
-      gemms.push_back({"fwd y=x*W^T     " + tag, tokens, l.out, l.in, false, true, 0.0f});
-      gemms.push_back({"bwd dx=dy*W     " + tag, tokens, l.in, l.out, false, false, 0.0f});
-      gemms.push_back({"bwd dW+=dy^T*x  " + tag, l.out, l.in, tokens, true, false, 1.0f});
+      add_linear(gemms, l, tokens, l.name + " tokens=" + std::to_string(tokens));
     }
   }
+  return gemms;
+}
 
-  FILE* lines = json ? stderr : stdout;
+/// One training step of GPT-2 (L blocks of fused c_attn, c_proj, c_fc, mlp c_proj; lm_head).
+std::vector<Gemm> model_gemms(const std::vector<std::int64_t>& m) {
+  const std::int64_t L = m[0], C = m[1], F = m[2], V = m[3], tokens = m[4];
+  const Layer layers[] = {
+      {"attn.c_attn", C, 3 * C, L}, {"attn.c_proj", C, C, L}, {"mlp.c_fc", C, F, L},
+      {"mlp.c_proj", F, C, L},      {"lm_head", C, V, 1},
+  };
+  std::vector<Gemm> gemms;
+  for (const Layer& l : layers)
+    add_linear(gemms, l, tokens, l.name + " ×" + std::to_string(l.count));
+  return gemms;
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      return colon == std::string::npos ? line : line.substr(colon + 2);
+    }
+  }
+  return "unknown";
+}
+
+const char* isa_name(dnnl::cpu_isa isa) {
+  switch (isa) {
+    case dnnl::cpu_isa::sse41:
+      return "sse41";
+    case dnnl::cpu_isa::avx:
+      return "avx";
+    case dnnl::cpu_isa::avx2:
+      return "avx2";
+    case dnnl::cpu_isa::avx2_vnni:
+      return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_mic:
+      return "avx512_mic";
+    case dnnl::cpu_isa::avx512_mic_4ops:
+      return "avx512_mic_4ops";
+    case dnnl::cpu_isa::avx512_core:
+      return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni:
+      return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16:
+      return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx:
+      return "avx512_core_amx";
+    default:
+      return "all (no limit reported)";
+  }
+}
+
+int usage(const char* argv0) {
+  std::fprintf(stderr,
+               "usage: %s [threads ≥ 1] [--json] [--dtypes f32,bf16,f16] [--cpu-time]\n"
+               "          [--model L,C,F,V,TOKENS | --model 6l384] [--windows N ≥ 1]"
+               " [--min-seconds S > 0]\n",
+               argv0);
+  return 2;
+}
+
+/// Whole names, comma-separated; nullopt for an unknown or repeated name.
+std::optional<std::vector<DType>> parse_dtypes(const std::string& list) {
+  std::vector<DType> out;
+  std::size_t pos = 0;
+  while (pos <= list.size()) {
+    const std::size_t comma = std::min(list.find(',', pos), list.size());
+    const std::string item = list.substr(pos, comma - pos);
+    std::optional<DType> d;
+    for (const DType c : {DType::f32, DType::bf16, DType::f16}) {
+      if (item == name_of(c)) d = c;
+    }
+    if (!d || std::find(out.begin(), out.end(), *d) != out.end()) return std::nullopt;
+    out.push_back(*d);
+    pos = comma + 1;
+  }
+  std::sort(out.begin(), out.end(),
+            [](DType a, DType b) { return static_cast<int>(a) < static_cast<int>(b); });
+  return out;
+}
+
+/// "6l384" or five positive integers L,C,F,V,TOKENS.
+std::optional<std::vector<std::int64_t>> parse_model(const std::string& text) {
+  if (text == "6l384") return std::vector<std::int64_t>{6, 384, 1536, 65, 1024};
+  std::vector<std::int64_t> out;
+  const char* p = text.c_str();
+  for (;;) {
+    char* end = nullptr;
+    const long long v = std::strtoll(p, &end, 10);
+    if (end == p || v < 1 || v > (1LL << 20)) return std::nullopt;
+    out.push_back(v);
+    if (*end == '\0') break;
+    if (*end != ',') return std::nullopt;
+    p = end + 1;
+  }
+  if (out.size() != 5) return std::nullopt;
+  return out;
+}
+
+/// Parses argv; returns an exit status (2) on a bad argument.
+std::optional<int> parse(int argc, char** argv, Options& o) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (arg == "--json") {
+      o.json = true;
+    } else if (arg == "--cpu-time") {
+      g_cpu_time = true;
+    } else if (arg == "--dtypes" && has_value) {
+      const auto d = parse_dtypes(argv[++i]);
+      if (!d) {
+        std::fprintf(stderr, "--dtypes %s: expected comma-separated names out of f32, bf16, f16\n",
+                     argv[i]);
+        return 2;
+      }
+      o.dtypes = *d;
+    } else if (arg == "--model" && has_value) {
+      o.model_text = argv[++i];
+      o.model = parse_model(o.model_text);
+      if (!o.model) {
+        std::fprintf(stderr, "--model %s: expected L,C,F,V,TOKENS (positive integers) or 6l384\n",
+                     argv[i]);
+        return 2;
+      }
+    } else if (arg == "--windows" && has_value) {
+      char* end = nullptr;
+      const long v = std::strtol(argv[++i], &end, 10);
+      if (end == argv[i] || *end != '\0' || v < 1 || v > 1000) return usage(argv[0]);
+      o.windows = static_cast<int>(v);
+    } else if (arg == "--min-seconds" && has_value) {
+      char* end = nullptr;
+      const double v = std::strtod(argv[++i], &end);
+      if (end == argv[i] || *end != '\0' || !(v > 0.0) || v > 600.0) return usage(argv[0]);
+      o.min_seconds = v;
+    } else {
+      char* end = nullptr;
+      const long value = std::strtol(argv[i], &end, 10);
+      if (end == argv[i] || *end != '\0' || value < 1 || value > 1024) return usage(argv[0]);
+      o.threads = static_cast<int>(value);
+    }
+  }
+  if (!o.model && o.dtypes.front() != DType::f32) {
+    std::fprintf(stderr, "--dtypes must include f32 (the reference of the ratios)\n");
+    return 2;
+  }
+  if (g_cpu_time && o.threads != 1) {
+    std::fprintf(stderr, "--cpu-time needs 1 thread (it reads the calling thread's clock)\n");
+    return 2;
+  }
+  return std::nullopt;
+}
+
+void print_header(FILE* lines, const Options& o) {
+  std::fprintf(lines, "cpu: %s; oneDNN effective ISA: %s\n", cpu_model().c_str(),
+               isa_name(dnnl::get_effective_cpu_isa()));
   std::fprintf(lines,
-               "gemm_bench: %d thread(s); GFLOP/s per GEMM, the median of %zu windows of "
-               "≥ %.1f s (%s); (×) = ratio to f32\n",
-               threads, kWindows, kMinSeconds, g_cpu_time ? "thread CPU time" : "wall clock");
+               "gemm_bench: %d thread(s); GFLOP/s per GEMM, the median of %d windows of "
+               "≥ %.2f s (%s)\n",
+               o.threads, o.windows, o.min_seconds, g_cpu_time ? "thread CPU time" : "wall clock");
+}
+
+/// Default mode: per-GEMM GFLOP/s, ratios to f32, means.
+void run_default(const Options& o) {
+  const std::vector<Gemm> gemms = default_gemms();
+  FILE* lines = o.json ? stderr : stdout;
   std::fprintf(lines, "%-40s %-18s", "GEMM", "shape");
-  for (const meshtrain::DType d : dtypes) {
-    const std::string name(meshtrain::to_string(d));
-    std::fprintf(lines, " %8s%s", name.c_str(), d == meshtrain::DType::f32 ? "" : "        ");
+  for (const DType d : o.dtypes) {
+    std::fprintf(lines, " %8s%s", name_of(d).c_str(), d == DType::f32 ? "" : " (× f32)");
   }
   std::fprintf(lines, "\n");
-  std::vector<double> sums(dtypes.size(), 0.0);
+  std::vector<double> sums(o.dtypes.size(), 0.0);
   for (const Gemm& g : gemms) {
     std::fprintf(lines, "%-40s M=%-4lld N=%-4lld K=%-4lld", g.label.c_str(),
                  static_cast<long long>(g.m), static_cast<long long>(g.n),
                  static_cast<long long>(g.k));
     double f32 = 0.0;
-    for (std::size_t i = 0; i < dtypes.size(); ++i) {
-      const Result r = measure(g, dtypes[i]);
-      sums[i] += r.median;
+    for (std::size_t i = 0; i < o.dtypes.size(); ++i) {
+      const double r = measure(g, o.dtypes[i], o);
+      sums[i] += r;
       if (i == 0) {
-        f32 = r.median;
-        std::fprintf(lines, " %8.1f", r.median);
+        f32 = r;
+        std::fprintf(lines, " %8.1f", r);
       } else {
-        std::fprintf(lines, " %8.1f (%.2f×)", r.median, r.median / f32);
+        std::fprintf(lines, " %8.1f (%.2f×)", r, r / f32);
       }
     }
     std::fprintf(lines, "\n");
   }
   const auto n = static_cast<double>(gemms.size());
   std::fprintf(lines, "mean over %zu GEMMs:", gemms.size());
-  for (std::size_t i = 0; i < dtypes.size(); ++i) {
-    std::fprintf(lines, "  %.*s %.1f GFLOP/s",
-                 static_cast<int>(meshtrain::to_string(dtypes[i]).size()),
-                 meshtrain::to_string(dtypes[i]).data(), sums[i] / n);
+  for (std::size_t i = 0; i < o.dtypes.size(); ++i) {
+    std::fprintf(lines, "  %s %.1f GFLOP/s", name_of(o.dtypes[i]).c_str(), sums[i] / n);
     if (i > 0) std::fprintf(lines, " (%.2f×)", sums[i] / sums[0]);
   }
   std::fprintf(lines, "\n");
-  if (json) {
+  if (o.json) {
     std::printf("{\"gflops\": %.3f", sums[0] / n);
-    for (std::size_t i = 1; i < dtypes.size(); ++i) {
-      std::printf(", \"gflops_%.*s\": %.3f",
-                  static_cast<int>(meshtrain::to_string(dtypes[i]).size()),
-                  meshtrain::to_string(dtypes[i]).data(), sums[i] / n);
+    for (std::size_t i = 1; i < o.dtypes.size(); ++i) {
+      std::printf(", \"gflops_%s\": %.3f", name_of(o.dtypes[i]).c_str(), sums[i] / n);
     }
     std::printf("}\n");
+  }
+}
+
+/// Model mode: the GEMM-bound time of one training step per dtype.
+void run_model(const Options& o) {
+  const std::vector<Gemm> gemms = model_gemms(*o.model);
+  FILE* lines = o.json ? stderr : stdout;
+  double flops = 0.0;
+  for (const Gemm& g : gemms) flops += g.flops() * static_cast<double>(g.count);
+  std::fprintf(lines, "model %s: %zu GEMM shapes, %.3f GFLOP per training step\n",
+               o.model_text.c_str(), gemms.size(), flops * 1e-9);
+  std::vector<double> seconds(o.dtypes.size(), 0.0);
+  for (const Gemm& g : gemms) {
+    std::fprintf(lines, "%-34s M=%-5lld N=%-5lld K=%-5lld", g.label.c_str(),
+                 static_cast<long long>(g.m), static_cast<long long>(g.n),
+                 static_cast<long long>(g.k));
+    for (std::size_t i = 0; i < o.dtypes.size(); ++i) {
+      const double r = measure(g, o.dtypes[i], o);
+      seconds[i] += g.flops() * static_cast<double>(g.count) / (r * 1e9);
+      std::fprintf(lines, "  %s %7.1f GFLOP/s", name_of(o.dtypes[i]).c_str(), r);
+    }
+    std::fprintf(lines, "\n");
+  }
+  for (std::size_t i = 0; i < o.dtypes.size(); ++i) {
+    std::fprintf(
+        lines, "step GEMMs %s: %.3f GFLOP per step, %.4f s per step, %.1f GFLOP/s (%d thread(s))\n",
+        name_of(o.dtypes[i]).c_str(), flops * 1e-9, seconds[i], flops * 1e-9 / seconds[i],
+        o.threads);
+  }
+  if (o.json) {
+    std::printf("{\"model\": \"%s\", \"threads\": %d, \"flops_per_step\": %.0f",
+                o.model_text.c_str(), o.threads, flops);
+    for (std::size_t i = 0; i < o.dtypes.size(); ++i) {
+      const std::string suffix = o.dtypes[i] == DType::f32 ? "" : "_" + name_of(o.dtypes[i]);
+      std::printf(", \"seconds_per_step%s\": %.6f, \"gflops%s\": %.3f", suffix.c_str(), seconds[i],
+                  suffix.c_str(), flops * 1e-9 / seconds[i]);
+    }
+    std::printf("}\n");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  if (const auto status = parse(argc, argv, o)) return *status;
+  meshtrain::kernels::set_num_threads(o.threads);
+  print_header(o.json ? stderr : stdout, o);
+  if (o.model) {
+    run_model(o);
+  } else {
+    run_default(o);
   }
   return 0;
 }

@@ -47,7 +47,8 @@ assert re.fullmatch(rf"events\.out\.tfevents\.\d{{10}}\.{host}", files[0]), file
 
 def tag(key):  # the mapping docs/observability.md documents (train/reporting.cpp)
     if key == "val_loss": return "val/loss"
-    if key.startswith("peak_bytes"): return "memory/" + key
+    if key.startswith("peak_bytes") or key in ("allocator_misses", "minor_faults"):
+        return "memory/" + key
     if "_comm_" in key or key == "attention_s": return "comm/" + key
     if key in ("elapsed_s", "eta_s"): return "progress/" + key
     if key in ("step_time_s", "tokens_per_s", "mfu", "bubble", "predicted_bubble", "checkpoint_s"):
@@ -60,7 +61,7 @@ for l in lines:
         if key != "step" and isinstance(value, (int, float)):  # bool is an int
             expected.setdefault(tag(key), {})[l["step"]] = float(value)
 for t in ("train/loss", "train/lr", "train/grad_norm", "perf/tokens_per_s", "perf/mfu",
-          "memory/peak_bytes", "comm/dp_comm_bytes", "comm/dp_comm_s", "val/loss",
+          "memory/peak_bytes", "memory/allocator_misses", "memory/minor_faults", "comm/dp_comm_bytes", "comm/dp_comm_s", "val/loss",
           "progress/eta_s"):
     assert t in expected, f"the metrics lack the source of {t}"
 

@@ -1,5 +1,7 @@
 #include "meshtrain/core/allocator.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <new>
@@ -47,6 +49,8 @@ void* TrackedAllocator::allocate(std::size_t bytes, MemCategory category) {
       ptr = it->second.back();
       it->second.pop_back();
       cached_bytes_ -= static_cast<std::int64_t>(size);
+    } else {
+      ++misses_;
     }
   }
   if (ptr == nullptr) {
@@ -91,6 +95,11 @@ std::int64_t TrackedAllocator::cached_bytes() const {
   return cached_bytes_;
 }
 
+std::int64_t TrackedAllocator::misses() const {
+  std::lock_guard lock(mutex_);
+  return misses_;
+}
+
 void TrackedAllocator::reset_peaks() {
   std::lock_guard lock(mutex_);
   for (MemoryStats& s : by_category_) s.peak_bytes = s.current_bytes;
@@ -104,6 +113,12 @@ void TrackedAllocator::empty_cache() {
   }
   free_blocks_.clear();
   cached_bytes_ = 0;
+}
+
+std::int64_t process_minor_faults() {
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return 0;
+  return static_cast<std::int64_t>(usage.ru_minflt);
 }
 
 }  // namespace meshtrain

@@ -91,12 +91,34 @@ void layernorm_backward(const float* x, const float* weight, const float* mean, 
                         const float* dy, float* dx, float* dweight, float* dbias, std::int64_t rows,
                         std::int64_t C);
 
+/// Residual add fused into the norm (pre-norm block, h = a + b; y = LayerNorm(h)): one pass over
+/// the rows instead of add_inplace then layernorm_forward, bitwise equal to them.
+///   a, b [rows, C]  →  h [rows, C] (the new residual stream), y, mean, rstd as layernorm_forward
+void residual_layernorm_forward(const float* a, const float* b, float* h, const float* weight,
+                                const float* bias, float* y, float* mean, float* rstd,
+                                std::int64_t rows, std::int64_t C, float eps);
+
+/// layernorm_backward whose dx also receives the residual branch's gradient: dx = ∂LN + dresidual
+/// (dresidual [rows, C] or nullptr), bitwise equal to layernorm_backward then add_inplace. Each
+/// row's result depends on that row alone (not on rows, threads or how tokens are split).
+void layernorm_backward(const float* x, const float* weight, const float* mean, const float* rstd,
+                        const float* dy, const float* dresidual, float* dx, float* dweight,
+                        float* dbias, std::int64_t rows, std::int64_t C);
+
 // ---------------------------------------------------------------------------------------------
 // GELU, tanh approximation as GPT-2 (Hendrycks & Gimpel 2016, eq. after §2;
 // PyTorch GELU(approximate="tanh")): 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
 
 void gelu_forward(const float* x, float* y, std::int64_t n);                     // y overwritten
 void gelu_backward(const float* x, const float* dy, float* dx, std::int64_t n);  // dx overwritten
+
+/// The fc layer's bias add fused with the GELU: pre [rows, F] += bias [F] (or nullptr) in
+/// place, y [rows, F] = gelu(pre), in one pass; bitwise linear_forward's add then gelu_forward.
+void bias_gelu_forward(float* pre, const float* bias, float* y, std::int64_t rows, std::int64_t F);
+/// dx [rows, F] = dy ∘ gelu'(pre) and dbias [F] += Σ_rows dx (or nullptr) in one pass; bitwise
+/// gelu_backward then bias_backward (the same column-blocked row-order sums; dx may alias dy).
+void gelu_bias_backward(const float* pre, const float* dy, float* dx, float* dbias,
+                        std::int64_t rows, std::int64_t F);
 
 // ---------------------------------------------------------------------------------------------
 // Causal grouped-query self-attention, one call for all heads (Vaswani et al. 2017, eq. 1,
@@ -239,6 +261,14 @@ void rmsnorm_forward(const float* x, const float* weight, float* y, float* rstd,
 void rmsnorm_backward(const float* x, const float* weight, const float* rstd, const float* dy,
                       float* dx, float* dweight, std::int64_t rows, std::int64_t C);
 
+/// h = a + b; y = RMSNorm(h) in one pass, bitwise equal to add_inplace then rmsnorm_forward.
+void residual_rmsnorm_forward(const float* a, const float* b, float* h, const float* weight,
+                              float* y, float* rstd, std::int64_t rows, std::int64_t C, float eps);
+/// rmsnorm_backward with dx += dresidual (or nullptr) folded in, bitwise equal to the two calls.
+void rmsnorm_backward(const float* x, const float* weight, const float* rstd, const float* dy,
+                      const float* dresidual, float* dx, float* dweight, std::int64_t rows,
+                      std::int64_t C);
+
 // ---------------------------------------------------------------------------------------------
 // SwiGLU (Shazeer 2020, eq. 5 with Swish_1 = SiLU): out = silu(gate) · up, silu(g) = g·σ(g).
 
@@ -316,6 +346,11 @@ void vocab_shard_max(const float* logits, std::int64_t rows, std::int64_t V_loca
 void vocab_shard_sum_exp(const float* logits, const float* row_max, const std::int32_t* targets,
                          std::int64_t first, std::int64_t rows, std::int64_t V_local,
                          std::int64_t valid, float* sum_exp, float* target_logit);
+/// The whole vocabulary on one rank (tp = 1): vocab_shard_max then vocab_shard_sum_exp with
+/// first = 0 and valid = V_local = V, in one pass over the rows and bitwise equal to them.
+///   logits [rows, V], targets [rows] → row_max, sum_exp, target_logit [rows] (overwritten)
+void vocab_softmax_stats(const float* logits, const std::int32_t* targets, std::int64_t rows,
+                         std::int64_t V, float* row_max, float* sum_exp, float* target_logit);
 ///   dlogits[r, j] = scale · (exp(logits[r, j] − lse[r]) − [first + j == targets[r]]) for
 ///   j < valid, 0 for padding columns; for a mean loss over N rows pass scale = 1/N.
 ///   dlogits [rows, V_local] overwritten (may alias logits).
@@ -362,10 +397,15 @@ struct AdamWParams {
   float beta2;
   float eps;
   float weight_decay;  // 0 for parameters without decay
+  /// Gradient clipping folded into the update: g·grad_scale is what the moments see (1 when
+  /// the norm is under the limit). g itself is not written: bitwise the same update as
+  /// scale_inplace(g, grad_scale) before the step, one pass over the gradients fewer.
+  float grad_scale = 1.0f;
 };
 
-///   w, m, v [n] f32 updated in place (m, v start at 0); g [n] read (already averaged over dp
-///   and clipped); step = optimizer steps taken including this one (1-based).
+///   w, m, v [n] f32 updated in place (m, v start at 0); g [n] read (already averaged over dp;
+///   clipped through params.grad_scale); step = optimizer steps taken including this one
+///   (1-based).
 void adamw_step(std::span<float> w, std::span<float> m, std::span<float> v,
                 std::span<const float> g, const AdamWParams& params, std::int64_t step);
 

@@ -2,6 +2,7 @@
 
 #include "meshtrain/core/error.h"
 #include "meshtrain/kernels/kernels.h"
+#include "meshtrain/layers/autocast.h"
 
 namespace meshtrain {
 
@@ -11,9 +12,13 @@ GeluMlp::GeluMlp(const std::string& prefix, const MlpShape& s, const TensorParal
 
 Tensor GeluMlp::forward(const Tensor& x, const SequenceBatch& /*batch*/) {
   Tensor& pre_act = saved_->pre_act;
-  pre_act = std::move(fc_.forward(x)[0]);
+  // The fc bias is added inside the GELU's pass (bias_gelu_forward), not by the linear.
+  pre_act = std::move(fc_.forward(x, /*add_bias=*/false)[0]);
   Tensor act = Tensor::empty(pre_act.shape(), MemCategory::activations);
-  kernels::gelu_forward(pre_act.f32(), act.f32(), act.numel());
+  const Parameter* bias = fc_.bias(0);
+  const Tensor b = bias != nullptr ? value_f32(*bias) : Tensor();  // f32 under mixed precision
+  kernels::bias_gelu_forward(pre_act.f32(), b.defined() ? b.f32() : nullptr, act.f32(),
+                             pre_act.dim(0), pre_act.dim(1));
   return proj_.forward(act);
 }
 
@@ -22,10 +27,14 @@ Tensor GeluMlp::backward(const Tensor& dy) {
   {
     const State s = saved_.take(
         parameters().front()->name);  // freed before the expansion's backward, as before
-    // In place: dgelu reads the pre-activation and the incoming gradient element by element.
-    kernels::gelu_backward(s.pre_act.f32(), d_act.f32(), d_act.f32(), d_act.numel());
+    // In place: dgelu reads the pre-activation and the incoming gradient element by element;
+    // the fc bias gradient is summed in the same pass.
+    Parameter* bias = fc_.bias(0);
+    kernels::gelu_bias_backward(s.pre_act.f32(), d_act.f32(), d_act.f32(),
+                                bias != nullptr ? bias->grad.f32() : nullptr, d_act.dim(0),
+                                d_act.dim(1));
   }
-  return fc_.backward(std::span<const Tensor>(&d_act, 1));
+  return fc_.backward(std::span<const Tensor>(&d_act, 1), /*bias_grads=*/false);
 }
 
 void GeluMlp::discard() {

@@ -10,6 +10,11 @@ void check_input(const Tensor& x, std::int64_t features, const std::string& name
   MT_CHECK(x.ndim() == 2 && x.dim(1) == features, "{}: input {} expected [tokens, {}]", name,
            to_string(x.shape()), features);
 }
+
+void check_same(const Tensor& a, const Tensor& b, const std::string& name, const char* what) {
+  MT_CHECK(a.shape() == b.shape(), "{}: {} {} expected {}", name, what, to_string(a.shape()),
+           to_string(b.shape()));
+}
 }  // namespace
 
 LayerNorm::LayerNorm(const std::string& prefix, std::int64_t features, bool bias, float eps)
@@ -18,28 +23,54 @@ LayerNorm::LayerNorm(const std::string& prefix, std::int64_t features, bool bias
 }
 
 Tensor LayerNorm::forward(const Tensor& x, const SequenceBatch& /*batch*/) {
+  return run_forward(x, nullptr);
+}
+
+Tensor LayerNorm::forward_residual(Tensor& branch, const Tensor& x) {
+  check_same(branch, x, weight_.name, "residual branch");
+  return run_forward(x, &branch);
+}
+
+// branch == nullptr: y = LN(x). Otherwise h = *branch + x is written into *branch and
+// y = LN(h) (the kept input is h).
+Tensor LayerNorm::run_forward(const Tensor& x, const Tensor* branch) {
   check_input(x, features_, weight_.name);
   const std::int64_t rows = x.dim(0);
   State& s = *saved_;
-  s.x = x;
+  s.x = branch != nullptr ? *branch : x;
   s.mean = Tensor::empty({rows}, MemCategory::activations);
   s.rstd = Tensor::empty({rows}, MemCategory::activations);
   Tensor y = Tensor::empty({rows, features_}, MemCategory::activations);
   const Tensor weight = value_f32(weight_);  // widened when 16-bit: the norm runs in f32
   const Tensor bias = bias_ ? value_f32(*bias_) : Tensor();
-  kernels::layernorm_forward(x.f32(), weight.f32(), bias_ ? bias.f32() : nullptr, y.f32(),
-                             s.mean.f32(), s.rstd.f32(), rows, features_, eps_);
+  const float* b = bias_ ? bias.f32() : nullptr;
+  if (branch == nullptr) {
+    kernels::layernorm_forward(x.f32(), weight.f32(), b, y.f32(), s.mean.f32(), s.rstd.f32(), rows,
+                               features_, eps_);
+  } else {
+    float* h = const_cast<Tensor*>(branch)->f32();
+    kernels::residual_layernorm_forward(h, x.f32(), h, weight.f32(), b, y.f32(), s.mean.f32(),
+                                        s.rstd.f32(), rows, features_, eps_);
+  }
   return y;
 }
 
-Tensor LayerNorm::backward(const Tensor& dy) {
+Tensor LayerNorm::backward(const Tensor& dy) { return run_backward(dy, nullptr); }
+
+Tensor LayerNorm::backward_residual(const Tensor& dy, const Tensor& d_residual) {
+  check_same(d_residual, dy, weight_.name, "residual grad");
+  return run_backward(dy, &d_residual);
+}
+
+Tensor LayerNorm::run_backward(const Tensor& dy, const Tensor* d_residual) {
   const State s = saved_.take(weight_.name);  // freed on return
   MT_CHECK(dy.shape() == s.x.shape(), "{}: grad {} expected {}", weight_.name,
            to_string(dy.shape()), to_string(s.x.shape()));
   Tensor dx = Tensor::empty(s.x.shape(), MemCategory::activations);
   kernels::layernorm_backward(s.x.f32(), value_f32(weight_).f32(), s.mean.f32(), s.rstd.f32(),
-                              dy.f32(), dx.f32(), weight_.grad.f32(),
-                              bias_ ? bias_->grad.f32() : nullptr, s.x.dim(0), features_);
+                              dy.f32(), d_residual != nullptr ? d_residual->f32() : nullptr,
+                              dx.f32(), weight_.grad.f32(), bias_ ? bias_->grad.f32() : nullptr,
+                              s.x.dim(0), features_);
   return dx;
 }
 
@@ -55,22 +86,47 @@ RmsNorm::RmsNorm(const std::string& prefix, std::int64_t features, float eps)
       weight_(prefix + ".weight", Shape{features}, InitKind::ones) {}
 
 Tensor RmsNorm::forward(const Tensor& x, const SequenceBatch& /*batch*/) {
+  return run_forward(x, nullptr);
+}
+
+Tensor RmsNorm::forward_residual(Tensor& branch, const Tensor& x) {
+  check_same(branch, x, weight_.name, "residual branch");
+  return run_forward(x, &branch);
+}
+
+// As LayerNorm::run_forward: with a branch, h = *branch + x is written into *branch and kept.
+Tensor RmsNorm::run_forward(const Tensor& x, const Tensor* branch) {
   check_input(x, features_, weight_.name);
   State& s = *saved_;
-  s.x = x;
+  s.x = branch != nullptr ? *branch : x;
   s.rstd = Tensor::empty({x.dim(0)}, MemCategory::activations);
   Tensor y = Tensor::empty(x.shape(), MemCategory::activations);
-  kernels::rmsnorm_forward(x.f32(), value_f32(weight_).f32(), y.f32(), s.rstd.f32(), x.dim(0),
-                           features_, eps_);
+  const Tensor weight = value_f32(weight_);
+  if (branch == nullptr) {
+    kernels::rmsnorm_forward(x.f32(), weight.f32(), y.f32(), s.rstd.f32(), x.dim(0), features_,
+                             eps_);
+  } else {
+    float* h = const_cast<Tensor*>(branch)->f32();
+    kernels::residual_rmsnorm_forward(h, x.f32(), h, weight.f32(), y.f32(), s.rstd.f32(), x.dim(0),
+                                      features_, eps_);
+  }
   return y;
 }
 
-Tensor RmsNorm::backward(const Tensor& dy) {
+Tensor RmsNorm::backward(const Tensor& dy) { return run_backward(dy, nullptr); }
+
+Tensor RmsNorm::backward_residual(const Tensor& dy, const Tensor& d_residual) {
+  check_same(d_residual, dy, weight_.name, "residual grad");
+  return run_backward(dy, &d_residual);
+}
+
+Tensor RmsNorm::run_backward(const Tensor& dy, const Tensor* d_residual) {
   const State s = saved_.take(weight_.name);  // freed on return
   MT_CHECK(dy.shape() == s.x.shape(), "{}: grad {} expected {}", weight_.name,
            to_string(dy.shape()), to_string(s.x.shape()));
   Tensor dx = Tensor::empty(s.x.shape(), MemCategory::activations);
-  kernels::rmsnorm_backward(s.x.f32(), value_f32(weight_).f32(), s.rstd.f32(), dy.f32(), dx.f32(),
+  kernels::rmsnorm_backward(s.x.f32(), value_f32(weight_).f32(), s.rstd.f32(), dy.f32(),
+                            d_residual != nullptr ? d_residual->f32() : nullptr, dx.f32(),
                             weight_.grad.f32(), s.x.dim(0), features_);
   return dx;
 }

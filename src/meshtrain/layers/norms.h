@@ -13,7 +13,20 @@
 
 namespace meshtrain {
 
-class LayerNorm final : public Module {
+/// A norm that also takes the residual add in front of it (the pre-norm block's
+/// h = x + attn(·), then norm_2(h); TransformerBlock): one pass over the rows instead of
+/// add_inplace then the norm, bitwise equal to them (tests/unit/fused_kernels_test.cpp).
+class ResidualNorm : public Module {
+ public:
+  /// branch, x [rows, C]: branch becomes h = branch + x in place (the residual stream), and the
+  /// norm of h is returned; keeps what forward() keeps.
+  virtual Tensor forward_residual(Tensor& branch, const Tensor& x) = 0;
+  /// backward(dy) + d_residual [rows, C]: the residual stream's gradient added to the norm's
+  /// input gradient in the same pass.
+  virtual Tensor backward_residual(const Tensor& dy, const Tensor& d_residual) = 0;
+};
+
+class LayerNorm final : public ResidualNorm {
  public:
   /// `<prefix>.weight` [C] = 1 and, with bias, `<prefix>.bias` [C] = 0.
   LayerNorm(const std::string& prefix, std::int64_t features, bool bias, float eps);
@@ -21,6 +34,8 @@ class LayerNorm final : public Module {
   /// x [rows, C] → [rows, C]; keeps x, mean and rstd [rows] in the current activation slot.
   Tensor forward(const Tensor& x, const SequenceBatch& batch) override;
   Tensor backward(const Tensor& dy) override;
+  Tensor forward_residual(Tensor& branch, const Tensor& x) override;
+  Tensor backward_residual(const Tensor& dy, const Tensor& d_residual) override;
   ParameterList parameters() override;
   void discard() override { saved_.release(); }
 
@@ -29,13 +44,15 @@ class LayerNorm final : public Module {
   float eps_;
   Parameter weight_;
   std::optional<Parameter> bias_;
+  Tensor run_forward(const Tensor& x, const Tensor* branch);
+  Tensor run_backward(const Tensor& dy, const Tensor* d_residual);
   struct State {
     Tensor x, mean, rstd;
   };
   Saved<State> saved_;
 };
 
-class RmsNorm final : public Module {
+class RmsNorm final : public ResidualNorm {
  public:
   /// `<prefix>.weight` [C] = 1 (Hugging Face LlamaRMSNorm).
   RmsNorm(const std::string& prefix, std::int64_t features, float eps);
@@ -43,6 +60,8 @@ class RmsNorm final : public Module {
   /// x [rows, C] → [rows, C]; keeps x and rstd [rows] in the current activation slot.
   Tensor forward(const Tensor& x, const SequenceBatch& batch) override;
   Tensor backward(const Tensor& dy) override;
+  Tensor forward_residual(Tensor& branch, const Tensor& x) override;
+  Tensor backward_residual(const Tensor& dy, const Tensor& d_residual) override;
   ParameterList parameters() override;
   void discard() override { saved_.release(); }
 
@@ -50,6 +69,8 @@ class RmsNorm final : public Module {
   std::int64_t features_;
   float eps_;
   Parameter weight_;
+  Tensor run_forward(const Tensor& x, const Tensor* branch);
+  Tensor run_backward(const Tensor& dy, const Tensor* d_residual);
   struct State {
     Tensor x, rstd;
   };

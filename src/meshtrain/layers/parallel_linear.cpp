@@ -29,7 +29,9 @@ ColumnParallelLinear::ColumnParallelLinear(std::vector<ColumnWeight> weights,
   }
 }
 
-std::vector<Tensor> ColumnParallelLinear::forward(const Tensor& x) {
+std::vector<Tensor> ColumnParallelLinear::forward(const Tensor& x) { return forward(x, true); }
+
+std::vector<Tensor> ColumnParallelLinear::forward(const Tensor& x, bool add_bias) {
   const Tensor x_full = EnterTpRegion::forward(x, tp_);
   MT_CHECK(x_full.ndim() == 2 && x_full.dim(1) == in_, "{}: input {} expected [tokens, {}]",
            shards_.front().weight.name, to_string(x_full.shape()), in_);
@@ -43,13 +45,15 @@ std::vector<Tensor> ColumnParallelLinear::forward(const Tensor& x) {
              to_string(s.weight.value.dtype()), shards_.front().weight.name,
              to_string(kept.dtype()));
     Tensor y = Tensor::empty({tokens, s.out_local}, MemCategory::activations);
-    autocast_linear_forward(kept, s.weight, s.bias ? &*s.bias : nullptr, y);
+    autocast_linear_forward(kept, s.weight, s.bias && add_bias ? &*s.bias : nullptr, y);
     ys.push_back(std::move(y));
   }
   return ys;
 }
 
-Tensor ColumnParallelLinear::backward(std::span<const Tensor> dys) {
+Tensor ColumnParallelLinear::backward(std::span<const Tensor> dys) { return backward(dys, true); }
+
+Tensor ColumnParallelLinear::backward(std::span<const Tensor> dys, bool bias_grads) {
   MT_CHECK(dys.size() == shards_.size(), "{}: {} gradients for {} weights",
            shards_.front().weight.name, dys.size(), shards_.size());
   Tensor x_full = saved_.take(shards_.front().weight.name).x_full;
@@ -64,7 +68,8 @@ Tensor ColumnParallelLinear::backward(std::span<const Tensor> dys) {
     // linear_backward overwrites dx: the first weight writes it, the others add theirs.
     if (i == 1) dx_part = Tensor::empty(x_full.shape(), MemCategory::activations);
     float* out = i == 0 ? dx.f32() : dx_part.f32();
-    linear_backward_or_defer(x_full, s.weight, dys[i], out, s.bias ? s.bias->grad.f32() : nullptr,
+    linear_backward_or_defer(x_full, s.weight, dys[i], out,
+                             s.bias && bias_grads ? s.bias->grad.f32() : nullptr,
                              {tokens, in_, s.out_local});
     if (i > 0) kernels::add_inplace(dx.f32(), dx_part.f32(), dx.numel());
   }

@@ -50,12 +50,20 @@ class ColumnParallelLinear {
   /// Keeps the entered (full) input [tokens, in] for backward, in the current activation slot
   /// (rounded to the weights' dtype when they are 16-bit: layers/autocast.h).
   std::vector<Tensor> forward(const Tensor& x);
+  /// With `add_bias` false the outputs are x·Wᵀ alone and the caller adds the biases
+  /// (bias(i)) in its own element-wise pass (GeluMlp's bias + GELU), and backward(dys, false)
+  /// leaves the bias gradients to it as well.
+  std::vector<Tensor> forward(const Tensor& x, bool add_bias);
+  /// Shard i's bias (nullptr without biases).
+  Parameter* bias(std::size_t i) { return shards_.at(i).bias ? &*shards_.at(i).bias : nullptr; }
   /// Drops the current slot's kept input (activation recompute).
   void discard() { saved_.release(); }
   /// dys (one per weight, as forward's outputs) → dx in forward's input layout; frees the
   /// slot's state. Accumulates every shard's weight and bias gradients (the weights' deferred
   /// inside DeferWeightGrads: the queue then keeps the full input and the dys until W).
   Tensor backward(std::span<const Tensor> dys);
+  /// `bias_grads` false: the bias gradients are the caller's (see forward(x, false)).
+  Tensor backward(std::span<const Tensor> dys, bool bias_grads);
   ParameterList parameters();
 
  private:

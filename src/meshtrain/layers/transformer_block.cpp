@@ -1,8 +1,21 @@
 #include "meshtrain/layers/transformer_block.h"
 
 #include "meshtrain/kernels/kernels.h"
+#include "meshtrain/layers/norms.h"
 
 namespace meshtrain {
+namespace {
+
+// norm.backward(dy) + d_residual: fused when the norm is a ResidualNorm.
+Tensor norm_backward(Module* norm, ResidualNorm* fused, const Tensor& dy,
+                     const Tensor& d_residual) {
+  if (fused != nullptr) return fused->backward_residual(dy, d_residual);
+  Tensor dx = norm->backward(dy);
+  kernels::add_inplace(dx.f32(), d_residual.f32(), dx.numel());
+  return dx;
+}
+
+}  // namespace
 
 TransformerBlock::TransformerBlock(std::unique_ptr<Module> norm_1, std::unique_ptr<Module> attn,
                                    std::unique_ptr<Module> norm_2, std::unique_ptr<Module> mlp,
@@ -11,7 +24,10 @@ TransformerBlock::TransformerBlock(std::unique_ptr<Module> norm_1, std::unique_p
       attn_(std::move(attn)),
       norm_2_(std::move(norm_2)),
       mlp_(std::move(mlp)),
-      full_recompute_(recompute == Recompute::full) {}
+      full_recompute_(recompute == Recompute::full) {
+  residual_norm_1_ = dynamic_cast<ResidualNorm*>(norm_1_.get());
+  residual_norm_2_ = dynamic_cast<ResidualNorm*>(norm_2_.get());
+}
 
 Tensor TransformerBlock::forward(const Tensor& x, const SequenceBatch& batch) {
   Tensor y = run(x, batch);
@@ -24,8 +40,14 @@ Tensor TransformerBlock::forward(const Tensor& x, const SequenceBatch& batch) {
 
 Tensor TransformerBlock::run(const Tensor& x, const SequenceBatch& batch) {
   Tensor h = attn_->forward(norm_1_->forward(x, batch), batch);
-  kernels::add_inplace(h.f32(), x.f32(), h.numel());  // h = x + attn(norm_1(x))
-  Tensor y = mlp_->forward(norm_2_->forward(h, batch), batch);
+  Tensor normed;
+  if (residual_norm_2_ != nullptr) {
+    normed = residual_norm_2_->forward_residual(h, x);  // h = x + attn(norm_1(x)), in the norm
+  } else {
+    kernels::add_inplace(h.f32(), x.f32(), h.numel());  // h = x + attn(norm_1(x))
+    normed = norm_2_->forward(h, batch);
+  }
+  Tensor y = mlp_->forward(normed, batch);
   kernels::add_inplace(y.f32(), h.f32(), y.numel());  // y = h + mlp(norm_2(h))
   return y;
 }
@@ -35,12 +57,12 @@ Tensor TransformerBlock::backward(const Tensor& dy) {
     const State s = saved_.take("transformer block");
     run(s.x, s.batch);  // the parts keep their activations again; the output is not needed
   }
-  // The residual passes dy through unchanged, so each branch's dx adds onto it.
-  Tensor dh = norm_2_->backward(mlp_->backward(dy));
-  kernels::add_inplace(dh.f32(), dy.f32(), dh.numel());
-  Tensor dx = norm_1_->backward(attn_->backward(dh));
-  kernels::add_inplace(dx.f32(), dh.f32(), dx.numel());
-  return dx;
+  // The residual passes dy through unchanged, so each branch's dx adds onto it (inside the
+  // norm's backward pass when the norm is a ResidualNorm).
+  const Tensor d_mlp = mlp_->backward(dy);
+  const Tensor dh = norm_backward(norm_2_.get(), residual_norm_2_, d_mlp, dy);
+  const Tensor d_attn = attn_->backward(dh);
+  return norm_backward(norm_1_.get(), residual_norm_1_, d_attn, dh);
 }
 
 void TransformerBlock::discard() {

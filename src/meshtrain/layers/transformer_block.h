@@ -11,6 +11,8 @@
 
 namespace meshtrain {
 
+class ResidualNorm;
+
 class TransformerBlock final : public Module {
  public:
   /// `recompute` = Recompute::full: activation recompute (Chen et al. 2016; Korthikanti et
@@ -34,6 +36,10 @@ class TransformerBlock final : public Module {
   Tensor run(const Tensor& x, const SequenceBatch& batch);
 
   std::unique_ptr<Module> norm_1_, attn_, norm_2_, mlp_;
+  // The norms as ResidualNorm when they are one (LayerNorm, RmsNorm): the residual adds around
+  // them are then fused into their passes; nullptr: add_inplace, then the norm.
+  ResidualNorm* residual_norm_1_ = nullptr;
+  ResidualNorm* residual_norm_2_ = nullptr;
   bool full_recompute_;
   struct State {  // full recompute only: the block's input
     Tensor x;

@@ -68,14 +68,20 @@ float VocabParallelLmHead::forward(const Tensor& h, const std::int32_t* targets)
   // lse = max + log Σ exp(z − max) over the whole vocabulary: the max first (all-reduce max),
   // then Σ exp and the target's logit (zero on every rank but its owner) in one all-reduce sum.
   s.lse = Tensor::empty({tokens}, MemCategory::activations);
-  kernels::vocab_shard_max(s.logits.f32(), tokens, v_local, valid, s.lse.f32());
-  tp_.group.all_reduce_max(s.lse.span_f32());
   Tensor sums = Tensor::empty({2, tokens}, MemCategory::activations);
   float* sum_exp = sums.f32();
   float* target_logit = sums.f32() + tokens;
-  kernels::vocab_shard_sum_exp(s.logits.f32(), s.lse.f32(), targets, first, tokens, v_local, valid,
-                               sum_exp, target_logit);
-  tp_.group.all_reduce_sum(sums.span_f32());
+  if (tp_.group.size() == 1 && valid == v_local && first == 0) {
+    // The whole vocabulary here: max, Σ exp and the target in one pass (no reductions).
+    kernels::vocab_softmax_stats(s.logits.f32(), targets, tokens, v_local, s.lse.f32(), sum_exp,
+                                 target_logit);
+  } else {
+    kernels::vocab_shard_max(s.logits.f32(), tokens, v_local, valid, s.lse.f32());
+    tp_.group.all_reduce_max(s.lse.span_f32());
+    kernels::vocab_shard_sum_exp(s.logits.f32(), s.lse.f32(), targets, first, tokens, v_local,
+                                 valid, sum_exp, target_logit);
+    tp_.group.all_reduce_sum(sums.span_f32());
+  }
   double loss_sum = 0.0;
   float* lse = s.lse.f32();
   for (std::int64_t i = 0; i < tokens; ++i) {

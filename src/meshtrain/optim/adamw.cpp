@@ -19,7 +19,7 @@ AdamW::AdamW(OptimizerShards shards, const AdamWConfig& config)
 AdamW::AdamW(const ParameterList& params, const AdamWConfig& config)
     : AdamW(whole_shards(params), config) {}
 
-void AdamW::step(double lr) {
+void AdamW::step(double lr, float grad_scale) {
   ++step_;
   for (std::size_t i = 0; i < shards_.size(); ++i) {
     const OptimizerShard& s = shards_[i];
@@ -31,6 +31,7 @@ void AdamW::step(double lr) {
         .beta2 = static_cast<float>(config_.beta2),
         .eps = static_cast<float>(config_.eps),
         .weight_decay = p.weight_decay ? static_cast<float>(config_.weight_decay) : 0.0f,
+        .grad_scale = grad_scale,
     };
     Tensor master = s.master;  // a handle: the update writes through to the shard's storage
     kernels::adamw_step(master.span_f32(), m_[i].span_f32(), v_[i].span_f32(), s.grad.span_f32(),
@@ -73,13 +74,18 @@ void clip_grads(const ParameterList& params, double norm, double max_norm) {
   clip_grads(whole_shards(params), norm, max_norm);
 }
 
-void clip_grads(const OptimizerShards& shards, double norm, double max_norm) {
-  if (max_norm <= 0.0) return;
+float clip_coefficient(double norm, double max_norm) {
+  if (max_norm <= 0.0) return 1.0f;
   const double coef = max_norm / (norm + 1e-6);
-  if (coef >= 1.0) return;
+  return coef >= 1.0 ? 1.0f : static_cast<float>(coef);
+}
+
+void clip_grads(const OptimizerShards& shards, double norm, double max_norm) {
+  const float coef = clip_coefficient(norm, max_norm);
+  if (coef == 1.0f) return;
   for (const OptimizerShard& s : shards) {
     Tensor grad = s.grad;
-    kernels::scale_inplace(grad.f32(), static_cast<float>(coef), grad.numel());
+    kernels::scale_inplace(grad.f32(), coef, grad.numel());
   }
 }
 

@@ -27,8 +27,10 @@ class AdamW {
   AdamW(OptimizerShards shards, const AdamWConfig& config);
   /// Whole fp32 parameters (whole_shards): steps p.value with p.grad.
   AdamW(const ParameterList& params, const AdamWConfig& config);
-  /// One step at learning rate `lr` on every shard (kernels::adamw_step).
-  void step(double lr);
+  /// One step at learning rate `lr` on every shard (kernels::adamw_step), with the gradients
+  /// multiplied by `grad_scale` inside the update (clip_coefficient: clipping folded into the
+  /// pass over the parameters; the gradients are not written).
+  void step(double lr, float grad_scale = 1.0f);
   std::int64_t steps_taken() const noexcept { return step_; }
   /// The moments of shard i (f32 [end − begin]): for checkpoints, which save and restore them
   /// with steps_taken (the bias correction's t).
@@ -60,6 +62,8 @@ double global_grad_norm(const ParameterList& params);
 /// clip_grad_norm_, which adds 1e-6 to the norm); max_norm ≤ 0 disables clipping.
 void clip_grads(const ParameterList& params, double norm, double max_norm);
 void clip_grads(const OptimizerShards& shards, double norm, double max_norm);
+/// The factor clip_grads multiplies by (f32, as it rounds it), or 1 when it would not clip.
+float clip_coefficient(double norm, double max_norm);
 
 /// Linear warmup then cosine decay to min_lr, as nanoGPT's get_lr (train.py):
 /// step < warmup: peak·(step+1)/(warmup+1); step > decay_steps: min_lr; otherwise

@@ -50,7 +50,9 @@ std::string moe_summary(const StepMetrics& m) {
 // (the part before '/') gather related curves.
 std::string tensorboard_tag(const std::string& key) {
   if (key == "val_loss") return "val/loss";
-  if (key.starts_with("peak_bytes")) return "memory/" + key;
+  if (key.starts_with("peak_bytes") || key == "allocator_misses" || key == "minor_faults") {
+    return "memory/" + key;
+  }
   if (key.find("_comm_") != std::string::npos || key == "attention_s") return "comm/" + key;
   if (key == "elapsed_s" || key == "eta_s") return "progress/" + key;
   for (const char* perf :
@@ -304,6 +306,8 @@ nlohmann::json Reporting::metrics_line(const StepMetrics& m, double elapsed_s, d
                          {"tokens_per_s", m.tokens_per_s},
                          {"mfu", m.mfu},
                          {"peak_bytes", m.peak_bytes},
+                         {"allocator_misses", m.allocator_misses},
+                         {"minor_faults", m.minor_faults},
                          {"tp_comm_bytes", m.tp_comm_bytes},
                          {"dp_comm_bytes", m.dp_comm_bytes},
                          {"tp_comm_s", m.tp_comm_s},

@@ -294,6 +294,8 @@ double Trainer::evaluate() {
 StepMetrics Trainer::train_step(std::int64_t step) {
   const TrainingConfig& t = config_.training;
   const auto start = std::chrono::steady_clock::now();
+  const std::int64_t misses0 = TrackedAllocator::instance().misses();
+  const std::int64_t faults0 = process_minor_faults();
   trace_->open_window();  // the window of the metrics' comm bytes
   const CommSnapshot comm_before = comm_snapshot(*mesh_);
   const double loss_scale = optim_->loss_scale();  // what this step's backward uses
@@ -309,6 +311,8 @@ StepMetrics Trainer::train_step(std::int64_t step) {
   m.lr = report_->time_optimizer([&] { return apply_update(step, g.grad_norm); });
   report_->end_step(comm0);
   m.step_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  m.allocator_misses = TrackedAllocator::instance().misses() - misses0;
+  m.minor_faults = process_minor_faults() - faults0;
   const double tokens_per_step =
       static_cast<double>(global_batch_of(config_) * config_.model.block_size);
   const double peak_flops =

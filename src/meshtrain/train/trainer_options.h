@@ -24,6 +24,8 @@ struct StepMetrics {
   double tokens_per_s = 0.0;    // global batch tokens / step time
   double mfu = 0.0;             // model FLOP/s utilisation against training.peak_flops_per_core
   std::int64_t peak_bytes = 0;  // this rank's tracked-allocator peak, all categories
+  std::int64_t allocator_misses = 0;  // this rank's allocations the cache missed in the step
+  std::int64_t minor_faults = 0;      // this rank's minor page faults in the step (ru_minflt)
   // Bytes this rank handed to collectives during the step (training only, not evaluation),
   // per group, counted as ProcessGroup's counters define them (all-gather: the input).
   std::int64_t tp_comm_bytes = 0;

@@ -18,16 +18,25 @@ namespace {
 constexpr float kSqrt2OverPi = 0.7978845608028654f;  // √(2/π)
 constexpr float kCubic = 0.044715f;
 
+// The element formulas, shared by the plain and the bias-fused kernels (bitwise equal).
+inline float gelu_of(float v) {
+  const float u = kSqrt2OverPi * (v + kCubic * v * v * v);
+  return v / (1.0f + cpu::exp_approx(-2.0f * u));
+}
+
+inline float dgelu_of(float v, float dy) {
+  const float u = kSqrt2OverPi * (v + kCubic * v * v * v);
+  const float s = 1.0f / (1.0f + cpu::exp_approx(-2.0f * u));
+  const float du = kSqrt2OverPi * (1.0f + 3.0f * kCubic * v * v);
+  return dy * (s + 2.0f * v * s * (1.0f - s) * du);
+}
+
 }  // namespace
 
 void gelu_forward(const float* x, float* y, std::int64_t n) {
   MT_CHECK(n >= 0, "gelu_forward: n={}", n);
 #pragma omp parallel for simd schedule(static) if (n >= cpu::kParallelGrain)
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    const float u = kSqrt2OverPi * (v + kCubic * v * v * v);
-    y[i] = v / (1.0f + cpu::exp_approx(-2.0f * u));
-  }
+  for (std::int64_t i = 0; i < n; ++i) y[i] = gelu_of(x[i]);
 }
 
 void gelu_backward(const float* x, const float* dy, float* dx, std::int64_t n) {
@@ -36,13 +45,48 @@ void gelu_backward(const float* x, const float* dy, float* dx, std::int64_t n) {
   // dσ(z)/dz = σ(1 − σ) and ½(1 − tanh² u) = 2s(1 − s); du/dx = √(2/π)·(1 + 3·0.044715·x²).
   // dx may alias dy: each element is read before it is written.
 #pragma omp parallel for simd schedule(static) if (n >= cpu::kParallelGrain)
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    const float u = kSqrt2OverPi * (v + kCubic * v * v * v);
-    const float s = 1.0f / (1.0f + cpu::exp_approx(-2.0f * u));
-    const float du = kSqrt2OverPi * (1.0f + 3.0f * kCubic * v * v);
-    dx[i] = dy[i] * (s + 2.0f * v * s * (1.0f - s) * du);
+  for (std::int64_t i = 0; i < n; ++i) dx[i] = dgelu_of(x[i], dy[i]);
+}
+
+void bias_gelu_forward(float* pre, const float* bias, float* y, std::int64_t rows, std::int64_t F) {
+  MT_CHECK(rows >= 0 && F >= 0, "bias_gelu_forward: bad dims rows={} F={}", rows, F);
+  // One pass: pre += bias (the kept pre-activation, as the linear's bias add wrote it) and
+  // y = gelu(pre), while the row is in L1.
+#pragma omp parallel for schedule(static) if (rows * F >= cpu::kParallelGrain)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    float* pr = pre + r * F;
+    float* yr = y + r * F;
+    if (bias != nullptr) {
+#pragma omp simd
+      for (std::int64_t j = 0; j < F; ++j) pr[j] += bias[j];
+    }
+#pragma omp simd
+    for (std::int64_t j = 0; j < F; ++j) yr[j] = gelu_of(pr[j]);
   }
+}
+
+void gelu_bias_backward(const float* pre, const float* dy, float* dx, float* dbias,
+                        std::int64_t rows, std::int64_t F) {
+  MT_CHECK(rows >= 0 && F >= 0, "gelu_bias_backward: bad dims rows={} F={}", rows, F);
+  // Column blocks, as bias_backward: a thread owns its columns, so every dbias entry sums its
+  // rows in row order whatever the thread count; dx of a block is consumed by the sum while in
+  // L1 (one pass over dy instead of gelu_backward's and then bias_backward's).
+  cpu::for_each_column_block(rows, F, [&](std::int64_t j0, std::int64_t width) {
+    float acc[cpu::kColumnBlock] = {};
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* pr = pre + r * F + j0;
+      const float* dyr = dy + r * F + j0;
+      float* dxr = dx + r * F + j0;
+#pragma omp simd
+      for (std::int64_t j = 0; j < width; ++j) dxr[j] = dgelu_of(pr[j], dyr[j]);
+      if (dbias != nullptr) {
+        for (std::int64_t j = 0; j < width; ++j) acc[j] += dxr[j];
+      }
+    }
+    if (dbias != nullptr) {
+      for (std::int64_t j = 0; j < width; ++j) dbias[j0 + j] += acc[j];
+    }
+  });
 }
 
 }  // namespace meshtrain::kernels

@@ -12,38 +12,70 @@
 
 namespace meshtrain::kernels {
 
+namespace {
+
+// One row of the forward: shared by the plain and the residual-fused kernels, so the two are
+// the same float operations in the same order (bitwise equal, fused_kernels_test).
+inline void layernorm_row(const float* xr, const float* weight, const float* bias, float* yr,
+                          float* mean, float* rstd, std::int64_t C, float inv_c, float eps) {
+  float sum = 0.0f;
+  for (std::int64_t c = 0; c < C; ++c) sum += xr[c];
+  const float mu = sum * inv_c;
+  // Two passes (mean, then squared deviations) instead of E[x²] − E[x]²: the one-pass
+  // form cancels catastrophically when |mean| ≫ std, as for residual streams late in training.
+  float sq = 0.0f;
+  for (std::int64_t c = 0; c < C; ++c) {
+    const float d = xr[c] - mu;
+    sq += d * d;
+  }
+  const float rs = 1.0f / std::sqrt(sq * inv_c + eps);
+  *mean = mu;
+  *rstd = rs;
+  if (bias != nullptr) {
+    for (std::int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - mu) * rs * weight[c] + bias[c];
+  } else {
+    for (std::int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - mu) * rs * weight[c];
+  }
+}
+
+}  // namespace
+
 void layernorm_forward(const float* x, const float* weight, const float* bias, float* y,
                        float* mean, float* rstd, std::int64_t rows, std::int64_t C, float eps) {
   MT_CHECK(rows >= 0 && C > 0, "layernorm_forward: bad dims rows={} C={}", rows, C);
   const float inv_c = 1.0f / static_cast<float>(C);
 #pragma omp parallel for schedule(static) if (rows * C >= cpu::kParallelGrain)
   for (std::int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * C;
-    float* yr = y + r * C;
-    float sum = 0.0f;
-    for (std::int64_t c = 0; c < C; ++c) sum += xr[c];
-    const float mu = sum * inv_c;
-    // Two passes (mean, then squared deviations) instead of E[x²] − E[x]²: the one-pass
-    // form cancels catastrophically when |mean| ≫ std, as for residual streams late in training.
-    float sq = 0.0f;
-    for (std::int64_t c = 0; c < C; ++c) {
-      const float d = xr[c] - mu;
-      sq += d * d;
-    }
-    const float rs = 1.0f / std::sqrt(sq * inv_c + eps);
-    mean[r] = mu;
-    rstd[r] = rs;
-    if (bias != nullptr) {
-      for (std::int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - mu) * rs * weight[c] + bias[c];
-    } else {
-      for (std::int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - mu) * rs * weight[c];
-    }
+    layernorm_row(x + r * C, weight, bias, y + r * C, mean + r, rstd + r, C, inv_c, eps);
+  }
+}
+
+void residual_layernorm_forward(const float* a, const float* b, float* h, const float* weight,
+                                const float* bias, float* y, float* mean, float* rstd,
+                                std::int64_t rows, std::int64_t C, float eps) {
+  MT_CHECK(rows >= 0 && C > 0, "residual_layernorm_forward: bad dims rows={} C={}", rows, C);
+  const float inv_c = 1.0f / static_cast<float>(C);
+  // The row of h is written and normalised while it is in L1: one pass over memory instead of
+  // add_inplace's read-modify-write followed by the norm's reads.
+#pragma omp parallel for schedule(static) if (rows * C >= cpu::kParallelGrain)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    float* hr = h + r * C;
+    const float* ar = a + r * C;
+    const float* br = b + r * C;
+    for (std::int64_t c = 0; c < C; ++c) hr[c] = ar[c] + br[c];
+    layernorm_row(hr, weight, bias, y + r * C, mean + r, rstd + r, C, inv_c, eps);
   }
 }
 
 void layernorm_backward(const float* x, const float* weight, const float* mean, const float* rstd,
                         const float* dy, float* dx, float* dweight, float* dbias, std::int64_t rows,
                         std::int64_t C) {
+  layernorm_backward(x, weight, mean, rstd, dy, nullptr, dx, dweight, dbias, rows, C);
+}
+
+void layernorm_backward(const float* x, const float* weight, const float* mean, const float* rstd,
+                        const float* dy, const float* dresidual, float* dx, float* dweight,
+                        float* dbias, std::int64_t rows, std::int64_t C) {
   MT_CHECK(rows >= 0 && C > 0, "layernorm_backward: bad dims rows={} C={}", rows, C);
   const float inv_c = 1.0f / static_cast<float>(C);
   // With x̂ = (x − μ)·rstd and g = dy ∘ weight, differentiating through μ and rstd gives
@@ -68,6 +100,13 @@ void layernorm_backward(const float* x, const float* weight, const float* mean, 
     for (std::int64_t c = 0; c < C; ++c) {
       const float xhat = (xr[c] - mu) * rs;
       dxr[c] = rs * (dyr[c] * weight[c] - g_mean - xhat * gx_mean);
+    }
+    // The residual's gradient is added in its own loop over the row (still in L1), after the
+    // row is stored: a separate rounding, as add_inplace after the norm had it (in one
+    // expression the compiler may contract rs·(…) + dresidual into an FMA: not bitwise).
+    if (dresidual != nullptr) {
+      const float* dr = dresidual + r * C;
+      for (std::int64_t c = 0; c < C; ++c) dxr[c] += dr[c];
     }
   }
 

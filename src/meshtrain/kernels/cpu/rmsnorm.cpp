@@ -16,24 +16,51 @@
 
 namespace meshtrain::kernels {
 
+namespace {
+
+// One row of the forward, shared by the plain and the residual-fused kernels (bitwise equal).
+inline void rmsnorm_row(const float* xr, const float* weight, float* yr, float* rstd,
+                        std::int64_t C, float eps) {
+  double sq = 0.0;
+  for (std::int64_t c = 0; c < C; ++c) sq += static_cast<double>(xr[c]) * xr[c];
+  const float rs =
+      static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(C) + static_cast<double>(eps)));
+  *rstd = rs;
+  for (std::int64_t c = 0; c < C; ++c) yr[c] = weight[c] * (xr[c] * rs);
+}
+
+}  // namespace
+
 void rmsnorm_forward(const float* x, const float* weight, float* y, float* rstd, std::int64_t rows,
                      std::int64_t C, float eps) {
   MT_CHECK(rows >= 0 && C > 0, "rmsnorm_forward: bad dims rows={} C={}", rows, C);
 #pragma omp parallel for schedule(static) if (rows * C >= cpu::kParallelGrain)
   for (std::int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * C;
-    float* yr = y + r * C;
-    double sq = 0.0;
-    for (std::int64_t c = 0; c < C; ++c) sq += static_cast<double>(xr[c]) * xr[c];
-    const float rs =
-        static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(C) + static_cast<double>(eps)));
-    rstd[r] = rs;
-    for (std::int64_t c = 0; c < C; ++c) yr[c] = weight[c] * (xr[c] * rs);
+    rmsnorm_row(x + r * C, weight, y + r * C, rstd + r, C, eps);
+  }
+}
+
+void residual_rmsnorm_forward(const float* a, const float* b, float* h, const float* weight,
+                              float* y, float* rstd, std::int64_t rows, std::int64_t C, float eps) {
+  MT_CHECK(rows >= 0 && C > 0, "residual_rmsnorm_forward: bad dims rows={} C={}", rows, C);
+#pragma omp parallel for schedule(static) if (rows * C >= cpu::kParallelGrain)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    float* hr = h + r * C;
+    const float* ar = a + r * C;
+    const float* br = b + r * C;
+    for (std::int64_t c = 0; c < C; ++c) hr[c] = ar[c] + br[c];
+    rmsnorm_row(hr, weight, y + r * C, rstd + r, C, eps);
   }
 }
 
 void rmsnorm_backward(const float* x, const float* weight, const float* rstd, const float* dy,
                       float* dx, float* dweight, std::int64_t rows, std::int64_t C) {
+  rmsnorm_backward(x, weight, rstd, dy, nullptr, dx, dweight, rows, C);
+}
+
+void rmsnorm_backward(const float* x, const float* weight, const float* rstd, const float* dy,
+                      const float* dresidual, float* dx, float* dweight, std::int64_t rows,
+                      std::int64_t C) {
   MT_CHECK(rows >= 0 && C > 0, "rmsnorm_backward: bad dims rows={} C={}", rows, C);
   // With g = dy ∘ w and y = w ∘ x·rstd, rstd = (mean(x²) + eps)^(−½), so
   // ∂rstd/∂x_c = −rstd³·x_c / C and
@@ -52,6 +79,11 @@ void rmsnorm_backward(const float* x, const float* weight, const float* rstd, co
     const double rs_d = rs;
     const float k = static_cast<float>(rs_d * rs_d * gx_sum / static_cast<double>(C));
     for (std::int64_t c = 0; c < C; ++c) dxr[c] = rs * (dyr[c] * weight[c] - xr[c] * k);
+    // Added after the row is stored, a separate rounding as add_inplace had it (see layernorm).
+    if (dresidual != nullptr) {
+      const float* dr = dresidual + r * C;
+      for (std::int64_t c = 0; c < C; ++c) dxr[c] += dr[c];
+    }
   }
 
   // dweight += Σ_r dy ∘ x·rstd is a sum over rows: threads own column blocks so nothing races

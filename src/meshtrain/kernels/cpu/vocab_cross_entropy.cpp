@@ -29,6 +29,24 @@ void check_dims(std::int64_t rows, std::int64_t V_local, std::int64_t valid, con
            "{}: bad dims rows={} V_local={} valid={}", what, rows, V_local, valid);
 }
 
+// −inf is the identity of the max all-reduce: a rank without vocabulary rows does not move the
+// global max.
+inline float row_max_of(const float* row, std::int64_t valid) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (std::int64_t j = 0; j < valid; ++j) m = std::max(m, row[j]);
+  return m;
+}
+
+// Σ exp(z − m) in double (see the file comment) and the target's logit (0 off this shard).
+inline void row_sum_exp(const float* row, float m, std::int32_t target, std::int64_t first,
+                        std::int64_t valid, float* sum_exp, float* target_logit) {
+  double sum = 0.0;
+  for (std::int64_t j = 0; j < valid; ++j) sum += static_cast<double>(std::exp(row[j] - m));
+  *sum_exp = static_cast<float>(sum);
+  const std::int64_t local = static_cast<std::int64_t>(target) - first;
+  *target_logit = local >= 0 && local < valid ? row[local] : 0.0f;
+}
+
 }  // namespace
 
 void vocab_shard_max(const float* logits, std::int64_t rows, std::int64_t V_local,
@@ -36,12 +54,7 @@ void vocab_shard_max(const float* logits, std::int64_t rows, std::int64_t V_loca
   check_dims(rows, V_local, valid, "vocab_shard_max");
 #pragma omp parallel for schedule(static) if (rows * valid >= cpu::kParallelGrain)
   for (std::int64_t r = 0; r < rows; ++r) {
-    const float* row = logits + r * V_local;
-    // −inf is the identity of the max all-reduce: a rank without vocabulary rows does not
-    // move the global max.
-    float m = -std::numeric_limits<float>::infinity();
-    for (std::int64_t j = 0; j < valid; ++j) m = std::max(m, row[j]);
-    row_max[r] = m;
+    row_max[r] = row_max_of(logits + r * V_local, valid);
   }
 }
 
@@ -59,13 +72,24 @@ void vocab_shard_sum_exp(const float* logits, const float* row_max, const std::i
     // rank holding the max contributes a term of exactly 1. The sum runs in double (≈ √V·ε_f32
     // of rounding otherwise); it is stored as f32 for the all-reduce, one rounding of a sum
     // that is ≥ 1 once all ranks' parts are added.
-    const float m = row_max[r];
-    double sum = 0.0;
-    for (std::int64_t j = 0; j < valid; ++j) sum += static_cast<double>(std::exp(row[j] - m));
-    sum_exp[r] = static_cast<float>(sum);
-    const std::int64_t local = static_cast<std::int64_t>(target) - first;
     // Zero on the ranks that do not hold the target: the sum all-reduce then yields its logit.
-    target_logit[r] = local >= 0 && local < valid ? row[local] : 0.0f;
+    row_sum_exp(row, row_max[r], target, first, valid, sum_exp + r, target_logit + r);
+  }
+}
+
+void vocab_softmax_stats(const float* logits, const std::int32_t* targets, std::int64_t rows,
+                         std::int64_t V, float* row_max, float* sum_exp, float* target_logit) {
+  check_dims(rows, V, V, "vocab_softmax_stats");
+  // One pass over the logits: each row's max and Σ exp while the row is in L1 (the two-kernel
+  // form reads every row twice, with a parallel region each). The same row helpers as
+  // vocab_shard_max / vocab_shard_sum_exp, so the same bits.
+#pragma omp parallel for schedule(static) if (rows * V >= cpu::kParallelGrain)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* row = logits + r * V;
+    MT_CHECK(targets[r] >= 0, "vocab_softmax_stats: target {} of row {} is negative", targets[r],
+             r);
+    row_max[r] = row_max_of(row, V);
+    row_sum_exp(row, row_max[r], targets[r], 0, V, sum_exp + r, target_logit + r);
   }
 }
 
