@@ -2,7 +2,9 @@
 # bench/run_bench.sh — meshtrain against PyTorch on the main job's configuration, on this
 # machine, in one invocation (a command, not a test: never in CTest).
 #
-#   bench/run_bench.sh [--steps N] [--warmup W] [--threads T] [--keep]
+#   bench/run_bench.sh [--steps N] [--warmup W] [--threads T] [--keep] [--peer-only]
+#                      [--peer-steps N] [--peer-cores 1,2] [--peer-coretypes LIST]
+#                      [--peer-configs nanogpt,6l384] [--peer-precisions fp32,bf16]
 #
 # Runs, one after the other (never concurrently: they share the cores):
 #   (a) bench/torch_gpt_train.py: nanoGPT's training step in PyTorch (eager, fp32) on
@@ -14,9 +16,20 @@
 #   (d) gemm_bench T --json: the GEMM rate meshtrain's kernels reach on the job's shapes,
 #       against which MFU is stated (flops per token 6·N + 12·L·C·T, N without wpe, as
 #       GptModel::flops_per_token).
+#   (e) peer baseline, same cores: for the nanoGPT config and GPT-2 6L/384 (T 256, B 4), at
+#       each core count of --peer-cores (taskset -c 0..c-1 for both programs):
+#       bench/torch_best.py — PyTorch at its verified best over OpenBLAS build × coretype ×
+#       torch threads × BLAS threads, fp32 and bf16 autocast — then meshtrain at
+#       `training.threads c` in fp32 and bf16; prints the speed-up PyTorch ms ÷ meshtrain ms
+#       per config, cores and precision (> 1: meshtrain faster), goals ≥ 2× (nanoGPT) and
+#       ≥ 1.6× (6L/384) in fp32 (issue 16). --peer-only runs (e) alone.
 # Every figure is the median over N timed steps after W warm-up steps (meshtrain: median
 # step_time_s of the metrics JSON lines with step > W). Defaults: N=60, W=10, T=nproc;
-# about 2–4 minutes here, most of it PyTorch.
+# about 2–4 minutes here, most of it PyTorch, plus (e): --peer-steps (default 20 on nanoGPT,
+# a quarter of it, at least 4, on 6L/384) after 5 (2) warm-up; 8–15 minutes on a loaded VM.
+# --peer-coretypes: the OPENBLAS_CORETYPE values torch_best.py tries (default
+# auto,SkylakeX,Cooperlake); --peer-configs / --peer-precisions narrow (e) to some configs or
+# precisions (on a loaded VM the 6L/384 grid alone can take 15 minutes).
 #
 # Environment:
 #   MESHTRAIN_BIN    meshtrain binary (default build/src/meshtrain/meshtrain)
@@ -36,13 +49,20 @@
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-steps=60 warmup=10 threads=$(nproc) keep=0
+steps=60 warmup=10 threads=$(nproc) keep=0 peer_only=0 peer_steps=20 peer_cores=1,2
+peer_coretypes=auto,SkylakeX,Cooperlake peer_configs=nanogpt,6l384 peer_precisions=fp32,bf16
 while (($#)); do
   case $1 in
     --steps) steps=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --keep) keep=1; shift ;;
+    --peer-only) peer_only=1; shift ;;
+    --peer-steps) peer_steps=$2; shift 2 ;;
+    --peer-cores) peer_cores=$2; shift 2 ;;
+    --peer-coretypes) peer_coretypes=$2; shift 2 ;;
+    --peer-configs) peer_configs=$2; shift 2 ;;
+    --peer-precisions) peer_precisions=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "run_bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -113,6 +133,70 @@ mt_train() {  # mt_train <metrics> <log> <processes> <extra flags...>
     --metrics "$metrics" "$@" > "$log" 2>&1 ||
     { echo "run_bench.sh: meshtrain failed; its log ($log):" >&2; tail -20 "$log" >&2; exit 1; }
 }
+
+peer_bench() {  # (e): PyTorch at its best and meshtrain on the same cores, both configs
+  local name overrides c p tsteps twarm cpus
+  for name in ${peer_configs//,/ }; do
+    if [[ $name == nanogpt ]]; then overrides=(); tsteps=$peer_steps twarm=5
+    elif [[ $name != 6l384 ]]; then
+      echo "run_bench.sh: --peer-configs '$name': expected nanogpt and/or 6l384" >&2; exit 2
+    else
+      overrides=(--model.n_layer 6 --model.n_head 6 --model.n_embd 384 --model.block_size 256
+                 --training.micro_batch 4)
+      tsteps=$((peer_steps / 4 > 4 ? peer_steps / 4 : 4)) twarm=2
+    fi
+    echo "== (e) $name: PyTorch at its best (bench/torch_best.py, cores $peer_cores)"
+    "$python" bench/torch_best.py --config "$config" --data "$data_dir" --cores "$peer_cores" \
+      --coretypes "$peer_coretypes" --precisions "$peer_precisions" --steps "$tsteps" --warmup "$twarm" \
+      --json "$work/best_$name.json" "${overrides[@]}" | tee "$work/best_$name.txt"
+    for c in ${peer_cores//,/ }; do
+      cpus=$(seq -s, 0 $((c - 1)))
+      for p in ${peer_precisions//,/ }; do
+        echo "== (e) $name: meshtrain $p, 1 process × $c thread(s) on CPUs $cpus"
+        taskset -c "$cpus" "$bin" train "$config" --training.max_steps $((tsteps + twarm)) \
+          --training.eval_interval 0 --training.eval_batches 1 --checkpoint.save_final false \
+          --training.threads "$c" --training.precision "$p" "${overrides[@]}" \
+          --metrics "$work/peer_${name}_${c}_$p.jsonl" > "$work/peer_${name}_${c}_$p.log" 2>&1 \
+          < /dev/null || { echo "run_bench.sh: meshtrain failed:" >&2
+                           tail -20 "$work/peer_${name}_${c}_$p.log" >&2; exit 1; }
+      done
+    done
+  done
+  "$python" - "$work" "$peer_cores" "$peer_configs" "$peer_precisions" <<'PEER'
+import json, os, statistics, sys
+work, cores = sys.argv[1], [int(c) for c in sys.argv[2].split(",")]
+names, precisions = sys.argv[3].split(","), sys.argv[4].split(",")
+goal = {"nanogpt": 2.0, "6l384": 1.6}
+label = {"nanogpt": "nanoGPT 4L/128 T64 B12", "6l384": "GPT-2 6L/384 T256 B4"}
+print("\nPeer baseline, same cores (speed-up = PyTorch-at-its-best ms ÷ meshtrain ms):")
+print(f"  {'config':<24} {'cores':>5} {'prec':<5} {'meshtrain':>10} {'PyTorch':>9} "
+      f"{'speed-up':>8}  PyTorch setting")
+for name in names:
+    best = json.load(open(os.path.join(work, f"best_{name}.json")))
+    warm = best["args"]["warmup"]
+    for c in cores:
+        for p in precisions:
+            rows = [json.loads(l) for l in open(os.path.join(work, f"peer_{name}_{c}_{p}.jsonl"))
+                    if l.strip()]
+            mt = 1e3 * statistics.median(r["step_time_s"] for r in rows if r["step"] > warm)
+            b = next((x for x in best["best"] if x["cores"] == c and x["precision"] == p), None)
+            if b is None:
+                print(f"  {label[name]:<24} {c:>5} {p:<5} {mt:>10.2f} {'none':>9}")
+                continue
+            s = b["setting"]
+            ratio = b["ms_per_step"] / mt
+            verdict = "" if p != "fp32" else (
+                f"  goal ≥{goal[name]}×: {'meets' if ratio >= goal[name] else 'BELOW'}")
+            print(f"  {label[name]:<24} {c:>5} {p:<5} {mt:>10.2f} {b['ms_per_step']:>9.2f} "
+                  f"{ratio:>7.2f}×  {s['build']}/{s['coretype']}, torch {s['torch_threads']} "
+                  f"thr, BLAS {s['blas_threads']} thr{verdict}")
+PEER
+}
+
+if ((peer_only)); then
+  peer_bench
+  exit 0
+fi
 
 echo "== (a) PyTorch, $threads thread(s)"
 (
@@ -218,3 +302,5 @@ for r in rows:
 print(f"  (flops/token {fpt:.0f}; last losses: PyTorch {torch['last_loss']:.3f}, "
       f"meshtrain {mt['last_loss']:.3f})")
 EOF
+
+peer_bench
