@@ -19,24 +19,33 @@
 #
 #   bench/dp_overlap_bench.sh [--steps N] [--warmup W] [--rounds R] [--batch B]
 #
+# N ≥ 1, W ≥ 0, R ≥ 1, B even ≥ 2; a bad argument exits 2 before anything runs.
+#
 # Environment: MESHTRAIN_BIN (default build/src/meshtrain/meshtrain).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 steps=10 warmup=3 rounds=3 batch=4
+die() { echo "dp_overlap_bench.sh: $*" >&2; exit 2; }
+posint() {  # posint NAME VALUE [EXAMPLE]
+  [[ $2 =~ ^[1-9][0-9]*$ ]] || die "$1 must be an integer ≥ 1, got '$2' (e.g. $1 ${3:-3})"
+}
+nonneg() { [[ $2 =~ ^[0-9]+$ ]] || die "$1 must be an integer ≥ 0, got '$2' (e.g. $1 2)"; }
 while (($#)); do
   case $1 in
-    --steps) steps=$2; shift 2 ;;
-    --warmup) warmup=$2; shift 2 ;;
-    --rounds) rounds=$2; shift 2 ;;
-    --batch) batch=$2; shift 2 ;;
+    --steps|--warmup|--rounds|--batch) (($# >= 2)) || die "$1 needs a value (see --help)" ;;
+  esac
+  case $1 in
+    --steps) posint --steps "$2"; steps=$2; shift 2 ;;
+    --warmup) nonneg --warmup "$2"; warmup=$2; shift 2 ;;
+    --rounds) posint --rounds "$2"; rounds=$2; shift 2 ;;
+    --batch) posint --batch "$2" 4; batch=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) echo "dp_overlap_bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+    *) die "unknown argument '$1' (see --help)" ;;
   esac
 done
 if ((batch % 2 != 0 || batch < 2)); then
-  echo "dp_overlap_bench.sh: --batch must be even and ≥ 2 (dp = 2 splits it), not '$batch'" >&2
-  exit 2
+  die "--batch must be even and ≥ 2 (dp = 2 splits it), not '$batch' (e.g. --batch 4)"
 fi
 bin=${MESHTRAIN_BIN:-build/src/meshtrain/meshtrain}
 if [[ ! -x $bin ]]; then

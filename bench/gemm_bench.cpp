@@ -250,6 +250,32 @@ std::optional<std::vector<DType>> parse_dtypes(const std::string& list) {
   return out;
 }
 
+/// Operand bytes (f32 A, B and C) of the largest GEMM: `--model` refuses a model whose GEMMs
+/// would not fit before allocating anything (a huge width threw std::bad_alloc).
+double largest_gemm_bytes(const std::vector<Gemm>& gemms) {
+  double most = 0.0;
+  for (const Gemm& g : gemms) {
+    const double m = static_cast<double>(g.m), n = static_cast<double>(g.n),
+                 k = static_cast<double>(g.k);
+    most = std::max(most, 4.0 * (m * k + k * n + m * n));
+  }
+  return most;
+}
+constexpr double kMaxGemmBytes = 4.0 * 1073741824.0;
+
+double largest_gemm_flops(const std::vector<Gemm>& gemms) {
+  double most = 0.0;
+  for (const Gemm& g : gemms) most = std::max(most, g.flops());
+  return most;
+}
+constexpr double kMaxGemmFlops = 1e12;
+
+/// A bad option value: names the option, the value and the rule; exit status 2.
+int bad_value(const char* option, const char* value, const char* rule) {
+  std::fprintf(stderr, "gemm_bench: %s %s: expected %s\n", option, value, rule);
+  return 2;
+}
+
 /// "6l384" or five positive integers L,C,F,V,TOKENS.
 std::optional<std::vector<std::int64_t>> parse_model(const std::string& text) {
   if (text == "6l384") return std::vector<std::int64_t>{6, 384, 1536, 65, 1024};
@@ -289,24 +315,48 @@ std::optional<int> parse(int argc, char** argv, Options& o) {
       o.model_text = argv[++i];
       o.model = parse_model(o.model_text);
       if (!o.model) {
-        std::fprintf(stderr, "--model %s: expected L,C,F,V,TOKENS (positive integers) or 6l384\n",
+        std::fprintf(stderr,
+                     "--model %s: expected L,C,F,V,TOKENS (positive integers ≤ 2^20) or 6l384\n",
                      argv[i]);
+        return 2;
+      }
+      if (const auto bytes = largest_gemm_bytes(model_gemms(*o.model)); bytes > kMaxGemmBytes) {
+        std::fprintf(stderr,
+                     "--model %s: its largest GEMM needs %.1f GiB of operands (f32 A, B, C), "
+                     "above the %.0f GiB this bench allows; fix: smaller C, F or TOKENS\n",
+                     argv[i], bytes / 1073741824.0, kMaxGemmBytes / 1073741824.0);
+        return 2;
+      }
+      if (const double f = largest_gemm_flops(model_gemms(*o.model)); f > kMaxGemmFlops) {
+        std::fprintf(stderr,
+                     "--model %s: its largest GEMM is %.2g FLOP, above the %.0g this bench times "
+                     "(one call would take many seconds, a window minutes); fix: smaller C, F or "
+                     "TOKENS\n",
+                     argv[i], f, kMaxGemmFlops);
         return 2;
       }
     } else if (arg == "--windows" && has_value) {
       char* end = nullptr;
       const long v = std::strtol(argv[++i], &end, 10);
-      if (end == argv[i] || *end != '\0' || v < 1 || v > 1000) return usage(argv[0]);
+      if (end == argv[i] || *end != '\0' || v < 1 || v > 1000)
+        return bad_value("--windows", argv[i], "an integer from 1 to 1000");
       o.windows = static_cast<int>(v);
     } else if (arg == "--min-seconds" && has_value) {
       char* end = nullptr;
       const double v = std::strtod(argv[++i], &end);
-      if (end == argv[i] || *end != '\0' || !(v > 0.0) || v > 600.0) return usage(argv[0]);
+      if (end == argv[i] || *end != '\0' || !(v > 0.0) || v > 600.0)
+        return bad_value("--min-seconds", argv[i], "a number of seconds > 0 and ≤ 600");
       o.min_seconds = v;
     } else {
       char* end = nullptr;
       const long value = std::strtol(argv[i], &end, 10);
-      if (end == argv[i] || *end != '\0' || value < 1 || value > 1024) return usage(argv[0]);
+      if (end == argv[i] || *end != '\0' || value < 1 || value > 1024) {
+        if (argv[i][0] == '-') {
+          std::fprintf(stderr, "gemm_bench: unknown option or missing value: %s\n", argv[i]);
+          return usage(argv[0]);
+        }
+        return bad_value("threads", argv[i], "an integer from 1 to 1024");
+      }
       o.threads = static_cast<int>(value);
     }
   }

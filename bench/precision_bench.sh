@@ -23,32 +23,44 @@
 # ONEDNN_VERBOSE=1, printing oneDNN's version and ISA line, which kernels ran the second
 # step's matmuls (implementation:ISA, e.g. brg:avx512_core_bf16 or brg:avx512_core_amx, with
 # the layouts) and their GEMM rate from the verbose exec times (2·M·N·K per matmul).
-# Defaults: --threads 1,2 N=8 W=2 R=3 (about 3 minutes here).
+# Defaults: --threads 1,2 N=8 W=2 R=3 (about 3 minutes here). Thread counts ≥ 1, N ≥ 1, W ≥ 0,
+# R ≥ 1; a bad argument exits 2 before anything runs.
 #
 # Environment: MESHTRAIN_BIN (default build/src/meshtrain/meshtrain).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 model=6l384 threads=1,2 steps=8 warmup=2 rounds=3 loss_check=0 verbose_isa=0
+die() { echo "precision_bench.sh: $*" >&2; exit 2; }
+posint() {  # posint NAME VALUE [EXAMPLE]
+  [[ $2 =~ ^[1-9][0-9]*$ ]] || die "$1 must be an integer ≥ 1, got '$2' (e.g. $1 ${3:-3})"
+}
+nonneg() { [[ $2 =~ ^[0-9]+$ ]] || die "$1 must be an integer ≥ 0, got '$2' (e.g. $1 2)"; }
 while (($#)); do
+  case $1 in
+    --model|--threads|--steps|--warmup|--rounds)
+      (($# >= 2)) || die "$1 needs a value (see --help)" ;;
+  esac
   case $1 in
     --model) model=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --warmup) warmup=$2; shift 2 ;;
-    --rounds) rounds=$2; shift 2 ;;
+    --steps) posint --steps "$2"; steps=$2; shift 2 ;;
+    --warmup) nonneg --warmup "$2"; warmup=$2; shift 2 ;;
+    --rounds) posint --rounds "$2"; rounds=$2; shift 2 ;;
     --loss-check) loss_check=1; shift ;;
     --verbose-isa) verbose_isa=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) echo "precision_bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+    *) die "unknown argument '$1' (see --help)" ;;
   esac
 done
+[[ $threads =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] ||
+  die "--threads must be a comma list of thread counts ≥ 1, got '$threads' (e.g. --threads 1,2)"
 case $model in
   6l384) shape=(--model.n_layer 6 --model.n_head 6 --model.n_embd 384 --model.block_size 256
                 --training.micro_batch 4) ;;
   8l512) shape=(--model.n_layer 8 --model.n_head 8 --model.n_embd 512 --model.block_size 256
                 --training.micro_batch 8) ;;
-  *) echo "precision_bench.sh: --model must be 6l384 or 8l512, got '$model'" >&2; exit 2 ;;
+  *) die "--model must be 6l384 or 8l512, got '$model' (e.g. --model 6l384)" ;;
 esac
 IFS=, read -r -a thread_list <<<"$threads"
 

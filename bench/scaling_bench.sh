@@ -41,6 +41,8 @@
 #
 # Environment: MESHTRAIN_BIN (default build/src/meshtrain/meshtrain), GEMM_BENCH (default
 # build/bench/gemm_bench), FMA_PEAK (default build/bench/fma_peak). Exit 2 on a bad argument.
+# --data DIR without meta.json is prepared from data/tinyshakespeare.txt, but only when DIR
+# exists or lies inside the repository (relative paths are from the repository root).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -54,7 +56,10 @@ sweeps=width,depth,seq precisions=fp32,bf16
 data_dir=data/prepared/shakespeare_char out=runs/scaling_bench
 steps_set=0 warmup_set=0 gemm_rate=
 while (($#)); do
-  [[ $1 == --quick || $1 == -h || $1 == --help || $# -ge 2 ]] || die "$1 needs a value"
+  case $1 in
+    --sweeps|--precisions|--steps|--warmup|--rounds|--threads|--tokens|--gemm-rate|--data|--out)
+      (($# >= 2)) || die "$1 needs a value (see --help)" ;;
+  esac
   case $1 in
     --quick) quick=1; shift ;;
     --sweeps) sweeps=$2; shift 2 ;;
@@ -92,7 +97,17 @@ fma_peak=${FMA_PEAK:-build/bench/fma_peak}
 for b in "$bin" "$gemm_bench" "$fma_peak"; do
   [[ -x $b ]] || die "no binary at $b; run scripts/build.sh or set MESHTRAIN_BIN/GEMM_BENCH/FMA_PEAK"
 done
-[[ -f $data_dir/meta.json ]] || "$bin" prepare data/tinyshakespeare.txt --out "$data_dir" >/dev/null
+if [[ ! -f $data_dir/meta.json ]]; then
+  # Only prepare into a directory that exists, or a new one inside the repository (the default):
+  # a typo'd --data must not create directories elsewhere on the machine.
+  data_abs=$(realpath -m -- "$data_dir")
+  if [[ ! -d $data_dir && $data_abs != "$PWD"/* ]]; then
+    die "--data $data_dir: no such directory (and not a prepared one: no meta.json); point it at" \
+        "a prepared data dir, or create it first (mkdir -p $data_abs) to have it prepared there"
+  fi
+  echo "== --data $data_dir has no meta.json: preparing data/tinyshakespeare.txt into $data_abs" >&2
+  "$bin" prepare data/tinyshakespeare.txt --out "$data_dir" >/dev/null
+fi
 mkdir -p "$out"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -2,17 +2,22 @@
 # bench/step_bench.sh — the GPT-2 6L/384 training step against its GEMM-bound time, side by side.
 #
 # For each core count (1 and 2, pinned with taskset to cores 0 and 0-1) and each precision
-# (fp32, bf16), in one run: the median step time of `meshtrain train` (configs/
-# shakespeare_char.toml with 6 layers × 384 features, 6 heads, block 256, micro-batch 4: 1024
-# tokens per step; metrics' step_time_s, steps after the warm-up) and the GEMM-bound time of the
-# same step from `gemm_bench --model 6l384` (every linear layer's forward, backward-data and
-# backward-weight GEMM timed with oneDNN on the trainer's shapes: Σ count × seconds per call).
-# Prints step / GEMM-bound as a ratio (issue 16's goal for fp32: ≤ 1.15). The attention core's
-# QKᵀ / PV products are not in the GEMM count (they run in the tiled attention kernel), so the
-# ratio charges attention to the step's overhead.
+# (fp32, bf16; fp16 on request, its GEMMs timed as gemm_bench's f16), in one run: the median
+# step time of `meshtrain train` (configs/shakespeare_char.toml with 6 layers × 384 features,
+# 6 heads, block 256, micro-batch 4: 1024 tokens per step; metrics' step_time_s, steps after
+# the warm-up) and the GEMM-bound time of the same step from `gemm_bench --model 6l384`
+# (every linear layer's forward, backward-data and backward-weight GEMM timed with oneDNN on
+# the trainer's shapes: Σ count × seconds per call). Prints step / GEMM-bound as a ratio
+# (issue 16's goal for fp32: ≤ 1.15). The attention core's QKᵀ / PV products are not in the
+# GEMM count (they run in the tiled attention kernel), so the ratio charges attention to the
+# step's overhead.
 #
 #   bash bench/step_bench.sh [--steps N] [--warmup W] [--rounds R] [--cores "1 2"]
 #                            [--precisions "fp32 bf16"]
+#
+# Lists are space-separated and quoted ("1 2") or comma-separated (1,2). Core counts lie in
+# 1..nproc; precisions are fp32, bf16 and fp16 (the trainer's training.precision values).
+# N ≥ 1, W ≥ 0, R ≥ 1. A bad argument exits 2 before anything runs.
 #
 # Each of R rounds (default 2) runs, per core count and precision, gemm_bench then the training
 # run right after it on the same cores; the ratio is formed per round and the median over the
@@ -29,15 +34,37 @@ warmup=3
 rounds=2
 cores_list="1 2"
 precisions="fp32 bf16"
+die() { echo "step_bench.sh: $*" >&2; exit 2; }
+posint() { [[ $2 =~ ^[1-9][0-9]*$ ]] || die "$1 must be an integer ≥ 1, got '$2' (e.g. $1 3)"; }
+nonneg() { [[ $2 =~ ^[0-9]+$ ]] || die "$1 must be an integer ≥ 0, got '$2' (e.g. $1 2)"; }
 while (($#)); do
   case $1 in
-    --steps) steps=$2; shift 2 ;;
-    --warmup) warmup=$2; shift 2 ;;
-    --rounds) rounds=$2; shift 2 ;;
-    --cores) cores_list=$2; shift 2 ;;
-    --precisions) precisions=$2; shift 2 ;;
-    *) echo "step_bench.sh: unknown argument $1" >&2; exit 2 ;;
+    --steps|--warmup|--rounds|--cores|--precisions)
+      (($# >= 2)) || die "$1 needs a value (see the header of bench/step_bench.sh)" ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown argument '$1' (options: --steps --warmup --rounds --cores --precisions)" ;;
   esac
+  case $1 in
+    --steps) posint --steps "$2"; steps=$2 ;;
+    --warmup) nonneg --warmup "$2"; warmup=$2 ;;
+    --rounds) posint --rounds "$2"; rounds=$2 ;;
+    --cores) cores_list=${2//,/ } ;;
+    --precisions) precisions=${2//,/ } ;;
+  esac
+  shift 2
+done
+ncpu=$(nproc)
+[[ -n ${cores_list// /} ]] || die "--cores needs at least one core count, e.g. --cores \"1 2\""
+for c in $cores_list; do
+  [[ $c =~ ^[1-9][0-9]*$ ]] && ((c <= ncpu)) ||
+    die "--cores: each core count must be an integer in 1..$ncpu (nproc), got '$c'" \
+        "(e.g. --cores \"1 $ncpu\" or --cores 1,$ncpu)"
+done
+[[ -n ${precisions// /} ]] || die "--precisions needs at least one of fp32 bf16 fp16"
+for p in $precisions; do
+  [[ $p == fp32 || $p == bf16 || $p == fp16 ]] ||
+    die "--precisions: each must be fp32, bf16 or fp16 (training.precision), got '$p'" \
+        "(e.g. --precisions \"fp32 bf16\")"
 done
 bin=${MESHTRAIN_BIN:-build/src/meshtrain/meshtrain}
 gemm_bin=${GEMM_BENCH_BIN:-build/bench/gemm_bench}
@@ -70,7 +97,7 @@ for cores in $cores_list; do
   mask=$(seq -s, 0 $((cores - 1)))
   for prec in $precisions; do
     tag=${cores}_${prec}_${round}
-    dtype=f32; [[ $prec == bf16 ]] && dtype=bf16
+    dtype=f32; [[ $prec == bf16 ]] && dtype=bf16; [[ $prec == fp16 ]] && dtype=f16
     # The GEMM-bound time right before the step it is compared with, on the same cores.
     taskset -c "$mask" "$gemm_bin" "$cores" --model 6l384 --dtypes "$dtype" --windows 3 \
       --min-seconds 0.2 --json > "$work/gemm_$tag.json" 2> "$work/gemm_$tag.log" ||
@@ -93,7 +120,7 @@ print(f"{'cores':>5} {'prec':>5} {'step ms':>9} {'GEMM-bound ms':>14} {'GEMM GFL
       f"{'step/GEMM':>10} {'(range)':>13} {'non-GEMM ms':>12} {'alloc miss':>10} {'minflt':>8}")
 for cores in sys.argv[3].split():
     for prec in sys.argv[4].split():
-        key = "" if prec == "fp32" else "_bf16"
+        key = {"fp32": "", "bf16": "_bf16", "fp16": "_f16"}[prec]
         per_round = []
         for r in range(1, rounds + 1):
             tag = f"{cores}_{prec}_{r}"

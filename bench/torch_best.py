@@ -92,8 +92,55 @@ def parse_args():
     if args.quick:
         args.steps, args.warmup, args.cores, args.coretypes = 3, 1, [1], ["auto"]
         overrides = QUICK_MODEL + overrides
+    check_sizes(overrides)
     args.overrides = overrides
+    check_python(args.python)
+    if args.json_out:
+        parent = os.path.dirname(os.path.abspath(args.json_out))
+        if not os.path.isdir(parent):
+            fail(f"--json {args.json_out}: the directory {parent} does not exist; create it "
+                 f"first (mkdir -p {parent}) or pick a path in an existing directory")
     return args
+
+
+SIZES = ("model.n_layer", "model.n_head", "model.n_embd", "model.block_size",
+         "model.vocab_size", "training.micro_batch")
+
+
+def check_sizes(overrides):
+    """Rejects a non-positive model size or batch (--model.n_layer 0) before any run."""
+    pairs, i = [], 0
+    while i < len(overrides):
+        o = overrides[i]
+        if "=" in o:
+            pairs.append(tuple(o[2:].split("=", 1)))
+            i += 1
+        else:
+            pairs.append((o[2:], overrides[i + 1] if i + 1 < len(overrides) else ""))
+            i += 2
+    for key, value in pairs:
+        if key not in SIZES:
+            continue
+        try:
+            ok = int(value) >= 1
+        except ValueError:
+            continue  # not an integer: torch_gpt_train.py names it ("expected int")
+        if not ok:
+            fail(f"--{key} {value}: a model size / batch must be an integer ≥ 1; "
+                 f"pass e.g. --{key} 1 or leave the config's value")
+
+
+def check_python(python):
+    """The interpreter that runs the children must import torch (pyenv's python3 does not)."""
+    try:
+        proc = subprocess.run([python, "-c", "import torch"], capture_output=True, text=True)
+    except OSError as e:
+        fail(f"--python {python}: cannot run it ({e}); run it with /usr/bin/python3 "
+             f"(Debian's python3-torch)")
+    if proc.returncode != 0:
+        why = (proc.stderr.strip().splitlines() or ["import torch failed"])[-1]
+        fail(f"{python} cannot import torch ({why}); run it with /usr/bin/python3 "
+             f"(Debian's python3-torch), e.g. /usr/bin/python3 bench/torch_best.py ...")
 
 
 def build_dir(root, build):
@@ -137,8 +184,9 @@ def run_one(args, cores, build, coretype, t, b, precision):
         if proc.returncode == 2:  # torch_gpt_train.py's bad-argument exit: the user's, not a run's
             sys.stderr.write(proc.stderr)
             sys.exit(2)
+        tail = proc.stderr.strip().splitlines()[-5:] or ["(no stderr)"]
         return {"setting": setting, "error": proc.stderr.strip()[-500:], "verified": False,
-                "mismatch": ["process failed"]}
+                "mismatch": [f"process failed (exit {proc.returncode}): " + " | ".join(tail)]}
     res = json.loads(proc.stdout.strip().splitlines()[-1])
     res["setting"] = setting
     res["mismatch"] = verify(res["blas_runtime"], args.blas_root, setting)
