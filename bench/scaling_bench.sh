@@ -28,8 +28,8 @@
 #     gemm_bench (default): bench/gemm_bench's mean over its fixed shapes (C = 128 linear
 #       layers at 384 and 768 tokens; --cpu-time with 1 thread), the same rate for every model,
 #       which understates oneDNN on wider GEMMs; it takes ~2 CPU-minutes (6× that in wall time
-#       when 6 jobs share 2 cores). When gemm_bench's `--model L,C,F,V,TOKENS` lands, the
-#       gemm_bench branch of gemm_rates below is the one place to switch to shape-exact rates.
+#       when 6 jobs share 2 cores). gemm_bench's `--model L,C,F,V,TOKENS` (shape-exact rates)
+#       is not used yet: the gemm_bench branch of gemm_rates below is the one place to switch.
 #     peak (--quick's default): the measured peak below, the limit no GEMM can pass: a looser
 #       bound, in seconds.
 # - MFU against two peaks: training.peak_flops_per_core (2.19e11, the metrics' own mfu, DESIGN
