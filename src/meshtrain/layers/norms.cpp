@@ -33,7 +33,7 @@ Tensor LayerNorm::forward_residual(Tensor& branch, const Tensor& x) {
 
 // branch == nullptr: y = LN(x). Otherwise h = *branch + x is written into *branch and
 // y = LN(h) (the kept input is h).
-Tensor LayerNorm::run_forward(const Tensor& x, const Tensor* branch) {
+Tensor LayerNorm::run_forward(const Tensor& x, Tensor* branch) {
   check_input(x, features_, weight_.name);
   const std::int64_t rows = x.dim(0);
   State& s = *saved_;
@@ -48,7 +48,7 @@ Tensor LayerNorm::run_forward(const Tensor& x, const Tensor* branch) {
     kernels::layernorm_forward(x.f32(), weight.f32(), b, y.f32(), s.mean.f32(), s.rstd.f32(), rows,
                                features_, eps_);
   } else {
-    float* h = const_cast<Tensor*>(branch)->f32();
+    float* h = branch->f32();
     kernels::residual_layernorm_forward(h, x.f32(), h, weight.f32(), b, y.f32(), s.mean.f32(),
                                         s.rstd.f32(), rows, features_, eps_);
   }
@@ -95,7 +95,7 @@ Tensor RmsNorm::forward_residual(Tensor& branch, const Tensor& x) {
 }
 
 // As LayerNorm::run_forward: with a branch, h = *branch + x is written into *branch and kept.
-Tensor RmsNorm::run_forward(const Tensor& x, const Tensor* branch) {
+Tensor RmsNorm::run_forward(const Tensor& x, Tensor* branch) {
   check_input(x, features_, weight_.name);
   State& s = *saved_;
   s.x = branch != nullptr ? *branch : x;
@@ -106,7 +106,7 @@ Tensor RmsNorm::run_forward(const Tensor& x, const Tensor* branch) {
     kernels::rmsnorm_forward(x.f32(), weight.f32(), y.f32(), s.rstd.f32(), x.dim(0), features_,
                              eps_);
   } else {
-    float* h = const_cast<Tensor*>(branch)->f32();
+    float* h = branch->f32();
     kernels::residual_rmsnorm_forward(h, x.f32(), h, weight.f32(), y.f32(), s.rstd.f32(), x.dim(0),
                                       features_, eps_);
   }

@@ -44,7 +44,7 @@ class LayerNorm final : public ResidualNorm {
   float eps_;
   Parameter weight_;
   std::optional<Parameter> bias_;
-  Tensor run_forward(const Tensor& x, const Tensor* branch);
+  Tensor run_forward(const Tensor& x, Tensor* branch);
   Tensor run_backward(const Tensor& dy, const Tensor* d_residual);
   struct State {
     Tensor x, mean, rstd;
@@ -69,7 +69,7 @@ class RmsNorm final : public ResidualNorm {
   std::int64_t features_;
   float eps_;
   Parameter weight_;
-  Tensor run_forward(const Tensor& x, const Tensor* branch);
+  Tensor run_forward(const Tensor& x, Tensor* branch);
   Tensor run_backward(const Tensor& dy, const Tensor* d_residual);
   struct State {
     Tensor x, rstd;
