@@ -117,6 +117,36 @@ __m512i pair_words(const float* r0, const float* r1) {
   return _mm512_or_si512(lo, _mm512_maskz_slli_epi32(kAll, hi, 16));
 }
 
+/// In place, v[i] lane c ← v[c] lane i: the 16 × 16 transpose of 32-bit words in four stages
+/// of unpacks and 128-bit lane shuffles (the standard AVX-512 sequence).
+void transpose16(__m512i v[16]) {
+  constexpr __mmask16 k16 = 0xffff;  // the maskz forms, as in pair_words
+  constexpr __mmask8 k8 = 0xff;
+  __m512i a[16], b[16];
+  for (int i = 0; i < 16; i += 2) {  // 32-bit interleave of row pairs
+    a[i] = _mm512_maskz_unpacklo_epi32(k16, v[i], v[i + 1]);
+    a[i + 1] = _mm512_maskz_unpackhi_epi32(k16, v[i], v[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {  // lane L of b[i + j]: rows i … i+3 of column 4L + j
+    b[i] = _mm512_maskz_unpacklo_epi64(k8, a[i], a[i + 2]);
+    b[i + 1] = _mm512_maskz_unpackhi_epi64(k8, a[i], a[i + 2]);
+    b[i + 2] = _mm512_maskz_unpacklo_epi64(k8, a[i + 1], a[i + 3]);
+    b[i + 3] = _mm512_maskz_unpackhi_epi64(k8, a[i + 1], a[i + 3]);
+  }
+  for (int j = 0; j < 4; ++j) {  // gather each column's four 128-bit quarters
+    a[j] = _mm512_maskz_shuffle_i32x4(k16, b[j], b[4 + j], 0x88);
+    a[4 + j] = _mm512_maskz_shuffle_i32x4(k16, b[j], b[4 + j], 0xdd);
+    a[8 + j] = _mm512_maskz_shuffle_i32x4(k16, b[8 + j], b[12 + j], 0x88);
+    a[12 + j] = _mm512_maskz_shuffle_i32x4(k16, b[8 + j], b[12 + j], 0xdd);
+  }
+  for (int j = 0; j < 4; ++j) {
+    v[j] = _mm512_maskz_shuffle_i32x4(k16, a[j], a[8 + j], 0x88);
+    v[8 + j] = _mm512_maskz_shuffle_i32x4(k16, a[j], a[8 + j], 0xdd);
+    v[4 + j] = _mm512_maskz_shuffle_i32x4(k16, a[4 + j], a[12 + j], 0x88);
+    v[12 + j] = _mm512_maskz_shuffle_i32x4(k16, a[4 + j], a[12 + j], 0xdd);
+  }
+}
+
 /// The word of scalar pairs (x0, x1) as pair_words builds it (x1 absent: pass 0).
 std::uint32_t pair_word(float x0, float x1) {
   return bf16_round_bits(x1) | bf16_round_bits(x0) >> 16;
@@ -135,22 +165,34 @@ bool amx_usable() {
 // show above f32 rounding. The scalar tails use bf16_round.
 TileA pack_a_amx(MatA a, std::int64_t m, std::int64_t k, float* dst) {
   auto* h = reinterpret_cast<std::uint32_t*>(dst);
-  const std::int64_t pairs = padded_pairs(k), used = (k + 1) / 2, mp = round_up(m, kTileRows);
+  const std::int64_t pairs = padded_pairs(k), mp = round_up(m, kTileRows);
   if (a.row == 1 && a.col != 1) {
-    // Source rows run along m (P̃ and dS read through Sᵀ's rows): two source rows make one word
-    // column, scattered with a stride of `pairs` words.
-    const __m512i stride = _mm512_mullo_epi32(_mm512_set1_epi32(static_cast<int>(pairs)),
-                                              _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
-                                                                11, 12, 13, 14, 15));
-    for (std::int64_t q = 0; q < used; ++q) {
-      const float* r0 = a.a + 2 * q * a.col;
-      const float* r1 = 2 * q + 1 < k ? r0 + a.col : nullptr;
-      std::int64_t r = 0;
-      for (; r + 16 <= m; r += 16)
-        _mm512_i32scatter_epi32(h + r * pairs + q, stride, pair_words(r0 + r, r1 ? r1 + r : r1), 4);
-      for (; r < m; ++r) h[r * pairs + q] = pair_word(r0[r], r1 != nullptr ? r1[r] : 0.0f);
+    // Source rows run along m (P̃ and dS read through Sᵀ's rows): two source rows make the
+    // words of one pair for every r; 16 pairs × 16 rows are transposed in registers.
+    const auto row = [&](std::int64_t q, int half) -> const float* {
+      return 2 * q + half < k ? a.a + (2 * q + half) * a.col : nullptr;
+    };
+    const std::int64_t whole = m / 16 * 16;
+    for (std::int64_t q0 = 0; q0 < pairs; q0 += 16) {
+      for (std::int64_t r0 = 0; r0 < whole; r0 += 16) {
+        __m512i v[16];
+        for (int i = 0; i < 16; ++i) {
+          const float* x0 = row(q0 + i, 0);
+          const float* x1 = row(q0 + i, 1);
+          v[i] = x0 == nullptr ? _mm512_setzero_si512()
+                               : pair_words(x0 + r0, x1 != nullptr ? x1 + r0 : nullptr);
+        }
+        transpose16(v);
+        for (int c = 0; c < 16; ++c) _mm512_storeu_si512(h + (r0 + c) * pairs + q0, v[c]);
+      }
     }
-    for (std::int64_t r = 0; r < m; ++r) std::fill(h + r * pairs + used, h + (r + 1) * pairs, 0U);
+    for (std::int64_t r = whole; r < m; ++r) {
+      for (std::int64_t q = 0; q < pairs; ++q) {
+        const float* x0 = row(q, 0);
+        const float* x1 = row(q, 1);
+        h[r * pairs + q] = x0 == nullptr ? 0U : pair_word(x0[r], x1 != nullptr ? x1[r] : 0.0f);
+      }
+    }
   } else {
     for (std::int64_t r = 0; r < m; ++r) {
       const float* src = a.a + r * a.row;
