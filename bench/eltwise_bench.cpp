@@ -6,7 +6,8 @@
 // 10.6 M parameters), each rated in GB/s of the bytes it must move (every array read once and
 // written once) against memcpy of the same bytes, measured side by side in the same run.
 //
-//   eltwise_bench [threads] [--rows R] [--c C] [--params N] [--rounds K] [--dump PATH]
+//   eltwise_bench [threads] [--rows R] [--c C] [--params N] [--rounds K] [--only NAME]
+//                 [--cpu-time] [--dump PATH]
 //
 // "x memcpy" is the kernel's GB/s over memcpy's on the same byte count (src + dst of
 // memcpy counted, so 1.0 means the kernel moves its bytes as fast as memcpy moves its own);
@@ -21,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <span>
 #include <string>
@@ -33,7 +35,16 @@ namespace {
 
 namespace k = meshtrain::kernels;
 
+bool g_cpu_time = false;
+
+/// Wall time, or with --cpu-time this process's CPU time (all threads: divide by the thread
+/// count for a per-thread figure), which a busy neighbour on a shared machine inflates less.
 double now_s() {
+  if (g_cpu_time) {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  }
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
@@ -105,8 +116,7 @@ struct Buffers {
         m(s.params),
         v(s.params),
         g(filled(s.params, -1e-2f, 1e-2f, 9)),
-        copy_src(filled(4 * s.params, 0.0f, 1.0f, 10)),  // ≥ half the bytes of every case
-        copy_dst(4 * s.params) {
+        zeroed(s.params) {
     for (std::size_t i = 0; i < bias.size(); ++i) neg_bias[i] = -bias[i];
   }
   std::int64_t f;
@@ -114,7 +124,7 @@ struct Buffers {
   bool bias_sign = false;  // bias_gelu_forward adds +bias and −bias in turn: pre stays bounded
   std::vector<float> x, x2, h, ln_y, ln_dx, weight, lbias, dweight, dlbias, mean, rstd;
   std::vector<std::uint16_t> cast_out;
-  std::vector<float> w, m, v, g, copy_src, copy_dst;
+  std::vector<float> w, m, v, g, zeroed;
 };
 
 std::vector<Case> make_cases(const Shapes& s, Buffers& b) {
@@ -166,7 +176,7 @@ std::vector<Case> make_cases(const Shapes& s, Buffers& b) {
                      (void)r;
                    }});
   cases.push_back({"zero grads (memset)", fl * static_cast<double>(s.params), [&b, s] {
-                     std::memset(b.copy_dst.data(), 0, sizeof(float) * s.params);
+                     std::memset(b.zeroed.data(), 0, sizeof(float) * s.params);
                    }});
   return cases;
 }
@@ -213,6 +223,7 @@ int main(int argc, char** argv) {
   int threads = 1;
   int rounds = 5;
   std::string dump_path;
+  std::string only;  // run only the cases whose name contains this
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const bool has_value = i + 1 < argc;
@@ -224,13 +235,17 @@ int main(int argc, char** argv) {
       s.params = std::atoll(argv[++i]);
     } else if (a == "--rounds" && has_value) {
       rounds = std::atoi(argv[++i]);
+    } else if (a == "--cpu-time") {
+      g_cpu_time = true;
+    } else if (a == "--only" && has_value) {
+      only = argv[++i];
     } else if (a == "--dump" && has_value) {
       dump_path = argv[++i];
     } else if (a[0] != '-') {
       threads = std::atoi(a.c_str());
     } else {
       std::fprintf(stderr, "usage: eltwise_bench [threads] [--rows R] [--c C] [--params N] "
-                           "[--rounds K] [--dump PATH]\n");
+                           "[--rounds K] [--only NAME] [--cpu-time] [--dump PATH]\n");
       return 2;
     }
   }
@@ -242,13 +257,19 @@ int main(int argc, char** argv) {
   if (!dump_path.empty()) return dump(s, dump_path);
   Buffers b(s);
   std::vector<Case> cases = make_cases(s, b);
+  std::erase_if(cases, [&only](const Case& c) { return c.name.find(only) == std::string::npos; });
+  double most = 0.0;
+  for (const Case& c : cases) most = std::max(most, c.bytes);
+  // memcpy of each case's byte count: half of them read, half written.
+  const auto copy_floats = static_cast<std::size_t>(most / 2.0 / sizeof(float)) + 1;
+  const std::vector<float> copy_src = filled(static_cast<std::int64_t>(copy_floats), 0, 1, 10);
+  std::vector<float> copy_dst(copy_floats);
   std::vector<std::vector<double>> kernel_s(cases.size()), copy_s(cases.size());
   for (int r = 0; r < rounds; ++r) {
     for (std::size_t c = 0; c < cases.size(); ++c) {
-      // memcpy of the same byte count: half of them read, half written.
       const auto n = static_cast<std::size_t>(cases[c].bytes / 2.0);
       copy_s[c].push_back(seconds_per_call(
-          [&b, n] { std::memcpy(b.copy_dst.data(), b.copy_src.data(), n); }));
+          [&copy_src, &copy_dst, n] { std::memcpy(copy_dst.data(), copy_src.data(), n); }));
       kernel_s[c].push_back(seconds_per_call(cases[c].call));
     }
   }

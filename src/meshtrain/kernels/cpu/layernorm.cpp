@@ -23,7 +23,24 @@ namespace {
 // Rows normalised together. Each row's sums are sequential adds in column order, a chain
 // bound by the add latency (≈4 cycles per element): with kRowGroup rows in flight the chains
 // of different rows overlap, while each row's order, hence its result, is that of one row.
+// In the forward the squared deviations are computed first by a vectorised loop into
+// per-thread scratch (in L1), so the scalar chains do nothing but add.
 constexpr std::int64_t kRowGroup = 8;
+
+// out[l] = t[l·C] + t[l·C + 1] + … + t[l·C + C − 1], added in that order, for rows l < n.
+void row_sums(const float* t, std::int64_t n, std::int64_t C, float* out) {
+  float s[kRowGroup] = {};
+  if (n == kRowGroup) {  // a constant trip count: the row loop unrolls into kRowGroup chains
+    for (std::int64_t c = 0; c < C; ++c) {
+      for (std::int64_t l = 0; l < kRowGroup; ++l) s[l] += t[l * C + c];
+    }
+  } else {
+    for (std::int64_t c = 0; c < C; ++c) {
+      for (std::int64_t l = 0; l < n; ++l) s[l] += t[l * C + c];
+    }
+  }
+  std::copy_n(s, n, out);
+}
 
 // Rows [0, n) of a group, n ≤ kRowGroup, rows C apart: shared by the plain and the
 // residual-fused kernels, so the two are the same float operations in the same order
@@ -31,21 +48,25 @@ constexpr std::int64_t kRowGroup = 8;
 void layernorm_rows(const float* x, const float* weight, const float* bias, float* y,
                     float* mean, float* rstd, std::int64_t n, std::int64_t C, float inv_c,
                     float eps) {
-  float sum[kRowGroup] = {};
-  for (std::int64_t c = 0; c < C; ++c) {
-    for (std::int64_t l = 0; l < n; ++l) sum[l] += x[l * C + c];
-  }
+  float sum[kRowGroup];
+  row_sums(x, n, C, sum);
   float mu[kRowGroup];
   for (std::int64_t l = 0; l < n; ++l) mu[l] = sum[l] * inv_c;
   // Two passes (mean, then squared deviations) instead of E[x²] − E[x]²: the one-pass
   // form cancels catastrophically when |mean| ≫ std, as for residual streams late in training.
-  float sq[kRowGroup] = {};
-  for (std::int64_t c = 0; c < C; ++c) {
-    for (std::int64_t l = 0; l < n; ++l) {
-      const float d = x[l * C + c] - mu[l];
-      sq[l] += d * d;
+  float* d2 = cpu::thread_scratch(static_cast<std::size_t>(n * C));
+  for (std::int64_t l = 0; l < n; ++l) {
+    const float* xr = x + l * C;
+    float* d2r = d2 + l * C;
+    const float m = mu[l];
+#pragma omp simd
+    for (std::int64_t c = 0; c < C; ++c) {
+      const float d = xr[c] - m;
+      d2r[c] = d * d;
     }
   }
+  float sq[kRowGroup];
+  row_sums(d2, n, C, sq);
   for (std::int64_t l = 0; l < n; ++l) {
     const float rs = 1.0f / std::sqrt(std::fma(sq[l], inv_c, eps));
     mean[l] = mu[l];
@@ -67,7 +88,8 @@ void layernorm_rows(const float* x, const float* weight, const float* bias, floa
 // differentiating through μ and rstd gives
 //   dx = rstd · (g − mean(g) − x̂ · mean(g ∘ x̂))
 // (the form llm.c's layernorm_backward uses; each row is independent). The two row sums run
-// as kRowGroup interleaved chains, each in column order, as layernorm_rows' sums.
+// as kRowGroup interleaved chains, each in column order; here that measured faster than
+// summands in scratch and row_sums (bench/eltwise_bench), as there are two sums per element.
 void layernorm_backward_rows(const float* x, const float* weight, const float* mean,
                              const float* rstd, const float* dy, const float* dresidual,
                              float* dx, std::int64_t n, std::int64_t C, float inv_c) {
