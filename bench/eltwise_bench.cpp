@@ -83,9 +83,9 @@ struct Case {
 };
 
 struct Shapes {
-  std::int64_t rows = 1024;      // tokens of a micro-batch: 4 × 256
-  std::int64_t c = 384;          // model width
-  std::int64_t params = 10'700'000;  // ≈ 6L/384 GPT-2 with the char vocabulary
+  std::int64_t rows = 1024;                 // tokens of a micro-batch: 4 × 256
+  std::int64_t c = 384;                     // model width
+  std::int64_t params = 10'700'000;         // ≈ 6L/384 GPT-2 with the char vocabulary
   std::int64_t f() const { return 4 * c; }  // MLP width
 };
 
@@ -150,21 +150,19 @@ std::vector<Case> make_cases(const Shapes& s, Buffers& b) {
                    }});
   cases.push_back({"layernorm_forward", 2.0 * fl * static_cast<double>(rc), [&b, s] {
                      k::layernorm_forward(b.x.data(), b.weight.data(), b.lbias.data(),
-                                          b.ln_y.data(), b.mean.data(), b.rstd.data(), s.rows,
-                                          s.c, 1e-5f);
+                                          b.ln_y.data(), b.mean.data(), b.rstd.data(), s.rows, s.c,
+                                          1e-5f);
                    }});
   cases.push_back({"residual_layernorm_forward", 4.0 * fl * static_cast<double>(rc), [&b, s] {
-                     k::residual_layernorm_forward(b.x.data(), b.x2.data(), b.h.data(),
-                                                   b.weight.data(), b.lbias.data(), b.ln_y.data(),
-                                                   b.mean.data(), b.rstd.data(), s.rows, s.c,
-                                                   1e-5f);
+                     k::residual_layernorm_forward(
+                         b.x.data(), b.x2.data(), b.h.data(), b.weight.data(), b.lbias.data(),
+                         b.ln_y.data(), b.mean.data(), b.rstd.data(), s.rows, s.c, 1e-5f);
                    }});
   // x, dy, dresidual read, dx written.
   cases.push_back({"layernorm_backward", 4.0 * fl * static_cast<double>(rc), [&b, s] {
                      k::layernorm_backward(b.x.data(), b.weight.data(), b.mean.data(),
-                                           b.rstd.data(), b.x2.data(), b.h.data(),
-                                           b.ln_dx.data(), b.dweight.data(), b.dlbias.data(),
-                                           s.rows, s.c);
+                                           b.rstd.data(), b.x2.data(), b.h.data(), b.ln_dx.data(),
+                                           b.dweight.data(), b.dlbias.data(), s.rows, s.c);
                    }});
   // w, m, v read + written, g read.
   cases.push_back({"adamw_step", 7.0 * fl * static_cast<double>(s.params), [&b] {
@@ -175,9 +173,8 @@ std::vector<Case> make_cases(const Shapes& s, Buffers& b) {
                      volatile double r = k::sum_squares(b.g.data(), s.params);
                      (void)r;
                    }});
-  cases.push_back({"zero grads (memset)", fl * static_cast<double>(s.params), [&b, s] {
-                     std::memset(b.zeroed.data(), 0, sizeof(float) * s.params);
-                   }});
+  cases.push_back({"zero grads (memset)", fl * static_cast<double>(s.params),
+                   [&b, s] { std::memset(b.zeroed.data(), 0, sizeof(float) * s.params); }});
   return cases;
 }
 
@@ -244,8 +241,9 @@ int main(int argc, char** argv) {
     } else if (a[0] != '-') {
       threads = std::atoi(a.c_str());
     } else {
-      std::fprintf(stderr, "usage: eltwise_bench [threads] [--rows R] [--c C] [--params N] "
-                           "[--rounds K] [--only NAME] [--cpu-time] [--dump PATH]\n");
+      std::fprintf(stderr,
+                   "usage: eltwise_bench [threads] [--rows R] [--c C] [--params N] "
+                   "[--rounds K] [--only NAME] [--cpu-time] [--dump PATH]\n");
       return 2;
     }
   }

@@ -4,12 +4,12 @@
 // pays for itself, and per-thread scratch that is allocated once and then reused.
 #pragma once
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
-
-#include <omp.h>
 
 namespace meshtrain::kernels::cpu {
 

@@ -45,9 +45,8 @@ void row_sums(const float* t, std::int64_t n, std::int64_t C, float* out) {
 // Rows [0, n) of a group, n ≤ kRowGroup, rows C apart: shared by the plain and the
 // residual-fused kernels, so the two are the same float operations in the same order
 // (bitwise equal, fused_kernels_test).
-void layernorm_rows(const float* x, const float* weight, const float* bias, float* y,
-                    float* mean, float* rstd, std::int64_t n, std::int64_t C, float inv_c,
-                    float eps) {
+void layernorm_rows(const float* x, const float* weight, const float* bias, float* y, float* mean,
+                    float* rstd, std::int64_t n, std::int64_t C, float inv_c, float eps) {
   float sum[kRowGroup];
   row_sums(x, n, C, sum);
   float mu[kRowGroup];
@@ -91,8 +90,8 @@ void layernorm_rows(const float* x, const float* weight, const float* bias, floa
 // as kRowGroup interleaved chains, each in column order; here that measured faster than
 // summands in scratch and row_sums (bench/eltwise_bench), as there are two sums per element.
 void layernorm_backward_rows(const float* x, const float* weight, const float* mean,
-                             const float* rstd, const float* dy, const float* dresidual,
-                             float* dx, std::int64_t n, std::int64_t C, float inv_c) {
+                             const float* rstd, const float* dy, const float* dresidual, float* dx,
+                             std::int64_t n, std::int64_t C, float inv_c) {
   float g_sum[kRowGroup] = {};
   float gx_sum[kRowGroup] = {};
   for (std::int64_t c = 0; c < C; ++c) {
