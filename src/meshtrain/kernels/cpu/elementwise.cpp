@@ -3,7 +3,6 @@
 // Element-wise helpers of the residual stream, gradient scaling and the global grad norm.
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
 #include "meshtrain/core/error.h"
@@ -20,29 +19,21 @@ constexpr std::int64_t kSumBlock = 8192;
 // vectorise across lanes without -ffast-math, still in a fixed order.
 constexpr std::int64_t kLanes = 8;
 
-// The kLanes accumulators as one vector (GCC/Clang vector extensions): acc[l] += x[i + l]² in
-// double, i in order, with one multiply-add per lane, as the scalar form contracted it, in
-// one vector FMA per kLanes elements instead of kLanes scalar ones.
-using Lanes = double __attribute__((vector_size(kLanes * sizeof(double))));
-using LanesF = float __attribute__((vector_size(kLanes * sizeof(float))));
-
 double block_sum_squares(const float* x, std::int64_t n) {
-  Lanes acc = {};
+  double acc[kLanes] = {};
   std::int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
-    LanesF f;
-    std::memcpy(&f, x + i, sizeof f);  // an unaligned vector load
-    const Lanes v = __builtin_convertvector(f, Lanes);
-    acc += v * v;
+    for (std::int64_t l = 0; l < kLanes; ++l) {
+      const double v = static_cast<double>(x[i + l]);
+      acc[l] += v * v;
+    }
   }
-  double lane[kLanes];
-  std::memcpy(lane, &acc, sizeof lane);
   for (; i < n; ++i) {
     const double v = static_cast<double>(x[i]);
-    lane[0] += v * v;
+    acc[0] += v * v;
   }
   double total = 0.0;
-  for (std::int64_t l = 0; l < kLanes; ++l) total += lane[l];
+  for (std::int64_t l = 0; l < kLanes; ++l) total += acc[l];
   return total;
 }
 
