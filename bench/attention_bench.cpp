@@ -6,7 +6,7 @@
 // against oneDNN's GEMM on the same shapes in the same run, f32 and bf16 tile operands.
 //
 //   attention_bench [threads] [--heads H] [--t T ...] [--rounds R] [--no-bf16]
-//                   [--bf16-portable] [--old] [--cpu-time]
+//                   [--bf16-portable] [--bf16-dot] [--no-f32] [--old] [--cpu-time]
 //
 // GFLOP/s convention: causal forward = 2 GEMMs (S = q·kᵀ, O = P·v) over half the T×T scores,
 // 2·2·(T²/2)·d = 2·T²·d FLOPs per head; backward 2.5× that (5 GEMMs; attention_delta counted
@@ -17,8 +17,10 @@
 // tiles would reach as big GEMMs. "x gemm" is a kernel's rate over that. Each round measures
 // every figure of a T side by side (gemm, fwd, bwd, fwd+bwd; best of 2 windows of ≥ 0.2 s,
 // ≥ 1 call, after a warm-up call); the table prints each figure's median over the rounds.
-// bf16 rows run the path bf16 selects (AVX512_BF16 VDPBF16PS where built; --bf16-portable:
-// the bf16-rounded operands through the f32 micro-kernel). --old adds the row-at-a-time kernel
+// bf16 rows run the path bf16 selects (AMX TDPBF16PS where the build and the CPU have it, else
+// AVX512_BF16 VDPBF16PS where built; --bf16-portable: the bf16-rounded operands through the
+// f32 micro-kernel); --bf16-dot adds a "bf16 dot" row (VDPBF16PS) beside it, --no-f32 drops
+// the f32 row (for profiling one path). --old adds the row-at-a-time kernel
 // (gqa_attention_forward/backward) as an f32 row "old" (slow above T = 2048).
 #include <algorithm>
 #include <chrono>
@@ -184,7 +186,7 @@ void print_row(const Row& row, std::int64_t T, const std::vector<Rates>& rounds)
 
 int main(int argc, char** argv) {
   int threads = 1, rounds = 3;
-  bool bf16 = true, old = false;
+  bool bf16 = true, old = false, f32 = true, dot_row = false;
   TilePath bf16_path = meshtrain::kernels::cpu::flash::tile_path(meshtrain::DType::bf16);
   std::int64_t heads = 6;
   std::vector<std::int64_t> lengths;
@@ -197,6 +199,10 @@ int main(int argc, char** argv) {
       bf16_path = TilePath::bf16_rounded;
     } else if (std::strcmp(argv[i], "--no-bf16") == 0) {
       bf16 = false;
+    } else if (std::strcmp(argv[i], "--no-f32") == 0) {
+      f32 = false;
+    } else if (std::strcmp(argv[i], "--bf16-dot") == 0) {
+      dot_row = true;
     } else if (std::strcmp(argv[i], "--old") == 0) {
       old = true;
     } else if (std::strcmp(argv[i], "--heads") == 0) {
@@ -211,10 +217,12 @@ int main(int argc, char** argv) {
   }
   if (lengths.empty()) lengths = {256, 1024, 4096};
   const bool bad_t = std::any_of(lengths.begin(), lengths.end(), [](auto t) { return t < 1; });
-  if (threads < 1 || heads < 1 || rounds < 1 || bad_t || (g_cpu_time && threads != 1)) {
+  const bool no_dot = dot_row && !meshtrain::kernels::cpu::flash::kHasBf16Dot;
+  if (threads < 1 || heads < 1 || rounds < 1 || bad_t || (g_cpu_time && threads != 1) || no_dot) {
     std::fprintf(stderr,
                  "usage: %s [threads] [--heads H] [--t T ...] [--rounds R] [--no-bf16] "
-                 "[--bf16-portable] [--old] [--cpu-time (1 thread)]\n",
+                 "[--bf16-portable] [--bf16-dot (AVX512_BF16 builds)] [--no-f32] [--old] "
+                 "[--cpu-time (1 thread)]\n",
                  argv[0]);
     return 2;
   }
@@ -224,13 +232,16 @@ int main(int argc, char** argv) {
       "of %d rounds; GFLOP/s (fwd 2*T^2*d per head, bwd 2.5x, fwd+bwd 3.5x); bf16 path %s\n",
       threads, static_cast<long long>(heads), static_cast<long long>(hd),
       g_cpu_time ? "thread CPU time" : "wall clock", rounds,
-      bf16_path == TilePath::bf16_dot ? "avx512_bf16 dot" : "portable (rounded, f32 FMA)");
+      bf16_path == TilePath::bf16_amx   ? "amx (tdpbf16ps)"
+      : bf16_path == TilePath::bf16_dot ? "avx512_bf16 dot"
+                                        : "portable (rounded, f32 FMA)");
   std::printf("%6s | %-8s | %8s | %8s %8s %8s | %7s %7s %7s | %s\n", "T", "kernel", "gemm", "fwd",
               "bwd", "fwd+bwd", "fwd x", "bwd x", "f+b x", "f+b range");
   std::vector<Row> rows;
   if (old) rows.push_back({"old f32", Kernel::old_rows, TilePath::f32, false});
-  rows.push_back({"f32", Kernel::tiled, TilePath::f32, false});
+  if (f32) rows.push_back({"f32", Kernel::tiled, TilePath::f32, false});
   if (bf16) rows.push_back({"bf16", Kernel::tiled, bf16_path, true});
+  if (dot_row) rows.push_back({"bf16 dot", Kernel::tiled, TilePath::bf16_dot, true});
   for (const std::int64_t T : lengths) {
     std::vector<std::vector<Rates>> results(rows.size());
     for (int round = 0; round < rounds; ++round) {

@@ -5,6 +5,10 @@
 // dot-product rate (vdpbf16ps: 16 f32 lanes, each 2 bf16 products summed into the accumulator,
 // 4 FLOP per lane per instruction). The MFU of bench/scaling_bench.sh is stated against these
 // figures as well as against training.peak_flops_per_core (2.19e11, DESIGN machine notes).
+// Where the CPU has AMX-BF16 (and Linux grants the tile state, arch_prctl ARCH_REQ_XCOMP_PERM)
+// also the AMX rate: tdpbf16ps on four independent 16 × 16 f32 accumulator tiles, 16 × 16 ×
+// 32 products = 16,384 FLOP per instruction (Intel SDM, "Intel AMX"), the unit oneDNN's bf16
+// GEMMs and the attention core's bf16 tiles run on there.
 //
 //   fma_peak [--json] [--seconds S] [--windows N]
 //
@@ -13,7 +17,8 @@
 // of this thread's CPU time (CLOCK_THREAD_CPUTIME_ID), so time other processes take the core
 // from it on a shared machine does not count; the figure reported is the best of N windows
 // (default 5): a peak is the fastest the core was seen to go. --json prints only
-// {"f32_flops": …, "bf16_flops": … or null, "windows": N, "seconds": S}. Exit 2 on a bad
+// {"f32_flops": …, "bf16_flops": … or null, "amx_bf16_flops": … or null, "windows": N,
+// "seconds": S}. Exit 2 on a bad
 // argument, 1 when the CPU lacks AVX-512F.
 #include <immintrin.h>
 
@@ -23,6 +28,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+
+#include <sys/syscall.h>
+#include <unistd.h>
 
 namespace {
 
@@ -72,13 +80,55 @@ __attribute__((target("avx512f,avx512bf16"))) float bf16_batch(std::int64_t batc
   return sum_chains(acc);
 }
 
+// Tile configuration (palette 1): tmm0–3 accumulators, tmm4–5 A, tmm6–7 B, 16 × 64 bytes each.
+struct alignas(64) TileConfig {
+  std::uint8_t palette = 1;
+  std::uint8_t start_row = 0;
+  std::uint8_t reserved[14] = {};
+  std::uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  std::uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+};
+
+bool amx_granted() {
+  constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;  // asm/prctl.h, XFEATURE_XTILEDATA
+  return __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16") &&
+         syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
+}
+
+// kInnerIters × 4 tdpbf16ps per batch on 4 independent accumulators (zero operands: the rate
+// does not depend on the values).
+__attribute__((target("amx-tile,amx-bf16"))) float amx_batch(std::int64_t batches) {
+  static const TileConfig config;
+  alignas(64) static const std::uint8_t zeros[16 * 64] = {};
+  alignas(64) float out[16 * 16];
+  _tile_loadconfig(&config);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, zeros, 64);
+  _tile_loadd(5, zeros, 64);
+  _tile_loadd(6, zeros, 64);
+  _tile_loadd(7, zeros, 64);
+  for (std::int64_t i = 0; i < batches * kInnerIters; ++i) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, out, 64);
+  _tile_release();
+  return out[0];
+}
+
 volatile float g_sink = 0.0f;  // keeps the batches' results alive
 
 /// Best FLOP/s over `windows` windows of ≥ `seconds` thread CPU seconds; each window doubles
 /// its batch count until one batch run lasts long enough, so the clock is read rarely.
+/// flops_per_iteration: FLOPs of one of a batch's kInnerIters iterations.
 template <typename Batch>
-double best_flops(Batch batch, double flops_per_instruction, double seconds, int windows) {
-  const double flops_per_batch = flops_per_instruction * kChains * static_cast<double>(kInnerIters);
+double best_flops(Batch batch, double flops_per_iteration, double seconds, int windows) {
+  const double flops_per_batch = flops_per_iteration * static_cast<double>(kInnerIters);
   g_sink = g_sink + batch(8);  // warm-up: the core's AVX-512 frequency licence settles
   double best = 0.0;
   for (int w = 0; w < windows; ++w) {
@@ -125,16 +175,23 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fma_peak: this CPU has no AVX-512F\n");
     return 1;
   }
-  const double f32 = best_flops(fma_batch, 2.0 * 16, seconds, windows);
+  const double f32 = best_flops(fma_batch, 2.0 * 16 * kChains, seconds, windows);
   const bool has_bf16 = __builtin_cpu_supports("avx512bf16");
-  const double bf16 = has_bf16 ? best_flops(bf16_batch, 4.0 * 16, seconds, windows) : 0.0;
+  const double bf16 = has_bf16 ? best_flops(bf16_batch, 4.0 * 16 * kChains, seconds, windows) : 0.0;
+  const bool has_amx = amx_granted();
+  const double amx = has_amx ? best_flops(amx_batch, 4.0 * 16384, seconds, windows) : 0.0;
   if (json) {
+    const auto field = [](bool has, double v) {
+      if (has) {
+        std::printf("%.6g", v);
+      } else {
+        std::printf("null");
+      }
+    };
     std::printf("{\"f32_flops\": %.6g, \"bf16_flops\": ", f32);
-    if (has_bf16) {
-      std::printf("%.6g", bf16);
-    } else {
-      std::printf("null");
-    }
+    field(has_bf16, bf16);
+    std::printf(", \"amx_bf16_flops\": ");
+    field(has_amx, amx);
     std::printf(", \"windows\": %d, \"seconds\": %g}\n", windows, seconds);
   } else {
     std::printf("fma_peak: 1 thread, best of %d windows of ≥ %g s thread CPU time\n", windows,
@@ -144,6 +201,11 @@ int main(int argc, char** argv) {
       std::printf("bf16 dot (AVX512_BF16, vdpbf16ps): %8.1f GFLOP/s\n", bf16 * 1e-9);
     } else {
       std::printf("bf16 dot: this CPU has no AVX512_BF16\n");
+    }
+    if (has_amx) {
+      std::printf("bf16 AMX (tdpbf16ps tiles):        %8.1f GFLOP/s\n", amx * 1e-9);
+    } else {
+      std::printf("bf16 AMX: this CPU (or kernel) has no AMX-BF16\n");
     }
   }
   return 0;

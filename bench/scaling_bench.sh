@@ -25,17 +25,17 @@
 #   the full 12·L·C·T the MFU also counts (PaLM, Chowdhery et al. 2022, appendix B), as issue
 #   16's 73.6 GFLOP for 6L/384 does, as if attention ran at the GEMM rate. The GEMM rate per
 #   dtype (f32 for fp32 rows, bf16 for bf16 rows), --gemm-rate:
-#     gemm_bench (default): bench/gemm_bench's mean over its fixed shapes (C = 128 linear
-#       layers at 384 and 768 tokens; --cpu-time with 1 thread), the same rate for every model,
-#       which understates oneDNN on wider GEMMs; it takes ~2 CPU-minutes (6× that in wall time
-#       when 6 jobs share 2 cores). gemm_bench's `--model L,C,F,V,TOKENS` (shape-exact rates)
-#       is not used yet: the gemm_bench branch of gemm_rates below is the one place to switch.
+#     gemm_bench (default): shape-exact, per grid point: `gemm_bench --model L,C,4C,V,B·T`
+#       times that model's linear-layer GEMMs (forward, dx, dW on the trainer's shapes) in f32
+#       and bf16 (--cpu-time with 1 thread; 2 windows of ≥ 0.05 s per shape, ≈ 13 s per grid
+#       point), and its FLOP-weighted rate is the row's rate (oneDNN's bf16 kernel, AMX where
+#       the CPU has it, sets the bf16 bound).
 #     peak (--quick's default): the measured peak below, the limit no GEMM can pass: a looser
 #       bound, in seconds.
 # - MFU against two peaks: training.peak_flops_per_core (2.19e11, the metrics' own mfu, DESIGN
 #   machine notes) and this core's measured peak (bench/fma_peak: AVX-512 f32 FMA for fp32
-#   rows; for bf16 rows the faster of that and AVX512_BF16 vdpbf16ps, since oneDNN may run a
-#   bf16 GEMM on either; AMX is not measured), × threads. Model FLOPs = 6·N + 12·L·C·T per
+#   rows; for bf16 rows the fastest of that, AVX512_BF16 vdpbf16ps and AMX tdpbf16ps, since
+#   oneDNN may run a bf16 GEMM on any of them), × threads. Model FLOPs = 6·N + 12·L·C·T per
 #   token (meshtrain's flops_per_token).
 # With R > 1 rounds the grid runs R times in alternation and each figure is the median.
 #
@@ -135,28 +135,35 @@ grid() {
 echo "scaling_bench: measured peak (fma_peak)" >&2
 "$fma_peak" --json >"$work/peak.json"
 
-# GEMM rate per dtype → gemm.json {"gflops": f32, "gflops_bf16": bf16} (gemm_bench's format).
-gemm_rates() {
+# GEMM rate per dtype of grid point L C T B → gemm.L.C.T.B.json {"gflops": f32, "gflops_bf16":
+# bf16} (gemm_bench's format), once per grid point.
+vocab=$(/usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["vocab_size"])' \
+  "$data_dir/meta.json")
+gemm_rates() {  # L C T B
+  local file="$work/gemm.$1.$2.$3.$4.json"
+  [[ -f $file ]] && return 0
   if [[ $gemm_rate == gemm_bench ]]; then
     # --cpu-time (1 thread only) leaves out the time other processes take the core.
     local cpu_time=()
     ((threads == 1)) && cpu_time=(--cpu-time)
-    echo "scaling_bench: GEMM rate (gemm_bench $threads ${cpu_time[*]})" >&2
-    "$gemm_bench" "$threads" --json --dtypes f32,bf16 "${cpu_time[@]}" 2>/dev/null
+    echo "scaling_bench: GEMM rate of L=$1 C=$2 tokens=$(($3 * $4)) (gemm_bench $threads" \
+      "--model ${cpu_time[*]})" >&2
+    "$gemm_bench" "$threads" --json --dtypes f32,bf16 --windows 2 --min-seconds 0.05 \
+      --model "$1,$2,$((4 * $2)),$vocab,$(($3 * $4))" "${cpu_time[@]}" 2>/dev/null >"$file"
   else
     /usr/bin/python3 -c 'import json, sys; p = json.load(open(sys.argv[1])); t = int(sys.argv[2])
-print(json.dumps({"gflops": p["f32_flops"] * t / 1e9,
-                  "gflops_bf16": max(p["bf16_flops"] or 0, p["f32_flops"]) * t / 1e9}))' \
-      "$work/peak.json" "$threads"
+bf16 = max(p["bf16_flops"] or 0, p.get("amx_bf16_flops") or 0, p["f32_flops"])
+print(json.dumps({"gflops": p["f32_flops"] * t / 1e9, "gflops_bf16": bf16 * t / 1e9}))' \
+      "$work/peak.json" "$threads" >"$file"
   fi
 }
-gemm_rates >"$work/gemm.json"
 
 peak_cfg=2.19e11
 n=0
 for ((r = 1; r <= rounds; ++r)); do
   while read -r sweep L C T; do
     B=$(( tokens / T > 0 ? tokens / T : 1 ))
+    gemm_rates "$L" "$C" "$T" "$B"
     for p in ${precisions//,/ }; do
       n=$((n + 1))
       echo "round $r/$rounds: $sweep L=$L C=$C T=$T B=$B $p" >&2
@@ -180,11 +187,14 @@ flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx512f|avx51
 import json, statistics, sys
 work, out, warmup, threads, peak_cfg, cpu, flags, data_dir = sys.argv[1:9]
 warmup, threads, peak_cfg = int(warmup), int(threads), float(peak_cfg)
-gemm = json.load(open(f"{work}/gemm.json"))
 peak = json.load(open(f"{work}/peak.json"))
-rate = {"fp32": gemm["gflops"] * 1e9, "bf16": gemm["gflops_bf16"] * 1e9}
-# A bf16 GEMM may run on either unit (oneDNN picks), so its peak is the faster of the two.
-peak_meas = {"fp32": peak["f32_flops"], "bf16": max(peak["bf16_flops"] or 0, peak["f32_flops"])}
+def rate_of(L, C, T, B, p):
+    g = json.load(open(f"{work}/gemm.{L}.{C}.{T}.{B}.json"))
+    return (g["gflops"] if p == "fp32" else g["gflops_bf16"]) * 1e9
+# A bf16 GEMM may run on any of the units (oneDNN picks), so its peak is the fastest.
+peak_meas = {"fp32": peak["f32_flops"],
+             "bf16": max(peak["bf16_flops"] or 0, peak.get("amx_bf16_flops") or 0,
+                         peak["f32_flops"])}
 V = json.load(open(f"{data_dir}/meta.json"))["vocab_size"]  # the LM head's rows
 
 runs = {}
@@ -204,6 +214,7 @@ for (sweep, L, C, T, B, p), rs in runs.items():
     mfu_cfg = statistics.median(x["mfu"] for x in rs)
     n_linear = L * (4 * C * C + 2 * C * F) + V * C
     gemm_flops = (6 * n_linear + 12 * L * C * T) * tokens
+    rate = {p: rate_of(L, C, T, B, p)}
     model_flops_s = mfu_cfg * peak_cfg * threads  # metrics mfu × the peak it was taken against
     rows.append({
         "sweep": sweep, "n_layer": L, "n_embd": C, "block_size": T, "micro_batch": B,
@@ -218,25 +229,27 @@ for (sweep, L, C, T, B, p), rs in runs.items():
 
 meta = {"cpu": cpu, "flags": flags, "threads": threads, "warmup": warmup,
         "peak_cfg_per_core": peak_cfg, "peak_measured_per_core": peak_meas, "fma_peak": peak,
-        "gemm_rate": rate, "gemm_rate_source": sys.argv[10], "vocab": V, "args": sys.argv[9],
+        "gemm_rate_source": sys.argv[10], "vocab": V, "args": sys.argv[9],
         "gemm_flops": "(6*N_linear + 12*L*C*T)*tokens, N_linear = L*(4C^2+2CF)+V*C"}
 json.dump({"meta": meta, "rows": rows}, open(f"{out}/scaling.json", "w"), indent=1)
 
 lines = [
-    f"scaling: {cpu} ({flags}), {threads} thread(s); GEMM rate ({sys.argv[10]}) f32 "
-    f"{rate['fp32'] / 1e9:.0f}, bf16 {rate['bf16'] / 1e9:.0f} GFLOP/s; measured peak per core "
+    f"scaling: {cpu} ({flags}), {threads} thread(s); GEMM rate per row ({sys.argv[10]}: "
+    f"{'shape-exact, per model' if sys.argv[10] == 'gemm_bench' else 'the measured peak'}); measured peak per core "
     f"(fma_peak) f32 FMA {peak['f32_flops'] / 1e9:.0f}, bf16 dot "
-    f"{(peak['bf16_flops'] or 0) / 1e9:.0f} GFLOP/s (bf16 rows: the faster); configured "
+    f"{(peak['bf16_flops'] or 0) / 1e9:.0f}, AMX {(peak.get('amx_bf16_flops') or 0) / 1e9:.0f}"
+    f" GFLOP/s (bf16 rows: the fastest); configured "
     f"{peak_cfg / 1e9:.0f}",
     "",
-    "| sweep | prec | L | C | T | B | ms/step | tokens/s | GEMM-bound tokens/s | of bound "
-    "| model GFLOP/s | MFU (219) | MFU (measured peak) |",
-    "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    "| sweep | prec | L | C | T | B | ms/step | tokens/s | GEMM GFLOP/s | GEMM-bound tokens/s "
+    "| of bound | model GFLOP/s | MFU (219) | MFU (measured peak) |",
+    "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+    "| ---: |"]
 for x in rows:
     lines.append(
         f"| {x['sweep']} | {x['precision']} | {x['n_layer']} | {x['n_embd']} | {x['block_size']} "
         f"| {x['micro_batch']} | {x['step_s'] * 1e3:.1f} | {x['tokens_per_s']:.0f} "
-        f"| {x['gemm_bound_tokens_per_s']:.0f} | {x['of_gemm_bound'] * 100:.0f}% "
+        f"| {x['gemm_rate_flops'] / 1e9:.0f} | {x['gemm_bound_tokens_per_s']:.0f} | {x['of_gemm_bound'] * 100:.0f}% "
         f"| {x['model_flops_per_s'] / 1e9:.1f} | {x['mfu_cfg'] * 100:.1f}% "
         f"| {x['mfu_measured'] * 100:.1f}% |")
 text = "\n".join(lines) + "\n"

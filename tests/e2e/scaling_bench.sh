@@ -55,12 +55,12 @@ assert len(rows) == 12, f"{len(rows)} rows, expected 12"
 assert {(r["sweep"], r["precision"]) for r in rows} == {
     (s, p) for s in ("width", "depth", "seq") for p in ("fp32", "bf16")}
 for k in ("fp32", "bf16"):
-    assert meta["gemm_rate"][k] > 0 and meta["peak_measured_per_core"][k] > 0, meta
+    assert meta["peak_measured_per_core"][k] > 0, meta
 failed = 0
 for r in rows:
     name = f"{r['sweep']} {r['precision']} L={r['n_layer']} C={r['n_embd']} T={r['block_size']}"
-    for k in ("step_s", "tokens_per_s", "gemm_flops_per_step", "gemm_bound_tokens_per_s",
-              "model_flops_per_s"):
+    for k in ("step_s", "tokens_per_s", "gemm_flops_per_step", "gemm_rate_flops",
+              "gemm_bound_tokens_per_s", "model_flops_per_s"):
         assert r[k] > 0, f"{name}: {k} = {r[k]}"
     assert abs(r["tokens_per_s"] * r["step_s"] - r["tokens_per_step"]) < 1e-6 * r["tokens_per_step"]
     assert abs(r["mfu_cfg"] * 2.19e11 * meta["threads"] - r["model_flops_per_s"]) \

@@ -32,6 +32,7 @@ TilePath tile_path(DType operands) {
   MT_CHECK(operands == DType::f32 || operands == DType::bf16,
            "attention chunk kernels: operands must be f32 or bf16, got {}", to_string(operands));
   if (operands == DType::f32) return TilePath::f32;
+  if (kHasAmx && amx_usable()) return TilePath::bf16_amx;
   return kHasBf16Dot ? TilePath::bf16_dot : TilePath::bf16_rounded;
 }
 

@@ -13,7 +13,7 @@
 // rounding, as the f32 path folds it in: exact for head_dim 16, 64, 256 (a power-of-two
 // scale), otherwise one more rounding of relative size ≤ 2⁻⁹ on that operand.
 //
-// Three paths compute a tile product C (+)= A·B:
+// Four paths compute a tile product C (+)= A·B:
 //   f32           the f32 micro-kernel of flash_tile.h on the f32 operands as stored;
 //   bf16_rounded  (portable) each operand copied, rounded to bf16 but held as f32, then the
 //                 same f32 micro-kernel: bf16 × bf16 products are exact in f32 (8 + 8
@@ -22,12 +22,16 @@
 //                 pairs along the reduction dim (B: the VNNI-2 layout), and
 //                 _mm512_dpbf16_ps: per lane c += a₂ₚ₊₁·b₂ₚ₊₁ + a₂ₚ·b₂ₚ in f32 (Intel's
 //                 pseudocode; bf16 subnormals read as zero).
-// bf16 picks bf16_dot where it is compiled (__AVX512BF16__ and kVec == 16), else bf16_rounded.
-// Both round with bf16_round below (bitwise core/half.h's f32_to_bf16), so they differ by f32
-// summation order only. Packing is O(operand) per tile product: no packed K/V is kept across
+//   bf16_amx      (AMX-BF16) the same pairs in the layouts AMX tile loads read (A words row-major,
+//                 B VNNI-2, both zero-padded to 16 rows and 16 pairs) and TDPBF16PS on 16 × 16
+//                 f32 tiles (flash_amx.cpp): about 16 times VDPBF16PS's products per instruction.
+// bf16 picks bf16_amx where it is compiled (__AMX_TILE__, __AMX_BF16__, kVec == 16) and the
+// kernel grants the tile state (amx_usable), else bf16_dot where compiled (__AVX512BF16__ and
+// kVec == 16), else bf16_rounded. All round with bf16_round below (bitwise core/half.h's
+// f32_to_bf16), so they differ by f32 summation order only. Packing is O(operand) per tile product: no packed K/V is kept across
 // query blocks (each task owns one query or key block and packs the other side per tile).
-// Speed: on the project's AVX512_BF16 Xeon VDPBF16PS has half the f32 FMA's FLOP rate, so
-// both bf16 paths run slower than f32 there (docs/performance.md); AMX would be the fast one.
+// Speed: on the project's AVX512_BF16 Xeons VDPBF16PS has the f32 FMA's FLOP rate, so
+// bf16_dot is no faster than f32 there; AMX is the fast one (docs/performance.md).
 #pragma once
 
 #include <bit>
@@ -45,10 +49,23 @@ inline constexpr bool kHasBf16Dot = kVec == 16;
 inline constexpr bool kHasBf16Dot = false;
 #endif
 
-enum class TilePath : std::uint8_t { f32, bf16_rounded, bf16_dot };
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__) && \
+    !defined(MESHTRAIN_FLASH_VEC)
+#define MESHTRAIN_FLASH_AMX 1
+inline constexpr bool kHasAmx = kVec == 16;
+#else
+#define MESHTRAIN_FLASH_AMX 0
+inline constexpr bool kHasAmx = false;
+#endif
 
-/// The path of AttentionChunkDims::operands (f32 or bf16, MT_CHECKed): bf16 → bf16_dot where
-/// compiled, else bf16_rounded.
+enum class TilePath : std::uint8_t { f32, bf16_rounded, bf16_dot, bf16_amx };
+
+/// Whether bf16_amx can run: compiled (kHasAmx), the CPU has AMX-TILE and AMX-BF16, and Linux
+/// granted this process the tile state (asked once, on the first call; thread-safe).
+bool amx_usable();
+
+/// The path of AttentionChunkDims::operands (f32 or bf16, MT_CHECKed): bf16 → bf16_amx where
+/// amx_usable(), else bf16_dot where compiled, else bf16_rounded.
 TilePath tile_path(DType operands);
 
 /// The f32 bit pattern of the bf16 nearest to x (ties to even; NaN stays a quiet NaN), i.e.
@@ -81,16 +98,27 @@ struct TileB {
 };
 
 /// Floats of scratch that tile_a / tile_b need for an operand of `rows` × `cols` (either
-/// orientation, any path).
+/// orientation, any path; bf16_amx pads rows to 16 and the reduction dim to 32 elements).
 constexpr std::size_t operand_floats(std::int64_t rows, std::int64_t cols) {
-  return static_cast<std::size_t>(round_up(rows, 2) * round_up(cols, 2));
+  return static_cast<std::size_t>(round_up(rows, 32) * round_up(cols, 32));
 }
+
+/// bf16_amx's packs (flash_amx.cpp): A [m, k] from the f32 view as words [round_up(m, 16),
+/// P] with P = ⌈k/2⌉ rounded up to 16 (row = P, col = 1); B [k, n] (n a multiple of 16) as
+/// VNNI-2 words [P, n] (ld = n). Padding is zero. MT_CHECK where the build has no AMX.
+TileA pack_a_amx(MatA a, std::int64_t m, std::int64_t k, float* dst);
+TileB pack_b_amx(const float* b, std::int64_t ld, std::int64_t k, std::int64_t n, float* dst);
+/// bf16_amx's tile_gemm: C[m, n] (+)= A·B (n a multiple of 16; m any: no C row ≥ m is touched)
+/// from pack_a_amx / pack_b_amx operands; deterministic (flash_amx.cpp). MT_CHECKs AMX.
+void tile_gemm_amx(const TileA& A, const TileB& B, float* c, std::int64_t ldc, std::int64_t m,
+                   std::int64_t n, std::int64_t k, bool accumulate);
 
 /// The A operand from the f32 view `a` [m, k] (every element readable; padding zero or never
 /// read back): the view itself for f32, else a packed copy in dst (operand_floats(m, k)).
 TileA pack_a(TilePath path, MatA a, std::int64_t m, std::int64_t k, float* dst);
 inline TileA tile_a(TilePath path, MatA a, std::int64_t m, std::int64_t k, float* dst) {
   if (path == TilePath::f32) return {a, nullptr, 0, 0};
+  if (path == TilePath::bf16_amx) return pack_a_amx(a, m, k, dst);
   return pack_a(path, a, m, k, dst);
 }
 /// The B operand from row-major f32 b [k, n] (row stride ld): b itself for f32, else a packed
@@ -100,6 +128,7 @@ TileB pack_b(TilePath path, const float* b, std::int64_t ld, std::int64_t k, std
 inline TileB tile_b(TilePath path, const float* b, std::int64_t ld, std::int64_t k, std::int64_t n,
                     float* dst) {
   if (path == TilePath::f32) return {b, nullptr, ld};
+  if (path == TilePath::bf16_amx) return pack_b_amx(b, ld, k, n, dst);
   return pack_b(path, b, ld, k, n, dst);
 }
 
@@ -112,6 +141,7 @@ void tile_gemm_bf16(const TileA& A, const TileB& B, float* c, std::int64_t ldc, 
 /// arguments the f32 kernel always passed: its results are bitwise those of before.
 inline void tile_product(TilePath path, const TileA& A, const TileB& B, float* c, std::int64_t ldc,
                          std::int64_t m, std::int64_t n, std::int64_t k, bool accumulate) {
+  if (path == TilePath::bf16_amx) return tile_gemm_amx(A, B, c, ldc, m, n, k, accumulate);
   if (path == TilePath::bf16_dot) return tile_gemm_bf16(A, B, c, ldc, m, n, k, accumulate);
   tile_gemm(A.f, B.f, B.ld, c, ldc, m, n, k, accumulate);
 }
