@@ -116,7 +116,8 @@ void gelu_backward(const float* x, const float* dy, float* dx, std::int64_t n); 
 /// place, y [rows, F] = gelu(pre), in one pass; bitwise linear_forward's add then gelu_forward.
 void bias_gelu_forward(float* pre, const float* bias, float* y, std::int64_t rows, std::int64_t F);
 /// dx [rows, F] = dy ∘ gelu'(pre) and dbias [F] += Σ_rows dx (or nullptr) in one pass; bitwise
-/// gelu_backward then bias_backward (the same column-blocked row-order sums; dx may alias dy).
+/// gelu_backward then bias_backward (each dbias entry sums its rows in order 0, 1, …, whatever
+/// the thread count; dx may alias dy).
 void gelu_bias_backward(const float* pre, const float* dy, float* dx, float* dbias,
                         std::int64_t rows, std::int64_t F);
 

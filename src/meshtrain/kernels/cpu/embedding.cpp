@@ -67,9 +67,9 @@ void embedding_shard_backward(const std::int32_t* ids, const float* dout, std::i
   constexpr const char* what = "embedding_shard_backward";
   check_dims(first, table_rows, rows, C, what);
   // Repeated ids add into the same table row, so rows cannot be split between threads.
-  // Threads own column blocks instead: no races, no atomics, and each table entry receives
+  // Threads own column ranges instead: no races, no atomics, and each table entry receives
   // its rows in order r = 0, 1, … whatever the thread count (bitwise reproducible).
-  cpu::for_each_column_block(rows, C, [&](std::int64_t c0, std::int64_t width) {
+  cpu::for_each_column_range(rows, C, [&](std::int64_t c0, std::int64_t width) {
     for (std::int64_t r = 0; r < rows; ++r) {
       MT_CHECK(ids[r] >= 0, "{}: id {} of row {} is negative", what, ids[r], r);
       const std::int64_t local = static_cast<std::int64_t>(ids[r]) - first;

@@ -4,6 +4,7 @@
 // GELU(approximate="tanh")): gelu(x) = 0.5·x·(1 + tanh(u)), u = √(2/π)·(x + 0.044715·x³).
 // Computed through the identity ½(1 + tanh u) = σ(2u) = 1 / (1 + e^(−2u)): one vectorisable
 // exp instead of a scalar tanhf call, and no cancellation in 1 + tanh u for negative u.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -51,41 +52,53 @@ void gelu_backward(const float* x, const float* dy, float* dx, std::int64_t n) {
 void bias_gelu_forward(float* pre, const float* bias, float* y, std::int64_t rows, std::int64_t F) {
   MT_CHECK(rows >= 0 && F >= 0, "bias_gelu_forward: bad dims rows={} F={}", rows, F);
   // One pass: pre += bias (the kept pre-activation, as the linear's bias add wrote it) and
-  // y = gelu(pre), while the row is in L1.
+  // y = gelu(pre) in the same loop, so each element is loaded once; p is the rounded sum
+  // that the store keeps, as when the two were separate loops.
 #pragma omp parallel for schedule(static) if (rows * F >= cpu::kParallelGrain)
   for (std::int64_t r = 0; r < rows; ++r) {
     float* pr = pre + r * F;
     float* yr = y + r * F;
     if (bias != nullptr) {
 #pragma omp simd
-      for (std::int64_t j = 0; j < F; ++j) pr[j] += bias[j];
-    }
+      for (std::int64_t j = 0; j < F; ++j) {
+        const float p = pr[j] + bias[j];
+        pr[j] = p;
+        yr[j] = gelu_of(p);
+      }
+    } else {
 #pragma omp simd
-    for (std::int64_t j = 0; j < F; ++j) yr[j] = gelu_of(pr[j]);
+      for (std::int64_t j = 0; j < F; ++j) yr[j] = gelu_of(pr[j]);
+    }
   }
 }
 
 void gelu_bias_backward(const float* pre, const float* dy, float* dx, float* dbias,
                         std::int64_t rows, std::int64_t F) {
   MT_CHECK(rows >= 0 && F >= 0, "gelu_bias_backward: bad dims rows={} F={}", rows, F);
-  // Column blocks, as bias_backward: a thread owns its columns, so every dbias entry sums its
-  // rows in row order whatever the thread count; dx of a block is consumed by the sum while in
-  // L1 (one pass over dy instead of gelu_backward's and then bias_backward's).
-  cpu::for_each_column_block(rows, F, [&](std::int64_t j0, std::int64_t width) {
-    float acc[cpu::kColumnBlock] = {};
+  if (dbias == nullptr) {
+    gelu_backward(pre, dy, dx, rows * F);
+    return;
+  }
+  // Each thread owns one contiguous column range (cpu::for_each_column_range), so every dbias
+  // entry sums its rows in row order whatever the thread count, and each row visit streams
+  // the range's kilobytes of pre, dy and dx. The range's partial sums stay in L1 and are
+  // added in the same loop that writes dx: one pass over dy instead of gelu_backward's and
+  // then bias_backward's. d is the rounded value stored to dx, so the sums are bias_backward's.
+  cpu::for_each_column_range(rows, F, [&](std::int64_t j0, std::int64_t width) {
+    float* acc = cpu::thread_scratch(static_cast<std::size_t>(width));
+    std::fill_n(acc, width, 0.0f);
     for (std::int64_t r = 0; r < rows; ++r) {
       const float* pr = pre + r * F + j0;
       const float* dyr = dy + r * F + j0;
       float* dxr = dx + r * F + j0;
 #pragma omp simd
-      for (std::int64_t j = 0; j < width; ++j) dxr[j] = dgelu_of(pr[j], dyr[j]);
-      if (dbias != nullptr) {
-        for (std::int64_t j = 0; j < width; ++j) acc[j] += dxr[j];
+      for (std::int64_t j = 0; j < width; ++j) {
+        const float d = dgelu_of(pr[j], dyr[j]);
+        dxr[j] = d;
+        acc[j] += d;
       }
     }
-    if (dbias != nullptr) {
-      for (std::int64_t j = 0; j < width; ++j) dbias[j0 + j] += acc[j];
-    }
+    for (std::int64_t j = 0; j < width; ++j) dbias[j0 + j] += acc[j];
   });
 }
 

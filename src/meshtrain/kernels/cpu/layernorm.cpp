@@ -14,29 +14,118 @@ namespace meshtrain::kernels {
 
 namespace {
 
-// One row of the forward: shared by the plain and the residual-fused kernels, so the two are
-// the same float operations in the same order (bitwise equal, fused_kernels_test).
-inline void layernorm_row(const float* xr, const float* weight, const float* bias, float* yr,
-                          float* mean, float* rstd, std::int64_t C, float inv_c, float eps) {
-  float sum = 0.0f;
-  for (std::int64_t c = 0; c < C; ++c) sum += xr[c];
-  const float mu = sum * inv_c;
+// This file compiles with -ffp-contract=off (src/meshtrain/CMakeLists.txt): a product is
+// rounded before it is added unless the code says std::fma, so every formula below means one
+// thing whatever the vectoriser does. The FMAs are where GCC contracted the earlier one-row
+// kernels' vectorised loops, so results are bitwise those kernels' for C % 4 == 0 (every
+// model width; their scalar tails, C % 4 ≠ 0, were contracted and differ in the last bit).
+
+// Rows normalised together. Each row's sums are sequential adds in column order, a chain
+// bound by the add latency (≈4 cycles per element): with kRowGroup rows in flight the chains
+// of different rows overlap, while each row's order, hence its result, is that of one row.
+// In the forward the squared deviations are computed first by a vectorised loop into
+// per-thread scratch (in L1), so the scalar chains do nothing but add.
+constexpr std::int64_t kRowGroup = 8;
+
+// out[l] = t[l·C] + t[l·C + 1] + … + t[l·C + C − 1], added in that order, for rows l < n.
+void row_sums(const float* t, std::int64_t n, std::int64_t C, float* out) {
+  float s[kRowGroup] = {};
+  if (n == kRowGroup) {  // a constant trip count: the row loop unrolls into kRowGroup chains
+    for (std::int64_t c = 0; c < C; ++c) {
+      for (std::int64_t l = 0; l < kRowGroup; ++l) s[l] += t[l * C + c];
+    }
+  } else {
+    for (std::int64_t c = 0; c < C; ++c) {
+      for (std::int64_t l = 0; l < n; ++l) s[l] += t[l * C + c];
+    }
+  }
+  std::copy_n(s, n, out);
+}
+
+// Rows [0, n) of a group, n ≤ kRowGroup, rows C apart: shared by the plain and the
+// residual-fused kernels, so the two are the same float operations in the same order
+// (bitwise equal, fused_kernels_test).
+void layernorm_rows(const float* x, const float* weight, const float* bias, float* y, float* mean,
+                    float* rstd, std::int64_t n, std::int64_t C, float inv_c, float eps) {
+  float sum[kRowGroup];
+  row_sums(x, n, C, sum);
+  float mu[kRowGroup];
+  for (std::int64_t l = 0; l < n; ++l) mu[l] = sum[l] * inv_c;
   // Two passes (mean, then squared deviations) instead of E[x²] − E[x]²: the one-pass
   // form cancels catastrophically when |mean| ≫ std, as for residual streams late in training.
-  float sq = 0.0f;
-  for (std::int64_t c = 0; c < C; ++c) {
-    const float d = xr[c] - mu;
-    sq += d * d;
+  float* d2 = cpu::thread_scratch(static_cast<std::size_t>(n * C));
+  for (std::int64_t l = 0; l < n; ++l) {
+    const float* xr = x + l * C;
+    float* d2r = d2 + l * C;
+    const float m = mu[l];
+#pragma omp simd
+    for (std::int64_t c = 0; c < C; ++c) {
+      const float d = xr[c] - m;
+      d2r[c] = d * d;
+    }
   }
-  const float rs = 1.0f / std::sqrt(sq * inv_c + eps);
-  *mean = mu;
-  *rstd = rs;
-  if (bias != nullptr) {
-    for (std::int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - mu) * rs * weight[c] + bias[c];
-  } else {
-    for (std::int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - mu) * rs * weight[c];
+  float sq[kRowGroup];
+  row_sums(d2, n, C, sq);
+  for (std::int64_t l = 0; l < n; ++l) {
+    const float rs = 1.0f / std::sqrt(std::fma(sq[l], inv_c, eps));
+    mean[l] = mu[l];
+    rstd[l] = rs;
+    const float* xr = x + l * C;
+    float* yr = y + l * C;
+    const float m = mu[l];
+    if (bias != nullptr) {
+#pragma omp simd
+      for (std::int64_t c = 0; c < C; ++c) yr[c] = std::fma((xr[c] - m) * rs, weight[c], bias[c]);
+    } else {
+#pragma omp simd
+      for (std::int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m) * rs * weight[c];
+    }
   }
 }
+
+// dx of rows [0, n) of a group (rows C apart). With x̂ = (x − μ)·rstd and g = dy ∘ weight,
+// differentiating through μ and rstd gives
+//   dx = rstd · (g − mean(g) − x̂ · mean(g ∘ x̂))
+// (the form llm.c's layernorm_backward uses; each row is independent). The two row sums run
+// as kRowGroup interleaved chains, each in column order; here that measured faster than
+// summands in scratch and row_sums (bench/eltwise_bench), as there are two sums per element.
+void layernorm_backward_rows(const float* x, const float* weight, const float* mean,
+                             const float* rstd, const float* dy, const float* dresidual, float* dx,
+                             std::int64_t n, std::int64_t C, float inv_c) {
+  float g_sum[kRowGroup] = {};
+  float gx_sum[kRowGroup] = {};
+  for (std::int64_t c = 0; c < C; ++c) {
+    for (std::int64_t l = 0; l < n; ++l) {
+      const float g = dy[l * C + c] * weight[c];
+      g_sum[l] += g;
+      gx_sum[l] += g * (x[l * C + c] - mean[l]) * rstd[l];
+    }
+  }
+  for (std::int64_t l = 0; l < n; ++l) {
+    const float* xr = x + l * C;
+    const float* dyr = dy + l * C;
+    float* dxr = dx + l * C;
+    const float mu = mean[l];
+    const float rs = rstd[l];
+    const float g_mean = g_sum[l] * inv_c;
+    const float gx_mean = gx_sum[l] * inv_c;
+#pragma omp simd
+    for (std::int64_t c = 0; c < C; ++c) {
+      const float xhat = (xr[c] - mu) * rs;
+      // rs · (dy·w − g_mean − x̂·gx_mean), the two subtractions fused.
+      dxr[c] = rs * std::fma(-xhat, gx_mean, std::fma(dyr[c], weight[c], -g_mean));
+    }
+    // The residual's gradient is added in its own loop over the row (still in L1), after the
+    // row is stored: a separate rounding, as add_inplace after the norm had it.
+    if (dresidual != nullptr) {
+      const float* dr = dresidual + l * C;
+#pragma omp simd
+      for (std::int64_t c = 0; c < C; ++c) dxr[c] += dr[c];
+    }
+  }
+}
+
+std::int64_t row_groups(std::int64_t rows) { return (rows + kRowGroup - 1) / kRowGroup; }
 
 }  // namespace
 
@@ -45,8 +134,10 @@ void layernorm_forward(const float* x, const float* weight, const float* bias, f
   MT_CHECK(rows >= 0 && C > 0, "layernorm_forward: bad dims rows={} C={}", rows, C);
   const float inv_c = 1.0f / static_cast<float>(C);
 #pragma omp parallel for schedule(static) if (rows * C >= cpu::kParallelGrain)
-  for (std::int64_t r = 0; r < rows; ++r) {
-    layernorm_row(x + r * C, weight, bias, y + r * C, mean + r, rstd + r, C, inv_c, eps);
+  for (std::int64_t g = 0; g < row_groups(rows); ++g) {
+    const std::int64_t r = g * kRowGroup;
+    layernorm_rows(x + r * C, weight, bias, y + r * C, mean + r, rstd + r,
+                   std::min(kRowGroup, rows - r), C, inv_c, eps);
   }
 }
 
@@ -55,15 +146,18 @@ void residual_layernorm_forward(const float* a, const float* b, float* h, const 
                                 std::int64_t rows, std::int64_t C, float eps) {
   MT_CHECK(rows >= 0 && C > 0, "residual_layernorm_forward: bad dims rows={} C={}", rows, C);
   const float inv_c = 1.0f / static_cast<float>(C);
-  // The row of h is written and normalised while it is in L1: one pass over memory instead of
-  // add_inplace's read-modify-write followed by the norm's reads.
+  // A group's rows of h are written and normalised while they are in L1: one pass over memory
+  // instead of add_inplace's read-modify-write followed by the norm's reads.
 #pragma omp parallel for schedule(static) if (rows * C >= cpu::kParallelGrain)
-  for (std::int64_t r = 0; r < rows; ++r) {
+  for (std::int64_t g = 0; g < row_groups(rows); ++g) {
+    const std::int64_t r = g * kRowGroup;
+    const std::int64_t n = std::min(kRowGroup, rows - r);
     float* hr = h + r * C;
     const float* ar = a + r * C;
     const float* br = b + r * C;
-    for (std::int64_t c = 0; c < C; ++c) hr[c] = ar[c] + br[c];
-    layernorm_row(hr, weight, bias, y + r * C, mean + r, rstd + r, C, inv_c, eps);
+#pragma omp simd
+    for (std::int64_t i = 0; i < n * C; ++i) hr[i] = ar[i] + br[i];
+    layernorm_rows(hr, weight, bias, y + r * C, mean + r, rstd + r, n, C, inv_c, eps);
   }
 }
 
@@ -78,50 +172,28 @@ void layernorm_backward(const float* x, const float* weight, const float* mean, 
                         float* dbias, std::int64_t rows, std::int64_t C) {
   MT_CHECK(rows >= 0 && C > 0, "layernorm_backward: bad dims rows={} C={}", rows, C);
   const float inv_c = 1.0f / static_cast<float>(C);
-  // With x̂ = (x − μ)·rstd and g = dy ∘ weight, differentiating through μ and rstd gives
-  //   dx = rstd · (g − mean(g) − x̂ · mean(g ∘ x̂))
-  // (the form llm.c's layernorm_backward uses; each row is independent).
 #pragma omp parallel for schedule(static) if (rows * C >= cpu::kParallelGrain)
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * C;
-    const float* dyr = dy + r * C;
-    float* dxr = dx + r * C;
-    const float mu = mean[r];
-    const float rs = rstd[r];
-    float g_sum = 0.0f;
-    float gx_sum = 0.0f;
-    for (std::int64_t c = 0; c < C; ++c) {
-      const float g = dyr[c] * weight[c];
-      g_sum += g;
-      gx_sum += g * (xr[c] - mu) * rs;
-    }
-    const float g_mean = g_sum * inv_c;
-    const float gx_mean = gx_sum * inv_c;
-    for (std::int64_t c = 0; c < C; ++c) {
-      const float xhat = (xr[c] - mu) * rs;
-      dxr[c] = rs * (dyr[c] * weight[c] - g_mean - xhat * gx_mean);
-    }
-    // The residual's gradient is added in its own loop over the row (still in L1), after the
-    // row is stored: a separate rounding, as add_inplace after the norm had it (in one
-    // expression the compiler may contract rs·(…) + dresidual into an FMA: not bitwise).
-    if (dresidual != nullptr) {
-      const float* dr = dresidual + r * C;
-      for (std::int64_t c = 0; c < C; ++c) dxr[c] += dr[c];
-    }
+  for (std::int64_t g = 0; g < row_groups(rows); ++g) {
+    const std::int64_t r = g * kRowGroup;
+    layernorm_backward_rows(x + r * C, weight, mean + r, rstd + r, dy + r * C,
+                            dresidual != nullptr ? dresidual + r * C : nullptr, dx + r * C,
+                            std::min(kRowGroup, rows - r), C, inv_c);
   }
 
-  // dweight += Σ_r dy ∘ x̂ and dbias += Σ_r dy are sums over rows: threads own column blocks
+  // dweight += Σ_r dy ∘ x̂ and dbias += Σ_r dy are sums over rows: threads own column ranges
   // so nothing races and the summation order does not depend on the thread count.
-  cpu::for_each_column_block(rows, C, [&](std::int64_t c0, std::int64_t width) {
-    float dw_acc[cpu::kColumnBlock] = {};
-    float db_acc[cpu::kColumnBlock] = {};
+  cpu::for_each_column_range(rows, C, [&](std::int64_t c0, std::int64_t width) {
+    float* dw_acc = cpu::thread_scratch(2 * static_cast<std::size_t>(width));
+    float* db_acc = dw_acc + width;
+    std::fill_n(dw_acc, 2 * width, 0.0f);
     for (std::int64_t r = 0; r < rows; ++r) {
       const float* xr = x + r * C + c0;
       const float* dyr = dy + r * C + c0;
       const float mu = mean[r];
       const float rs = rstd[r];
+#pragma omp simd
       for (std::int64_t c = 0; c < width; ++c) {
-        dw_acc[c] += dyr[c] * (xr[c] - mu) * rs;
+        dw_acc[c] = std::fma(dyr[c] * (xr[c] - mu), rs, dw_acc[c]);
         db_acc[c] += dyr[c];
       }
     }

@@ -57,14 +57,16 @@ void linear_backward(const float* x, const float* w, const float* dy, float* dx,
 }
 
 void bias_backward(const float* dy, float* db, std::int64_t tokens, std::int64_t out) {
-  // db += Σ_t dy[t, :]. Threads own blocks of columns rather than rows, so no two threads
+  // db += Σ_t dy[t, :]. Threads own column ranges rather than rows, so no two threads
   // write the same db entry and every entry sums its tokens in the same order whatever the
-  // thread count (a resumed run reproduces bit for bit, DESIGN invariant 8); within a block
+  // thread count (a resumed run reproduces bit for bit, DESIGN invariant 8); within a range
   // the rows are read contiguously.
-  cpu::for_each_column_block(tokens, out, [&](std::int64_t j0, std::int64_t width) {
-    float acc[cpu::kColumnBlock] = {};
+  cpu::for_each_column_range(tokens, out, [&](std::int64_t j0, std::int64_t width) {
+    float* acc = cpu::thread_scratch(static_cast<std::size_t>(width));
+    std::fill_n(acc, width, 0.0f);
     for (std::int64_t t = 0; t < tokens; ++t) {
       const float* row = dy + t * out + j0;
+#pragma omp simd
       for (std::int64_t j = 0; j < width; ++j) acc[j] += row[j];
     }
     for (std::int64_t j = 0; j < width; ++j) db[j0 + j] += acc[j];

@@ -86,14 +86,16 @@ void rmsnorm_backward(const float* x, const float* weight, const float* rstd, co
     }
   }
 
-  // dweight += Σ_r dy ∘ x·rstd is a sum over rows: threads own column blocks so nothing races
+  // dweight += Σ_r dy ∘ x·rstd is a sum over rows: threads own column ranges so nothing races
   // and the summation order does not depend on the thread count (as in layernorm_backward).
-  cpu::for_each_column_block(rows, C, [&](std::int64_t c0, std::int64_t width) {
-    float dw_acc[cpu::kColumnBlock] = {};
+  cpu::for_each_column_range(rows, C, [&](std::int64_t c0, std::int64_t width) {
+    float* dw_acc = cpu::thread_scratch(static_cast<std::size_t>(width));
+    std::fill_n(dw_acc, width, 0.0f);
     for (std::int64_t r = 0; r < rows; ++r) {
       const float* xr = x + r * C + c0;
       const float* dyr = dy + r * C + c0;
       const float rs = rstd[r];
+#pragma omp simd
       for (std::int64_t c = 0; c < width; ++c) dw_acc[c] += dyr[c] * (xr[c] * rs);
     }
     for (std::int64_t c = 0; c < width; ++c) dweight[c0 + c] += dw_acc[c];
