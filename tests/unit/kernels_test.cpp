@@ -348,7 +348,7 @@ TEST(LayerNormKernel, ForwardMatchesNaive) {
 }
 
 TEST(LayerNormKernel, BackwardMatchesFiniteDifferencesAndAccumulates) {
-  // C = 70 crosses the 64-column block of the dweight/dbias reduction.
+  // C = 70: an odd width, split unevenly over the threads' column ranges of the dweight/dbias sums.
   for (const LayerNormCase lc : {LayerNormCase{4, 8}, LayerNormCase{3, 70}}) {
     const std::size_t n = static_cast<std::size_t>(lc.rows * lc.C);
     const std::size_t cn = static_cast<std::size_t>(lc.C);
@@ -899,7 +899,7 @@ TEST(RmsNormKernel, ForwardMatchesNaive) {
 }
 
 TEST(RmsNormKernel, BackwardMatchesFiniteDifferencesAndAccumulates) {
-  // C = 70 crosses the 64-column block of the dweight reduction.
+  // C = 70: an odd width, split unevenly over the threads' column ranges of the dweight sums.
   for (const LayerNormCase lc : {LayerNormCase{4, 8}, LayerNormCase{3, 70}}) {
     const std::size_t n = zu(lc.rows * lc.C);
     const std::size_t cn = zu(lc.C);
@@ -1202,7 +1202,7 @@ TEST(VocabShardCrossEntropyKernel, ShardBackwardIsTheSliceOfTheFullBackward) {
 // Embedding shards
 
 TEST(EmbeddingShardKernel, WholeTableForwardGathersAndBackwardAccumulatesRepeatedIds) {
-  const std::int64_t table_rows = 6, C = 70, rows = 8;  // C = 70 crosses a 64-column block
+  const std::int64_t table_rows = 6, C = 70, rows = 8;  // C = 70: uneven column ranges
   auto table = randn(zu(table_rows * C), "emb.table");
   const std::vector<std::int32_t> ids = {3, 1, 3, 0, 5, 3, 1, 2};
   const auto dout = randn(zu(rows * C), "emb.dout");
@@ -1238,7 +1238,7 @@ TEST(EmbeddingShardKernel, IdsOutsideTheShardGiveZeroRowsAndNoGradient) {
   // token's row comes from exactly one shard, so the sum of the shards' outputs (the
   // all-reduce) is the whole table's lookup, and each shard's gradient is its slice of the
   // whole gradient, to the bit.
-  const std::int64_t table_rows = 10, C = 70, rows = 9;  // C = 70 crosses a 64-column block
+  const std::int64_t table_rows = 10, C = 70, rows = 9;  // C = 70: uneven column ranges
   const auto table = randn(zu(table_rows * C), "embs.table");
   const std::vector<std::int32_t> ids = {3, 9, 4, 0, 8, 3, 7, 4, 3};
   const auto dout = randn(zu(rows * C), "embs.dout");
