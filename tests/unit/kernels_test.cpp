@@ -348,7 +348,7 @@ TEST(LayerNormKernel, ForwardMatchesNaive) {
 }
 
 TEST(LayerNormKernel, BackwardMatchesFiniteDifferencesAndAccumulates) {
-  // C = 70: an odd width, split unevenly over the threads' column ranges of the dweight/dbias sums.
+  // C = 70: an odd width, split unevenly over the threads' column ranges of dweight/dbias.
   for (const LayerNormCase lc : {LayerNormCase{4, 8}, LayerNormCase{3, 70}}) {
     const std::size_t n = static_cast<std::size_t>(lc.rows * lc.C);
     const std::size_t cn = static_cast<std::size_t>(lc.C);
@@ -899,7 +899,7 @@ TEST(RmsNormKernel, ForwardMatchesNaive) {
 }
 
 TEST(RmsNormKernel, BackwardMatchesFiniteDifferencesAndAccumulates) {
-  // C = 70: an odd width, split unevenly over the threads' column ranges of the dweight sums.
+  // C = 70: an odd width, split unevenly over the threads' column ranges of dweight.
   for (const LayerNormCase lc : {LayerNormCase{4, 8}, LayerNormCase{3, 70}}) {
     const std::size_t n = zu(lc.rows * lc.C);
     const std::size_t cn = zu(lc.C);
