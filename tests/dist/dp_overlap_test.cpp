@@ -269,8 +269,11 @@ void PrintTo(const ZeroOverlapLayout& l, std::ostream* os) { *os << zero_name_of
 std::vector<ZeroOverlapLayout> zero_layouts_of_this_world() {
   const int world = test::launched_world_size();
   if (world == 2) {
-    return {{1, 2, 1, false, 1}, {1, 2, 1, false, 4}, {2, 2, 1, false, 1},
-            {2, 2, 1, false, 4}, {3, 2, 1, false, 2}};
+    return {{1, 2, 1, false, 1},
+            {1, 2, 1, false, 4},
+            {2, 2, 1, false, 1},
+            {2, 2, 1, false, 4},
+            {3, 2, 1, false, 2}};
   }
   if (world == 4) return {{1, 4, 1, false, 2}, {2, 4, 1, false, 2}, {2, 2, 2, true, 2}};
   return {};

@@ -459,7 +459,7 @@ std::unique_ptr<CommRequest> ProcessGroup::iall_reduce_sum(std::span<float> x) {
 }
 
 std::unique_ptr<CommRequest> ProcessGroup::ireduce_scatter_sum(std::span<float> in,
-                                                              std::span<float> out) {
+                                                               std::span<float> out) {
   MT_CHECK(in.size() == out.size() * static_cast<std::size_t>(size()),
            "ireduce_scatter on {}: input {} elements, output {}", name_, in.size(), out.size());
   if (size() == 1) {

@@ -53,8 +53,7 @@ class DetachedGroup final : public ProcessGroup {
     unreachable();
   }
   std::unique_ptr<CommRequest> do_iall_reduce_sum(std::span<float>) override { unreachable(); }
-  std::unique_ptr<CommRequest> do_ireduce_scatter_sum(std::span<float>,
-                                                      std::span<float>) override {
+  std::unique_ptr<CommRequest> do_ireduce_scatter_sum(std::span<float>, std::span<float>) override {
     unreachable();
   }
 };

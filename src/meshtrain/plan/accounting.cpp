@@ -305,7 +305,9 @@ double dp_comm_buffer_bytes(const Config& config, const ParameterCounts& sp) {
   }
   const bool second = overlap && units * f(config.training.accumulation) >= 2.0;
   const double extra = second ? slot(4.0 * psi_u) : 0.0;
-  if (stage == 2) return 4.0 * psi_u + slot(std::max(4.0 * psi_u, d * psi_ag)) + extra + 4.0 * psi_s;
+  if (stage == 2) {
+    return 4.0 * psi_u + slot(std::max(4.0 * psi_u, d * psi_ag)) + extra + 4.0 * psi_s;
+  }
   // Gathered values dΨ_u, the unit's gradient 4Ψ_u, a slot, the prefetched unit's send and
   // receive dΨ_u/N + dΨ_u.
   return psi_u * (2.0 * d + 4.0) + slot(4.0 * psi_u) + d * psi_u / n + extra + 4.0 * psi_s;

@@ -146,7 +146,8 @@ ZeroSharding::ZeroSharding(const ParameterList& params, std::vector<ParameterLis
 
 SlicedGrad ZeroSharding::sliced(const Parameter& p) {
   const std::size_t i = index_.at(&p);
-  return {.param = &p, .numel = slots_[i].numel, .slice = slots_[i].slice, .owned = shards_[i].grad};
+  return {
+      .param = &p, .numel = slots_[i].numel, .slice = slots_[i].slice, .owned = shards_[i].grad};
 }
 
 std::size_t ZeroSharding::buckets_posted_in_backward() const noexcept {

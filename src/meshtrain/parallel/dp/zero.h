@@ -105,8 +105,10 @@ class ZeroSharding final : public ParameterHooks {
   int stage() const noexcept { return options_.stage; }
 
   /// End of the step's backward passes: every shard's grad ← the dp mean of the step's
-  /// gradient for its slice. Stage 0 all-reduces the buckets, stage 1 reduce-scatters the full
-  /// gradients; stages 2 and 3 did it in after_backward (nothing left to do).
+  /// gradient for its slice. Stage 0 all-reduces the buckets (those not posted during
+  /// backward, then waits for all); stage 1 posts the reduce-scatters of the buckets backward
+  /// did not post; every stage ≥ 1 then waits for its reduce-scatters in flight (stages 2–3
+  /// posted theirs unit by unit in after_backward).
   void reduce_gradients();
   /// After the optimizer stepped the master slices: stage 0 with a 16-bit compute dtype copies
   /// the masters into the parameters; stages 1–2 all-gather the slices into every rank's full
@@ -130,7 +132,8 @@ class ZeroSharding final : public ParameterHooks {
   /// The full dp-mean gradient of `p` after reduce_gradients(), gathered over dp. Collective.
   Tensor gather_grad(const Parameter& p);
 
-  // ParameterHooks (stages 2 and 3; stage 0 with overlap: gradient buckets; no-ops otherwise).
+  // ParameterHooks (stages 2 and 3: reduce-scatters and gathers; stages 0 and 1 with overlap:
+  // posting and progressing the gradient buckets; no-ops otherwise).
   void before_forward(const ParameterList& unit, const ParameterList* next) override;
   void after_forward(const ParameterList& unit) override;
   void before_backward(const ParameterList& unit, const ParameterList* next) override;

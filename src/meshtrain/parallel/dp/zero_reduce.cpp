@@ -53,8 +53,8 @@ void ZeroGradReducer::grad_ready(const Parameter& p) {
   if (it == tracks_.end()) return;
   Track& t = it->second;
   Bucket& bucket = buckets_[t.bucket];
-  MT_CHECK(!bucket.posted, "{}: a gradient contribution after its bucket's reduce-scatter was posted",
-           p.name);
+  MT_CHECK(!bucket.posted,
+           "{}: a gradient contribution after its bucket's reduce-scatter was posted", p.name);
   if (++t.done < t.passes) return;
   t.done = 0;
   // Only a bucket whose every parameter is tracked may go early: an untracked one's gradient
@@ -99,12 +99,12 @@ void ZeroGradReducer::post(std::vector<SlicedGrad> grads, bool accumulate, bool 
     }
   }
   slot.busy = true;
-  Pending pending{.grads = std::move(grads),
-                  .accumulate = accumulate,
-                  .slot = static_cast<std::size_t>(idle - slots_.begin()),
-                  .request = dp_.ireduce_scatter_sum(
-                      {in, static_cast<std::size_t>(n_ranks * total)},
-                      {out, static_cast<std::size_t>(total)})};
+  Pending pending{
+      .grads = std::move(grads),
+      .accumulate = accumulate,
+      .slot = static_cast<std::size_t>(idle - slots_.begin()),
+      .request = dp_.ireduce_scatter_sum({in, static_cast<std::size_t>(n_ranks * total)},
+                                         {out, static_cast<std::size_t>(total)})};
   in_flight_.push_back(std::move(pending));
   if (!overlap_) {
     complete_oldest();  // one transfer at a time, as a blocking call
