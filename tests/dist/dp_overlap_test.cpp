@@ -332,6 +332,12 @@ TEST_P(ZeroOverlap, OnAndOffAreBitwiseAndMatchOneProcess) {
   const auto units = static_cast<std::size_t>(6 * l.accumulation);
   EXPECT_GE(on.zero().buckets_posted_in_backward(), l.zero == 1 ? std::size_t{2} : units);
   EXPECT_EQ(off.zero().buckets_posted_in_backward(), 0u);
+  // dp_comm_exposed_s counts the hooks' reduction time: posting with overlap, and at stages
+  // 2–3 without it the whole reduce-scatters.
+  EXPECT_GT(on.zero().reduce_seconds_in_backward(), 0.0);
+  if (l.zero >= 2) {
+    EXPECT_GT(off.zero().reduce_seconds_in_backward(), 0.0);
+  }
 
   const auto self = rt.self_group();
   ZeroOverlapLayout single = l;
