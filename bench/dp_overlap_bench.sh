@@ -15,17 +15,19 @@
 # rank 0's seconds per step blocked in dp collectives (dp_comm_s) and waiting on the dp
 # reduction after backward (dp_comm_exposed_s), medians over the rounds, and the final loss
 # (the dp=2 runs are bitwise the same model; dp=1 within float re-association). Defaults N=10,
-# W=3, R=3, B=4: about 2–3 minutes here when the machine is otherwise idle.
+# W=3, R=3, B=4: about 2–3 minutes here when the machine is otherwise idle. --zero-stage Z
+# runs both dp=2 layouts at parallel.zero_stage Z (0–3; default 0: the bucket all-reduces;
+# 1–3: the gradient reduce-scatters overlap, docs/data_parallel.md); dp=1 has no ZeRO.
 #
-#   bench/dp_overlap_bench.sh [--steps N] [--warmup W] [--rounds R] [--batch B]
+#   bench/dp_overlap_bench.sh [--steps N] [--warmup W] [--rounds R] [--batch B] [--zero-stage Z]
 #
-# N ≥ 1, W ≥ 0, R ≥ 1, B even ≥ 2; a bad argument exits 2 before anything runs.
+# N ≥ 1, W ≥ 0, R ≥ 1, B even ≥ 2, Z in 0–3; a bad argument exits 2 before anything runs.
 #
 # Environment: MESHTRAIN_BIN (default build/src/meshtrain/meshtrain).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-steps=10 warmup=3 rounds=3 batch=4
+steps=10 warmup=3 rounds=3 batch=4 zero=0
 die() { echo "dp_overlap_bench.sh: $*" >&2; exit 2; }
 posint() {  # posint NAME VALUE [EXAMPLE]
   [[ $2 =~ ^[1-9][0-9]*$ ]] || die "$1 must be an integer ≥ 1, got '$2' (e.g. $1 ${3:-3})"
@@ -33,13 +35,16 @@ posint() {  # posint NAME VALUE [EXAMPLE]
 nonneg() { [[ $2 =~ ^[0-9]+$ ]] || die "$1 must be an integer ≥ 0, got '$2' (e.g. $1 2)"; }
 while (($#)); do
   case $1 in
-    --steps|--warmup|--rounds|--batch) (($# >= 2)) || die "$1 needs a value (see --help)" ;;
+    --steps|--warmup|--rounds|--batch|--zero-stage) (($# >= 2)) || die "$1 needs a value (see --help)" ;;
   esac
   case $1 in
     --steps) posint --steps "$2"; steps=$2; shift 2 ;;
     --warmup) nonneg --warmup "$2"; warmup=$2; shift 2 ;;
     --rounds) posint --rounds "$2"; rounds=$2; shift 2 ;;
     --batch) posint --batch "$2" 4; batch=$2; shift 2 ;;
+    --zero-stage)
+      [[ $2 =~ ^[0-3]$ ]] || die "--zero-stage must be 0, 1, 2 or 3, got '$2' (e.g. --zero-stage 2)"
+      zero=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
@@ -69,6 +74,7 @@ run() {  # run <layout> <round>: metrics to $work/<layout>.<round>.jsonl, stdout
   case $name in
     on|off) mpirun --oversubscribe --bind-to none -np 2 "$bin" train configs/shakespeare_char.toml \
               "${common[@]}" --parallel.dp 2 --training.micro_batch $((batch / 2)) \
+              --parallel.zero_stage "$zero" \
               --parallel.overlap_grad_reduce "$([[ $name == on ]] && echo true || echo false)" \
               --metrics "$out.jsonl" ;;
     one) "$bin" train configs/shakespeare_char.toml "${common[@]}" --training.micro_batch "$batch" \
@@ -83,9 +89,10 @@ for ((r = 1; r <= rounds; ++r)); do
   done
 done
 
-/usr/bin/python3 - "$work" "$rounds" "$warmup" "$batch" <<'PY'
+/usr/bin/python3 - "$work" "$rounds" "$warmup" "$batch" "$zero" <<'PY'
 import json, statistics, sys
 work, rounds, warmup, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+zero = int(sys.argv[5])
 tokens = batch * 256
 
 def load(name, r):
@@ -103,7 +110,8 @@ per_round = {name: " / ".join("%.0f" % x["ms"] for x in rs) for name, rs in res.
 w = max(18, *(len(t) for t in per_round.values()))
 print(f"dp overlap on 2 cores: gpt2 6 layers × 384, block 256, global batch {batch} "
       f"({tokens} tokens/step), fp32; median step of {rounds} alternating rounds; dp=2: "
-      f"2 processes × 1 thread, micro-batch {batch // 2}; dp=1: 1 process × 1 thread")
+      f"2 processes × 1 thread, micro-batch {batch // 2}, ZeRO stage {zero}; "
+      f"dp=1: 1 process × 1 thread")
 print(f"{'layout':<17} {'ms/step (rounds)':<{w}} {'tokens/s':>8} {'× dp=1':>7} "
       f"{'dp comm ms':>10} {'exposed ms':>10} {'loss':>8}")
 for name, rs in res.items():

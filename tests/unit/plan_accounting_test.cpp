@@ -77,13 +77,21 @@ TEST(PlanAccounting, DpBytesPerStepEqualTheByteCounters) {
             0.0);
 }
 
+// docs/memory.md, "Communication buffers": peak_bytes_comm of the main job at dp 2, with
+// parallel.overlap_grad_reduce (the default: stages 2–3 keep a second reduce-scatter slot; the
+// main job's stage 1 has one bucket, so one slot) and without it (fp32).
 TEST(PlanAccounting, CommBuffersEqualTheMeasuredPeaks) {
-  const double fp32[] = {0, 8040960, 6039040, 4364288};
-  const double bf16[] = {0, 6432768, 3626752, 3379968};
+  const double fp32[] = {0, 4824576, 6826496, 5151744};
+  const double bf16[] = {0, 4824576, 4414208, 4167424};
+  const double fp32_no_overlap[] = {0, 4824576, 5645312, 3970560};
   for (std::int64_t s = 0; s <= 3; ++s) {
     const Config a = main_job(2, s, 6, 1), b = main_job(2, s, 6, 1, Precision::bf16);
     EXPECT_EQ(comm_buffer_bytes(a, stage_parameters(a, 0)), fp32[s]) << "stage " << s;
     EXPECT_EQ(comm_buffer_bytes(b, stage_parameters(b, 0)), bf16[s]) << "stage " << s;
+    Config off = a;
+    off.parallel.overlap_grad_reduce = false;
+    EXPECT_EQ(comm_buffer_bytes(off, stage_parameters(off, 0)), fp32_no_overlap[s])
+        << "stage " << s << " without overlap";
   }
 }
 

@@ -68,7 +68,7 @@ TEST(PlanCp, ZeroAndGradientsOverDpTimesCp) {
   c.parallel.zero_stage = 1;
   EXPECT_EQ(dp_bytes_per_step(c, p), 4824592.0);                              // 4Ψ + 4Ψ/2 + 16
   EXPECT_EQ(model_state_bytes(c, 804096.0).optimizer, 8.0 * 804096.0 / 2.0);  // 8Ψ/N
-  EXPECT_EQ(comm_buffer_bytes(c, p) - cp_comm_buffer_bytes(c), 8040960.0);    // dp 2's ZeRO-1
+  EXPECT_EQ(comm_buffer_bytes(c, p) - cp_comm_buffer_bytes(c), 4824576.0);    // dp 2's ZeRO-1
   c.parallel.dp = 2;
   c.parallel.zero_stage = 3;
   EXPECT_EQ(model_state_bytes(c, 804096.0).grads, 4.0 * 804096.0 / 4.0);  // N = 4

@@ -290,4 +290,102 @@ std::unique_ptr<CommRequest> MpiProcessGroup::do_iall_reduce_sum(std::span<float
   return std::make_unique<MpiRequests>(std::move(requests));
 }
 
+namespace {
+// The ring of do_reduce_scatter_sum as a non-blocking request. Step s posts its chunks (Irecv
+// from r − 1, Isend to r + 1) and, once all have completed, adds this rank's input block to
+// what arrived and posts step s + 1: the additions between steps are ours, so test() and
+// wait() run them (MPI's progress engine cannot). The blocking ring's scratch block is not
+// needed: step 0 receives into `out` (out = mine + out: the same operands as mine + scratch),
+// and later steps into input block r − 1, which step 0 sent and no later step reads (step s
+// reads block r − 2 − s, s ≤ N − 2). One tag per request, so that two rings in flight never
+// match each other's messages; a ring's own steps are ordered by MPI's non-overtaking rule.
+class RingReduceScatter final : public CommRequest {
+ public:
+  RingReduceScatter(std::span<float> in, std::span<float> out, int rank, int size, MPI_Comm comm,
+                    int tag)
+      : in_(in), out_(out), rank_(rank), size_(size), comm_(comm), tag_(tag) {
+    post_step();
+  }
+  ~RingReduceScatter() override {
+    try {
+      wait();
+    } catch (...) {  // a destructor must not throw; MPI has reported the failure already
+    }
+  }
+  void wait() override {
+    while (!done_) {
+      check_mpi(
+          MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE),
+          "MPI_Waitall (reduce-scatter)");
+      finish_step();
+    }
+  }
+  bool test() override {
+    while (!done_) {
+      int arrived = 0;
+      check_mpi(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &arrived,
+                            MPI_STATUSES_IGNORE),
+                "MPI_Testall (reduce-scatter)");
+      if (arrived == 0) return false;
+      finish_step();
+    }
+    return true;
+  }
+
+ private:
+  float* block(int b) {
+    return in_.data() + static_cast<std::size_t>((b % size_ + size_) % size_) * out_.size();
+  }
+  float* receive_space() { return step_ == 0 ? out_.data() : block(rank_ - 1); }
+  void post_step() {
+    const float* send = step_ == 0 ? block(rank_ - 1) : out_.data();
+    float* recv = receive_space();
+    const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
+    const std::size_t chunk = kChunkBytes / sizeof(float);
+    for (std::size_t begin = 0; begin < out_.size(); begin += chunk) {
+      const int count = count_of(std::min(chunk, out_.size() - begin));
+      MPI_Request r = MPI_REQUEST_NULL, s = MPI_REQUEST_NULL;
+      check_mpi(MPI_Irecv(recv + begin, count, MPI_FLOAT, prev, tag_, comm_, &r), "MPI_Irecv");
+      requests_.push_back(r);
+      check_mpi(MPI_Isend(send + begin, count, MPI_FLOAT, next, tag_, comm_, &s), "MPI_Isend");
+      requests_.push_back(s);
+    }
+  }
+  void finish_step() {
+    const float* mine = block(rank_ - 2 - step_);
+    const float* recv = receive_space();
+    float* out = out_.data();
+    for (std::size_t i = 0; i < out_.size(); ++i) out[i] = mine[i] + recv[i];
+    requests_.clear();
+    if (++step_ == size_ - 1) {
+      done_ = true;
+    } else {
+      post_step();
+    }
+  }
+
+  std::span<float> in_, out_;
+  int rank_, size_;
+  MPI_Comm comm_;
+  int tag_;
+  int step_ = 0;
+  bool done_ = false;
+  std::vector<MPI_Request> requests_;  // the current step's chunks (MPI_REQUEST_NULL: done)
+};
+}  // namespace
+
+std::unique_ptr<CommRequest> MpiProcessGroup::do_ireduce_scatter_sum(std::span<float> in,
+                                                                     std::span<float> out) {
+  if (ring_comm_.get() == MPI_COMM_NULL) {
+    // Collective over the group, at the same call on every rank (the posting order rule).
+    MPI_Comm dup = MPI_COMM_NULL;
+    check_mpi(MPI_Comm_dup(comm_.get(), &dup), "MPI_Comm_dup");
+    ring_comm_ = MpiComm(dup);
+  }
+  // Tags cycle through [0, 32768) (MPI guarantees MPI_TAG_UB ≥ 32767); far more rings than
+  // ever are in flight at once.
+  ring_tag_ = (ring_tag_ + 1) % 32768;
+  return std::make_unique<RingReduceScatter>(in, out, rank(), size(), ring_comm_.get(), ring_tag_);
+}
+
 }  // namespace meshtrain

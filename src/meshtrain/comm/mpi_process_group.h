@@ -56,9 +56,15 @@ class MpiProcessGroup final : public ProcessGroup {
   std::unique_ptr<CommRequest> do_iall_gather(std::span<const float> in,
                                               std::span<float> out) override;
   std::unique_ptr<CommRequest> do_iall_reduce_sum(std::span<float> x) override;
+  std::unique_ptr<CommRequest> do_ireduce_scatter_sum(std::span<float> in,
+                                                      std::span<float> out) override;
 
   MpiComm comm_;
   Tensor ring_scratch_;  // reduce-scatter's receive block, grown once, MemCategory::comm
+  // ireduce_scatter_sum's rings: their own communicator (so their messages never meet other
+  // point-to-point traffic of the group), duplicated at the first call; the last ring's tag.
+  MpiComm ring_comm_{MPI_COMM_NULL};
+  int ring_tag_ = 0;
 };
 
 }  // namespace meshtrain

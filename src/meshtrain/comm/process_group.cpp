@@ -153,7 +153,7 @@ namespace {
 std::atomic<bool> debug_checks_on{false};
 
 // The collectives OpGuard numbers, by the index it is given.
-constexpr std::array<std::string_view, 11> kCallNames = {"all_reduce_sum(f32)",
+constexpr std::array<std::string_view, 12> kCallNames = {"all_reduce_sum(f32)",
                                                          "all_reduce_sum(f64)",
                                                          "all_reduce_max(f32)",
                                                          "broadcast(bytes)",
@@ -163,7 +163,8 @@ constexpr std::array<std::string_view, 11> kCallNames = {"all_reduce_sum(f32)",
                                                          "all_to_all(f32)",
                                                          "iall_gather(f32)",
                                                          "all_to_allv(f32)",
-                                                         "iall_reduce_sum(f32)"};
+                                                         "iall_reduce_sum(f32)",
+                                                         "ireduce_scatter_sum(f32)"};
 
 }  // namespace
 
@@ -454,6 +455,24 @@ std::unique_ptr<CommRequest> ProcessGroup::iall_reduce_sum(std::span<float> x) {
       std::move(posted), guard.counter,
       watched(CommOp::all_reduce, watchdog_.slot, watchdog_.name_id, watchdog_.key, -1, guard.seq,
               guard.bytes),
+      guard.record_id, trace_id_, guard.trace_post());
+}
+
+std::unique_ptr<CommRequest> ProcessGroup::ireduce_scatter_sum(std::span<float> in,
+                                                               std::span<float> out) {
+  MT_CHECK(in.size() == out.size() * static_cast<std::size_t>(size()),
+           "ireduce_scatter on {}: input {} elements, output {}", name_, in.size(), out.size());
+  if (size() == 1) {
+    std::copy(in.begin(), in.end(), out.begin());
+    return std::make_unique<CompletedRequest>();
+  }
+  const OpGuard guard(*this, CommOp::reduce_scatter, 11, in.size(), in.size_bytes(), -1,
+                      /*blocks=*/false);
+  std::unique_ptr<CommRequest> posted = do_ireduce_scatter_sum(in, out);
+  return std::make_unique<TimedRequest>(
+      std::move(posted), guard.counter,
+      watched(CommOp::reduce_scatter, watchdog_.slot, watchdog_.name_id, watchdog_.key, -1,
+              guard.seq, guard.bytes),
       guard.record_id, trace_id_, guard.trace_post());
 }
 

@@ -123,6 +123,21 @@ class ProcessGroup {
   /// the last bits from all_reduce_sum's (OpenMPI's non-blocking and blocking collectives
   /// choose their algorithms apart): callers that compare runs use one of the two throughout.
   std::unique_ptr<CommRequest> iall_reduce_sum(std::span<float> x);
+  /// Non-blocking reduce_scatter_sum: in [size() · n] → out [n], out = Σ over ranks of in's
+  /// slice [rank()·n, (rank()+1)·n). The same ring and the same additions as the blocking
+  /// reduce_scatter_sum (each step's sum is `own input + received`, in the ring's fixed order),
+  /// so the result is bitwise reduce_scatter_sum's whenever it is tested or waited for. `in`
+  /// is the ring's receive space too: its contents are undefined once the request completes
+  /// (no scratch block is allocated). Both spans must stay alive and untouched until wait()
+  /// (or a test() that returned true). The ring's steps are point-to-point messages on a
+  /// duplicate of the group's communicator (made at the first call, which is collective),
+  /// each posted by test() or wait() once the previous step has arrived: a caller
+  /// overlapping it with compute calls test() now and then, and every rank waits for its
+  /// requests at the same points of its program (then no rank can block a peer's ring).
+  /// Counted as reduce_scatter (one call, in's bytes) when posted; the seconds blocked in
+  /// wait() are added to reduce_scatter's seconds. ZeRO-1/2/3 post their gradient
+  /// reduce-scatters with it (parallel.overlap_grad_reduce).
+  std::unique_ptr<CommRequest> ireduce_scatter_sum(std::span<float> in, std::span<float> out);
 
   /// A new group of the members that pass the same `color`, ordered by `key`, named
   /// `axis_name`{ranks}. Collective over this group: every member calls it, in the same order.
@@ -165,6 +180,8 @@ class ProcessGroup {
   virtual std::unique_ptr<CommRequest> do_iall_gather(std::span<const float> in,
                                                       std::span<float> out) = 0;
   virtual std::unique_ptr<CommRequest> do_iall_reduce_sum(std::span<float> x) = 0;
+  virtual std::unique_ptr<CommRequest> do_ireduce_scatter_sum(std::span<float> in,
+                                                              std::span<float> out) = 0;
 
  private:
   // For the whole of one blocking operation: numbers it (collectives: and runs the debug

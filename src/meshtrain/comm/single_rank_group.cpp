@@ -53,6 +53,9 @@ class DetachedGroup final : public ProcessGroup {
     unreachable();
   }
   std::unique_ptr<CommRequest> do_iall_reduce_sum(std::span<float>) override { unreachable(); }
+  std::unique_ptr<CommRequest> do_ireduce_scatter_sum(std::span<float>, std::span<float>) override {
+    unreachable();
+  }
 };
 
 }  // namespace

@@ -481,6 +481,10 @@ std::int64_t moe_ffn_hidden_of(const ModelConfig& m) {
   return m.moe_ffn_hidden > 0 ? m.moe_ffn_hidden : ffn_hidden_of(m);
 }
 
+bool overlap_grad_reduce(const ParallelConfig& p) {
+  return p.overlap_grad_reduce && p.pp_schedule != PipelineSchedule::zb_h1;
+}
+
 std::int64_t global_batch_of(const Config& config) {
   return config.training.micro_batch * config.training.accumulation * config.parallel.dp;
 }

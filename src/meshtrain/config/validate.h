@@ -57,6 +57,11 @@ std::int64_t ffn_hidden_of(const ModelConfig& m);
 /// it is 0.
 std::int64_t moe_ffn_hidden_of(const ModelConfig& m);
 
+/// Whether the dp gradient reductions overlap backward: parallel.overlap_grad_reduce, except
+/// under zb_h1, whose deferred weight gradients (W passes) are final only after the unit's
+/// backward hook has run. Shared by the trainer (ZeroOptions) and the planner (comm buffers).
+bool overlap_grad_reduce(const ParallelConfig& p);
+
 /// Sequences per optimizer step: micro_batch × accumulation × dp (training.global_batch, when
 /// set, must equal it; check_config enforces that).
 std::int64_t global_batch_of(const Config& config);

@@ -292,12 +292,25 @@ double dp_comm_buffer_bytes(const Config& config, const ParameterCounts& sp) {
   const double psi_rs = std::min(sp.total, bucket / 4.0);  // reduce-scatter bucket (fp32)
   const double psi_ag = std::min(sp.total, bucket / d);    // all-gather bucket (d bytes)
   const double psi_u = sp.largest_unit, psi_s = sp.tied_extra;
-  if (stage == 1) return 4.0 * psi_rs + std::max(d * psi_ag, 4.0 * psi_rs / n) + 4.0 * psi_rs / n;
-  if (stage == 2) {
-    return 4.0 * psi_u + std::max(4.0 * psi_u, d * psi_ag / n) +
-           std::max(4.0 * psi_u / n, d * psi_ag) + 4.0 * psi_u / n + 4.0 * psi_s;
+  // A reduce-scatter slot (parallel/dp/zero_reduce.h) of `in` input bytes: its output is 1/N of
+  // that. Slot 0 also receives (input) and sends (output) the all-gathers of stages 1–2. With
+  // overlap a second slot holds the next reduce-scatter while the first is in flight, once a
+  // step posts two or more: stage 1's buckets, stages 2–3's units × micro-batches.
+  const auto slot = [n](double in) { return in * (1.0 + 1.0 / n); };
+  const bool overlap = overlap_grad_reduce(config.parallel);
+  const double units = f(sp.layers) + (sp.first ? 1.0 : 0.0) + (sp.last ? 1.0 : 0.0);
+  if (stage == 1) {
+    const bool second = overlap && 4.0 * sp.total > bucket;
+    return slot(std::max(4.0 * psi_rs, d * psi_ag)) + (second ? slot(4.0 * psi_rs) : 0.0);
   }
-  return psi_u * (2.0 * d + 8.0 + (8.0 + d) / n) + 4.0 * psi_s;
+  const bool second = overlap && units * f(config.training.accumulation) >= 2.0;
+  const double extra = second ? slot(4.0 * psi_u) : 0.0;
+  if (stage == 2) {
+    return 4.0 * psi_u + slot(std::max(4.0 * psi_u, d * psi_ag)) + extra + 4.0 * psi_s;
+  }
+  // Gathered values dΨ_u, the unit's gradient 4Ψ_u, a slot, the prefetched unit's send and
+  // receive dΨ_u/N + dΨ_u.
+  return psi_u * (2.0 * d + 4.0) + slot(4.0 * psi_u) + d * psi_u / n + extra + 4.0 * psi_s;
 }
 
 double dp_bytes_per_step(const Config& config, const ParameterCounts& sp) {

@@ -39,10 +39,6 @@ ZeroOptions zero_options(const Config& config, HfImport* import) {
 
 }  // namespace
 
-bool overlap_grad_reduce(const ParallelConfig& p) {
-  return p.overlap_grad_reduce && p.pp_schedule != PipelineSchedule::zb_h1;
-}
-
 // Every rank that holds a replica of the parameters: dp × cp (context parallel splits
 // sequences, not weights); the dp group itself when cp = 1.
 ProcessGroup& grad_reduction_group(const DeviceMesh& mesh) { return mesh.dp_cp_group(); }
@@ -88,7 +84,10 @@ OptimizerState::OptimizerState(const Config& config, const DeviceMesh& mesh, Pip
 void OptimizerState::reduce_gradients(const ParameterList& tied, ProcessGroup* tied_group) {
   const auto start = std::chrono::steady_clock::now();
   zero_->reduce_gradients();
-  dp_exposed_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // After backward, plus what the hooks spent on the reduction during it (stages 1–3 post and
+  // wait there; stage 2–3 without overlap reduce there entirely).
+  dp_exposed_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() +
+                  zero_->reduce_seconds_in_backward();
   sum_tied_embeddings(tied, tied_group);
   replicated_grads_->all_reduce();  // sequence parallel: partial sums over tp, once per step
 }

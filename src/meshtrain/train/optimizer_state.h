@@ -31,10 +31,6 @@ ProcessGroup& grad_reduction_group(const DeviceMesh& mesh);
 ProcessGroup& replica_group(const DeviceMesh& mesh, ReplicaGroup g);
 /// This rank's groups for placements (layers/placement.h).
 PlacementGroups placement_groups(const DeviceMesh& mesh);
-/// Whether the dp gradient buckets overlap backward: parallel.overlap_grad_reduce, except under
-/// zb_h1, whose deferred weight gradients (W passes) are final only after the unit's backward
-/// hook has run.
-bool overlap_grad_reduce(const ParallelConfig& p);
 
 class OptimizerState {
  public:
@@ -61,10 +57,12 @@ class OptimizerState {
   /// stage's; `tied_group` between the first and last stage, or nullptr), and the tp sum of
   /// the replicated parameters' partial gradients (sequence parallel).
   void reduce_gradients(const ParameterList& tied, ProcessGroup* tied_group);
-  /// Seconds the last reduce_gradients() spent in the dp (ZeRO) reduction after backward:
-  /// posting the buckets not posted during backward and waiting for all (stage 0), the
-  /// reduce-scatters (stage 1); about 0 at stages 2, 3 (reduced during backward). The
-  /// metrics' dp_comm_exposed_s.
+  /// Seconds of the last step's dp (ZeRO) gradient reduction that did not overlap compute:
+  /// what reduce_gradients() spent (posting the buckets not posted during backward and
+  /// waiting for all) plus what the parameter hooks spent on it during backward (posting,
+  /// testing, waiting for a free reduce-scatter slot; at stages 2–3 without overlap, the whole
+  /// reduce-scatters). Stage 3's parameter gathers are not included. The metrics'
+  /// dp_comm_exposed_s.
   double dp_exposed_seconds() const noexcept { return dp_exposed_s_; }
   /// fp16: whether some rank of `world` holds a non-finite gradient (the same verdict on every
   /// rank); updates the scale and, unless the step is skipped, unscales the gradients.

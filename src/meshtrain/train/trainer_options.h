@@ -35,8 +35,9 @@ struct StepMetrics {
   // Seconds this rank spent inside those collectives (waiting for peers included).
   double tp_comm_s = 0.0;
   double dp_comm_s = 0.0;
-  // Seconds the step waited on the dp gradient reduction after its last backward (what
-  // parallel.overlap_grad_reduce did not hide; OptimizerState::dp_exposed_seconds).
+  // Seconds the step spent on the dp gradient reduction outside compute: after its last
+  // backward and in the hooks during it (what parallel.overlap_grad_reduce did not hide;
+  // OptimizerState::dp_exposed_seconds).
   double dp_comm_exposed_s = 0.0;
   double cp_comm_s = 0.0;
   // Seconds in the attention core's kernels during the step (forward, backward, recompute;

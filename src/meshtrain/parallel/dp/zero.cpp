@@ -1,6 +1,7 @@
 #include "meshtrain/parallel/dp/zero.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "meshtrain/core/error.h"
@@ -23,6 +24,21 @@ void store_as(const float* from, std::byte* to, std::int64_t n, DType dtype) {
     cast_f32_to_16bit(from, reinterpret_cast<std::uint16_t*>(to), n, dtype);
   }
 }
+
+// Adds the seconds of its scope to `total` (the hooks' gradient-reduction time).
+class ScopeSeconds {
+ public:
+  explicit ScopeSeconds(double& total) : total_(total) {}
+  ScopeSeconds(const ScopeSeconds&) = delete;
+  ScopeSeconds& operator=(const ScopeSeconds&) = delete;
+  ~ScopeSeconds() {
+    total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  double& total_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
 
 }  // namespace
 
@@ -52,6 +68,7 @@ ZeroSharding::ZeroSharding(const ParameterList& params, std::vector<ParameterLis
     }
   }
   if (stage == 0) buckets_ = std::make_unique<GradBuckets>(params, dp, options.bucket_bytes);
+  if (stage >= 1) reducer_ = std::make_unique<ZeroGradReducer>(dp, options.overlap_grad_reduce);
   for (Parameter* p : params) {
     const bool deferred = !p->value.defined();  // built under DeferParameterStorage
     any_deferred = any_deferred || deferred;
@@ -115,16 +132,27 @@ ZeroSharding::ZeroSharding(const ParameterList& params, std::vector<ParameterLis
   }
   MT_CHECK(options.stage < 2 || covered == params.size(), "{} of {} parameters in no unit",
            params.size() - covered, params.size());
-  if (buckets_ && options.overlap_grad_reduce) {
-    // A unit's gradients are final after its backward of the step's last micro-batch.
-    buckets_->enable_overlap([this, m = options.microbatches](const Parameter& p) {
-      return slots_[index_.at(&p)].units * m;
-    });
+  // Stages 0 and 1: a unit's gradients are final after its backward of the last micro-batch.
+  const auto passes = [this, m = options.microbatches](const Parameter& p) {
+    return slots_[index_.at(&p)].units * m;
+  };
+  if (buckets_ && options.overlap_grad_reduce) buckets_->enable_overlap(passes);
+  if (stage == 1) {
+    std::vector<SlicedGrad> all;
+    for (const OptimizerShard& shard : shards_) all.push_back(sliced(*shard.param));
+    reducer_->plan_buckets(std::move(all), options.bucket_bytes, passes);
   }
 }
 
+SlicedGrad ZeroSharding::sliced(const Parameter& p) {
+  const std::size_t i = index_.at(&p);
+  return {
+      .param = &p, .numel = slots_[i].numel, .slice = slots_[i].slice, .owned = shards_[i].grad};
+}
+
 std::size_t ZeroSharding::buckets_posted_in_backward() const noexcept {
-  return buckets_ ? buckets_->posted_in_backward() : 0;
+  if (buckets_) return buckets_->posted_in_backward();
+  return reducer_ ? reducer_->posted_in_backward() : 0;
 }
 
 std::int64_t zero_slice(int stage, std::int64_t numel, int ranks, bool low_precision) {
@@ -163,44 +191,6 @@ std::int64_t ZeroSharding::slice_total(const ParameterList& params) const {
   return total;
 }
 
-Tensor& ZeroSharding::scratch(Tensor& buffer, std::int64_t elements, DType dtype) {
-  // Kept between calls and only ever grown: the same sizes come back every step.
-  const std::int64_t words = (elements * static_cast<std::int64_t>(dtype_size(dtype)) + 3) / 4;
-  if (!buffer.defined() || buffer.numel() < words) {
-    buffer = Tensor();  // the old buffer first: never both alive at once
-    buffer = Tensor::empty({words}, MemCategory::comm);
-  }
-  return buffer;
-}
-
-void ZeroSharding::reduce_scatter(const ParameterList& params, bool accumulate) {
-  const int n_ranks = dp_.size();
-  const std::int64_t total = slice_total(params);
-  float* in = scratch(comm_in_, n_ranks * total, DType::f32).f32();
-  float* out = scratch(comm_out_, total, DType::f32).f32();
-  // Rank-major: rank q's slices of every parameter, back to back, then rank q + 1's.
-  float* at = in;
-  for (int q = 0; q < n_ranks; ++q) {
-    for (const Parameter* p : params) {
-      const Slot& s = slots_[index_.at(p)];
-      const std::int64_t b = owned_begin(s, q), len = owned_end(s, q) - b;
-      std::memcpy(at, p->grad.f32() + b, static_cast<std::size_t>(len) * sizeof(float));
-      std::fill(at + len, at + s.slice, 0.0f);
-      at += s.slice;
-    }
-  }
-  dp_.reduce_scatter_sum({in, static_cast<std::size_t>(n_ranks * total)},
-                         {out, static_cast<std::size_t>(total)});
-  const float inv = 1.0f / static_cast<float>(n_ranks);
-  for (const Parameter* p : params) {
-    const std::size_t i = index_.at(p);
-    float* g = shards_[i].grad.f32();
-    const std::int64_t len = shards_[i].end - shards_[i].begin;
-    for (std::int64_t k = 0; k < len; ++k) g[k] = (accumulate ? g[k] : 0.0f) + out[k] * inv;
-    out += slots_[i].slice;
-  }
-}
-
 void ZeroSharding::pack_masters(const ParameterList& params, Tensor& send) {
   const DType dtype = options_.compute_dtype;
   const std::size_t elem = dtype_size(dtype);
@@ -230,25 +220,14 @@ void ZeroSharding::unpack_values(const ParameterList& params, const Tensor& recv
 }
 
 void ZeroSharding::reduce_gradients() {
+  backward_seconds_ = std::exchange(hook_seconds_, 0.0);
   if (options_.stage == 0) {
     buckets_->all_reduce_mean();
     return;
   }
-  if (options_.stage >= 2) return;  // reduced unit by unit in after_backward
-  // Stage 1: buckets of consecutive parameters, each one reduce-scatter of ≤ bucket_bytes.
-  ParameterList bucket;
-  std::int64_t bytes = 0;
-  for (const OptimizerShard& shard : shards_) {
-    const std::int64_t b = slots_[index_.at(shard.param)].slice * dp_.size() * 4;
-    if (!bucket.empty() && bytes + b > options_.bucket_bytes) {
-      reduce_scatter(bucket, false);
-      bucket.clear();
-      bytes = 0;
-    }
-    bucket.push_back(shard.param);
-    bytes += b;
-  }
-  if (!bucket.empty()) reduce_scatter(bucket, false);
+  // Stage 1: the buckets backward did not post; stages 2–3 posted every unit's in its hook.
+  if (options_.stage == 1) reducer_->post_remaining_buckets();
+  reducer_->finish_step();
 }
 
 void ZeroSharding::publish_parameters() {
@@ -265,10 +244,12 @@ void ZeroSharding::publish_parameters() {
   std::int64_t bytes = 0;
   const auto flush = [&] {
     const std::int64_t total = slice_total(bucket);
-    Tensor& send = scratch(comm_in_, total, dtype);
-    Tensor& recv = scratch(comm_out_, dp_.size() * total, dtype);
-    pack_masters(bucket, send);
     const std::int64_t words = total * static_cast<std::int64_t>(dtype_size(dtype)) / 4;
+    // Slot 0 of the gradient reduce-scatters, idle between steps: receive into its input,
+    // send from its output (N·words and words: the sizes of its own use).
+    Tensor& send = reducer_->idle_buffer(1, words);
+    Tensor& recv = reducer_->idle_buffer(0, words * dp_.size());
+    pack_masters(bucket, send);
     dp_.all_gather({send.f32(), static_cast<std::size_t>(words)},
                    {recv.f32(), static_cast<std::size_t>(words * dp_.size())});
     unpack_values(bucket, recv);
@@ -358,6 +339,10 @@ void ZeroSharding::release_unit_values(const ParameterList& unit) {
 }
 
 void ZeroSharding::before_forward(const ParameterList& unit, const ParameterList* next) {
+  if (reducer_ && options_.overlap_grad_reduce) {
+    const ScopeSeconds timed(hook_seconds_);
+    reducer_->progress();  // the last micro-batch's tail, under the next one's forward
+  }
   if (options_.stage < 3) return;
   gather_unit(unit);
   if (next) post_gather(*next, pending_.emplace());
@@ -368,7 +353,11 @@ void ZeroSharding::after_forward(const ParameterList& unit) {
 }
 
 void ZeroSharding::before_backward(const ParameterList& unit, const ParameterList* next) {
-  if (buckets_) buckets_->progress();  // MPI moves posted buckets only inside MPI calls
+  if (options_.overlap_grad_reduce) {
+    const ScopeSeconds timed(hook_seconds_);
+    if (buckets_) buckets_->progress();  // MPI moves posted buckets only inside MPI calls
+    if (reducer_) reducer_->progress();  // and our rings' steps only inside test()
+  }
   if (options_.stage < 2) return;
   for (Parameter* p : unit) {
     // The unit's full gradient exists only during its backward: a communication buffer.
@@ -380,9 +369,14 @@ void ZeroSharding::before_backward(const ParameterList& unit, const ParameterLis
 }
 
 void ZeroSharding::after_backward(const ParameterList& unit) {
+  const ScopeSeconds timed(hook_seconds_);
   if (buckets_ && buckets_->overlap()) {
     for (const Parameter* p : unit) buckets_->grad_ready(*p);
     buckets_->progress();
+  }
+  if (options_.stage == 1 && options_.overlap_grad_reduce) {
+    for (const Parameter* p : unit) reducer_->grad_ready(*p);
+    reducer_->progress();
   }
   if (options_.stage < 2) return;
   // A parameter in several units (gpt2's tied token embedding: the embedding and the head)
@@ -395,8 +389,13 @@ void ZeroSharding::after_backward(const ParameterList& unit) {
     s.backward_left = s.units;
     complete.push_back(p);
   }
-  if (!complete.empty()) reduce_scatter(complete, true);
+  if (!complete.empty()) {
+    std::vector<SlicedGrad> grads;
+    for (const Parameter* p : complete) grads.push_back(sliced(*p));
+    reducer_->post_unit(std::move(grads));  // copies the gradients: they may go
+  }
   for (Parameter* p : complete) p->grad = Tensor();
+  reducer_->progress();
   if (options_.stage == 3) release_unit_values(unit);
 }
 

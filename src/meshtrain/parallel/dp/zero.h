@@ -29,7 +29,12 @@
 // Gradients are fp32 throughout and reduced in fp32.
 // Memory per rank for Ψ parameters (docs/memory.md): stage 0 16Ψ, 1 8Ψ + 8Ψ/N, 2 4Ψ + 12Ψ/N,
 // 3 16Ψ/N bytes in fp32 training.
-// Uses: comm/process_group.h, layers/ (Parameter, ParameterHooks), dp/grad_buckets.h.
+// Overlap (parallel.overlap_grad_reduce): stage 0's bucket all-reduces (GradBuckets) and the
+// gradient reduce-scatters of stages 1–3 (ZeroGradReducer, zero_reduce.h) are posted during
+// backward as soon as their gradients are final and waited for after it; bitwise the same
+// results as without.
+// Uses: comm/process_group.h, layers/ (Parameter, ParameterHooks), dp/grad_buckets.h,
+// dp/zero_reduce.h.
 #pragma once
 
 #include <cstdint>
@@ -44,6 +49,7 @@
 #include "meshtrain/layers/parameter.h"
 #include "meshtrain/layers/parameter_hooks.h"
 #include "meshtrain/parallel/dp/grad_buckets.h"
+#include "meshtrain/parallel/dp/zero_reduce.h"
 
 namespace meshtrain {
 
@@ -51,9 +57,11 @@ struct ZeroOptions {
   int stage = 0;                        // 0, 1, 2 or 3 (parallel.zero_stage)
   DType compute_dtype = DType::f32;     // what the layers compute with (training.precision)
   std::int64_t bucket_bytes = 4 << 20;  // stage 0 all-reduce buckets, stage 1 reduce-scatters
-  // Stage 0: post each bucket's all-reduce as soon as its gradients are final, during backward
-  // (GradBuckets' overlap; parallel.overlap_grad_reduce). `microbatches`: backward passes per
-  // step (training.accumulation), each unit's gradients are final after the last one.
+  // Post each gradient reduction as soon as its gradients are final, during backward, and wait
+  // after it (parallel.overlap_grad_reduce): stage 0's bucket all-reduces (GradBuckets), stage
+  // 1's bucket reduce-scatters, stages 2–3's unit reduce-scatters (ZeroGradReducer).
+  // `microbatches`: backward passes per step (training.accumulation); stages 0 and 1 reduce
+  // a unit's gradients after its backward of the last one.
   bool overlap_grad_reduce = false;
   int microbatches = 1;
   // The model's initialisation seed: stage 3 initialises the slices of parameters built under
@@ -97,8 +105,10 @@ class ZeroSharding final : public ParameterHooks {
   int stage() const noexcept { return options_.stage; }
 
   /// End of the step's backward passes: every shard's grad ← the dp mean of the step's
-  /// gradient for its slice. Stage 0 all-reduces the buckets, stage 1 reduce-scatters the full
-  /// gradients; stages 2 and 3 did it in after_backward (nothing left to do).
+  /// gradient for its slice. Stage 0 all-reduces the buckets (those not posted during
+  /// backward, then waits for all); stage 1 posts the reduce-scatters of the buckets backward
+  /// did not post; every stage ≥ 1 then waits for its reduce-scatters in flight (stages 2–3
+  /// posted theirs unit by unit in after_backward).
   void reduce_gradients();
   /// After the optimizer stepped the master slices: stage 0 with a 16-bit compute dtype copies
   /// the masters into the parameters; stages 1–2 all-gather the slices into every rank's full
@@ -106,9 +116,15 @@ class ZeroSharding final : public ParameterHooks {
   void publish_parameters();
   /// Zeroes the gradients for the next step (full gradients and/or gradient slices).
   void zero_grad();
-  /// Stage 0 with overlap: buckets the last reduce_gradients() found already posted during
-  /// backward (GradBuckets::posted_in_backward); 0 otherwise.
+  /// With overlap: the gradient reductions of the last step posted during backward and left
+  /// in flight there (stage 0: GradBuckets::posted_in_backward; stages 1–3:
+  /// ZeroGradReducer::posted_in_backward); 0 without overlap.
   std::size_t buckets_posted_in_backward() const noexcept;
+  /// Seconds the parameter hooks of the last step's backward spent on gradient reduction
+  /// (posting, testing, waiting for a slot, and at stages 2–3 without overlap the whole
+  /// reduce-scatters); what reduce_gradients() spends comes on top. Stage 3's parameter
+  /// gathers are not counted.
+  double reduce_seconds_in_backward() const noexcept { return backward_seconds_; }
 
   /// The full fp32 master of `p` (its whole local tensor, no dp padding), gathered over dp.
   /// Collective over dp: every rank calls it for the same parameters in the same order.
@@ -116,7 +132,8 @@ class ZeroSharding final : public ParameterHooks {
   /// The full dp-mean gradient of `p` after reduce_gradients(), gathered over dp. Collective.
   Tensor gather_grad(const Parameter& p);
 
-  // ParameterHooks (stages 2 and 3; stage 0 with overlap: gradient buckets; no-ops otherwise).
+  // ParameterHooks (stages 2 and 3: reduce-scatters and gathers; stages 0 and 1 with overlap:
+  // posting and progressing the gradient buckets; no-ops otherwise).
   void before_forward(const ParameterList& unit, const ParameterList* next) override;
   void after_forward(const ParameterList& unit) override;
   void before_backward(const ParameterList& unit, const ParameterList* next) override;
@@ -141,9 +158,8 @@ class ZeroSharding final : public ParameterHooks {
   std::int64_t owned_begin(const Slot& s, int rank) const;
   std::int64_t owned_end(const Slot& s, int rank) const;
   std::int64_t slice_total(const ParameterList& params) const;
-  /// Reduce-scatters the full gradients of `params` (p.grad) over dp and writes (stage 1) or
-  /// adds (stages 2, 3) 1/N of the sums into the shards' grads.
-  void reduce_scatter(const ParameterList& params, bool accumulate);
+  /// What ZeroGradReducer needs of p: its slicing and this rank's gradient slice.
+  SlicedGrad sliced(const Parameter& p);
   /// Fills `send` (compute dtype, slice_total elements) with this rank's master slices.
   void pack_masters(const ParameterList& params, Tensor& send);
   /// Copies a gathered rank-major buffer into the parameters' full values.
@@ -151,16 +167,17 @@ class ZeroSharding final : public ParameterHooks {
   void post_gather(const ParameterList& unit, PendingGather& out);
   void gather_unit(const ParameterList& unit);
   void release_unit_values(const ParameterList& unit);
-  Tensor& scratch(Tensor& buffer, std::int64_t elements, DType dtype);
 
   ProcessGroup& dp_;
   ZeroOptions options_;
   OptimizerShards shards_;
   std::unordered_map<const Parameter*, std::size_t> index_;  // → slots_, shards_
   std::vector<Slot> slots_;
-  std::unique_ptr<GradBuckets> buckets_;  // stage 0
-  std::optional<PendingGather> pending_;  // stage 3
-  Tensor comm_in_, comm_out_;             // reused collective buffers, MemCategory::comm
+  std::unique_ptr<GradBuckets> buckets_;      // stage 0
+  std::unique_ptr<ZeroGradReducer> reducer_;  // stages 1–3; its slot 0 serves the all-gathers
+  std::optional<PendingGather> pending_;      // stage 3
+  double hook_seconds_ = 0.0;                 // this step's, so far (reduce_seconds_in_backward)
+  double backward_seconds_ = 0.0;             // the last finished step's
 };
 
 }  // namespace meshtrain

@@ -78,6 +78,12 @@ std::size_t ZeroGroups::buckets_posted_in_backward() const noexcept {
   return n;
 }
 
+double ZeroGroups::reduce_seconds_in_backward() const noexcept {
+  double s = 0.0;
+  for (const Group& g : groups_) s += g.zero->reduce_seconds_in_backward();
+  return s;
+}
+
 Tensor ZeroGroups::gather_master(const Parameter& p) { return of(p).gather_master(p); }
 Tensor ZeroGroups::gather_grad(const Parameter& p) { return of(p).gather_grad(p); }
 

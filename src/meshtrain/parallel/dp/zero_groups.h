@@ -48,6 +48,8 @@ class ZeroGroups final : public ParameterHooks {
   void zero_grad();
   /// Σ over the groups of ZeroSharding::buckets_posted_in_backward.
   std::size_t buckets_posted_in_backward() const noexcept;
+  /// Σ over the groups of ZeroSharding::reduce_seconds_in_backward.
+  double reduce_seconds_in_backward() const noexcept;
   /// ZeroSharding's, on p's group (collective over it).
   Tensor gather_master(const Parameter& p);
   Tensor gather_grad(const Parameter& p);
