@@ -25,6 +25,7 @@
 
 #include "meshtrain/core/rng.h"
 #include "meshtrain/kernels/kernels.h"
+#include "../support/bitwise.h"
 
 namespace meshtrain {
 namespace {
@@ -38,16 +39,7 @@ std::vector<float> randn(std::size_t n, std::string_view name, float stddev = 1.
   return v;
 }
 
-::testing::AssertionResult same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return ::testing::AssertionFailure() << "sizes differ";
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
-      return ::testing::AssertionFailure()
-             << "element " << i << ": " << a[i] << " vs " << b[i] << " (of " << a.size() << ")";
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
+using test::same_bits;
 
 class ThreadCountGuard {
  public:

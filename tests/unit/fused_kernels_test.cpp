@@ -21,6 +21,7 @@
 
 #include "meshtrain/core/rng.h"
 #include "meshtrain/kernels/kernels.h"
+#include "../support/bitwise.h"
 #include "meshtrain/layers/norms.h"
 #include "meshtrain/layers/transformer_block.h"
 #include "meshtrain/optim/adamw.h"
@@ -37,17 +38,7 @@ std::vector<float> randn(std::size_t n, std::string_view name, float stddev = 1.
   return v;
 }
 
-// Bitwise equality of two float arrays (memcmp: +0/−0 and NaN payloads count too).
-::testing::AssertionResult same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return ::testing::AssertionFailure() << "sizes differ";
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
-      return ::testing::AssertionFailure()
-             << "element " << i << ": " << a[i] << " vs " << b[i] << " (of " << a.size() << ")";
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
+using test::same_bits;
 
 struct NormCase {
   std::int64_t rows, C;
