@@ -4,8 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstring>
+#include <string_view>
 #include <vector>
+
+#include "meshtrain/core/rng.h"
 
 namespace meshtrain::test {
 
@@ -21,6 +25,15 @@ inline ::testing::AssertionResult same_bits(const std::vector<float>& a,
     }
   }
   return ::testing::AssertionSuccess();
+}
+
+/// n values from N(mean, stddev²), from Philox stream `name` of `seed` (each test file picks
+/// its seed, so its inputs do not depend on another file's).
+inline std::vector<float> randn(std::uint64_t seed, std::size_t n, std::string_view name,
+                                float stddev = 1.0f, float mean = 0.0f) {
+  std::vector<float> v(n);
+  fill_normal(v, seed, stream_of(name), 0, mean, stddev);
+  return v;
 }
 
 }  // namespace meshtrain::test

@@ -33,9 +33,7 @@ constexpr std::uint64_t kSeed = 4321;
 
 std::vector<float> randn(std::size_t n, std::string_view name, float stddev = 1.0f,
                          float mean = 0.0f) {
-  std::vector<float> v(n);
-  fill_normal(v, kSeed, stream_of(name), 0, mean, stddev);
-  return v;
+  return test::randn(kSeed, n, name, stddev, mean);
 }
 
 using test::same_bits;
