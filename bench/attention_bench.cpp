@@ -1,11 +1,13 @@
 // bench/attention_bench.cpp
 //
 // The tiled FlashAttention-2 chunk kernel (attention_chunk_forward, attention_delta +
-// attention_chunk_backward, kernels/cpu/flash_*.cpp) on one full causal sequence, batch 1,
-// GPT-2's fused [q | k | v] rows, the 6-layer/384 model's heads (6 × head_dim 64) by default,
+// attention_chunk_backward, kernels/cpu/flash_*.cpp) on full causal sequences (batch 1 by
+// default), GPT-2's fused [q | k | v] rows, the 6-layer/384 model's heads (6 × head_dim 64) by
+// default (nanoGPT's CPU config: --batch 12 --heads 4 --head-dim 32 --t 64),
 // against oneDNN's GEMM on the same shapes in the same run, f32 and bf16 tile operands.
 //
-//   attention_bench [threads] [--heads H] [--t T ...] [--rounds R] [--no-bf16]
+//   attention_bench [threads] [--heads H] [--head-dim D] [--batch B] [--t T ...] [--rounds R]
+//                   [--no-bf16]
 //                   [--bf16-portable] [--bf16-dot] [--no-f32] [--old] [--cpu-time]
 //
 // GFLOP/s convention: causal forward = 2 GEMMs (S = q·kᵀ, O = P·v) over half the T×T scores,
@@ -80,20 +82,20 @@ enum class Kernel : std::uint8_t { old_rows, tiled };
 
 /// One round of a kernel on one causal sequence of T tokens with `heads` heads of `hd`, the
 /// tiled one on tile path `path`.
-Rates time_attention(Kernel kernel, std::int64_t T, std::int64_t heads, std::int64_t hd,
-                     TilePath path) {
+Rates time_attention(Kernel kernel, std::int64_t B, std::int64_t T, std::int64_t heads,
+                     std::int64_t hd, TilePath path) {
   namespace k = meshtrain::kernels;
   const std::int64_t C = heads * hd;
-  std::vector<float> qkv(static_cast<std::size_t>(T * 3 * C)),
-      dout(static_cast<std::size_t>(T * C));
+  std::vector<float> qkv(static_cast<std::size_t>(B * T * 3 * C)),
+      dout(static_cast<std::size_t>(B * T * C));
   meshtrain::fill_normal(qkv, 1, 1, 0, 0.0f, 1.0f);
   meshtrain::fill_normal(dout, 1, 2, 0, 0.0f, 1.0f);
-  std::vector<float> out(dout.size()), lse(static_cast<std::size_t>(heads * T)), delta(lse.size());
+  std::vector<float> out(dout.size()), lse(static_cast<std::size_t>(B * heads * T)), delta(lse.size());
   std::vector<float> dqkv(qkv.size(), 0.0f);
   const k::QkvRows in{qkv.data(), qkv.data() + C, qkv.data() + 2 * C, 3 * C, 3 * C};
   const k::QkvGradRows grad{dqkv.data(), dqkv.data() + C, dqkv.data() + 2 * C, 3 * C, 3 * C};
-  const k::GqaDims gd{1, T, heads, heads, hd};
-  const AttentionChunkDims cd{1, T, T, heads, heads, hd, 0, 0, T, T, T};
+  const k::GqaDims gd{B, T, heads, heads, hd};
+  const AttentionChunkDims cd{B, T, T, heads, heads, hd, 0, 0, T, T, T};
   const bool tiled = kernel == Kernel::tiled;
   const auto forward = [&] {
     if (tiled) {
@@ -112,7 +114,7 @@ Rates time_attention(Kernel kernel, std::int64_t T, std::int64_t heads, std::int
     }
   };
   const double flops = 2.0 * static_cast<double>(T) * static_cast<double>(T) *
-                       static_cast<double>(hd) * static_cast<double>(heads);
+                       static_cast<double>(hd) * static_cast<double>(heads) * static_cast<double>(B);
   Rates r{};
   r.fwd = flops / seconds_per_call(forward) * 1e-9;
   r.bwd = 2.5 * flops / seconds_per_call(backward) * 1e-9;
@@ -188,9 +190,8 @@ int main(int argc, char** argv) {
   int threads = 1, rounds = 3;
   bool bf16 = true, old = false, f32 = true, dot_row = false;
   TilePath bf16_path = meshtrain::kernels::cpu::flash::tile_path(meshtrain::DType::bf16);
-  std::int64_t heads = 6;
+  std::int64_t heads = 6, hd = 64, batch = 1;
   std::vector<std::int64_t> lengths;
-  const std::int64_t hd = 64;
   for (int i = 1; i < argc; ++i) {
     const auto value = [&] { return i + 1 < argc ? std::atoll(argv[++i]) : 0LL; };
     if (std::strcmp(argv[i], "--cpu-time") == 0) {
@@ -207,6 +208,10 @@ int main(int argc, char** argv) {
       old = true;
     } else if (std::strcmp(argv[i], "--heads") == 0) {
       heads = value();
+    } else if (std::strcmp(argv[i], "--head-dim") == 0) {
+      hd = value();
+    } else if (std::strcmp(argv[i], "--batch") == 0) {
+      batch = value();
     } else if (std::strcmp(argv[i], "--t") == 0) {
       lengths.push_back(value());
     } else if (std::strcmp(argv[i], "--rounds") == 0) {
@@ -218,9 +223,10 @@ int main(int argc, char** argv) {
   if (lengths.empty()) lengths = {256, 1024, 4096};
   const bool bad_t = std::any_of(lengths.begin(), lengths.end(), [](auto t) { return t < 1; });
   const bool no_dot = dot_row && !meshtrain::kernels::cpu::flash::kHasBf16Dot;
-  if (threads < 1 || heads < 1 || rounds < 1 || bad_t || (g_cpu_time && threads != 1) || no_dot) {
+  if (threads < 1 || heads < 1 || hd < 1 || batch < 1 || rounds < 1 || bad_t || (g_cpu_time && threads != 1) || no_dot) {
     std::fprintf(stderr,
-                 "usage: %s [threads] [--heads H] [--t T ...] [--rounds R] [--no-bf16] "
+                 "usage: %s [threads] [--heads H] [--head-dim D] [--batch B] [--t T ...] [--rounds R] "
+                 "[--no-bf16] "
                  "[--bf16-portable] [--bf16-dot (AVX512_BF16 builds)] [--no-f32] [--old] "
                  "[--cpu-time (1 thread)]\n",
                  argv[0]);
@@ -228,9 +234,10 @@ int main(int argc, char** argv) {
   }
   meshtrain::kernels::set_num_threads(threads);
   std::printf(
-      "attention_bench: %d thread(s), batch 1, %lld heads x head_dim %lld, causal, %s, median "
+      "attention_bench: %d thread(s), batch %lld, %lld heads x head_dim %lld, causal, %s, median "
       "of %d rounds; GFLOP/s (fwd 2*T^2*d per head, bwd 2.5x, fwd+bwd 3.5x); bf16 path %s\n",
-      threads, static_cast<long long>(heads), static_cast<long long>(hd),
+      threads, static_cast<long long>(batch), static_cast<long long>(heads),
+      static_cast<long long>(hd),
       g_cpu_time ? "thread CPU time" : "wall clock", rounds,
       bf16_path == TilePath::bf16_amx   ? "amx (tdpbf16ps)"
       : bf16_path == TilePath::bf16_dot ? "avx512_bf16 dot"
@@ -246,7 +253,7 @@ int main(int argc, char** argv) {
     std::vector<std::vector<Rates>> results(rows.size());
     for (int round = 0; round < rounds; ++round) {
       for (std::size_t i = 0; i < rows.size(); ++i) {
-        Rates r = time_attention(rows[i].kernel, T, heads, hd, rows[i].path);
+        Rates r = time_attention(rows[i].kernel, batch, T, heads, hd, rows[i].path);
         r.gemm = gemm_gflops(T, hd, rows[i].bf16_gemm);
         results[i].push_back(r);
       }

@@ -19,6 +19,7 @@ PACKAGES=(
   python3-sentencepiece                 # export tokenizer test: SentencePiece models and ids
   python3-matplotlib                    # bench/plot_scaling.py (bench/scaling_bench.sh's PNG)
   slurmctld slurmd slurm-client munge   # the one-node Slurm of tests/e2e/slurm_job.sh
+  iproute2 util-linux                   # the multi-host test bed (tests/multihost: ip netns, unshare)
   python3-sentencepiece                 # tokenizer reference test (tests/reference/tokenizer_reference.py)
 )
 

@@ -23,6 +23,7 @@
 #include "../support/test_config.h"
 #include "../support/training_run.h"
 #include "dist_env.h"
+#include "shared_dir.h"
 #include "meshtrain/checkpoint/reshard.h"
 #include "meshtrain/checkpoint/sharded_checkpoint.h"
 
@@ -32,18 +33,8 @@ namespace {
 namespace fs = std::filesystem;
 using test::quiet;
 
-// One fresh directory, the same path on every rank of `group` (rank 0 creates it).
 fs::path shared_temp_dir(ProcessGroup& group) {
-  std::string path;
-  if (group.rank() == 0) {
-    std::string pattern = (fs::temp_directory_path() / "meshtrain_ckpt_XXXXXX").string();
-    path = ::mkdtemp(pattern.data());
-  }
-  std::int64_t n = static_cast<std::int64_t>(path.size());
-  group.broadcast(std::as_writable_bytes(std::span<std::int64_t>(&n, 1)), 0);
-  path.resize(static_cast<std::size_t>(n));
-  group.broadcast(std::as_writable_bytes(std::span<char>(path)), 0);
-  return path;
+  return test::shared_temp_dir(group, "meshtrain_ckpt_");
 }
 
 // ---------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@
 #include "../support/test_config.h"
 #include "../support/training_run.h"
 #include "dist_env.h"
+#include "shared_dir.h"
 #include "meshtrain/checkpoint/hf_format.h"
 
 namespace meshtrain {
@@ -63,19 +64,8 @@ Config layout_config(const Layout& layout) {
   return c;
 }
 
-// A directory every rank knows: rank 0 creates it, the name is broadcast.
 std::filesystem::path shared_temp_dir(ProcessGroup& world) {
-  std::string path;
-  if (world.rank() == 0) {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "meshtrain_export_import.XXXXXX").string();
-    path = ::mkdtemp(pattern.data()) != nullptr ? pattern : "";
-  }
-  std::int64_t n = static_cast<std::int64_t>(path.size());
-  world.broadcast(std::as_writable_bytes(std::span<std::int64_t>(&n, 1)), 0);
-  path.resize(static_cast<std::size_t>(n));
-  world.broadcast(std::as_writable_bytes(std::span<char>(path)), 0);
-  return path;
+  return test::shared_temp_dir(world, "meshtrain_export_import.");
 }
 
 bool bitwise_equal(const Tensor& a, const Tensor& b) {

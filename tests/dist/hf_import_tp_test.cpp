@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "dist_env.h"
+#include "shared_dir.h"
 #include "meshtrain/checkpoint/hf_format.h"
 #include "meshtrain/core/rng.h"
 #include "meshtrain/model/causal_lm.h"
@@ -38,24 +39,17 @@ ModelConfig narrow_gpt2() {
 // Rank 0 writes the file (every tensor N(0, 0.5²) rounded to bf16) into a directory every
 // rank knows.
 std::filesystem::path write_bf16_model(ProcessGroup& world) {
-  std::string path;
+  const std::filesystem::path path = test::shared_temp_dir(world, "meshtrain_hf_import_tp.");
   if (world.rank() == 0) {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "meshtrain_hf_import_tp.XXXXXX").string();
-    path = ::mkdtemp(pattern.data()) != nullptr ? pattern : "";
     std::vector<NamedTensor> tensors;
     for (const HfTensor& spec : hf_tensors(narrow_gpt2())) {
       Tensor t = Tensor::empty(spec.hf_shape(), MemCategory::other);
       fill_normal(t.span_f32(), 5, stream_of(spec.hf_name), 0, 0.0f, 0.5f);
       tensors.push_back({spec.hf_name, t.to(DType::bf16, MemCategory::other)});
     }
-    write_safetensors(std::filesystem::path(path) / "model.safetensors", tensors,
-                      {{"format", "pt"}});
+    write_safetensors(path / "model.safetensors", tensors, {{"format", "pt"}});
   }
-  std::int64_t n = static_cast<std::int64_t>(path.size());
-  world.broadcast(std::as_writable_bytes(std::span<std::int64_t>(&n, 1)), 0);
-  path.resize(static_cast<std::size_t>(n));
-  world.broadcast(std::as_writable_bytes(std::span<char>(path)), 0);
+  world.barrier();  // the file is complete before any rank reads it
   return path;
 }
 
