@@ -347,7 +347,8 @@ TEST_F(FakeMpirun, AStopSignalIsPassedAsSigusr1ThenSigterm) {
   EXPECT_EQ(run.code, 5) << run.log;
   EXPECT_EQ(run.argv.size(), 1U) << run.log;  // not restarted
   std::ifstream in(got);
-  const std::string received((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string received((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
   EXPECT_EQ(received, "USR1\nTERM\n");
   EXPECT_NE(run.log.find("got SIGTERM; asking every rank to finish its step, write a checkpoint "
                          "and stop (SIGUSR1 to mpirun)"),

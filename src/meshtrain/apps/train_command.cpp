@@ -14,17 +14,19 @@ namespace {
 
 // One line a user (or a job script grepping for it) can act on.
 void print_stop(const Trainer::Stop& stop, const Config& config) {
-  const std::string who = stop.ranks_signalled == 1
-                              ? fmt::format("rank {}", stop.first_rank)
-                              : fmt::format("{} ranks", stop.ranks_signalled);
+  const std::string who = stop.ranks_signalled == 1 ? fmt::format("rank {}", stop.first_rank)
+                                                    : fmt::format("{} ranks", stop.ranks_signalled);
   const std::string saved =
       stop.checkpoint.empty()
-          ? std::string("no checkpoint written (checkpoint.save_final = false and "
-                        "checkpoint.interval = 0)")
-          : fmt::format("checkpoint written to {}; resume with --checkpoint.resume auto "
-                        "(checkpoint.dir = {})",
-                        stop.checkpoint.string(), config.checkpoint.dir);
-  fmt::print(stderr, "meshtrain: received {} ({}) at step {}; every rank stopped after it; {}; "
+          ? std::string(
+                "no checkpoint written (checkpoint.save_final = false and "
+                "checkpoint.interval = 0)")
+          : fmt::format(
+                "checkpoint written to {}; resume with --checkpoint.resume auto "
+                "(checkpoint.dir = {})",
+                stop.checkpoint.string(), config.checkpoint.dir);
+  fmt::print(stderr,
+             "meshtrain: received {} ({}) at step {}; every rank stopped after it; {}; "
              "exit code {}\n",
              signal_name(stop.signal), who, stop.step, saved, kExitStoppedBySignal);
   std::fflush(stderr);

@@ -229,8 +229,10 @@ Attempt run_attempt(const std::vector<std::string>& argv, const SupervisorIo& io
                    "signal ends the job at once\n",
                    name);
       } else {
-        fmt::print(io.log, "meshtrain launch: got {} again; ending the job now (SIGTERM to "
-                   "mpirun)\n", name);
+        fmt::print(io.log,
+                   "meshtrain launch: got {} again; ending the job now (SIGTERM to "
+                   "mpirun)\n",
+                   name);
       }
       std::fflush(io.log);
       if (!exited) ::kill(pid, attempt.interrupted ? SIGTERM : SIGUSR1);
