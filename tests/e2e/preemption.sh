@@ -11,7 +11,7 @@
 #    grad norm and val loss of steps N + 1 … 40 and every final parameter (model.safetensors)
 #    are the uninterrupted run's bits.
 # 2. SIGTERM to one random rank only: both ranks still stop after the same step (a rank that
-#    stopped alone would leave the other in a collective until the 10 s watchdog, exit 4):
+#    stopped alone would leave the other in a collective until the 30 s watchdog, exit 4):
 #    exit 5, the message names that rank, the checkpoint of the step holds both ranks' shards.
 # 3. Under `meshtrain launch -n 2 --max-restarts 2`, SIGTERM to the launcher: it passes SIGUSR1
 #    to mpirun (which forwards it to every rank), does not restart, exits 5 and leaves no
@@ -40,7 +40,7 @@ fail() {
 MPIRUN=(mpirun --oversubscribe --bind-to none -np 2)
 JOB=(train "$CONFIG" --parallel.dp 2 --parallel.zero_stage 1 --training.micro_batch 6
   --training.max_steps 40 --training.eval_interval 20 --training.eval_batches 4
-  --training.threads 1 --data.dir "$DATA" --parallel.comm_timeout_s 10)
+  --training.threads 1 --data.dir "$DATA" --parallel.comm_timeout_s 30)
 
 "${MPIRUN[@]}" "$BIN" "${JOB[@]}" --checkpoint.dir "$WORK/ref" --metrics "$WORK/ref.jsonl" \
   >"$WORK/ref.log" 2>&1 || { LOG=$WORK/ref.log; fail "the uninterrupted run failed"; }
@@ -133,7 +133,9 @@ K=$((5 + RANDOM % 20))
   >"$WORK/all.log" 2>&1 &
 JOBPID=$!
 wait_for_step all "$K" "$JOBPID" || { LOG=$WORK/all.log; fail "all: ended before step $K"; }
-kill -TERM $(rank_pids all)
+pids=$(rank_pids all)
+(($(wc -w <<<"$pids") == 2)) || { LOG=$WORK/all.log; fail "all: found rank pids '$pids'"; }
+kill -TERM $pids
 rc=0
 wait "$JOBPID" || rc=$?
 N=$(check_stopped all "$rc" "2 ranks") || { echo "$N"; exit 1; }
@@ -150,7 +152,9 @@ R=$((RANDOM % 2))
   >"$WORK/one.log" 2>&1 &
 JOBPID=$!
 wait_for_step one "$K" "$JOBPID" || { LOG=$WORK/one.log; fail "one: ended before step $K"; }
-kill -TERM $(rank_pids one "$R")
+pids=$(rank_pids one "$R")
+[[ -n $pids ]] || { LOG=$WORK/one.log; fail "one: no process of rank $R found"; }
+kill -TERM $pids
 rc=0
 wait "$JOBPID" || rc=$?
 N=$(check_stopped one "$rc" "rank $R") || { echo "$N"; exit 1; }
