@@ -7,7 +7,8 @@
 //   3  a missing or corrupt data or checkpoint file (named in the message)
 //   4  the watchdog ended a hung job (kWatchdogExitCode, comm/watchdog.h)
 //   5  stopped by SIGTERM, SIGUSR1 or SIGINT: every rank finished the same step and a complete
-//      checkpoint of it was written; `--checkpoint.resume auto` continues from it
+//      checkpoint of it was written (unless checkpoint.save_final = false and
+//      checkpoint.interval = 0); `--checkpoint.resume auto` continues from it
 #pragma once
 
 namespace meshtrain {
