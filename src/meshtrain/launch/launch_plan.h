@@ -88,8 +88,7 @@ struct RetryDecision {
 /// launcher forwarded, exit code 2 (bad configuration or arguments) or 3 (bad data file),
 /// or a program mpirun could not start: a restart cannot fix those. Nor after exit code 5
 /// (kExitStoppedBySignal: the ranks were asked to stop and checkpointed), with or without an
-/// interrupt of the launcher. Otherwise while
-/// restarts_done < max_restarts.
+/// interrupt of the launcher. Otherwise while restarts_done < max_restarts.
 RetryDecision decide_retry(const AttemptStatus& status, const FailedRank& failed, bool interrupted,
                            int restarts_done, int max_restarts);
 

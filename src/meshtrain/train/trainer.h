@@ -55,7 +55,7 @@ class Trainer {
   /// Why run() ended before training.max_steps was trained out: a stop signal.
   struct Stop {
     int signal = 0;                    // the highest signal number a rank received
-    int ranks_signalled = 0;           // how many ranks had received one at the agreed step
+    int ranks_signalled = 0;           // how many ranks had received one when they stopped
     int first_rank = 0;                // the lowest world rank of those
     std::int64_t step = 0;             // optimizer steps done (1-based step it stopped after)
     std::filesystem::path checkpoint;  // the complete checkpoint of that step; "" = none
