@@ -6,11 +6,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "meshtrain/launch/launch_plan.h"
@@ -184,6 +187,26 @@ TEST(RetryPolicy, ConfigAndDataErrorsSuccessAndInterruptsAreNotRetried) {
   EXPECT_FALSE(decide_retry({.signaled = false, .code = 1}, launch_failure(), false, 0, 3).restart);
 }
 
+TEST(RetryPolicy, AJobStoppedByASignalIsNotRetried) {
+  // Exit code 5: the ranks were asked to stop (preemption) and checkpointed. Not restarted,
+  // whether the launcher passed the signal on or a rank was signalled directly.
+  for (const bool interrupted : {false, true}) {
+    const RetryDecision stopped =
+        decide_retry({.signaled = false, .code = 5}, rank_exited(0, 5), interrupted, 0, 3);
+    EXPECT_FALSE(stopped.restart);
+    EXPECT_NE(stopped.reason.find("exit code 5 means the ranks received a stop signal and "
+                                  "stopped after writing a checkpoint"),
+              std::string::npos)
+        << stopped.reason;
+    EXPECT_NE(stopped.reason.find("--checkpoint.resume auto"), std::string::npos);
+  }
+  EXPECT_FALSE(decide_retry({.signaled = false, .code = 5}, {}, false, 0, 3).restart);
+  // A rank killed by a signal is still a crash, whatever mpirun returns.
+  EXPECT_TRUE(
+      decide_retry({.signaled = false, .code = 5}, rank_signaled(1, 9, "Killed"), false, 0, 3)
+          .restart);
+}
+
 // The supervision loop against a fake mpirun: a script that logs its arguments and fails the
 // way mpirun does for its first `fails` calls.
 class FakeMpirun : public ::testing::Test {
@@ -282,6 +305,59 @@ TEST_F(FakeMpirun, BadDataIsNotRetried) {
   EXPECT_NE(run.log.find("rank 1 exited with code 3 after"), std::string::npos) << run.log;
   EXPECT_NE(run.log.find("not restarting: exit code 3 means a bad data file; a restart cannot fix "
                          "it (exit code 3)"),
+            std::string::npos)
+      << run.log;
+}
+
+// SIGTERM to the launcher reaches mpirun as SIGUSR1 (forwarded to the ranks, which checkpoint
+// and stop); a second signal as SIGTERM. The fake records what it got and exits 5 on SIGTERM.
+TEST_F(FakeMpirun, AStopSignalIsPassedAsSigusr1ThenSigterm) {
+  const std::string path = (dir_ / "mpirun").string();
+  const std::string got = (dir_ / "got").string();
+  std::ofstream(path) << fmt::format(
+      "#!/bin/bash\n"
+      "echo \"$*\" >> '{0}/argv'\n"
+      "trap 'echo USR1 >> {1}' USR1\n"
+      "trap 'echo TERM >> {1}; exit 5' TERM\n"
+      "touch '{0}/ready'\n"
+      "while true; do sleep 0.02; done\n",
+      dir_.string(), got);
+  ::chmod(path.c_str(), 0755);
+  // The launcher's handlers are installed before it starts mpirun, so once the fake is ready
+  // a signal to this process goes to them.
+  std::thread signaller([&] {
+    const auto wait_for = [](const std::filesystem::path& p, const std::string& text) {
+      for (int i = 0; i < 500; ++i) {
+        std::ifstream in(p);
+        const std::string content((std::istreambuf_iterator<char>(in)),
+                                  std::istreambuf_iterator<char>());
+        if (std::filesystem::exists(p) && content.find(text) != std::string::npos) return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      return false;
+    };
+    // Without the fake running (or once it has exited) the signal would hit the default
+    // action and end this test binary: signal only while the launcher's handlers are in place.
+    if (!wait_for(dir_ / "ready", "")) return;
+    ::kill(::getpid(), SIGTERM);
+    if (wait_for(got, "USR1")) ::kill(::getpid(), SIGINT);
+  });
+  const Run run = supervise_fake(path, 3);
+  signaller.join();
+  EXPECT_EQ(run.code, 5) << run.log;
+  EXPECT_EQ(run.argv.size(), 1U) << run.log;  // not restarted
+  std::ifstream in(got);
+  const std::string received((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+  EXPECT_EQ(received, "USR1\nTERM\n");
+  EXPECT_NE(run.log.find("got SIGTERM; asking every rank to finish its step, write a checkpoint "
+                         "and stop (SIGUSR1 to mpirun)"),
+            std::string::npos)
+      << run.log;
+  EXPECT_NE(run.log.find("got SIGINT again; ending the job now (SIGTERM to mpirun)"),
+            std::string::npos)
+      << run.log;
+  EXPECT_NE(run.log.find("not restarting: exit code 5 means the ranks received a stop signal"),
             std::string::npos)
       << run.log;
 }

@@ -15,6 +15,7 @@
 #include "meshtrain/apps/commands.h"
 #include "meshtrain/comm/mpi_runtime.h"
 #include "meshtrain/core/error.h"
+#include "meshtrain/core/stop_signal.h"
 
 namespace meshtrain {
 namespace {
@@ -294,6 +295,9 @@ int main(int argc, char** argv) {
   if (*export_cmd) return run_export(export_args);
   if (*plan_cmd) return run_plan(plan_args);
   train.overrides = train_cmd->remaining();
+  // Before MPI starts its threads, so they inherit nothing else and a signal that arrives
+  // during start-up is kept for the first step boundary rather than killing the rank.
+  install_stop_signal_handlers();
   MpiRuntime runtime(&argc, &argv);
   return run_train(train, runtime);
 }

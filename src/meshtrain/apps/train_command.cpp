@@ -4,9 +4,35 @@
 #include "meshtrain/comm/mpi_runtime.h"
 #include "meshtrain/config/load.h"
 #include "meshtrain/core/error.h"
+#include "meshtrain/core/exit_codes.h"
+#include "meshtrain/core/stop_signal.h"
 #include "meshtrain/train/trainer.h"
 
 namespace meshtrain {
+
+namespace {
+
+// One line a user (or a job script grepping for it) can act on.
+void print_stop(const Trainer::Stop& stop, const Config& config) {
+  const std::string who = stop.ranks_signalled == 1 ? fmt::format("rank {}", stop.first_rank)
+                                                    : fmt::format("{} ranks", stop.ranks_signalled);
+  const std::string saved =
+      stop.checkpoint.empty()
+          ? std::string(
+                "no checkpoint written (checkpoint.save_final = false and "
+                "checkpoint.interval = 0)")
+          : fmt::format(
+                "checkpoint written to {}; resume with --checkpoint.resume auto "
+                "(checkpoint.dir = {})",
+                stop.checkpoint.string(), config.checkpoint.dir);
+  fmt::print(stderr,
+             "meshtrain: received {} ({}) at step {}; every rank stopped after it; {}; "
+             "exit code {}\n",
+             signal_name(stop.signal), who, stop.step, saved, kExitStoppedBySignal);
+  std::fflush(stderr);
+}
+
+}  // namespace
 
 int run_train(const TrainArgs& args, const MpiRuntime& runtime) {
   const bool rank0 = runtime.world_rank() == 0;
@@ -47,6 +73,10 @@ int run_train(const TrainArgs& args, const MpiRuntime& runtime) {
       fmt::print("note: parallel.sequence_parallel has no effect with parallel.tp = 1\n");
     }
     trainer.run();
+    if (const auto& stop = trainer.stopped()) {
+      if (rank0) print_stop(*stop, trainer.config());
+      return kExitStoppedBySignal;
+    }
     return 0;
   } catch (const ConfigError& e) {
     // Every rank reaches the same verdict from the same files, so only rank 0 speaks.

@@ -5,6 +5,8 @@
 
 #include <charconv>
 
+#include "meshtrain/core/exit_codes.h"
+
 namespace meshtrain {
 namespace {
 
@@ -186,15 +188,25 @@ std::string describe_failure(const AttemptStatus& status, const FailedRank& fail
 RetryDecision decide_retry(const AttemptStatus& status, const FailedRank& failed, bool interrupted,
                            int restarts_done, int max_restarts) {
   if (!status.signaled && status.code == 0) return {.restart = false, .reason = "it succeeded"};
+  // A rank's own exit code when mpirun named one, else mpirun's (it returns the first failed
+  // rank's code).
+  const int code = failed.exit_code ? *failed.exit_code : (status.signaled ? -1 : status.code);
+  if (!failed.signal && code == kExitStoppedBySignal) {
+    // Asked to stop (preemption, or a user), whether through the launcher or not: restarting
+    // would defeat the stop.
+    return {.restart = false,
+            .reason = fmt::format(
+                "exit code {} means the ranks received a stop signal and stopped after "
+                "writing a checkpoint{}; to continue, run the job again with "
+                "--checkpoint.resume auto",
+                kExitStoppedBySignal, interrupted ? " (the launcher passed on its signal)" : "")};
+  }
   if (interrupted) {
     return {.restart = false, .reason = "the launcher was interrupted and passed that on"};
   }
   if (failed.launch_failed) {
     return {.restart = false, .reason = "a restart cannot fix a program mpirun cannot start"};
   }
-  // A rank's own exit code when mpirun named one, else mpirun's (it returns the first failed
-  // rank's code).
-  const int code = failed.exit_code ? *failed.exit_code : (status.signaled ? -1 : status.code);
   if (!failed.signal && code == 2) {
     return {.restart = false,
             .reason =

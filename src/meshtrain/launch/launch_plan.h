@@ -86,8 +86,9 @@ struct RetryDecision {
 
 /// Whether to run the job again after a failed attempt. Never after success, an interrupt the
 /// launcher forwarded, exit code 2 (bad configuration or arguments) or 3 (bad data file),
-/// or a program mpirun could not start: a restart cannot fix those. Otherwise while
-/// restarts_done < max_restarts.
+/// or a program mpirun could not start: a restart cannot fix those. Nor after exit code 5
+/// (kExitStoppedBySignal: the ranks were asked to stop and checkpointed), with or without an
+/// interrupt of the launcher. Otherwise while restarts_done < max_restarts.
 RetryDecision decide_retry(const AttemptStatus& status, const FailedRank& failed, bool interrupted,
                            int restarts_done, int max_restarts);
 

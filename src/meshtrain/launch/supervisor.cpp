@@ -22,7 +22,13 @@
 namespace meshtrain {
 namespace {
 
-constexpr std::array<int, 3> kForwarded = {SIGINT, SIGTERM, SIGHUP};
+// The signals that stop the job (and end the restarts). The first is passed to mpirun as
+// SIGUSR1, which OpenMPI forwards to every rank (ess_base_forward_signals' defaults) and the
+// ranks answer by checkpointing and exiting 5 (core/stop_signal.h); SIGTERM to mpirun would
+// instead end the ranks within ≈2 s (SIGTERM after odls_base_sigkill_timeout = 1 s, SIGKILL
+// 1 s later), too soon for a step and a checkpoint. A second one is passed as SIGTERM: the
+// user insists, the job ends now.
+constexpr std::array<int, 4> kForwarded = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
 
 // The write end of the self-pipe the signal handler reports into (async-signal-safe: write
 // only). One supervisor per process, so one global.
@@ -35,7 +41,7 @@ extern "C" void forward_signal_handler(int sig) {
   errno = saved;
 }
 
-// Catches SIGINT/SIGTERM/SIGHUP into a pipe the attempt loop polls, and ignores SIGPIPE (a
+// Catches kForwarded into a pipe the attempt loop polls, and ignores SIGPIPE (a
 // closed stdout must not kill the launcher while its job runs); restores everything after.
 class SignalCatcher {
  public:
@@ -214,10 +220,22 @@ Attempt run_attempt(const std::vector<std::string>& argv, const SupervisorIo& io
       }
     }
     for (const int sig : signals.take()) {
-      fmt::print(io.log, "meshtrain launch: got {}; passing it to mpirun, no restart after this\n",
-                 sigabbrev_np(sig) ? fmt::format("SIG{}", sigabbrev_np(sig)) : std::to_string(sig));
+      const std::string name =
+          sigabbrev_np(sig) ? fmt::format("SIG{}", sigabbrev_np(sig)) : std::to_string(sig);
+      if (!attempt.interrupted) {
+        fmt::print(io.log,
+                   "meshtrain launch: got {}; asking every rank to finish its step, write a "
+                   "checkpoint and stop (SIGUSR1 to mpirun); no restart after this; a second "
+                   "signal ends the job at once\n",
+                   name);
+      } else {
+        fmt::print(io.log,
+                   "meshtrain launch: got {} again; ending the job now (SIGTERM to "
+                   "mpirun)\n",
+                   name);
+      }
       std::fflush(io.log);
-      if (!exited) ::kill(pid, sig);
+      if (!exited) ::kill(pid, attempt.interrupted ? SIGTERM : SIGUSR1);
       attempt.interrupted = true;
     }
     if (!exited) {

@@ -19,11 +19,12 @@ struct SupervisorIo {
 
 /// Runs mpirun_argv(plan, restart) until it exits 0, fails in a way a restart cannot fix, or
 /// max_restarts restarts are used. Each attempt runs in its own session with stdin from
-/// /dev/null; SIGINT, SIGTERM and SIGHUP sent to the launcher are passed to mpirun (and end
-/// the restarts). After every attempt, any process of its session that outlived mpirun is
-/// killed (SIGKILL) and reaped, so the next attempt starts alone. Returns the last attempt's
-/// exit code (128 + signal when mpirun itself died of a signal), or 1 when mpirun could not
-/// be started.
+/// /dev/null. SIGINT, SIGTERM, SIGHUP and SIGUSR1 sent to the launcher end the restarts: the
+/// first is passed to mpirun as SIGUSR1 (the ranks checkpoint and stop, exit code 5), a second
+/// as SIGTERM (mpirun ends the job); the launcher then waits for mpirun to exit. After every
+/// attempt, any process of its session that outlived mpirun is killed (SIGKILL) and reaped,
+/// so the next attempt starts alone. Returns the last attempt's exit code (128 + signal when
+/// mpirun itself died of a signal), or 1 when mpirun could not be started.
 int supervise(const LaunchPlan& plan, int max_restarts, const SupervisorIo& io = {});
 
 }  // namespace meshtrain

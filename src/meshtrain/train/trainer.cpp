@@ -14,6 +14,7 @@
 #include "meshtrain/config/validate.h"
 #include "meshtrain/core/allocator.h"
 #include "meshtrain/core/error.h"
+#include "meshtrain/core/stop_signal.h"
 #include "meshtrain/core/system.h"
 #include "meshtrain/kernels/kernels.h"
 #include "meshtrain/parallel/tp/gather.h"
@@ -147,7 +148,8 @@ void check_outputs(const Config& config, const TrainerOptions& options, ProcessG
     if (config.checkpoint.save_final || config.checkpoint.interval > 0) {
       check_writable_dir(config.checkpoint.dir, config.source);
     }
-    if (config.checkpoint.interval > 0) {  // where the sharded checkpoints go
+    // Where the sharded checkpoints go: every interval, and after a stop signal.
+    if (config.checkpoint.save_final || config.checkpoint.interval > 0) {
       check_writable_dir(fs::path(config.checkpoint.dir) / "checkpoints", config.source);
     }
     check_output_file(options.trace_path, "--trace");
@@ -334,6 +336,15 @@ StepMetrics Trainer::train_step(std::int64_t step) {
   return m;
 }
 
+int Trainer::agreed_stop_signal() {
+  // A signal reaches the ranks at different moments (mpirun forwards it one rank after the
+  // other), or only one rank (`kill` of one pid): the max makes every rank stop after the
+  // same step. 4 bytes once per step: µs against a step of ms or more (docs/resilience.md).
+  float sig = static_cast<float>(stop_signal_received());  // signal numbers are exact in f32
+  world_.all_reduce_max(std::span<float>(&sig, 1));
+  return static_cast<int>(sig);
+}
+
 std::vector<StepMetrics> Trainer::run() {
   const TrainingConfig& t = config_.training;
   std::vector<StepMetrics> history;
@@ -347,7 +358,8 @@ std::vector<StepMetrics> Trainer::run() {
       m.val_loss = evaluate();
     }
     const std::int64_t interval = config_.checkpoint.interval;
-    if (interval > 0 && ((step + 1) % interval == 0 || last)) {
+    const bool saved = interval > 0 && ((step + 1) % interval == 0 || last);
+    if (saved) {
       const trace::Scope traced(trace::Kind::checkpoint);
       save_checkpoint(step + 1);
       m.checkpoint_s = last_checkpoint_s_;
@@ -355,12 +367,19 @@ std::vector<StepMetrics> Trainer::run() {
     trace_->end_step();
     report_->log_step(m);
     history.push_back(m);
+    // Outside the step's window, so its counters and trace hold only the step's traffic.
+    if (const int sig = agreed_stop_signal(); sig != 0) {
+      stop_for_signal(sig, step + 1, saved);
+      break;
+    }
   }
   finish_checkpoint();  // the last save is complete before run() returns
   trace_->write(world_, mesh_->shape());
   report_->report_peak_memory();
   report_->finish_run();
-  if (config_.checkpoint.save_final) {
+  // A stopped run is resumed, not finished: the consolidated copy would cost the grace
+  // period a preempted job has, and the run that completes writes it.
+  if (config_.checkpoint.save_final && !stopped_) {
     const std::vector<NamedTensor> tensors = logical_tensors();
     if (mesh_->rank() == 0) {
       // nanoGPT's and llm.c's data have no meta.json to copy: with data.tokenizer, one is

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "meshtrain/checkpoint/safetensors.h"
@@ -44,8 +45,23 @@ class Trainer {
 
   /// Trains training.max_steps steps; returns every step's metrics (same on every rank except
   /// peak_bytes). Saves the final checkpoint (logical tensors, gathered over tp) on rank 0
-  /// when checkpoint.save_final.
+  /// when checkpoint.save_final. After every step the ranks agree (one all-reduce) whether
+  /// any of them received a stop signal (core/stop_signal.h); if one did, every rank stops
+  /// after that same step, a sharded checkpoint of it is written and completed (when
+  /// checkpoint.save_final or checkpoint.interval > 0; not the final consolidated one), and
+  /// run() returns early with stopped() set.
   std::vector<StepMetrics> run();
+
+  /// Why run() ended before training.max_steps was trained out: a stop signal.
+  struct Stop {
+    int signal = 0;                    // the highest signal number a rank received
+    int ranks_signalled = 0;           // how many ranks had received one when they stopped
+    int first_rank = 0;                // the lowest world rank of those
+    std::int64_t step = 0;             // optimizer steps done (1-based step it stopped after)
+    std::filesystem::path checkpoint;  // the complete checkpoint of that step; "" = none
+  };
+  /// Set by run() when it stopped for a signal (the same on every rank); empty otherwise.
+  const std::optional<Stop>& stopped() const noexcept { return stopped_; }
 
   struct Gradients {
     double loss = 0.0;       // mean over the global batch
@@ -108,6 +124,13 @@ class Trainer {
 
  private:
   StepMetrics train_step(std::int64_t step);
+  /// The highest stop signal any rank has received (0 = none): one all-reduce over the world,
+  /// so every rank gets the same answer at the same step boundary. Collective over the world.
+  int agreed_stop_signal();
+  /// After an agreed stop signal `sig` at `steps_done`: writes the sharded checkpoint of that
+  /// step (unless `saved`: the interval's save already did), waits until it is complete and
+  /// sets stopped_. Collective over the world.
+  void stop_for_signal(int sig, std::int64_t steps_done, bool saved);
   /// checkpoint.resume: "auto" tries the complete checkpoints newest first (a bad one is
   /// reported and the previous one tried); a directory must load.
   void resume();
@@ -132,6 +155,7 @@ class Trainer {
   std::int64_t start_step_ = 0;
   bool reported_complete_ = true;   // the last save's completion was logged
   double last_checkpoint_s_ = 0.0;  // the training thread's time in the last save_checkpoint
+  std::optional<Stop> stopped_;     // run() stopped for a signal
 };
 
 }  // namespace meshtrain

@@ -7,6 +7,7 @@
 #include "meshtrain/config/load.h"
 #include "meshtrain/config/validate.h"
 #include "meshtrain/core/error.h"
+#include "meshtrain/core/stop_signal.h"
 #include "meshtrain/train/collective_verdict.h"
 #include "meshtrain/train/trainer.h"
 
@@ -124,6 +125,27 @@ void Trainer::save_checkpoint(std::int64_t steps_done) {
                last_checkpoint_s_ * 1e3,
                config_.checkpoint.async ? " (state copied; written in the background)" : "");
   }
+}
+
+void Trainer::stop_for_signal(int sig, std::int64_t steps_done, bool saved) {
+  // Who received it, for the message: a user who signalled one rank sees that it was heard.
+  const bool mine = stop_signal_received() != 0;
+  float count = mine ? 1.0f : 0.0f;
+  float lowest = mine ? static_cast<float>(world_.size() - world_.rank()) : 0.0f;
+  world_.all_reduce_sum(std::span<float>(&count, 1));
+  world_.all_reduce_max(std::span<float>(&lowest, 1));
+  Stop stop{.signal = sig,
+            .ranks_signalled = static_cast<int>(count),
+            .first_rank = world_.size() - static_cast<int>(lowest),
+            .step = steps_done,
+            .checkpoint = {}};
+  // checkpoint.dir was checked writable at start-up exactly when one of these is set.
+  if (config_.checkpoint.save_final || config_.checkpoint.interval > 0) {
+    if (!saved) save_checkpoint(steps_done);
+    finish_checkpoint();  // complete (COMPLETE written) on every rank before anyone exits
+    stop.checkpoint = checkpoint_writer_->last_dir();
+  }
+  stopped_ = std::move(stop);
 }
 
 void Trainer::load_checkpoint(const fs::path& dir) {
