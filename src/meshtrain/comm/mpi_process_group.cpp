@@ -26,6 +26,24 @@ void check_mpi(int code, const char* what) {
   throw CommError(fmt::format("{} failed: {}", what, std::string_view(text, length)));
 }
 
+// As above, naming the group the call ran on (its axis name, set as the communicator's MPI
+// name by MpiProcessGroup) and this rank in it: with MPI_ERRORS_RETURN a failed peer or link
+// becomes this CommError instead of an abort inside MPI.
+void check_mpi(int code, const char* what, MPI_Comm comm) {
+  if (code == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  char name[MPI_MAX_OBJECT_NAME] = {};
+  int name_length = 0, rank = -1, size = 0;
+  MPI_Comm_get_name(comm, name, &name_length);
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  throw CommError(fmt::format("{} failed on group '{}' (rank {} of {}): {}", what,
+                              std::string_view(name, name_length), rank, size,
+                              std::string_view(text, length)));
+}
+
 int count_of(std::size_t n) {
   MT_CHECK(n <= static_cast<std::size_t>(INT_MAX), "message of {} elements exceeds MPI's int", n);
   return static_cast<int>(n);
@@ -37,7 +55,7 @@ void chunked_all_reduce(std::span<T> x, MPI_Datatype type, MPI_Op op, MPI_Comm c
   for (std::size_t begin = 0; begin < x.size(); begin += chunk) {
     const std::size_t n = std::min(chunk, x.size() - begin);
     check_mpi(MPI_Allreduce(MPI_IN_PLACE, x.data() + begin, count_of(n), type, op, comm),
-              "MPI_Allreduce");
+              "MPI_Allreduce", comm);
   }
 }
 
@@ -65,7 +83,12 @@ MpiComm::~MpiComm() {
 
 MpiProcessGroup::MpiProcessGroup(MpiComm comm, std::string axis_name)
     : ProcessGroup(rank_of(comm.get()), world_ranks_of(comm.get()), std::move(axis_name)),
-      comm_(std::move(comm)) {}
+      comm_(std::move(comm)) {
+  // Errors come back as codes (check_mpi turns them into CommErrors naming this group); a
+  // communicator inherits its parent's handler, set again here so that no group depends on it.
+  MPI_Comm_set_errhandler(comm_.get(), MPI_ERRORS_RETURN);
+  MPI_Comm_set_name(comm_.get(), name().c_str());
+}
 
 std::unique_ptr<ProcessGroup> MpiProcessGroup::split(int color, int key,
                                                      std::string axis_name) const {
@@ -85,10 +108,10 @@ void MpiProcessGroup::do_all_reduce_max(std::span<float> x) {
 }
 
 void MpiProcessGroup::do_broadcast(std::span<std::byte> x, int root) {
-  check_mpi(MPI_Bcast(x.data(), count_of(x.size()), MPI_BYTE, root, comm_.get()), "MPI_Bcast");
+  check_mpi(MPI_Bcast(x.data(), count_of(x.size()), MPI_BYTE, root, comm_.get()), "MPI_Bcast", comm_.get());
 }
 
-void MpiProcessGroup::do_barrier() { check_mpi(MPI_Barrier(comm_.get()), "MPI_Barrier"); }
+void MpiProcessGroup::do_barrier() { check_mpi(MPI_Barrier(comm_.get()), "MPI_Barrier", comm_.get()); }
 
 // A ring reduce-scatter (Patarasuk & Yuan 2009, §3) of N−1 MPI_Sendrecv steps into a scratch
 // block that lives as long as the group, instead of MPI_Reduce_scatter_block: OpenMPI 4.1's
@@ -114,7 +137,7 @@ void MpiProcessGroup::do_reduce_scatter_sum(std::span<const float> in, std::span
       const std::size_t count = std::min(kChunkBytes / sizeof(float), block - begin);
       check_mpi(MPI_Sendrecv(send + begin, count_of(count), MPI_FLOAT, next, s, recv + begin,
                              count_of(count), MPI_FLOAT, prev, s, comm_.get(), MPI_STATUS_IGNORE),
-                "MPI_Sendrecv (reduce-scatter)");
+                "MPI_Sendrecv (reduce-scatter)", comm_.get());
     }
     const float* mine = input(r - 2 - s);
     for (std::size_t i = 0; i < block; ++i) out[i] = mine[i] + recv[i];
@@ -125,14 +148,14 @@ void MpiProcessGroup::do_reduce_scatter_sum(std::span<const float> in, std::span
 void MpiProcessGroup::do_all_gather(std::span<const float> in, std::span<float> out) {
   check_mpi(MPI_Allgather(in.data(), count_of(in.size()), MPI_FLOAT, out.data(),
                           count_of(in.size()), MPI_FLOAT, comm_.get()),
-            "MPI_Allgather");
+            "MPI_Allgather", comm_.get());
 }
 
 void MpiProcessGroup::do_all_to_all(std::span<const float> in, std::span<float> out) {
   const int per_rank = count_of(in.size() / static_cast<std::size_t>(size()));
   check_mpi(
       MPI_Alltoall(in.data(), per_rank, MPI_FLOAT, out.data(), per_rank, MPI_FLOAT, comm_.get()),
-      "MPI_Alltoall");
+      "MPI_Alltoall", comm_.get());
 }
 
 void MpiProcessGroup::do_all_to_allv(std::span<const float> in,
@@ -152,17 +175,17 @@ void MpiProcessGroup::do_all_to_allv(std::span<const float> in,
   }
   check_mpi(MPI_Alltoallv(in.data(), sc.data(), sd.data(), MPI_FLOAT, out.data(), rc.data(),
                           rd.data(), MPI_FLOAT, comm_.get()),
-            "MPI_Alltoallv");
+            "MPI_Alltoallv", comm_.get());
 }
 
 void MpiProcessGroup::do_send(std::span<const float> x, int peer, int tag) {
-  check_mpi(MPI_Send(x.data(), count_of(x.size()), MPI_FLOAT, peer, tag, comm_.get()), "MPI_Send");
+  check_mpi(MPI_Send(x.data(), count_of(x.size()), MPI_FLOAT, peer, tag, comm_.get()), "MPI_Send", comm_.get());
 }
 
 void MpiProcessGroup::do_recv(std::span<float> x, int peer, int tag) {
   check_mpi(
       MPI_Recv(x.data(), count_of(x.size()), MPI_FLOAT, peer, tag, comm_.get(), MPI_STATUS_IGNORE),
-      "MPI_Recv");
+      "MPI_Recv", comm_.get());
 }
 
 namespace {
@@ -191,14 +214,14 @@ std::unique_ptr<CommRequest> MpiProcessGroup::do_isend(std::span<const float> x,
                                                        int tag) {
   MPI_Request request = MPI_REQUEST_NULL;
   check_mpi(MPI_Isend(x.data(), count_of(x.size()), MPI_FLOAT, peer, tag, comm_.get(), &request),
-            "MPI_Isend");
+            "MPI_Isend", comm_.get());
   return std::make_unique<MpiRequest>(request);
 }
 
 std::unique_ptr<CommRequest> MpiProcessGroup::do_irecv(std::span<float> x, int peer, int tag) {
   MPI_Request request = MPI_REQUEST_NULL;
   check_mpi(MPI_Irecv(x.data(), count_of(x.size()), MPI_FLOAT, peer, tag, comm_.get(), &request),
-            "MPI_Irecv");
+            "MPI_Irecv", comm_.get());
   return std::make_unique<MpiRequest>(request);
 }
 
@@ -211,6 +234,10 @@ void abort_all_ranks() { MPI_Abort(MPI_COMM_WORLD, 3); }
 MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   int provided = 0;
   MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  // MPI's default, MPI_ERRORS_ARE_FATAL, aborts the whole job from inside the failing call with
+  // MPI's own message; returned codes become CommErrors with the operation and group (issue 17).
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &world_size_);
   MPI_Comm local = MPI_COMM_NULL;
@@ -242,7 +269,7 @@ std::unique_ptr<CommRequest> MpiProcessGroup::do_iall_gather(std::span<const flo
   MPI_Request request = MPI_REQUEST_NULL;
   check_mpi(MPI_Iallgather(in.data(), count_of(in.size()), MPI_FLOAT, out.data(),
                            count_of(in.size()), MPI_FLOAT, comm_.get(), &request),
-            "MPI_Iallgather");
+            "MPI_Iallgather", comm_.get());
   return std::make_unique<MpiRequest>(request);
 }
 
@@ -284,7 +311,7 @@ std::unique_ptr<CommRequest> MpiProcessGroup::do_iall_reduce_sum(std::span<float
     MPI_Request request = MPI_REQUEST_NULL;
     check_mpi(MPI_Iallreduce(MPI_IN_PLACE, x.data() + begin, count_of(n), MPI_FLOAT, MPI_SUM,
                              comm_.get(), &request),
-              "MPI_Iallreduce");
+              "MPI_Iallreduce", comm_.get());
     requests.push_back(request);
   }
   return std::make_unique<MpiRequests>(std::move(requests));
@@ -345,9 +372,9 @@ class RingReduceScatter final : public CommRequest {
     for (std::size_t begin = 0; begin < out_.size(); begin += chunk) {
       const int count = count_of(std::min(chunk, out_.size() - begin));
       MPI_Request r = MPI_REQUEST_NULL, s = MPI_REQUEST_NULL;
-      check_mpi(MPI_Irecv(recv + begin, count, MPI_FLOAT, prev, tag_, comm_, &r), "MPI_Irecv");
+      check_mpi(MPI_Irecv(recv + begin, count, MPI_FLOAT, prev, tag_, comm_, &r), "MPI_Irecv", comm_);
       requests_.push_back(r);
-      check_mpi(MPI_Isend(send + begin, count, MPI_FLOAT, next, tag_, comm_, &s), "MPI_Isend");
+      check_mpi(MPI_Isend(send + begin, count, MPI_FLOAT, next, tag_, comm_, &s), "MPI_Isend", comm_);
       requests_.push_back(s);
     }
   }
