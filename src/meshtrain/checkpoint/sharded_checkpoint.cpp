@@ -131,14 +131,25 @@ void prune(const fs::path& root, std::int64_t keep_last) {
   for (std::size_t i = static_cast<std::size_t>(keep_last); i < complete.size(); ++i) {
     fs::remove_all(complete[i], ec);
   }
-  for (const auto& entry : fs::directory_iterator(root, ec)) {
-    if (step_of_dir(entry.path()) >= 0 && !fs::exists(entry.path() / kCompleteName, ec)) {
-      fs::remove_all(entry.path(), ec);
-    }
-  }
+  remove_incomplete_checkpoints(root);
 }
 
 }  // namespace
+
+std::vector<fs::path> remove_incomplete_checkpoints(const fs::path& root) {
+  std::vector<fs::path> removed;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return removed;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    if (step_of_dir(entry.path()) >= 0 && !fs::exists(entry.path() / kCompleteName, ec)) {
+      if (fs::remove_all(entry.path(), ec) != static_cast<std::uintmax_t>(-1)) {
+        removed.push_back(entry.path());
+      }
+    }
+  }
+  std::sort(removed.begin(), removed.end());
+  return removed;
+}
 
 fs::path checkpoint_path(const fs::path& root, std::int64_t step) {
   return root / fmt::format("step-{:08d}", step);

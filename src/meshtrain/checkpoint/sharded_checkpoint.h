@@ -75,6 +75,13 @@ std::filesystem::path checkpoint_path(const std::filesystem::path& root, std::in
 /// None (or no root) gives an empty list.
 std::vector<std::filesystem::path> complete_checkpoints(const std::filesystem::path& root);
 
+/// Removes the step-N directories under `root` that hold no COMPLETE marker — saves that a
+/// crash, a kill or a full disk ended — and returns them. World rank 0 only, when no save of
+/// this job is in flight (resume = auto calls it before loading): a failed save's shards would
+/// otherwise keep their disk space until the next save completes, which on a full disk it
+/// cannot (docs/resilience.md, "A full disk"). Nothing complete is touched.
+std::vector<std::filesystem::path> remove_incomplete_checkpoints(const std::filesystem::path& root);
+
 /// World rank 0, before a save of `step` (then a barrier): creates `root` and removes what a
 /// crashed earlier run may have left at that step's path, so no stale file mixes in.
 /// Throws DataError naming the directory when it cannot be created.

@@ -246,6 +246,14 @@ void Trainer::resume() {
     load_checkpoint(resume);
     return;
   }
+  if (world_.rank() == 0) {
+    for (const fs::path& dir : remove_incomplete_checkpoints(checkpoint_root())) {
+      if (options_.log) {
+        fmt::print("checkpoint.resume = auto: removed {}, a save that never completed\n",
+                   dir.string());
+      }
+    }
+  }
   const std::vector<fs::path> candidates = complete_checkpoints(checkpoint_root());
   if (candidates.empty()) {
     if (world_.rank() == 0 && options_.log) {
