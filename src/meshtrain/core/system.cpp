@@ -1,5 +1,8 @@
 #include "meshtrain/core/system.h"
 
+#include <unistd.h>
+
+#include <array>
 #include <fstream>
 #include <string>
 
@@ -14,6 +17,12 @@ std::int64_t available_memory_bytes() {
     if (key == "MemAvailable:") return kib * 1024;
   }
   return 0;
+}
+
+std::string host_name() {
+  std::array<char, 256> name{};
+  if (::gethostname(name.data(), name.size() - 1) != 0) return "localhost";
+  return name.data();
 }
 
 }  // namespace meshtrain

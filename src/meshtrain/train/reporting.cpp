@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -12,10 +13,31 @@
 #include "meshtrain/config/validate.h"
 #include "meshtrain/core/allocator.h"
 #include "meshtrain/core/error.h"
+#include "meshtrain/core/system.h"
 #include "meshtrain/layers/context_attention.h"
 
 namespace meshtrain {
 namespace {
+
+// Every world rank's host name, from one all-gather of a fixed 64-byte field per rank (the
+// bytes travel as 16 floats: all_gather copies them bit for bit). Longer names are cut to 63
+// bytes; they only label the straggler report.
+std::vector<std::string> gather_host_names(ProcessGroup& world) {
+  constexpr std::size_t kBytes = 64;
+  std::array<char, kBytes> mine{};
+  const std::string name = host_name();
+  std::copy_n(name.begin(), std::min(name.size(), kBytes - 1), mine.begin());
+  std::vector<float> in(kBytes / sizeof(float));
+  std::memcpy(in.data(), mine.data(), kBytes);
+  std::vector<float> all(in.size() * static_cast<std::size_t>(world.size()));
+  world.all_gather(in, all);
+  std::vector<std::string> hosts;
+  for (int r = 0; r < world.size(); ++r) {
+    const char* p = reinterpret_cast<const char*>(all.data()) + static_cast<std::size_t>(r) * kBytes;
+    hosts.emplace_back(p, strnlen(p, kBytes - 1));
+  }
+  return hosts;
+}
 
 // Bytes and seconds of every operation of `group` so far.
 CommCounter comm_total(const ProcessGroup& group) {
@@ -130,6 +152,7 @@ Reporting::Reporting(const Config& config, const TrainerOptions& options, Proces
       predicted_bubble_(predicted_bubble),
       clock_([this] { return comm_seconds(); }),
       eta_(config.training.max_steps, config.training.eval_interval) {
+  if (config.training.straggler_interval > 0) hosts_ = gather_host_names(world);
   // Rank 0 checked before anything was allocated that the files can be written (Trainer).
   if (world.rank() != 0) return;
   if (!options.metrics_path.empty()) {
@@ -283,13 +306,20 @@ void Reporting::finish_run() {
   }
 }
 
+std::string Reporting::host_of(int world_rank) const {
+  return static_cast<std::size_t>(world_rank) < hosts_.size()
+             ? hosts_[static_cast<std::size_t>(world_rank)]
+             : std::string("?");
+}
+
 void Reporting::print_stragglers(const StepMetrics& m) const {
   std::string names;
   for (const Straggler& s : m.stragglers) {
     const MeshCoords c = mesh_.shape().coords_of(s.rank);
-    names += fmt::format("{}rank {} (pp {} dp {} cp {} tp {}) {} {:.1f} ms/step vs median {:.1f}",
-                         names.empty() ? "" : "; ", s.rank, c.pp, c.dp, c.cp, c.tp,
-                         to_string(s.phase), s.seconds * 1e3, s.median * 1e3);
+    names += fmt::format(
+        "{}rank {} on {} (pp {} dp {} cp {} tp {}) {} {:.1f} ms/step vs median {:.1f}",
+        names.empty() ? "" : "; ", s.rank, host_of(s.rank), c.pp, c.dp, c.cp, c.tp,
+        to_string(s.phase), s.seconds * 1e3, s.median * 1e3);
   }
   fmt::print("straggler report, steps {}–{}: {}\n",
              m.step - config_.training.straggler_interval + 1, m.step,
@@ -348,6 +378,7 @@ nlohmann::json Reporting::metrics_line(const StepMetrics& m, double elapsed_s, d
     nlohmann::json list = nlohmann::json::array();
     for (const Straggler& s : m.stragglers) {
       list.push_back({{"rank", s.rank},
+                      {"host", host_of(s.rank)},
                       {"phase", to_string(s.phase)},
                       {"s_per_step", s.seconds},
                       {"median_s_per_step", s.median}});

@@ -92,6 +92,8 @@ class Reporting {
 
  private:
   void print_stragglers(const StepMetrics& m) const;
+  /// The host world rank `world_rank` runs on ("?" before the names are gathered).
+  std::string host_of(int world_rank) const;
   /// Runs `write` on the TensorBoard file; a DataError is a warning and ends the file.
   void tensorboard_write(const std::function<void()>& write);
   nlohmann::json metrics_line(const StepMetrics& m, double elapsed_s, double eta_s) const;
@@ -111,6 +113,7 @@ class Reporting {
   EtaEstimator eta_;
   RunSummary summary_;
   double last_step_end_s_ = 0.0;  // seconds_since_start() when the previous step was logged
+  std::vector<std::string> hosts_;  // host name of every world rank (rank 0), for the reports
 };
 
 }  // namespace meshtrain

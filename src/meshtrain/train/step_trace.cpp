@@ -11,6 +11,7 @@
 #include "meshtrain/comm/trace.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/core/staged_file.h"
+#include "meshtrain/core/system.h"
 
 namespace meshtrain {
 namespace {
@@ -19,9 +20,7 @@ using trace::Event;
 using trace::Kind;
 
 std::int64_t host_hash() {
-  char name[256] = {};
-  ::gethostname(name, sizeof(name) - 1);
-  return static_cast<std::int64_t>(std::hash<std::string>{}(name) >> 1);
+  return static_cast<std::int64_t>(std::hash<std::string>{}(host_name()) >> 1);
 }
 
 // One rank's buffer as bytes: a header, the events (raw: every rank runs this binary), the
