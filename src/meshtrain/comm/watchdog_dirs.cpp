@@ -94,15 +94,19 @@ std::string parent() {
 std::string create(const std::string& parent_dir) {
   std::string dir = fmt::format("{}/{}XXXXXX", parent_dir, kPrefix);
   if (::mkdtemp(dir.data()) == nullptr) return "";
+  // Without /proc this process's start time is unknown, and so would be whether the owner
+  // lives: then no owner file, and the directory is never judged (as before owners existed).
   const std::optional<ProcStat> self = proc_stat(::getpid());
-  {
-    std::ofstream out(fs::path(dir) / kOwnerFile);
-    out << kFormatLine << "\nhost " << host_name() << "\nboot " << boot_id() << "\npid "
-        << ::getpid() << "\nstart " << (self ? self->start : 0) << "\n";
-    if (self && out.flush()) return dir;
+  if (!self) return dir;
+  const fs::path owner = fs::path(dir) / kOwnerFile;
+  std::ofstream out(owner);
+  out << kFormatLine << "\nhost " << host_name() << "\nboot " << boot_id() << "\npid " << ::getpid()
+      << "\nstart " << self->start << "\n";
+  if (!out.flush()) {
+    std::error_code ec;
+    fs::remove(owner, ec);  // a partial record must not be read
   }
-  remove_job_files(dir);
-  return "";
+  return dir;
 }
 
 void remove_job_files(const std::string& dir) noexcept {

@@ -34,7 +34,8 @@ inline constexpr std::string_view kOwnerFile = "owner";
 std::string parent();
 
 /// Creates `<parent>/meshtrain-watchdog-XXXXXX` (mkdtemp) holding this process's owner file;
-/// "" when either cannot be created (nothing is left behind then).
+/// "" when the directory cannot be created. Without /proc, or when the owner file cannot be
+/// written, the directory has none (it is then never cleaned as stale).
 std::string create(const std::string& parent);
 
 /// Removes the progress files (*.progress) and the owner file of `dir`, then `dir` if it is
