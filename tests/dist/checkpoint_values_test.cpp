@@ -4,7 +4,8 @@
 // hostile file signed again — is refused
 //   - by an explicit resume on every rank, naming the checkpoint, the tensor and the logical
 //     index of the first bad element, with nothing loaded (the rank that reads the file is
-//     the last one; the others learn the verdict from it);
+//     the last one; the others learn the verdict from it), under dp with ZeRO-1 and, at even
+//     world sizes, tp 2 (the bad element in a tp shard, its index mapped by ShardSlice's rule);
 //   - by checkpoint.resume = "auto", which falls back to the previous complete checkpoint;
 //   - by `meshtrain export`'s and `sample`'s reader (load_logical_model), with the same
 //     message, when the bad value is a weight (they read no moments).
@@ -34,9 +35,12 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using test::quiet;
 
-Config values_config(int world) {
-  Config cfg = test::small_config(world, 8 / world, 1);
-  cfg.parallel.zero_stage = world > 1 ? 1 : 0;  // each rank reads only its own file
+// dp = world (ZeRO-1 above one rank: each rank reads only its own file), or tp 2 × dp world/2.
+Config values_config(int world, bool tp) {
+  const int tp_size = tp ? 2 : 1, dp = world / tp_size;
+  Config cfg = test::small_config(dp, 8 / dp, 1);
+  cfg.parallel.tp = tp_size;
+  cfg.parallel.zero_stage = dp > 1 ? 1 : 0;
   cfg.training.max_steps = 10;
   cfg.checkpoint.interval = 5;
   return cfg;
@@ -55,24 +59,50 @@ std::string hex64_of(std::span<const std::byte> bytes) {
   return fmt::format("{:016x}", XXH64(bytes.data(), bytes.size(), 0));
 }
 
-// The element a test poisons: the middle of the first piece of a rank file, under its key in
-// the file; `logical` is its index in the tensor (tp = 1: a piece is a flat range of the
-// tensor, its manifest says which).
+// The element a test poisons in a rank file: its key there, its index in the piece and in the
+// logical tensor.
 struct Poison {
   std::string key;
   std::int64_t local = 0, logical = 0;
 };
 
+// The logical index of element `k` of a rank's local tensor (the tp shard `slice` as a
+// manifest stores it), by layers/parameter.h's ShardSlice rule; −1 for padding.
+std::int64_t logical_index(const json& slice, const Shape& shape, std::int64_t k) {
+  const auto dim = slice.at("dim").get<std::size_t>();
+  const auto parts = slice.at("parts").get<std::int64_t>();
+  const auto offset = slice.at("offset").get<std::int64_t>();
+  const auto length = slice.at("length").get<std::int64_t>();
+  const auto stride = slice.at("stride").get<std::int64_t>();
+  Shape local = shape;
+  local[dim] = parts * stride;
+  std::vector<std::int64_t> at(shape.size());
+  for (std::size_t d = shape.size(); d-- > 0;) {  // unravel k in the local shape
+    at[d] = k % local[d];
+    k /= local[d];
+  }
+  if (at[dim] % stride >= length) return -1;
+  at[dim] = at[dim] / stride * (shape[dim] / parts) + offset + at[dim] % stride;
+  std::int64_t logical = 0;
+  for (std::size_t d = 0; d < shape.size(); ++d) logical = logical * shape[d] + at[d];
+  return logical;
+}
+
+// The first real (not padding) element from the middle of the first piece of `shard`.
 Poison poison_target(const fs::path& shard, std::string_view field) {
   const json manifest = json::parse(std::ifstream(fs::path(shard).replace_extension(".json")));
   const json& piece = manifest.at("pieces").at(0);
-  EXPECT_EQ(piece.at("slice").at("parts").get<int>(), 1) << "the test expects whole tensors";
   const std::string name = piece.at("name").get<std::string>();
+  const auto shape = piece.at("shape").get<Shape>();
   const auto begin = piece.at("begin").get<std::int64_t>();
-  const std::int64_t local = (piece.at("end").get<std::int64_t>() - begin) / 2;
-  return {.key = field.empty() ? name : fmt::format("{}/{}", name, field),
-          .local = local,
-          .logical = begin + local};
+  const auto end = piece.at("end").get<std::int64_t>();
+  Poison p{.key = field.empty() ? name : fmt::format("{}/{}", name, field)};
+  for (p.local = (end - begin) / 2; p.local < end - begin; ++p.local) {
+    p.logical = logical_index(piece.at("slice"), shape, begin + p.local);
+    if (p.logical >= 0) break;
+  }
+  EXPECT_GE(p.logical, 0) << "no real element in the second half of " << name << "'s piece";
+  return p;
 }
 
 // Writes `value` at `poison` in `shard` and signs the checkpoint `dir` again: the file's size
@@ -105,6 +135,7 @@ struct Case {
   std::string name;
   std::string_view field;
   float value;
+  bool tp = false;  // tp 2: the poisoned piece is a tp shard (np 2, 4)
 };
 
 class NonFiniteCheckpoint : public ::testing::TestWithParam<Case> {};
@@ -114,7 +145,7 @@ TEST_P(NonFiniteCheckpoint, IsRefusedNamingTheTensorAndElementAndAutoFallsBack) 
   const auto world = test::runtime().world_group();
   const fs::path dir = test::shared_temp_dir(*world, "meshtrain_ckpt_values_");
   ASSERT_FALSE(dir.empty());
-  Config cfg = values_config(world->size());
+  Config cfg = values_config(world->size(), c.tp);
   cfg.checkpoint.dir = dir.string();
   Trainer(cfg, *world, quiet()).run();  // complete checkpoints at steps 5 and 10
   const fs::path newest = dir / "checkpoints" / "step-00000010";
@@ -126,7 +157,7 @@ TEST_P(NonFiniteCheckpoint, IsRefusedNamingTheTensorAndElementAndAutoFallsBack) 
   if (world->rank() == 0) poison_shard(newest, shard, poison, c.value);
   world->barrier();
 
-  Config load = values_config(world->size());
+  Config load = values_config(world->size(), c.tp);
   load.checkpoint.dir = (dir / "load").string();
   Trainer fresh(load, *world, quiet());
   const auto before = masters_of(fresh);
@@ -139,7 +170,7 @@ TEST_P(NonFiniteCheckpoint, IsRefusedNamingTheTensorAndElementAndAutoFallsBack) 
   EXPECT_EQ(masters_of(fresh), before) << "a failed load changed the weights";
   EXPECT_EQ(fresh.start_step(), 0);
 
-  Config autoload = values_config(world->size());
+  Config autoload = values_config(world->size(), c.tp);
   autoload.checkpoint.dir = dir.string();
   autoload.checkpoint.resume = "auto";
   Trainer resumed(autoload, *world, quiet());
@@ -161,9 +192,17 @@ TEST_P(NonFiniteCheckpoint, IsRefusedNamingTheTensorAndElementAndAutoFallsBack) 
   if (world->rank() == 0) fs::remove_all(dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(Values, NonFiniteCheckpoint,
-                         ::testing::Values(Case{"nan_master", kMasterField, std::nanf("")},
-                                           Case{"inf_exp_avg_sq", kExpAvgSqField, INFINITY}),
+std::vector<Case> value_cases() {
+  std::vector<Case> cases{{"nan_master", kMasterField, std::nanf("")},
+                          {"inf_exp_avg_sq", kExpAvgSqField, INFINITY}};
+  if (test::launched_world_size() % 2 == 0) {
+    cases.push_back({"tp2_nan_master", kMasterField, std::nanf(""), true});
+    cases.push_back({"tp2_inf_exp_avg", kExpAvgField, -INFINITY, true});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Values, NonFiniteCheckpoint, ::testing::ValuesIn(value_cases()),
                          [](const ::testing::TestParamInfo<Case>& p) { return p.param.name; });
 
 }  // namespace
