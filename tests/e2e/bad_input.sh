@@ -139,7 +139,7 @@ head -c 1001 "$DATA/train.bin" >"$WORK/odd/train.bin"
 expect "token file of odd size" 3 "$WORK/odd/train.bin" -- \
   "$BIN" train "$CONFIG" "${COMMON[@]}" --data.dir "$WORK/odd"
 expect "missing text for prepare" 3 "/nonexistent.txt" -- "$BIN" prepare /nonexistent.txt --out "$WORK/p"
-expect "sample from a missing checkpoint" 3 "not a meshtrain checkpoint" -- \
+expect "sample from a missing checkpoint" 3 "$WORK/none: no such checkpoint directory" -- \
   "$BIN" sample "$WORK/none" --prompt "ROMEO:"
 
 expect "non-finite learning rate" 2 "must be a finite number" -- \
@@ -184,7 +184,8 @@ begin = json.loads(data[8:8 + n])["transformer.wpe.weight"]["data_offsets"][0]
 data[8 + n + begin:8 + n + begin + 4] = struct.pack("<f", float("nan"))
 open(path, "wb").write(data)
 PY
-expect "sample from weights holding a NaN" 3 "non-finite value" -- \
+expect "sample from weights holding a NaN" 3 \
+  "$WORK/nan/model.safetensors: tensor transformer.wpe.weight holds a non-finite value (nan) at element 0" -- \
   "$BIN" sample "$WORK/nan" --prompt "ROMEO:"
 expect "sample with an empty prompt" 2 "--prompt = \"\"" -- \
   "$BIN" sample "$WORK/good" --prompt ""

@@ -6,7 +6,8 @@
 # from it, and its steps 11–20 match the dp 2 run that did not stop within 1e-5 relative, and
 # equal bit for bit a tp 2 run that resharded the original checkpoint while loading it. Bad
 # reshard inputs exit 2 or 3 and write no complete checkpoint. Both checkpoints export to the
-# same consolidated file.
+# same consolidated file, and `meshtrain sample` reads them (the same text from both, and the
+# final checkpoint's text from the step-20 one).
 set -euo pipefail
 BIN=$(realpath "$1")
 DATA=$2
@@ -21,6 +22,7 @@ COMMON=(--data.dir "$DATA" --model.n_layer 2 --model.n_embd 64 --training.max_st
 
 "${MPI[@]}" "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.dp 2 --parallel.zero_stage 1 \
   --checkpoint.interval 10 --checkpoint.dir "$WORK/dp2" --metrics "$WORK/dp2.jsonl" \
+  --checkpoint.save_final true \
   >"$WORK/dp2.log" 2>&1 || { cat "$WORK/dp2.log"; exit 1; }
 SRC="$WORK/dp2/checkpoints/step-00000010"
 
@@ -65,6 +67,26 @@ mkdir -p "$WORK/hf_dp2" "$WORK/hf_tp2"
 cmp "$WORK/hf_dp2/model.safetensors" "$WORK/hf_tp2/model.safetensors" ||
   { echo "FAIL: exports of the original and the resharded checkpoint differ"; exit 1; }
 echo "export ok: the original and resharded checkpoints export to the same bytes"
+
+# `meshtrain sample` reads what export reads (issue 17 item 8): a sharded checkpoint of any
+# layout. The step-20 checkpoint holds the final checkpoint's weights, so the same seed gives
+# the same text; the original and resharded step-10 checkpoints give one text too, another one
+# (their weights are another step's). The tokenizer comes from the run's meta.json.
+S=(--prompt "ROMEO:" --tokens 60 --seed 7)
+final=$("$BIN" sample "$WORK/dp2" "${S[@]}" 2>/dev/null)
+step20=$("$BIN" sample "$WORK/dp2/checkpoints/step-00000020" "${S[@]}" 2>"$WORK/sample.err") ||
+  { echo "FAIL: sample refuses the sharded checkpoint"; cat "$WORK/sample.err"; exit 1; }
+grep -qF "the tokenizer is $WORK/dp2/meta.json's" "$WORK/sample.err" ||
+  { echo "FAIL: sample did not say where the tokenizer came from"; cat "$WORK/sample.err"; exit 1; }
+step10_dp2=$("$BIN" sample "$SRC" "${S[@]}" 2>/dev/null)
+step10_tp2=$("$BIN" sample "$OUT" "${S[@]}" 2>/dev/null)
+[[ $step20 == "$final" ]] ||
+  { printf 'FAIL: sample of step 20 differs from the final checkpoint:\n%s\n--\n%s\n' "$step20" "$final"; exit 1; }
+[[ $step10_dp2 == "$step10_tp2" ]] ||
+  { echo "FAIL: sample of the dp 2 and the resharded tp 2 step-10 checkpoints differ"; exit 1; }
+[[ $step10_dp2 != "$final" && ${#final} -gt 60 ]] ||
+  { echo "FAIL: step 10 and step 20 sample the same text (weights not read?)"; exit 1; }
+echo "sample ok: step-20 sharded = final checkpoint, dp 2 = resharded tp 2 at step 10"
 
 expect() {  # expect <code> <text> -- command...
   local code=$1 text=$2 rc=0 out

@@ -449,5 +449,26 @@ TEST(TrainDataFormats, NanoGptAndLlmcFilesWithTheirNamesAndTheConfigsVocabulary)
                     {(dir.path() / "tiny_train.bin").string(), "id 7919 at token 1"});
 }
 
+// Too little data for one sequence names the setting that decides it (issue 17 item 8: it
+// said `seq_len`), its value, the rule and a fix, for either split.
+TEST(TrainDataFormats, AFileShorterThanOneSequenceNamesModelBlockSize) {
+  const TempDir dir;
+  write_raw<std::uint16_t>(dir.path() / "train.bin", corpus(3000, token16));
+  write_raw<std::uint16_t>(dir.path() / "val.bin", corpus(10, token16));
+  Config nano = foreign_config(dir.path(), DataFormat::nanogpt, 50257);
+  expect_data_error(
+      [&] { TrainData t(nano, load_run_metadata(nano)); },
+      {"model.block_size = 16", "the val split's token file", (dir.path() / "val.bin").string(),
+       "holds 10 tokens", "fewer than model.block_size + 1 = 17",
+       "lower model.block_size to at most 9, or use a larger corpus"});
+  Config longer = nano;
+  longer.model.block_size = 3000;
+  expect_data_error([&] { TrainData t(longer, load_run_metadata(longer)); },
+                    {"model.block_size = 3000", "the train split's token file",
+                     "fewer than model.block_size + 1 = 3001", "at most 2999"});
+  longer.model.block_size = 9;  // one sequence and its targets: enough
+  EXPECT_NO_THROW(TrainData(longer, load_run_metadata(longer)));
+}
+
 }  // namespace
 }  // namespace meshtrain::data

@@ -1,12 +1,15 @@
 // The watchdog's parts in one process, without MPI (comm/watchdog.h, flight_recorder.h,
 // progress_board.h): the flight recorder keeps exactly the last N operations in order;
 // operations that finish in time never trigger it; a hung one is reported with its operation,
-// group, sequence number and the peer whose progress file shows it has not arrived. The
-// scenarios that end a job run under mpirun in tests/e2e/watchdog.sh.
+// group, sequence number and the peer whose progress file shows it has not arrived; the
+// directories of jobs whose owner is gone are cleaned, the others kept. The scenarios that end
+// a job run under mpirun in tests/e2e/watchdog.sh and watchdog_dirs.sh.
 #include "meshtrain/comm/watchdog.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -17,8 +20,10 @@
 #include <string>
 #include <thread>
 
+#include "../support/temp_files.h"
 #include "meshtrain/comm/flight_recorder.h"
 #include "meshtrain/comm/progress_board.h"
+#include "meshtrain/comm/watchdog_dirs.h"
 
 namespace meshtrain {
 namespace {
@@ -150,6 +155,67 @@ TEST(Watchdog, ReportsTheHungOperationAndThePeerThatHasNotArrived) {
   EXPECT_NE(text.find("in_flight"), std::string::npos) << text;
   watchdog::unregister_group(group);
   fs::remove_all(dir);
+}
+
+// The owner file's format as watchdog_dirs.h documents it, written by hand.
+fs::path fake_job_dir(const fs::path& parent, const std::string& name, const std::string& host,
+                      const std::string& boot, long long pid, unsigned long long start,
+                      const std::vector<std::string>& files) {
+  const fs::path dir = parent / name;
+  fs::create_directories(dir);
+  std::ofstream(dir / "owner") << "meshtrain-watchdog-owner 1\nhost " << host << "\nboot " << boot
+                               << "\npid " << pid << "\nstart " << start << "\n";
+  for (const std::string& f : files) std::ofstream(dir / f) << "x";
+  return dir;
+}
+
+TEST(WatchdogDirs, DirectoriesOfGoneOwnersAreCleanedTheOthersKept) {
+  const test::TempDir tmp;
+  const fs::path parent = tmp.path();
+  const fs::path live = watchdog_dirs::create(parent.string());  // owned by this process
+  ASSERT_FALSE(live.empty());
+  EXPECT_TRUE(live.filename().string().starts_with("meshtrain-watchdog-")) << live;
+  std::ofstream(live / "rank0.progress") << "x";
+  const pid_t child = ::fork();  // a process that is gone: exited and reaped
+  if (child == 0) ::_exit(0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  char name[256] = {};
+  ASSERT_EQ(::gethostname(name, sizeof(name) - 1), 0);
+  const std::string host = name;
+  std::string boot;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+  ASSERT_FALSE(boot.empty());
+  const std::vector<std::string> boards{"rank0.progress", "rank1.progress"};
+  const fs::path dead =
+      fake_job_dir(parent, "meshtrain-watchdog-dead", host, boot, child, 1, boards);
+  const fs::path dumped = fake_job_dir(parent, "meshtrain-watchdog-dumped", host, boot, child, 1,
+                                       {"rank0.progress", "flight_recorder.rank0.txt"});
+  const fs::path rebooted = fake_job_dir(parent, "meshtrain-watchdog-rebooted", host,
+                                         "another-boot", ::getpid(), 1, boards);
+  // This process's pid with another start time: the pid was reused by a later process.
+  const fs::path reused =
+      fake_job_dir(parent, "meshtrain-watchdog-reused", host, boot, ::getpid(), 1, boards);
+  const fs::path foreign =
+      fake_job_dir(parent, "meshtrain-watchdog-foreign", "another-host", boot, child, 1, boards);
+  const fs::path other = fake_job_dir(parent, "not-a-watchdog-dir", host, boot, child, 1, boards);
+  const fs::path unowned = parent / "meshtrain-watchdog-unowned";
+  fs::create_directories(unowned);
+  std::ofstream(unowned / "rank0.progress") << "x";
+
+  EXPECT_EQ(watchdog_dirs::remove_stale(parent.string()), 4);
+  for (const fs::path& gone : {dead, rebooted, reused}) EXPECT_FALSE(fs::exists(gone)) << gone;
+  EXPECT_TRUE(fs::exists(dumped / "flight_recorder.rank0.txt")) << "the dump must stay";
+  EXPECT_FALSE(fs::exists(dumped / "rank0.progress"));
+  EXPECT_FALSE(fs::exists(dumped / "owner"));
+  EXPECT_TRUE(fs::exists(live / "owner") && fs::exists(live / "rank0.progress"));
+  EXPECT_TRUE(fs::exists(foreign / "owner") && fs::exists(foreign / "rank0.progress"));
+  EXPECT_TRUE(fs::exists(other / "owner"));
+  EXPECT_TRUE(fs::exists(unowned / "rank0.progress"));
+  EXPECT_EQ(watchdog_dirs::remove_stale(parent.string()), 0);  // nothing left to judge
+
+  watchdog_dirs::remove_job_files(live.string());  // what the last rank to stop does
+  EXPECT_FALSE(fs::exists(live));
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "meshtrain/apps/commands.h"
+#include "meshtrain/comm/watchdog_dirs.h"
 #include "meshtrain/launch/launch_plan.h"
 #include "meshtrain/launch/supervisor.h"
 
@@ -93,12 +94,16 @@ int run_launch(const LaunchArgs& args) {
                            .mpirun_args = *mpirun_args,
                            .program = program,
                            .command = args.command};
+  int code = 1;
   try {
-    return supervise(plan, args.max_restarts);
+    code = supervise(plan, args.max_restarts);
   } catch (const std::exception& e) {
     fmt::print(stderr, "meshtrain launch: {}\n", e.what());
-    return 1;
   }
+  // The job has ended, its processes with it: an attempt that was killed left its watchdog
+  // directory (the next attempt's rank 0 cleans it, but there may be none).
+  watchdog_dirs::remove_stale(watchdog_dirs::parent());
+  return code;
 }
 
 }  // namespace meshtrain

@@ -7,9 +7,11 @@
 #include <numeric>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "meshtrain/apps/command_errors.h"
 #include "meshtrain/apps/commands.h"
+#include "meshtrain/checkpoint/hf_format.h"
 #include "meshtrain/checkpoint/model_checkpoint.h"
 #include "meshtrain/comm/single_rank_group.h"
 #include "meshtrain/config/load.h"
@@ -84,6 +86,37 @@ class TextPrinter {
   std::string printed_;
 };
 
+// The meta.json that describes the checkpoint's tokenizer: the checkpoint's own (a final
+// checkpoint carries a copy), else — a sharded checkpoints/step-N directory carries none — the
+// one its run's final checkpoint wrote (checkpoint.dir), else the dataset's (data.dir, the
+// format meshtrain prepares). Relative directories start at the current directory, as they
+// did for the run. Throws DataError listing the places tried.
+std::filesystem::path tokenizer_metadata(const std::filesystem::path& dir, const Config& config) {
+  std::vector<std::filesystem::path> candidates{dir / data::kMetaJsonName};
+  if (!config.checkpoint.dir.empty()) {
+    candidates.push_back(std::filesystem::path(config.checkpoint.dir) / data::kMetaJsonName);
+  }
+  if (config.data.format == DataFormat::meshtrain) {
+    candidates.push_back(std::filesystem::path(config.data.dir) / data::kMetaJsonName);
+  }
+  std::error_code ec;
+  for (const std::filesystem::path& path : candidates) {
+    if (!std::filesystem::exists(path, ec)) continue;
+    if (path != candidates.front()) {
+      fmt::print(stderr, "meshtrain sample: {} has no {}; the tokenizer is {}'s\n", dir.string(),
+                 data::kMetaJsonName, path.string());
+    }
+    return path;
+  }
+  std::string tried;
+  for (const std::filesystem::path& path : candidates) tried += "\n  " + path.string();
+  throw DataError(fmt::format(
+      "{}: no tokenizer description (meta.json) found; tried:{}\n  sample the run's final "
+      "checkpoint (its checkpoint.dir), or copy the dataset's meta.json and tokenizer files "
+      "into {}",
+      dir.string(), tried, dir.string()));
+}
+
 }  // namespace
 
 int run_sample(const SampleArgs& args) {
@@ -106,29 +139,26 @@ int run_sample(const SampleArgs& args) {
     }
     if (!issues.empty()) throw ConfigError("the command line", std::move(issues));
     const std::filesystem::path dir = args.checkpoint;
-    if (!std::filesystem::exists(dir / "config.toml")) {
-      throw DataError(
-          fmt::format("{} is not a meshtrain checkpoint (no config.toml); pass the "
-                      "checkpoint.dir of a finished run, e.g. runs/shakespeare_char",
-                      dir.string()));
-    }
-    const Config config = load_config_file(dir / "config.toml");
-    const data::Metadata meta = data::load_metadata(dir / "meta.json");
-    const std::unique_ptr<data::Tokenizer> tokenizer = data::load_tokenizer(meta, dir);
+    const LogicalModel logical = load_logical_model(dir);  // final or sharded, values checked
+    const Config& config = logical.config;
+    const std::filesystem::path meta_json = tokenizer_metadata(dir, config);
+    const data::Metadata meta = data::load_metadata(meta_json);
+    const std::unique_ptr<data::Tokenizer> tokenizer =
+        data::load_tokenizer(meta, meta_json.parent_path());
     // A run on nanoGPT's or llm.c's files may give the model more rows than the tokenizer has
     // ids (a padded vocabulary, nanoGPT's 50304 for GPT-2's 50257; docs/data.md); otherwise
     // the sizes are equal.
     const bool padded = config.data.format != DataFormat::meshtrain &&
                         tokenizer->vocab_size() < config.model.vocab_size;
     if (tokenizer->vocab_size() != config.model.vocab_size && !padded) {
-      throw DataError(fmt::format(
-          "{}: a tokenizer of {} ids, but the model was trained with a vocabulary "
-          "of {}: meta.json does not belong to this checkpoint",
-          (dir / "meta.json").string(), tokenizer->vocab_size(), config.model.vocab_size));
+      throw DataError(
+          fmt::format("{}: a tokenizer of {} ids, but the model was trained with a vocabulary "
+                      "of {}: meta.json does not belong to this checkpoint",
+                      meta_json.string(), tokenizer->vocab_size(), config.model.vocab_size));
     }
     const auto tp = single_rank_group("tp");  // the whole model in this process
     CausalLm model(config.model, 0, TensorParallel{*tp});
-    load_model_parameters(dir, model.parameters());
+    load_model_parameters(logical.tensors, dir.string(), model.parameters());
     // A prompt the vocabulary cannot encode is a bad argument (exit 2), not a bad file.
     std::vector<std::int32_t> ids;
     try {

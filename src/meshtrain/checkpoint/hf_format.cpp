@@ -9,6 +9,7 @@
 #include <set>
 #include <string_view>
 
+#include "meshtrain/checkpoint/finite_values.h"
 #include "meshtrain/checkpoint/sharded_checkpoint.h"
 #include "meshtrain/comm/single_rank_group.h"
 #include "meshtrain/config/load.h"
@@ -61,13 +62,6 @@ Tensor transpose_2d(const Tensor& t) {
     for (std::int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * cols + c];
   }
   return out;
-}
-
-// The first non-finite element's index, or -1.
-std::int64_t first_non_finite(const Tensor& t) {
-  const std::span<const float> v = t.span_f32();
-  const auto it = std::find_if(v.begin(), v.end(), [](float x) { return !std::isfinite(x); });
-  return it == v.end() ? -1 : static_cast<std::int64_t>(it - v.begin());
 }
 
 constexpr std::string_view kExpertsInfix = ".block_sparse_moe.experts.";
@@ -213,12 +207,8 @@ void export_hf(const std::vector<NamedTensor>& logical, const Config& config, co
                                   spec.name, to_string(t.shape()), describe(config.model),
                                   to_string(spec.shape)));
     }
-    if (const std::int64_t i = first_non_finite(t); i >= 0) {
-      throw DataError(fmt::format(
-          "export: parameter {} holds a non-finite value (element {}): the run diverged or the "
-          "checkpoint is corrupt; nothing was written",
-          spec.name, i));
-    }
+    require_finite(t.span_f32(), "export", spec.name,
+                   "the run diverged or the checkpoint is corrupt; nothing was written");
     used.insert(spec.name);
     tensors.push_back({spec.hf_name, to_hf(t, spec)});
   }
@@ -264,7 +254,12 @@ LogicalModel load_logical_model(const fs::path& dir) {
                     (dir / "config.toml").string(), model.config.model.vocab_size));
   }
   SafetensorsFile file = read_safetensors(dir / "model.safetensors");
-  for (auto& [name, tensor] : file.tensors) model.tensors.push_back({name, std::move(tensor)});
+  for (auto& [name, tensor] : file.tensors) {
+    if (tensor.dtype() == DType::f32) {
+      require_finite(tensor.span_f32(), (dir / "model.safetensors").string(), name);
+    }
+    model.tensors.push_back({name, std::move(tensor)});
+  }
   return model;
 }
 
@@ -378,10 +373,8 @@ void HfImport::check_values() const {
     if (it == file_name_.end()) continue;  // an absent zero bias
     const Tensor t = read_hf_tensor_f32(weights_, it->second);
     const std::string file = weights_.file_of(it->second).string();
-    if (const std::int64_t i = first_non_finite(t); i >= 0) {
-      throw DataError(
-          fmt::format("{}: tensor {} holds a non-finite value (element {})", file, it->second, i));
-    }
+    require_finite(t.span_f32(), file, it->second,
+                   "the file is corrupt or its model diverged; use another file");
     if (spec.name.empty()) {
       const std::span<const float> v = t.span_f32();
       if (std::any_of(v.begin(), v.end(), [](float x) { return x != 0.0f; })) {

@@ -82,8 +82,9 @@ struct LogicalModel {
 /// Reads a checkpoint directory into logical tensors: a run's final checkpoint (config.toml +
 /// model.safetensors, see model_checkpoint.h) or a sharded one (checkpoints/step-N, assembled
 /// from its pieces by CheckpointReader, checksums verified). Throws DataError naming the path
-/// for a missing directory or file, or a corrupt or incomplete checkpoint; ConfigError for a
-/// bad config.toml.
+/// for a missing directory or file, a corrupt or incomplete checkpoint, or a NaN or infinity
+/// in a tensor (the tensor and the element named, finite_values.h); ConfigError for a bad
+/// config.toml.
 LogicalModel load_logical_model(const std::filesystem::path& dir);
 
 /// A Hugging Face model opened to initialise a model from (checkpoint.init_from): one

@@ -2,12 +2,14 @@
 
 #include <fmt/format.h>
 
-#include <cmath>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "meshtrain/checkpoint/finite_values.h"
 #include "meshtrain/checkpoint/safetensors.h"
 #include "meshtrain/config/load.h"
 #include "meshtrain/core/error.h"
@@ -69,28 +71,23 @@ void save_model_checkpoint(const std::filesystem::path& dir,
   write_text_atomically(dir / "meta.json", meta);
 }
 
-void load_model_parameters(const std::filesystem::path& dir, const ParameterList& params) {
-  const SafetensorsFile file = read_safetensors(dir / "model.safetensors");
+void load_model_parameters(const std::vector<NamedTensor>& logical, std::string_view source,
+                           const ParameterList& params) {
+  std::map<std::string_view, const Tensor*> by_name;
+  for (const NamedTensor& t : logical) by_name.emplace(t.name, &t.tensor);
   for (Parameter* p : params) {
-    const auto it = file.tensors.find(p->name);
-    if (it == file.tensors.end()) {
-      throw DataError(fmt::format("{}: parameter {} is missing",
-                                  (dir / "model.safetensors").string(), p->name));
+    const auto it = by_name.find(p->name);
+    if (it == by_name.end()) {
+      throw DataError(fmt::format("{}: parameter {} is missing", source, p->name));
     }
-    if (it->second.shape() != p->value.shape() || it->second.dtype() != DType::f32) {
-      throw DataError(fmt::format("{}: parameter {} has shape {}, the model expects {}",
-                                  (dir / "model.safetensors").string(), p->name,
-                                  to_string(it->second.shape()), to_string(p->value.shape())));
+    const Tensor& t = *it->second;
+    if (t.shape() != p->shard.logical_shape || t.dtype() != DType::f32) {
+      throw DataError(fmt::format("{}: parameter {} has shape {}, the model expects {}", source,
+                                  p->name, to_string(t.shape()),
+                                  to_string(p->shard.logical_shape)));
     }
-    for (const float v : it->second.span_f32()) {
-      if (!std::isfinite(v)) {
-        throw DataError(
-            fmt::format("{}: parameter {} holds a non-finite value (nan or inf); the "
-                        "checkpoint is corrupt or the run diverged",
-                        (dir / "model.safetensors").string(), p->name));
-      }
-    }
-    p->value.copy_from(it->second);
+    require_finite(t.span_f32(), source, p->name);
+    copy_range_from_logical(*p, t, 0, p->value.numel(), p->value.f32());
   }
 }
 

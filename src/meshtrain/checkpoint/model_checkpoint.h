@@ -6,10 +6,12 @@
 // `config.toml` (the resolved config), `meta.json` (the tokenizer, copied from the data
 // directory) and the tokenizer's files that meta.json lists (encoder.json + vocab.bpe,
 // tokenizer.model; data/metadata.h). Written by rank 0 after training; enough for `meshtrain
-// sample`. Sharded, resumable checkpoints with optimizer state are a later issue.
+// sample`. Sharded, resumable checkpoints with optimizer state: sharded_checkpoint.h.
 #pragma once
 
 #include <filesystem>
+#include <string_view>
+#include <vector>
 
 #include "meshtrain/checkpoint/safetensors.h"
 #include "meshtrain/config/config.h"
@@ -25,10 +27,13 @@ void save_model_checkpoint(const std::filesystem::path& dir,
                            const std::vector<NamedTensor>& tensors, const Config& config,
                            const std::filesystem::path& meta_json);
 
-/// Copies the tensors of `dir`/model.safetensors into `params` (by name; whole parameters,
-/// tp = 1). Throws DataError for
-/// a missing file, a missing parameter, a shape that differs from the model's, or a
-/// non-finite value.
-void load_model_parameters(const std::filesystem::path& dir, const ParameterList& params);
+/// Sets every parameter of `params` (any tp shard; padding zero) from `logical`, the logical
+/// tensors of a checkpoint by name (load_logical_model, hf_format.h: a final or a sharded
+/// checkpoint); tensors that are not parameters are ignored. Throws DataError naming `source`
+/// (the checkpoint) and the parameter for a missing parameter, a shape that differs from the
+/// model's logical shape, or a non-finite value (finite_values.h); parameters before the
+/// culprit are already set then.
+void load_model_parameters(const std::vector<NamedTensor>& logical, std::string_view source,
+                           const ParameterList& params);
 
 }  // namespace meshtrain

@@ -10,6 +10,7 @@
 #include <regex>
 #include <sstream>
 
+#include "meshtrain/checkpoint/finite_values.h"
 #include "meshtrain/checkpoint/safetensors.h"
 #include "meshtrain/config/load.h"
 #include "meshtrain/config/validate.h"
@@ -77,6 +78,14 @@ ShardPiece piece_of(const json& j) {
       p.begin >= 0 && p.begin <= p.end && p.end <= local;
   if (!ok) throw DataError(fmt::format("a piece of {} lies outside its tensor", j.dump()));
   return p;
+}
+
+// The logical index of element `local` of a piece whose runs are `runs` (−1 for padding).
+std::int64_t logical_of(const std::vector<ShardRun>& runs, std::int64_t local) {
+  for (const ShardRun& r : runs) {
+    if (local >= r.local && local < r.local + r.count) return r.logical + (local - r.local);
+  }
+  return -1;
 }
 
 json read_json_file(const fs::path& path) {
@@ -437,6 +446,12 @@ void CheckpointReader::fill(const std::string& name, std::string_view field, con
           "checkpoint {}: its pieces of {} hold {} of the {} elements this rank needs (pieces "
           "missing)",
           dir_.string(), name, copied, need));
+    }
+    // Checksums vouch for the bytes, not for the values: a run that saved after diverging (or
+    // a file signed again by hand) must not be resumed from without a word.
+    if (const std::int64_t k = first_non_finite(out); k >= 0) {
+      throw_non_finite(fmt::format("checkpoint {}", dir_.string()), key_of(name, field),
+                       logical_of(want, k), out[static_cast<std::size_t>(k)], kDivergedAdvice);
     }
   } catch (const json::exception& e) {
     throw DataError(fmt::format("{}: malformed entry for {}: {}", (dir_ / kMetadataName).string(),

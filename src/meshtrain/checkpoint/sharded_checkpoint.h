@@ -20,7 +20,7 @@
 // complete checkpoints. A second save waits for the first.
 //
 // Loading reads metadata.json, checks each file it needs against its size and XXH64 before
-// using it, and fills any wanted piece from the stored pieces that overlap it (resharding:
+// using it, refuses a NaN or an infinity among the values it loads, and fills any wanted piece from the stored pieces that overlap it (resharding:
 // any dp, tp, pp, virtual-stage or ZeRO layout reads any other's checkpoint).
 #pragma once
 
@@ -151,7 +151,9 @@ class CheckpointReader {
   /// kExpAvgSqField) of parameter `name` for the piece `dst`, padding zero. Throws DataError
   /// naming the checkpoint, the file or the tensor when: the tensor is not in the checkpoint,
   /// its logical shape differs from dst's, a file it needs is missing, truncated or fails its
-  /// XXH64, or the stored pieces do not cover dst.
+  /// XXH64, the stored pieces do not cover dst, or a value filled in is NaN or infinite (the
+  /// message names the checkpoint, the tensor's key, e.g. "<name>/exp_avg_sq", the value and
+  /// the element's row-major index in the logical tensor; finite_values.h).
   void fill(const std::string& name, std::string_view field, const ShardPiece& dst,
             std::span<float> out);
   /// The whole logical tensor of `field` of `name` (MemCategory::other); errors as fill().

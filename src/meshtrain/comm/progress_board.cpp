@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <new>
 
+#include "meshtrain/comm/watchdog_dirs.h"
+
 namespace meshtrain::progress {
 namespace {
 
@@ -105,17 +107,14 @@ void unmap_file(const std::string& dir) noexcept {
   // sees all stopped and cleans up (two may both do it: removing twice is harmless).
   namespace fs = std::filesystem;
   std::error_code ec;
-  std::vector<fs::path> boards;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     if (entry.path().extension() != ".progress") continue;
     Board* peer = map_existing(entry.path().string());
     const bool stopped = peer == nullptr || peer->state.load(std::memory_order_seq_cst) == 2;
     if (peer != nullptr) ::munmap(peer, sizeof(Board));
     if (!stopped) return;
-    boards.push_back(entry.path());
   }
-  for (const fs::path& p : boards) fs::remove(p, ec);
-  fs::remove(dir, ec);  // fails, and keeps the dumps, when the directory is not empty
+  watchdog_dirs::remove_job_files(dir);  // the dumps stay, and the directory with them
 }
 
 std::optional<PeerView> read_peer(const std::string& path, std::uint64_t key, bool request_dump) {

@@ -76,8 +76,9 @@ void release_slot(int slot) noexcept;
 /// stays in memory) when the file cannot be created or mapped.
 bool map_file(const std::string& path, int world_rank);
 /// Copies the board back into process memory, marks the file stopped and unmaps it; the last
-/// rank to stop deletes every progress file of `dir` and then `dir` if nothing else is in it
-/// (flight-recorder dumps stay).
+/// rank to stop deletes every progress file of `dir`, its owner file, and then `dir` if nothing
+/// else is in it (flight-recorder dumps stay; watchdog_dirs.h says who cleans up after a job
+/// that did not stop).
 void unmap_file(const std::string& dir) noexcept;
 
 /// What a peer's file says, read without locks (values may be a moment old).

@@ -9,13 +9,13 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
-#include <cstdlib>
 #include <ctime>
 #include <map>
 #include <mutex>
 #include <thread>
 
 #include "meshtrain/comm/progress_board.h"
+#include "meshtrain/comm/watchdog_dirs.h"
 #include "meshtrain/core/error.h"
 
 namespace meshtrain {
@@ -351,11 +351,14 @@ void Watchdog::start(ProcessGroup& world, const WatchdogOptions& options) {
   if (world.size() == 1 || running()) return;
   std::array<char, 512> dir{};
   if (world.rank() == 0) {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string pattern =
-        fmt::format("{}/meshtrain-watchdog-XXXXXX", tmp != nullptr && *tmp != '\0' ? tmp : "/tmp");
-    if (pattern.size() < dir.size() && ::mkdtemp(pattern.data()) != nullptr) {
-      std::copy(pattern.begin(), pattern.end(), dir.begin());
+    // Jobs that were killed leave their directories; theirs go before this one's is made.
+    const std::string parent = watchdog_dirs::parent();
+    watchdog_dirs::remove_stale(parent);
+    const std::string created = watchdog_dirs::create(parent);
+    if (created.size() < dir.size()) {
+      std::copy(created.begin(), created.end(), dir.begin());
+    } else {
+      watchdog_dirs::remove_job_files(created);
     }
   }
   world.broadcast(std::as_writable_bytes(std::span<char>(dir)), 0);

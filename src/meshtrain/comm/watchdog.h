@@ -78,8 +78,9 @@ void done(std::uint64_t id, const OpInfo& op, std::int64_t at_ns) noexcept;
 /// no operation in flight.
 class Watchdog {
  public:
-  /// Collective over `world` (every rank calls it): rank 0 creates the directory
-  /// `$TMPDIR/meshtrain-watchdog-XXXXXX` (/tmp without TMPDIR) and broadcasts it; every rank
+  /// Collective over `world` (every rank calls it): rank 0 cleans the directories of jobs that
+  /// are gone and creates this job's, `$TMPDIR/meshtrain-watchdog-XXXXXX` (/tmp without
+  /// TMPDIR) with its owner file (watchdog_dirs.h), and broadcasts its name; every rank
   /// maps its progress file there, and a barrier makes sure all files exist before the first
   /// watched operation. Does nothing for a world of one rank (nothing can hang) or when the
   /// watchdog already runs. Throws CommError on every rank when rank 0 cannot create the

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <string>
+#include <string_view>
 
 #include "meshtrain/config/validate.h"
 #include "meshtrain/core/error.h"
@@ -152,6 +153,27 @@ void check_token_counts(const data::Metadata& meta, const data::TokenFile& train
   }
 }
 
+// One sequence of model.block_size tokens needs one token more, its last target: a shorter
+// file is a config that does not fit the data, named as such (the sampler's own check speaks
+// of its seq_len argument).
+void check_fits_one_sequence(const Config& config, const data::TokenFile& file,
+                             std::string_view split) {
+  const std::int64_t block = config.model.block_size;
+  if (file.size() >= block + 1) return;
+  const std::string fix =
+      file.size() >= 2 ? fmt::format("lower model.block_size to at most {}, or use a larger corpus",
+                                     file.size() - 1)
+                       : std::string("use a larger corpus");
+  throw DataError(fmt::format(
+      "model.block_size = {}: the {} split's token file '{}' holds {} tokens, fewer than "
+      "model.block_size + 1 = {} (one sequence and the next token of each of its positions); "
+      "{}{}",
+      block, split, file.path().string(), file.size(), block + 1, fix,
+      split == "val" && config.data.format == DataFormat::meshtrain
+          ? " (or prepare the data with a larger --val-fraction)"
+          : ""));
+}
+
 // How data.format's files are read; the meshtrain format's width is meta.json's.
 data::TokenFileOptions file_options(const Config& config, const data::Metadata& meta) {
   data::TokenFileOptions options;
@@ -202,6 +224,8 @@ TrainData::TrainData(const Config& config, RunMetadata metadata)
     metadata_.val_fraction = static_cast<double>(metadata_.val_tokens) /
                              static_cast<double>(metadata_.train_tokens + metadata_.val_tokens);
   }
+  check_fits_one_sequence(config, train_file_, "train");
+  check_fits_one_sequence(config, val_file_, "val");
   const std::int64_t global_batch = global_batch_of(config);
   const auto seed = static_cast<std::uint64_t>(config.training.seed);
   const data::SampleOrder order = sample_order(config.data.sampler);
