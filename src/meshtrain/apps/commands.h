@@ -59,6 +59,8 @@ int run_sample(const SampleArgs& args);
 struct LaunchArgs {
   int ranks = 0;                        // -n
   int max_restarts = 3;                 // --max-restarts
+  double grace_s = 15;                  // --grace: after a rank failed, before mpirun is ended
+  double restart_delay_s = 1;           // --restart-delay: first wait between attempts, doubling
   std::string mpirun = "mpirun";        // --mpirun: a path, or a name looked up on PATH
   std::string mpirun_args;              // --mpirun-args: extra mpirun arguments, one string
   bool separator = false;               // `--` was given
