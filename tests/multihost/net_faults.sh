@@ -9,8 +9,8 @@
 #         then up. Rank 0's watchdog must report within comm_timeout_s + 5 s of the link going
 #         down (5 s: its 0.5 s tick, up to one step of compute before the first collective
 #         that blocks, the output's way to the log), naming the operation, its group dp{0,1}
-#         and world rank 1 on mthost1 as unreachable; the launcher must restart (killing a
-#         stuck mpirun after --grace), its attempts while the link is down fail and are
+#         and world rank 1 on mthost1 as unreachable; the first attempt must end within the
+#         watchdog's time + --grace (10 s) + 3 s (killing a stuck mpirun), its attempts while the link is down fail and are
 #         retried after a doubling delay, and the run finishes once the link is back.
 #   kill  (KILL_TRIALS times, 2 by default) kill -9 of the rank on host 1 at a random step
 #         between checkpoints (11–49, not a multiple of 10).
@@ -27,6 +27,7 @@ LINK_DOWN_S=${LINK_DOWN_S:-30}
 FAULTS=${NET_FAULTS:-link,kill}
 TIMEOUT_S=8  # parallel.comm_timeout_s: room for start-up collectives on a loaded machine
 STEPS=60
+GRACE_S=10   # meshtrain launch --grace
 source "$(dirname "$0")/netns_bed.sh"
 WORK=$(mktemp -d -p "$PWD" net_faults.XXXXXX)
 trap 'bed_down; rm -rf "$WORK"' EXIT
@@ -50,7 +51,7 @@ REF_SHA=$(sha256sum <"$WORK/ref.safetensors")
 start_launch() {
   LOG=$WORK/$1.log
   bed_exec 0 env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-    timeout --kill-after=10 400 "$BIN" launch -n 2 --max-restarts 6 --grace 10 \
+    timeout --kill-after=10 400 "$BIN" launch -n 2 --max-restarts 6 --grace "$GRACE_S" \
     --restart-delay 2 --mpirun-args "$MPIRUN_ARGS" -- "${JOB[@]}" --checkpoint.dir "$WORK/$1" \
     --metrics "$WORK/$1.jsonl" >"$LOG" 2>&1 &
   LAUNCHER=$!
@@ -69,7 +70,7 @@ wait_step() {
 }
 # The rank of this job with OMPI_COMM_WORLD_RANK = $2 (the bed shares the PID namespace).
 rank_pid() {
-  for pid in $(pgrep -f "^$BIN train .*$WORK/$1" || true); do
+  for pid in $(pgrep -f "^$BIN train .*$WORK/$1( |$)" || true); do
     if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
       echo "$pid"
     fi
@@ -128,12 +129,19 @@ if [[ $FAULTS == *link* ]]; then
     sleep 0.1
   done
   [[ -n $detected ]] || fail "link: no watchdog report from rank 0 within 60 s of the link going down"
-  up_in=$(/usr/bin/python3 -c "print(max(0.0, $LINK_DOWN_S - $(since "$down_at")))")
-  sleep "$up_in"
+  # The attempt must end (mpirun killed after --grace if it hangs) while the link is still down.
+  ended=""
+  while (($(date +%s%N) - ${down_at/./} < LINK_DOWN_S * 1000000000)); do
+    [[ -z $ended ]] && grep -q '^meshtrain launch: restart 1 of' "$LOG" && ended=$(since "$down_at")
+    sleep 0.1
+  done
   bed_link 1 up
   echo "link: up again after $(since "$down_at") s"
   /usr/bin/python3 -c "import sys; sys.exit(0 if $detected <= $TIMEOUT_S + 5 else 1)" ||
     fail "link: the watchdog reported after $detected s, more than comm_timeout_s ($TIMEOUT_S) + 5 s"
+  [[ -n $ended ]] || fail "link: the first attempt had not ended when the link came back, $LINK_DOWN_S s after it went down"
+  /usr/bin/python3 -c "import sys; sys.exit(0 if $ended <= $detected + $GRACE_S + 3 else 1)" ||
+    fail "link: the attempt ended $ended s after the link went down, more than the watchdog's $detected s + --grace $GRACE_S s + 3 s"
   # What the user reads: the operation and its group, and the peer behind the dead link.
   grep -Eq '^\[watchdog\] world rank 0: [a-z_]+ on dp\{0,1\} \(collective #[0-9]+ of the group, [0-9]+ bytes\) has not completed after' "$LOG" ||
     fail "link: the watchdog's report does not name the operation on dp{0,1}"
@@ -145,7 +153,7 @@ if [[ $FAULTS == *link* ]]; then
   finish link
   restarts=$(grep -c '^meshtrain launch: restart [0-9]* of' "$LOG")
   stuck=$(grep -c 'killing its process group (SIGKILL)' "$LOG" || true)
-  echo "ok   link down ${LINK_DOWN_S} s: watchdog after $detected s (timeout $TIMEOUT_S s), $restarts restart(s), $stuck stuck mpirun(s) killed, finished bit-identical"
+  echo "ok   link down ${LINK_DOWN_S} s: watchdog after $detected s (timeout $TIMEOUT_S s), attempt ended after $ended s, $restarts restart(s), $stuck stuck mpirun(s) killed, finished bit-identical"
   show_log
   echo "row  link_down | 1 | $detected | yes | yes ($FINAL_LOSS)"
 fi
@@ -156,8 +164,12 @@ if [[ $FAULTS == *kill* ]]; then
     ((K % 10 != 0)) || K=$((K + 1))
     start_launch "kill$t"
     wait_step "kill$t" "$K"
-    victim=$(rank_pid "kill$t" 1)
-    [[ -n $victim ]] || fail "kill$t: no rank 1 found"
+    for _ in 1 2 3 4 5 6 7 8 9 10; do  # /proc may be read while a rank execs
+      victim=$(rank_pid "kill$t" 1)
+      [[ -n $victim ]] && break
+      sleep 0.2
+    done
+    [[ -n $victim ]] || fail "kill$t: no rank 1 found at step $(latest_step "kill$t") among: $(pgrep -fa "$WORK/kill$t" | cut -c1-120)"
     step=$(latest_step "kill$t")
     kill -9 "$victim"
     killed_at=$(now)
