@@ -254,9 +254,8 @@ class FakeMpirun : public ::testing::Test {
     std::FILE* log = std::tmpfile();
     std::FILE* out = std::tmpfile();
     std::FILE* err = std::tmpfile();
-    const int code =
-        supervise(plan, max_restarts,
-                  {.out_fd = ::fileno(out), .err_fd = ::fileno(err), .log = log}, policy);
+    const int code = supervise(
+        plan, max_restarts, {.out_fd = ::fileno(out), .err_fd = ::fileno(err), .log = log}, policy);
     Run run{.code = code, .log = read_all(log), .argv = {}, .out = read_all(out)};
     std::fclose(log);
     std::fclose(out);
@@ -414,8 +413,8 @@ TEST_F(FakeMpirun, AStuckMpirunIsKilledAfterTheGraceAndRestarted) {
 // restart_delay_s · 2^(k−1).
 TEST_F(FakeMpirun, RestartsWaitLongerEachTime) {
   const auto start = std::chrono::steady_clock::now();
-  const Run run = supervise_fake(write_fake(3, kKilled, 137), 3,
-                                 {.grace_s = 15, .restart_delay_s = 0.2});
+  const Run run =
+      supervise_fake(write_fake(3, kKilled, 137), 3, {.grace_s = 15, .restart_delay_s = 0.2});
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(run.code, 0) << run.log;

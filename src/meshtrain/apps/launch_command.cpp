@@ -62,8 +62,8 @@ int run_launch(const LaunchArgs& args) {
         fmt::format("--grace must lie in (0, 3600] seconds, got {}; use 15", args.grace_s));
   }
   if (!(args.restart_delay_s >= 0 && args.restart_delay_s <= 3600)) {
-    return usage_error(fmt::format(
-        "--restart-delay must lie in [0, 3600] seconds, got {}; use 1", args.restart_delay_s));
+    return usage_error(fmt::format("--restart-delay must lie in [0, 3600] seconds, got {}; use 1",
+                                   args.restart_delay_s));
   }
   if (!args.separator) {
     return usage_error("missing `--` between the launcher's options and the job's command");

@@ -238,9 +238,9 @@ void expire(State& s, const watchdog::OpInfo& op, double waited_s) {
   report += report_peers(s, op, ask_dump, missing, unreachable, asked);
   const std::string none = unreachable.empty() ? "none found (every peer has reached it)"
                                                : "none found among the peers it could read";
-  report += fmt::format("\n[watchdog] not arrived: {}",
-                        missing.empty() ? none
-                                        : fmt::format("world rank {}", fmt::join(missing, ", ")));
+  report +=
+      fmt::format("\n[watchdog] not arrived: {}",
+                  missing.empty() ? none : fmt::format("world rank {}", fmt::join(missing, ", ")));
   if (!unreachable.empty()) {
     report += fmt::format(
         "\n[watchdog] unreachable from host {} (on other hosts, no report): world rank {}",
