@@ -115,7 +115,7 @@ fi
 rc=0
 wait "$LAUNCHER" || rc=$?
 ((rc == 0)) || fail "the launcher exited with $rc, expected 0"
-grep -q "^meshtrain launch: restart 1 of 2: rank $R exited on signal 9 (Killed) after .* s; resuming from the newest complete checkpoint$" \
+grep -q "^meshtrain launch: restart 1 of 2: rank $R exited on signal 9 (Killed) after .* s; resuming from the newest complete checkpoint in 1 s$" \
   "$WORK/launch.log" || fail "no restart line naming rank $R and signal 9"
 grep -q "^meshtrain launch: the job finished after 1 restart$" "$WORK/launch.log" ||
   fail "no line saying the job finished after 1 restart"

@@ -16,6 +16,8 @@
 #   bed_mpirun NP ARGS… mpirun from host 0 over a hostfile of all hosts (1 slot each unless
 #                       BED_SLOTS is set), launching through netns_rsh; ARGS are mpirun's
 #                       options then the program; killed after BED_TIMEOUT s (600)
+#   bed_hostfile        write the hostfile of all hosts (BED_SLOTS each); print its path
+#   bed_mpirun_args     the mpirun options bed_mpirun uses, one line (for meshtrain launch)
 #   bed_tx_bytes I      bytes host I has sent on eth0 (from its /sys/class/net statistics)
 #   bed_link I up|down  bring host I's switch port up or down (a lost link)
 #
@@ -103,18 +105,29 @@ bed_exec() {
     bash "$BED_DIR/host_shell.sh" "mthost$i" "$PWD" "$@"
 }
 
-bed_mpirun() {
-  local np=$1 i hostfile
-  shift
-  hostfile=$BED_WORK/hostfile
+# bed_hostfile: writes the hostfile of all hosts (BED_SLOTS slots each, 1 by default) and
+# prints its path.
+bed_hostfile() {
+  local i hostfile=$BED_WORK/hostfile
   : >"$hostfile"
   for ((i = 0; i < BED_HOSTS; i++)); do echo "$(bed_addr "$i") slots=${BED_SLOTS:-1}" >>"$hostfile"; done
-  # OpenMPI's TCP transports on eth0 only (lo would connect a host's ranks to themselves over
-  # the loopback, and bypass the wire the test measures); shared memory inside a host.
+  echo "$hostfile"
+}
+
+# bed_mpirun_args: mpirun's options for the bed, one line (for `meshtrain launch --mpirun-args`).
+# OpenMPI's TCP transports on eth0 only (lo would connect a host's ranks to themselves over
+# the loopback, and bypass the wire the test measures); shared memory inside a host.
+bed_mpirun_args() {
+  echo "--hostfile $(bed_hostfile) --bind-to none --mca plm_rsh_agent $BED_AGENT" \
+    "--mca btl tcp,vader,self --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0"
+}
+
+bed_mpirun() {
+  local np=$1
+  shift
+  # shellcheck disable=SC2046  # bed_mpirun_args is word-split on purpose (no blanks inside)
   bed_exec 0 env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-    timeout --kill-after=10 "${BED_TIMEOUT:-600}" mpirun --hostfile "$hostfile" -np "$np" --bind-to none \
-    --mca plm_rsh_agent "$BED_AGENT" --mca btl tcp,vader,self \
-    --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 "$@"
+    timeout --kill-after=10 "${BED_TIMEOUT:-600}" mpirun -np "$np" $(bed_mpirun_args) "$@"
 }
 
 bed_tx_bytes() { ip netns exec "$(bed_ns "$1")" cat /sys/class/net/eth0/statistics/tx_bytes; }

@@ -242,7 +242,9 @@ class FakeMpirun : public ::testing::Test {
     std::vector<std::string> argv;  // one line per mpirun call
     std::string out;                // what the launcher passed through to its stdout
   };
-  Run supervise_fake(const std::string& mpirun, int max_restarts) {
+  // No wait between attempts unless a test asks for one.
+  Run supervise_fake(const std::string& mpirun, int max_restarts,
+                     const SupervisorPolicy& policy = {.grace_s = 15, .restart_delay_s = 0}) {
     const LaunchPlan plan = {.ranks = 2,
                              .cores = 2,
                              .mpirun = mpirun,
@@ -252,8 +254,8 @@ class FakeMpirun : public ::testing::Test {
     std::FILE* log = std::tmpfile();
     std::FILE* out = std::tmpfile();
     std::FILE* err = std::tmpfile();
-    const int code = supervise(plan, max_restarts,
-                               {.out_fd = ::fileno(out), .err_fd = ::fileno(err), .log = log});
+    const int code = supervise(
+        plan, max_restarts, {.out_fd = ::fileno(out), .err_fd = ::fileno(err), .log = log}, policy);
     Run run{.code = code, .log = read_all(log), .argv = {}, .out = read_all(out)};
     std::fclose(log);
     std::fclose(out);
@@ -360,6 +362,69 @@ TEST_F(FakeMpirun, AStopSignalIsPassedAsSigusr1ThenSigterm) {
   EXPECT_NE(run.log.find("not restarting: exit code 5 means the ranks received a stop signal"),
             std::string::npos)
       << run.log;
+}
+
+// After the watchdog's exit 4 with a host unreachable, OpenMPI's mpirun can hang in "abort is
+// already in progress" (issue 17 item 7). The fake prints the rank's watchdog line, leaves a
+// child in its process group and hangs, ignoring SIGTERM, on its first call: the launcher
+// kills the group after the grace and restarts.
+TEST_F(FakeMpirun, AStuckMpirunIsKilledAfterTheGraceAndRestarted) {
+  const std::string path = (dir_ / "mpirun").string();
+  std::ofstream(path) << fmt::format(
+      "#!/bin/bash\n"
+      "n=$(cat '{0}/calls' 2>/dev/null || echo 0); n=$((n + 1)); echo $n > '{0}/calls'\n"
+      "echo \"$*\" >> '{0}/argv'\n"
+      "if [ $n -eq 1 ]; then\n"
+      "  trap '' TERM\n"
+      "  sleep 1000 & echo $! > '{0}/child'\n"
+      "  echo '[watchdog] ending the job (exit code 4)' >&2\n"
+      "  for i in $(seq 300); do sleep 0.05; done\n"  // ≈15 s: the test ends without the kill
+
+      "fi\n"
+      "exit 0\n",
+      dir_.string());
+  ::chmod(path.c_str(), 0755);
+  const auto start = std::chrono::steady_clock::now();
+  const Run run = supervise_fake(path, 3, {.grace_s = 1, .restart_delay_s = 0});
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(run.code, 0) << run.log;
+  EXPECT_EQ(run.argv.size(), 2U) << run.log;
+  EXPECT_NE(run.log.find("mpirun has not exited 1 s (--grace) after a rank's watchdog ended the "
+                         "job; killing its process group (SIGKILL)"),
+            std::string::npos)
+      << run.log;
+  EXPECT_NE(run.log.find("restart 1 of 3: a rank's watchdog ended the job (exit code 4: a "
+                         "communication operation timed out) after "),
+            std::string::npos)
+      << run.log;
+  EXPECT_NE(run.log.find("(mpirun killed after the grace)"), std::string::npos) << run.log;
+  // The grace (1 s) plus the launcher's 200 ms poll and the kill, not the fake's 1000 s.
+  EXPECT_GE(seconds, 1.0);
+  EXPECT_LT(seconds, 10.0);
+  std::ifstream child_file(dir_ / "child");
+  pid_t child = 0;
+  child_file >> child;
+  ASSERT_GT(child, 0);
+  EXPECT_NE(::kill(child, 0), 0) << "the stuck mpirun's child " << child << " is still alive";
+}
+
+// Attempts that fail fast (a peer's host unreachable) are spread out: restart k waits
+// restart_delay_s · 2^(k−1).
+TEST_F(FakeMpirun, RestartsWaitLongerEachTime) {
+  const auto start = std::chrono::steady_clock::now();
+  const Run run =
+      supervise_fake(write_fake(3, kKilled, 137), 3, {.grace_s = 15, .restart_delay_s = 0.2});
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(run.code, 0) << run.log;
+  EXPECT_EQ(run.argv.size(), 4U) << run.log;
+  for (const char* wait : {"restart 1 of 3: rank 1 exited on signal 9 (Killed) after",
+                           "complete checkpoint in 0.2 s\n", "complete checkpoint in 0.4 s\n",
+                           "complete checkpoint in 0.8 s\n"}) {
+    EXPECT_NE(run.log.find(wait), std::string::npos) << wait << "\n" << run.log;
+  }
+  EXPECT_GE(seconds, 1.4);  // 0.2 + 0.4 + 0.8
 }
 
 TEST_F(FakeMpirun, AnUnexecutableMpirunIsReported) {

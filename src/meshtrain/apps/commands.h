@@ -59,6 +59,8 @@ int run_sample(const SampleArgs& args);
 struct LaunchArgs {
   int ranks = 0;                        // -n
   int max_restarts = 3;                 // --max-restarts
+  double grace_s = 15;                  // --grace: after a rank failed, before mpirun is ended
+  double restart_delay_s = 1;           // --restart-delay: first wait between attempts, doubling
   std::string mpirun = "mpirun";        // --mpirun: a path, or a name looked up on PATH
   std::string mpirun_args;              // --mpirun-args: extra mpirun arguments, one string
   bool separator = false;               // `--` was given
@@ -84,25 +86,25 @@ struct ExportArgs {
 int run_export(const ExportArgs& args);
 
 struct PlanArgs {
-  std::string model;               // preset name or configs/*.toml
-  std::string cluster;             // preset name or cluster .toml
+  std::string model;    // preset name or configs/*.toml
+  std::string cluster;  // preset name or cluster .toml
   // Not given (nullopt), not a sentinel value: every value given is checked.
   std::optional<std::int64_t> nodes;         // nullopt: the cluster's own node count
   std::optional<std::int64_t> seq;           // nullopt: the model's sequence length
   std::optional<std::int64_t> global_batch;  // sequences per step; nullopt: the devices
   std::string precision = "bf16";
-  std::string layout;        // empty: search
+  std::string layout;                // empty: search
   std::optional<double> efficiency;  // nullopt: the cluster's default
   double dp_overlap = 0.0;
   double memory_fraction = 0.9;
   std::int64_t max_micro_batch = 64;
-  std::string cp = "1";          // context-parallel sizes searched: a number, or "auto" (every divisor)
+  std::string cp = "1";  // context-parallel sizes searched: a number, or "auto" (every divisor)
   std::string cp_comm = "auto";  // with cp > 1: "p2p", "a2a", or "auto" (both searched)
   bool explain = false;
   bool json = false;
   bool emit = false;         // print the layout as `meshtrain train` flags only (plan/emit.h)
   bool emit_sbatch = false;  // print a Slurm batch script that trains it
-  std::int64_t top = 10;  // rows of the table, ≥ 1
+  std::int64_t top = 10;     // rows of the table, ≥ 1
   // A published throughput to check against the peak (plan/claims.h); nullopt: none.
   std::optional<double> claim_samples_per_s;
   std::optional<double> claim_tokens_per_s;

@@ -44,8 +44,9 @@ std::string own_executable() {
 
 int usage_error(std::string_view message) {
   fmt::print(stderr,
-             "meshtrain launch: {}\nusage: meshtrain launch -n N [--max-restarts K] [--mpirun "
-             "PATH] [--mpirun-args \"...\"] -- train <config> [--section.key value ...]\n",
+             "meshtrain launch: {}\nusage: meshtrain launch -n N [--max-restarts K] [--grace S] "
+             "[--restart-delay S] [--mpirun PATH] [--mpirun-args \"...\"] -- train <config> "
+             "[--section.key value ...]\n",
              message);
   return 2;
 }
@@ -56,6 +57,14 @@ int run_launch(const LaunchArgs& args) {
   if (args.ranks < 1) return usage_error(fmt::format("-n must be at least 1, got {}", args.ranks));
   if (args.max_restarts < 0) {
     return usage_error(fmt::format("--max-restarts must be 0 or more, got {}", args.max_restarts));
+  }
+  if (!(args.grace_s > 0 && args.grace_s <= 3600)) {
+    return usage_error(
+        fmt::format("--grace must lie in (0, 3600] seconds, got {}; use 15", args.grace_s));
+  }
+  if (!(args.restart_delay_s >= 0 && args.restart_delay_s <= 3600)) {
+    return usage_error(fmt::format("--restart-delay must lie in [0, 3600] seconds, got {}; use 1",
+                                   args.restart_delay_s));
   }
   if (!args.separator) {
     return usage_error("missing `--` between the launcher's options and the job's command");
@@ -96,7 +105,8 @@ int run_launch(const LaunchArgs& args) {
                            .command = args.command};
   int code = 1;
   try {
-    code = supervise(plan, args.max_restarts);
+    code = supervise(plan, args.max_restarts, {},
+                     {.grace_s = args.grace_s, .restart_delay_s = args.restart_delay_s});
   } catch (const std::exception& e) {
     fmt::print(stderr, "meshtrain launch: {}\n", e.what());
   }

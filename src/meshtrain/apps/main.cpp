@@ -119,6 +119,15 @@ CLI::App* add_launch_command(CLI::App& app, LaunchArgs& launch) {
   launch_cmd->add_option("-n", launch.ranks, "number of ranks (mpirun -np)")->required();
   launch_cmd->add_option("--max-restarts", launch.max_restarts, "restarts after failures")
       ->default_val(3);
+  launch_cmd
+      ->add_option("--grace", launch.grace_s,
+                   "seconds mpirun may take to exit after a rank failed; then its process "
+                   "group is killed")
+      ->default_val(15);
+  launch_cmd
+      ->add_option("--restart-delay", launch.restart_delay_s,
+                   "seconds before the first restart, doubled each restart up to 60")
+      ->default_val(1);
   launch_cmd->add_option("--mpirun", launch.mpirun, "mpirun to use: a path or a name on PATH")
       ->default_val("mpirun");
   launch_cmd->add_option("--mpirun-args", launch.mpirun_args,

@@ -7,7 +7,8 @@
 // sequence number — without MPI, which is stuck in the very operation being reported. PyTorch
 // answers the same question through its TCPStore (ProcessGroupNCCL's desync debug); a file in
 // a directory every rank sees needs no server. Ranks on other nodes see each other only when
-// that directory is on a shared file system (TMPDIR); otherwise the report says "unknown".
+// that directory is on a shared file system (TMPDIR); otherwise the report names them as
+// unreachable, on another host, with no report (watchdog.cpp).
 //
 // Updating a record is a relaxed atomic store into the mapping: no system call. Before the
 // watchdog maps a file, the records live in process memory, so groups can be numbered from

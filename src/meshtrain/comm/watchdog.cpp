@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -49,6 +51,9 @@ struct State {
   WatchdogOptions options;
   std::string dir;
   int world_rank = 0;
+  // Host name of every world rank (gethostname at start, "" when unknown): peers on another
+  // host publish their progress in that host's directory, which this one cannot read.
+  std::vector<std::string> hosts;
   std::int64_t start_ns = 0;
   std::thread thread;
   std::mutex mutex;
@@ -69,6 +74,11 @@ std::string dump_file(const State& s) {
 }
 std::string board_file(const std::string& dir, int world_rank) {
   return fmt::format("{}/rank{}.progress", dir, world_rank);
+}
+
+std::string host_of(const State& s, int world_rank) {
+  const auto i = static_cast<std::size_t>(world_rank);
+  return world_rank >= 0 && i < s.hosts.size() ? s.hosts[i] : std::string();
 }
 
 std::string op_name(std::uint32_t op_plus_one) {
@@ -118,7 +128,8 @@ std::string write_dump(const State& s, std::string_view why) {
 // One line per peer of the timed-out operation, and the peers that have not arrived. Reading a
 // peer's board also asks it to dump its recorder (when `ask_dump`).
 std::string report_peers(const State& s, const watchdog::OpInfo& op, bool ask_dump,
-                         std::vector<int>& missing, std::vector<int>& asked) {
+                         std::vector<int>& missing, std::vector<int>& unreachable,
+                         std::vector<int>& asked) {
   std::vector<int> members;
   {
     Registry& reg = registry();
@@ -132,10 +143,21 @@ std::string report_peers(const State& s, const watchdog::OpInfo& op, bool ask_du
   for (const int peer : members) {
     if (peer == s.world_rank) continue;
     const auto view = progress::read_peer(board_file(s.dir, peer), op.group.key, ask_dump);
+    const std::string host = host_of(s, peer);
+    if (!view && !host.empty() && host != host_of(s, s.world_rank)) {
+      // Its board lives on its own host; MPI, the only channel to it, is the stuck one.
+      out += fmt::format(
+          "\n[watchdog]   world rank {} (host {}): no report — on another host, its progress "
+          "is not readable from here (not reached); if the link to {} or that host failed, "
+          "it is a rank behind it",
+          peer, host, host);
+      unreachable.push_back(peer);
+      continue;
+    }
     if (!view) {
       out += fmt::format(
-          "\n[watchdog]   world rank {}: no progress file in {} (on another node without a "
-          "shared TMPDIR, or its process is gone)",
+          "\n[watchdog]   world rank {}: no progress file in {} (its process is gone, or it "
+          "could not create the file)",
           peer, s.dir);
       missing.push_back(peer);
       continue;
@@ -208,15 +230,22 @@ void expire(State& s, const watchdog::OpInfo& op, double waited_s) {
     group = it != reg.groups.end() ? it->second.name : Watchdog::group_name(op.group.name_id);
   }
   const bool ask_dump = !s.options.on_expiry;
-  std::vector<int> missing, asked;
+  std::vector<int> missing, unreachable, asked;
   std::string report = fmt::format(
       "[watchdog] world rank {}: {} has not completed after {:.3g} s (parallel.comm_timeout_s = "
       "{:g})",
       s.world_rank, describe(op, group), waited_s, s.options.timeout_s);
-  report += report_peers(s, op, ask_dump, missing, asked);
-  report += fmt::format("\n[watchdog] not arrived: {}",
-                        missing.empty() ? std::string("none found (every peer has reached it)")
-                                        : fmt::format("world rank {}", fmt::join(missing, ", ")));
+  report += report_peers(s, op, ask_dump, missing, unreachable, asked);
+  const std::string none = unreachable.empty() ? "none found (every peer has reached it)"
+                                               : "none found among the peers it could read";
+  report +=
+      fmt::format("\n[watchdog] not arrived: {}",
+                  missing.empty() ? none : fmt::format("world rank {}", fmt::join(missing, ", ")));
+  if (!unreachable.empty()) {
+    report += fmt::format(
+        "\n[watchdog] unreachable from host {} (on other hosts, no report): world rank {}",
+        host_of(s, s.world_rank), fmt::join(unreachable, ", "));
+  }
   const std::string failed = write_dump(s, "written when the watchdog expired");
   const FlightRecorder* r = s.recorder.load(kRelaxed);
   report += failed.empty()
@@ -275,6 +304,26 @@ void run(State& s) {
     reported_since = since;
     expire(s, op, static_cast<double>(waited) * 1e-9);
   }
+}
+
+// Every world rank's host name, by world rank: one all_gather of kHostChars floats a rank (a
+// byte a float, exact), at start while the network works.
+std::vector<std::string> gather_hosts(ProcessGroup& world) {
+  constexpr std::size_t kHostChars = 64;
+  std::array<char, kHostChars> name{};
+  if (::gethostname(name.data(), name.size() - 1) != 0) name[0] = '\0';
+  std::vector<float> mine(kHostChars), all(kHostChars * static_cast<std::size_t>(world.size()));
+  for (std::size_t i = 0; i < kHostChars; ++i) mine[i] = static_cast<unsigned char>(name[i]);
+  world.all_gather(mine, all);
+  const std::vector<int>& ranks = world.world_ranks();
+  std::vector<std::string> hosts(static_cast<std::size_t>(*std::ranges::max_element(ranks) + 1));
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    std::string& host = hosts[static_cast<std::size_t>(ranks[r])];
+    for (std::size_t i = 0; i < kHostChars && all[r * kHostChars + i] != 0.0F; ++i) {
+      host += static_cast<char>(all[r * kHostChars + i]);
+    }
+  }
+  return hosts;
 }
 
 }  // namespace
@@ -367,6 +416,10 @@ void Watchdog::start(ProcessGroup& world, const WatchdogOptions& options) {
         "the watchdog could not create its directory under $TMPDIR (or /tmp) on world rank 0; "
         "point TMPDIR to a writable directory");
   }
+  // On another host (a /tmp of its own) the directory is not there: make it, for the ranks of
+  // that host. The last rank of each host to stop removes it (progress::unmap_file).
+  if (world.rank() != 0) ::mkdir(dir.data(), 0700);
+  state().hosts = gather_hosts(world);
   start_local(dir.data(), world.world_ranks()[static_cast<std::size_t>(world.rank())], options);
   world.barrier();  // every progress file exists before the first watched operation
 }
@@ -401,6 +454,7 @@ void Watchdog::stop() noexcept {
   delete s.recorder.exchange(nullptr, kRelaxed);
   progress::unmap_file(s.dir);
   s.options.on_expiry = nullptr;
+  s.hosts.clear();
 }
 
 bool Watchdog::running() noexcept { return state().recorder.load(kRelaxed) != nullptr; }

@@ -5,7 +5,8 @@
 // request — has blocked longer than parallel.comm_timeout_s. Before ending it writes to stderr
 // the operation, its group, its sequence number, its bytes, how long it waited and which peers
 // have not reached that sequence number (read from their progress files, progress_board.h, not
-// through MPI, which is stuck), and dumps this rank's last parallel.flight_recorder_size
+// through MPI, which is stuck; peers on other hosts, whose files live there, are named as
+// unreachable with no report), and dumps this rank's last parallel.flight_recorder_size
 // operations (flight_recorder.h) to a file whose path the report prints; peers are asked to dump
 // theirs beside it. Then the process exits with code 4 (kWatchdogExitCode) and mpirun ends the
 // other ranks. Modelled on PyTorch's ProcessGroupNCCL watchdog (TORCH_NCCL_ASYNC_ERROR_HANDLING,
@@ -80,9 +81,12 @@ class Watchdog {
  public:
   /// Collective over `world` (every rank calls it): rank 0 cleans the directories of jobs that
   /// are gone and creates this job's, `$TMPDIR/meshtrain-watchdog-XXXXXX` (/tmp without
-  /// TMPDIR) with its owner file (watchdog_dirs.h), and broadcasts its name; every rank
-  /// maps its progress file there, and a barrier makes sure all files exist before the first
-  /// watched operation. Does nothing for a world of one rank (nothing can hang) or when the
+  /// TMPDIR) with its owner file (watchdog_dirs.h), and broadcasts its name; a rank on another
+  /// host, where it does not exist, creates it under the same name (mode 0700); every rank maps
+  /// its progress file there; one all_gather collects every rank's host name (peers on other
+  /// hosts whose file is not readable are reported as unreachable, not as arrived); and a
+  /// barrier makes sure all files exist before the first watched operation. Does nothing for a
+  /// world of one rank (nothing can hang) or when the
   /// watchdog already runs. Throws CommError on every rank when rank 0 cannot create the
   /// directory; a rank that cannot create its own file goes on without it (a warning; peers
   /// report it as unknown).

@@ -161,6 +161,10 @@ void MpirunOutputScanner::scan_line(std::string_view line) {
     pending_rank_.reset();
     return;
   }
+  if (line.starts_with("[watchdog] ending the job")) {
+    failed_.watchdog = true;
+    return;
+  }
   if (line.find("was unable to launch the specified application") != std::string_view::npos ||
       line.find("was unable to find the specified executable") != std::string_view::npos) {
     failed_.launch_failed = true;
@@ -177,6 +181,9 @@ std::string describe_failure(const AttemptStatus& status, const FailedRank& fail
   }
   if (failed.rank && failed.exit_code) {
     return fmt::format("rank {} exited with code {}", *failed.rank, *failed.exit_code);
+  }
+  if (failed.watchdog) {
+    return "a rank's watchdog ended the job (exit code 4: a communication operation timed out)";
   }
   if (status.signaled) {
     return fmt::format("mpirun was killed by signal {} ({})", status.code,

@@ -44,6 +44,7 @@ struct FailedRank {
   std::string signal_name;       // ... which mpirun calls this ("Killed")
   std::optional<int> exit_code;  // or it returned this non-zero exit code
   bool launch_failed = false;    // mpirun could not start the program at all
+  bool watchdog = false;         // a rank printed "[watchdog] ending the job" (it exits 4)
 };
 
 /// Reads mpirun's output as it streams by (chunks split anywhere) and keeps what its
@@ -51,6 +52,7 @@ struct FailedRank {
 ///   "mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9 (Killed)."
 ///   "  Process name: [[12096,1],0]" followed by "  Exit code:    2"
 ///   "mpirun was unable to launch the specified application ..."
+///   "[watchdog] ending the job (exit code 4)" (a rank's own line, comm/watchdog.h)
 /// The first rank named wins: later ones are usually victims of the teardown.
 class MpirunOutputScanner {
  public:

@@ -8,12 +8,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -115,6 +118,7 @@ struct Attempt {
   AttemptStatus status;
   FailedRank failed;
   bool interrupted = false;
+  bool ended_stuck = false;  // mpirun outlived the grace period after a failure and was killed
   double seconds = 0;
 };
 
@@ -168,8 +172,35 @@ pid_t spawn(const std::vector<std::string>& argv, int out_w, int err_w, int& spa
   return pid;
 }
 
+// Ends an mpirun that has not exited `grace_s` after the first sign of a failed rank (the
+// scanners' failed()): SIGKILL to its process group (it leads its session and group); the
+// ranks it started in groups of their own go in kill_leftovers. Once per attempt.
+void end_if_stuck(const std::array<MpirunOutputScanner, 2>& scanners, double grace_s, pid_t pid,
+                  std::optional<std::chrono::steady_clock::time_point>& failed_at, Attempt& attempt,
+                  std::FILE* log) {
+  if (attempt.ended_stuck) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (!failed_at) {
+    for (const MpirunOutputScanner& s : scanners) {
+      if (s.failed().rank || s.failed().watchdog) failed_at = now;
+    }
+    return;
+  }
+  if (std::chrono::duration<double>(now - *failed_at).count() < grace_s) return;
+  const FailedRank& f = scanners[1].failed().rank ? scanners[1].failed() : scanners[0].failed();
+  fmt::print(log,
+             "meshtrain launch: mpirun has not exited {:g} s (--grace) after {}; killing its "
+             "process group (SIGKILL)\n",
+             grace_s,
+             f.rank ? fmt::format("rank {} failed", *f.rank)
+                    : std::string("a rank's watchdog ended the job"));
+  std::fflush(log);
+  ::kill(-pid, SIGKILL);
+  attempt.ended_stuck = true;
+}
+
 Attempt run_attempt(const std::vector<std::string>& argv, const SupervisorIo& io,
-                    SignalCatcher& signals) {
+                    SignalCatcher& signals, double grace_s) {
   Attempt attempt;
   const auto start = std::chrono::steady_clock::now();
   std::array<int, 2> out_pipe = {-1, -1};
@@ -203,6 +234,7 @@ Attempt run_attempt(const std::vector<std::string>& argv, const SupervisorIo& io
   std::array<char, 65536> buffer{};
   bool exited = false;
   int wait_status = 0;
+  std::optional<std::chrono::steady_clock::time_point> failed_at;
   while (true) {
     // While mpirun runs, wake up now and then to notice its exit even if a stray process
     // holds the pipes open; once it has exited, take what is already there and stop.
@@ -240,15 +272,12 @@ Attempt run_attempt(const std::vector<std::string>& argv, const SupervisorIo& io
     }
     if (!exited) {
       if (::waitpid(pid, &wait_status, WNOHANG) == pid) exited = true;
+      if (!exited) end_if_stuck(scanners, grace_s, pid, failed_at, attempt, io.log);
     } else if (ready <= 0) {
       break;
     }
-    if (fds[0].fd < 0 && fds[1].fd < 0 && !exited) {
-      // Both streams closed: only the exit is left to wait for.
-      while (::waitpid(pid, &wait_status, 0) < 0 && errno == EINTR) {
-      }
-      exited = true;
-    }
+    // Both streams closed before the exit: poll still wakes every 200 ms (the signal pipe), so
+    // the wait stays bounded by the grace once a rank has failed.
   }
   for (int s = 0; s < 2; ++s) {
     if (fds[s].fd >= 0) ::close(fds[s].fd);
@@ -263,6 +292,7 @@ Attempt run_attempt(const std::vector<std::string>& argv, const SupervisorIo& io
   attempt.failed = scanners[1].failed().rank ? scanners[1].failed() : scanners[0].failed();
   attempt.failed.launch_failed =
       scanners[0].failed().launch_failed || scanners[1].failed().launch_failed;
+  attempt.failed.watchdog = scanners[0].failed().watchdog || scanners[1].failed().watchdog;
   attempt.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return attempt;
 }
@@ -317,9 +347,23 @@ std::size_t kill_leftovers(pid_t sid) {
   return killed;
 }
 
+// Waits `seconds` unless a signal comes first; true when one came (it stays readable for the
+// caller's take()).
+bool wait_for_signal(SignalCatcher& signals, double seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        until - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd fd = {signals.read_fd(), POLLIN, 0};
+    if (::poll(&fd, 1, static_cast<int>(left.count())) > 0) return true;
+  }
+}
+
 }  // namespace
 
-int supervise(const LaunchPlan& plan, int max_restarts, const SupervisorIo& io) {
+int supervise(const LaunchPlan& plan, int max_restarts, const SupervisorIo& io,
+              const SupervisorPolicy& policy) {
   // Ranks whose mpirun died become the launcher's children rather than init's, so it can
   // reap them after killing them.
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
@@ -330,7 +374,7 @@ int supervise(const LaunchPlan& plan, int max_restarts, const SupervisorIo& io) 
     fmt::print(io.log, "meshtrain launch: attempt {} of at most {}: {}\n", restarts + 1,
                max_restarts + 1, join(argv));
     std::fflush(io.log);
-    const Attempt attempt = run_attempt(argv, io, signals);
+    const Attempt attempt = run_attempt(argv, io, signals, policy.grace_s);
     if (attempt.spawn_errno != 0) {
       fmt::print(io.log, "meshtrain launch: cannot run {}: {}\n", argv[0],
                  std::strerror(attempt.spawn_errno));
@@ -359,11 +403,20 @@ int supervise(const LaunchPlan& plan, int max_restarts, const SupervisorIo& io) 
       return attempt.status.shell_code();
     }
     ++restarts;
+    const double delay =
+        std::min(policy.restart_delay_s * std::exp2(restarts - 1), kMaxRestartDelayS);
     fmt::print(io.log,
-               "meshtrain launch: restart {} of {}: {} after {:.1f} s; resuming from the newest "
-               "complete checkpoint\n",
-               restarts, max_restarts, what, attempt.seconds);
+               "meshtrain launch: restart {} of {}: {} after {:.1f} s{}; resuming from the newest "
+               "complete checkpoint in {:g} s\n",
+               restarts, max_restarts, what, attempt.seconds,
+               attempt.ended_stuck ? " (mpirun killed after the grace)" : "", delay);
     std::fflush(io.log);
+    if (wait_for_signal(signals, delay)) {
+      fmt::print(io.log, "meshtrain launch: got a stop signal while waiting; not restarting\n");
+      std::fflush(io.log);
+      signals.take();
+      return attempt.status.shell_code();
+    }
   }
 }
 
