@@ -9,7 +9,7 @@
 #      of dp_comm_bytes over 40 Mbit/s (the bucket's bound), and the straggler report names
 #      nobody: a collective waits for its slowest link on every member alike, so the slow link
 #      shows as dp_comm_s on both ranks, not as one rank's compute;
-#   2. slow host: host 1's ranks cycled with SIGSTOP / SIGCONT (80 ms stopped, 20 ms running)
+#   2. slow host: host 1's ranks cycled with SIGSTOP / SIGCONT (150 ms stopped, 20 ms running)
 #      for the whole run. It completes equal to the reference, and every report after the
 #      first names world rank 1 on mthost1 with a compute phase, and never rank 0 (which
 #      waits for it inside collectives, which the report takes out).
@@ -77,7 +77,7 @@ while kill -0 "$job" 2>/dev/null; do
     if [[ $(cat "/proc/$p/comm" 2>/dev/null) == meshtrain ]]; then echo "$p"; fi; done | xargs) || true
   if [[ -n $pids ]]; then
     kill -STOP $pids 2>/dev/null || true
-    sleep 0.08
+    sleep 0.15
     kill -CONT $pids 2>/dev/null || true
     cycles=$((cycles + 1))
   fi
