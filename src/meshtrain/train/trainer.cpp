@@ -97,8 +97,10 @@ void check_memory_or_throw(const Config& config, int local_ranks) {
 void check_writable_dir(const fs::path& dir, const std::string& source) {
   std::error_code ec;
   if (dir.empty()) {
-    throw ConfigError(source, {{"checkpoint.dir", "\"\"", "must name a directory",
-                                "set checkpoint.dir, or checkpoint.save_final = false"}});
+    throw ConfigError(
+        source,
+        {{"checkpoint.dir", "\"\"", "must name a directory",
+          "set checkpoint.dir, or checkpoint.save_final = false and checkpoint.interval = 0"}});
   }
   // Probe by creating what is missing and a file in it, then remove what the probe created:
   // a run that fails later must not leave an empty checkpoint directory behind.
@@ -115,10 +117,10 @@ void check_writable_dir(const fs::path& dir, const std::string& source) {
   fs::remove(probe, ec);
   if (!first_created.empty()) fs::remove_all(first_created, ec);
   if (!ok) {
-    throw ConfigError(
-        source,
-        {{"checkpoint.dir", dir.string(), "must be a directory meshtrain can create and write",
-          "choose another checkpoint.dir, or checkpoint.save_final = false"}});
+    throw ConfigError(source, {{"checkpoint.dir", dir.string(),
+                                "must be a directory meshtrain can create and write",
+                                "choose another checkpoint.dir, or checkpoint.save_final = false "
+                                "and checkpoint.interval = 0"}});
   }
 }
 
