@@ -412,9 +412,11 @@ void Watchdog::start(ProcessGroup& world, const WatchdogOptions& options) {
   }
   world.broadcast(std::as_writable_bytes(std::span<char>(dir)), 0);
   if (dir[0] == '\0') {
-    throw CommError(
-        "the watchdog could not create its directory under $TMPDIR (or /tmp) on world rank 0; "
-        "point TMPDIR to a writable directory");
+    // Every rank reads the same TMPDIR, so each can name the folder rank 0 could not use.
+    throw CommError(fmt::format(
+        "the watchdog could not create its directory {}/meshtrain-watchdog-XXXXXX on world "
+        "rank 0 ($TMPDIR, else /tmp); point TMPDIR to a writable directory",
+        watchdog_dirs::parent()));
   }
   // On another host (a /tmp of its own) the directory is not there: make it, for the ranks of
   // that host. The last rank of each host to stop removes it (progress::unmap_file).
