@@ -309,6 +309,12 @@ CheckpointReader::CheckpointReader(fs::path dir) : dir_(std::move(dir)) {
     throw DataError(fmt::format("checkpoint {}: not a directory", dir_.string()));
   }
   if (!fs::exists(dir_ / kCompleteName, ec)) {
+    if (!complete_checkpoints(dir_ / "checkpoints").empty()) {  // a run's checkpoint.dir
+      throw DataError(fmt::format(
+          "{} is a run's checkpoint.dir, not a checkpoint: name one of its checkpoints/step-N "
+          "directories, or use checkpoint.resume = \"auto\" with checkpoint.dir = {}",
+          dir_.string(), dir_.string()));
+    }
     if (!complete_checkpoints(dir_).empty()) {
       throw DataError(fmt::format(
           "{} holds checkpoints (step-N directories) but is not one: name a step-N directory, "
