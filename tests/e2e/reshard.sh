@@ -95,7 +95,7 @@ expect() {  # expect <code> <text> -- command...
   ((rc == code)) || { echo "FAIL: exit $rc, expected $code: $*"; echo "$out"; exit 1; }
   [[ $out == *"$text"* ]] || { echo "FAIL: message lacks '$text'"; echo "$out"; exit 1; }
 }
-expect 3 "no COMPLETE marker" -- "$BIN" reshard "$WORK/dp2" "$WORK/bad1"
+expect 3 "is a run's checkpoint.dir, not a checkpoint: name one of its checkpoints/step-N" -- "$BIN" reshard "$WORK/dp2" "$WORK/bad1"
 expect 2 "reshard changes the layout, never the model" -- \
   "$BIN" reshard "$SRC" "$WORK/bad2" --model.n_layer 3
 expect 2 "parallel.tp" -- "$BIN" reshard "$SRC" "$WORK/bad3" --parallel.tp 3
