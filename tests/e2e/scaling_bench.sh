@@ -9,7 +9,10 @@
 #   peak is timed by thread CPU time (other processes' share of the core does not lower it)
 #   while steps are timed by the wall clock (it slows them). Measured when written: the step
 #   at 10–30 % of its bound, 6 jobs sharing the 2 cores;
-# - MFU against the configured peak equals model FLOP/s ÷ 2.19e11, both MFUs lie in (0, 1];
+# - MFU against the configured peak equals model FLOP/s ÷ 2.19e11 and is > 0; it is not bounded
+#   by 1: 2.19e11 is a setting (an fp32 FMA peak), and a bf16 step on AMX passes it (101.6 % at
+#   C 256 on an Intel Xeon model 167, CI 2026-12-03). MFU against the measured peak (the fastest
+#   unit of the row's precision) lies in (0, 1];
 # - scaling.md has the header and 12 table rows; scaling.png is a PNG of a plausible size;
 # - bad arguments exit 2 (scaling_bench.sh and plot_scaling.py) before any training.
 # Usage: scaling_bench.sh <meshtrain> <gemm_bench> <fma_peak> <prepared data dir>
@@ -65,7 +68,7 @@ for r in rows:
     assert abs(r["tokens_per_s"] * r["step_s"] - r["tokens_per_step"]) < 1e-6 * r["tokens_per_step"]
     assert abs(r["mfu_cfg"] * 2.19e11 * meta["threads"] - r["model_flops_per_s"]) \
         < 1e-9 * r["model_flops_per_s"], name
-    ok = (r["gemm_bound_tokens_per_s"] >= r["tokens_per_s"] and 0 < r["mfu_cfg"] <= 1
+    ok = (r["gemm_bound_tokens_per_s"] >= r["tokens_per_s"] and r["mfu_cfg"] > 0
           and 0 < r["mfu_measured"] <= 1)
     print(f"{'ok  ' if ok else 'FAIL'} {name}: {r['tokens_per_s']:.0f} tokens/s, GEMM-bound "
           f"{r['gemm_bound_tokens_per_s']:.0f} ({100 * r['of_gemm_bound']:.0f} %), MFU "
