@@ -81,6 +81,16 @@ for np in 2 4; do
     "world rank $last: has not reached collective #@SEQ@" "it has left training" \
     "not arrived: world rank $last"
 done
+# A rank stopped inside the collective (it entered it: "reached") is named by its heartbeat.
+# Where the others then wait (the third all-reduce, or the barrier after it when its data had
+# already gone out) depends on MPI, so only the rank, the verdict and the exit are checked.
+for np in 2 4; do
+  group=$GROUP2
+  ((np == 4)) && group=$GROUP4
+  last=$((np - 1))
+  scenario "$np" freeze 4 "now blocked in all_reduce on $group #@SEQ@ — but frozen: its process" \
+    "frozen (not running, so the operation cannot complete): world rank $last" "exit code 4"
+done
 scenario 2 mismatch 1 "mismatched collective on $GROUP2" \
   "group rank 0 (world rank 0): collective #@SEQ@ all_reduce_sum(f32) of 4 elements" \
   "group rank 1 (world rank 1): collective #@SEQ@ all_reduce_sum(f32) of 5 elements"

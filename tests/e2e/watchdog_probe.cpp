@@ -6,10 +6,15 @@
 //   mismatch  parallel.debug_collectives on; the last rank's third all-reduce has 5 elements,
 //             the others' 4: every rank fails with both calls listed (exit 1)
 //   recv      world rank 0 receives from rank 1, which never sends
+//   freeze    the last rank enters the third all-reduce at once and stops itself (SIGSTOP)
+//             200 ms later, inside it; the others enter 600 ms later: it looks like a rank
+//             waiting in the collective, but its heartbeat stops (issue 17, kill -STOP)
 //   ok        nothing goes wrong (exit 0)
 // Rank 0 prints the sequence number of the all-reduce that should hang, for the script to
 // check against the report.
 #include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -26,7 +31,7 @@ int main(int argc, char** argv) {
   using namespace meshtrain;
   MpiRuntime runtime(&argc, &argv);
   if (argc != 3) {
-    std::fprintf(stderr, "usage: watchdog_probe sleep|skip|mismatch|recv|ok <timeout_s>\n");
+    std::fprintf(stderr, "usage: watchdog_probe sleep|skip|mismatch|recv|freeze|ok <timeout_s>\n");
     return 2;
   }
   const std::string scenario = argv[1];
@@ -51,6 +56,14 @@ int main(int argc, char** argv) {
     }
     if (scenario == "sleep" && last) std::this_thread::sleep_for(std::chrono::minutes(2));
     if (scenario == "skip" && last) return 0;
+    if (scenario == "freeze" && last) {
+      std::thread([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        ::kill(::getpid(), SIGSTOP);
+      }).detach();
+    } else if (scenario == "freeze") {
+      std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    }
     std::vector<float> y(scenario == "mismatch" && last ? 5 : 4, 1.0f);
     world->all_reduce_sum(y);
     world->barrier();

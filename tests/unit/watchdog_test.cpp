@@ -6,15 +6,20 @@
 // a job run under mpirun in tests/e2e/watchdog.sh and watchdog_dirs.sh.
 #include "meshtrain/comm/watchdog.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -155,6 +160,82 @@ TEST(Watchdog, ReportsTheHungOperationAndThePeerThatHasNotArrived) {
   EXPECT_NE(text.find("in_flight"), std::string::npos) << text;
   watchdog::unregister_group(group);
   fs::remove_all(dir);
+}
+
+// World rank 1 in the hung collective #3 (entered, blocked in it), its heartbeat written by
+// `beat_ns`; returns the report of world rank 0, blocked in the same collective.
+std::string report_with_peer_heartbeat(const std::function<std::int64_t()>& beat_ns) {
+  const fs::path dir = fresh_dir();
+  const watchdog::GroupHandle group = watchdog::register_group("world{0,1}", {0, 1});
+  const fs::path peer = dir / "rank1.progress";
+  write_peer_board(peer, group.key);
+  const int fd = ::open(peer.c_str(), O_RDWR);
+  void* mapped =
+      ::mmap(nullptr, sizeof(progress::Board), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  EXPECT_NE(mapped, MAP_FAILED);
+  auto* board = static_cast<progress::Board*>(mapped);
+  board->slots[0].entered.store(3);
+  std::snprintf(board->slots[0].name, sizeof(board->slots[0].name), "world{0,1}");
+  board->current_op.store(static_cast<std::uint32_t>(CommOp::all_reduce) + 1);
+  board->current_key.store(group.key);
+  board->current_seq.store(3);
+  std::atomic<bool> done{false};
+  board->heartbeat_ns.store(beat_ns());
+  std::thread peer_thread([&] {
+    while (!done) {
+      board->heartbeat_ns.store(beat_ns());
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::string report;
+  Watchdog::start_local(
+      dir.string(), 0,
+      {.timeout_s = 0.1, .recorder_size = 4, .on_expiry = [&](const std::string& r) {
+         const std::lock_guard lock(mutex);
+         report = r;
+         cv.notify_all();
+       }});
+  const watchdog::OpInfo op{.op = CommOp::all_reduce, .group = group, .seq = 3, .bytes = 16};
+  const std::uint64_t id = watchdog::posted(op, watchdog::now_ns());
+  watchdog::blocking(op, watchdog::now_ns());
+  {
+    std::unique_lock lock(mutex);
+    cv.wait_for(lock, std::chrono::seconds(60), [&] { return !report.empty(); });
+  }
+  watchdog::done(id, op, watchdog::now_ns());
+  Watchdog::stop();
+  done = true;
+  peer_thread.join();
+  ::munmap(mapped, sizeof(progress::Board));
+  watchdog::unregister_group(group);
+  fs::remove_all(dir);
+  return report;
+}
+
+// Issue 17: a rank stopped (kill -STOP) inside the collective looked like one waiting in it, so
+// the report said "not arrived: none found". Its heartbeat, 5 s old and never advancing, names it.
+TEST(Watchdog, NamesAPeerFrozenInsideTheCollectiveByItsHeartbeat) {
+  const std::int64_t frozen_at = watchdog::now_ns() - 5'000'000'000;
+  const std::string report = report_with_peer_heartbeat([&] { return frozen_at; });
+  EXPECT_NE(report.find("world rank 1: reached collective #3; now blocked in all_reduce on "
+                        "world{0,1} #3 — but frozen: its process has not run for"),
+            std::string::npos)
+      << report;
+  EXPECT_NE(report.find("frozen (not running, so the operation cannot complete): world rank 1"),
+            std::string::npos)
+      << report;
+}
+
+// The same peer, its watchdog beating every 10 ms: waiting in the collective, not frozen.
+TEST(Watchdog, APeerWhoseHeartbeatAdvancesIsNotCalledFrozen) {
+  const std::string report = report_with_peer_heartbeat([] { return watchdog::now_ns(); });
+  EXPECT_NE(report.find("world rank 1: reached collective #3; now blocked in all_reduce"),
+            std::string::npos)
+      << report;
+  EXPECT_EQ(report.find("frozen"), std::string::npos) << report;
 }
 
 // The owner file's format as watchdog_dirs.h documents it, written by hand.

@@ -139,6 +139,7 @@ std::optional<PeerView> read_peer(const std::string& path, std::uint64_t key, bo
   }
   v.dumped = b->dumped.load(std::memory_order_acquire) != 0;
   v.stopped = b->state.load(std::memory_order_acquire) == 2;
+  v.heartbeat_ns = b->heartbeat_ns.load(kRelaxed);
   if (request_dump) b->dump_requested.store(1, std::memory_order_release);
   ::munmap(b, sizeof(Board));
   return v;

@@ -25,7 +25,7 @@
 namespace meshtrain::progress {
 
 inline constexpr std::size_t kMaxGroups = 256;               // groups alive at once on one rank
-inline constexpr std::uint64_t kMagic = 0x3130474f52505447;  // "GTPROG01"
+inline constexpr std::uint64_t kMagic = 0x3230474f52505447;  // "GTPROG02"
 
 /// One group this rank belongs to. `key` names the group identically on every member.
 struct Slot {
@@ -55,6 +55,10 @@ struct Board {
   // failed on its own). The file stays until every rank has stopped, so a rank that waits
   // for one that left can still read how far it got.
   std::atomic<std::uint32_t> state{0};
+  // Steady-clock time (ns) of the watchdog thread's last tick: a heartbeat that a stopped
+  // process (SIGSTOP, a debugger) stops advancing, while a rank blocked in MPI still beats.
+  // A rank frozen inside a collective otherwise looks exactly like one waiting in it.
+  std::atomic<std::int64_t> heartbeat_ns{0};
   Slot slots[kMaxGroups];
 };
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free,
@@ -91,7 +95,8 @@ struct PeerView {
   std::uint64_t current_key = 0, current_seq = 0;
   std::string current_group;  // name from the peer's slot for current_key
   bool dumped = false;
-  bool stopped = false;  // its watchdog has stopped: it left training
+  bool stopped = false;           // its watchdog has stopped: it left training
+  std::int64_t heartbeat_ns = 0;  // its watchdog's last tick (steady clock), 0 = none yet
 };
 /// Reads `path` (nullopt when missing or not a board); with `request_dump`, also asks the peer
 /// to dump its flight recorder.

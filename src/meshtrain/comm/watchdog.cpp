@@ -14,6 +14,7 @@
 #include <ctime>
 #include <map>
 #include <mutex>
+#include <ranges>
 #include <thread>
 
 #include "meshtrain/comm/progress_board.h"
@@ -125,22 +126,64 @@ std::string write_dump(const State& s, std::string_view why) {
   return ok ? "" : fmt::format("cannot write {}", dump_file(s));
 }
 
-// One line per peer of the timed-out operation, and the peers that have not arrived. Reading a
-// peer's board also asks it to dump its recorder (when `ask_dump`).
-std::string report_peers(const State& s, const watchdog::OpInfo& op, bool ask_dump,
-                         std::vector<int>& missing, std::vector<int>& unreachable,
-                         std::vector<int>& asked) {
-  std::vector<int> members;
-  {
-    Registry& reg = registry();
-    const std::lock_guard lock(reg.mutex);
-    if (const auto it = reg.groups.find(op.group.key); it != reg.groups.end()) {
-      members = it->second.world_ranks;
+std::chrono::nanoseconds tick_of(double timeout_s) {
+  const double tick_s = std::min(timeout_s / 4.0, 0.5);
+  return std::chrono::nanoseconds(static_cast<std::int64_t>(tick_s * 1e9));
+}
+
+// This rank's watchdog thread is running: see progress::Board::heartbeat_ns.
+void beat() noexcept { progress::local().heartbeat_ns.store(watchdog::now_ns(), kRelaxed); }
+
+// The world ranks the timed-out operation waits for (the group's members, or the one peer of a
+// send/recv), this rank included.
+std::vector<int> members_of(const watchdog::OpInfo& op) {
+  if (op.peer >= 0) return {op.peer};
+  Registry& reg = registry();
+  const std::lock_guard lock(reg.mutex);
+  const auto it = reg.groups.find(op.group.key);
+  return it != reg.groups.end() ? it->second.world_ranks : std::vector<int>{};
+}
+
+// Peers (world rank → seconds since their last heartbeat) whose watchdog thread has stopped
+// running: a process stopped by SIGSTOP or a debugger, or starved of CPU. A peer beats every
+// tick even while blocked in MPI. One whose beat is older than two ticks is watched until its
+// beat would be `stale` old (4 ticks, at least 1 s) and called frozen only if it never beat in
+// between, so a thread that was merely scheduled late is not blamed. Waits at most `stale`.
+std::map<int, double> frozen_peers(const State& s, const std::vector<int>& peers) {
+  const std::int64_t tick = tick_of(s.options.timeout_s).count();
+  const std::int64_t stale = std::max<std::int64_t>(4 * tick, 1'000'000'000);
+  std::map<int, std::int64_t> late;  // peer → the beat seen
+  std::int64_t decide_at = 0;
+  const std::int64_t now = watchdog::now_ns();
+  for (const int peer : peers) {
+    if (peer == s.world_rank) continue;
+    const auto view = progress::read_peer(board_file(s.dir, peer), 0, false);
+    if (!view || view->stopped || view->heartbeat_ns == 0) continue;
+    if (now - view->heartbeat_ns <= 2 * tick) continue;
+    late[peer] = view->heartbeat_ns;
+    decide_at = std::max(decide_at, view->heartbeat_ns + stale);
+  }
+  while (!late.empty() && watchdog::now_ns() < decide_at) {
+    beat();  // this rank's own peers may be judging it meanwhile
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::map<int, double> frozen;
+  for (const auto& [peer, seen] : late) {
+    const auto view = progress::read_peer(board_file(s.dir, peer), 0, false);
+    if (view && !view->stopped && view->heartbeat_ns == seen) {
+      frozen[peer] = static_cast<double>(watchdog::now_ns() - seen) * 1e-9;
     }
   }
-  if (op.peer >= 0) members = {op.peer};
+  return frozen;
+}
+
+// One line per peer of the timed-out operation, and the peers that have not arrived. Reading a
+// peer's board also asks it to dump its recorder (when `ask_dump`); a frozen peer cannot.
+std::string report_peers(const State& s, const watchdog::OpInfo& op, bool ask_dump,
+                         const std::map<int, double>& frozen, std::vector<int>& missing,
+                         std::vector<int>& unreachable, std::vector<int>& asked) {
   std::string out;
-  for (const int peer : members) {
+  for (const int peer : members_of(op)) {
     if (peer == s.world_rank) continue;
     const auto view = progress::read_peer(board_file(s.dir, peer), op.group.key, ask_dump);
     const std::string host = host_of(s, peer);
@@ -162,7 +205,8 @@ std::string report_peers(const State& s, const watchdog::OpInfo& op, bool ask_du
       missing.push_back(peer);
       continue;
     }
-    if (!view->stopped) asked.push_back(peer);
+    const auto stopped_for = frozen.find(peer);
+    if (!view->stopped && stopped_for == frozen.end()) asked.push_back(peer);
     std::string now;
     if (view->stopped) {
       now =
@@ -178,6 +222,12 @@ std::string report_peers(const State& s, const watchdog::OpInfo& op, bool ask_du
           view->current_peer >= 0 ? fmt::format(" with world rank {}", view->current_peer)
                                   : std::string(),
           view->current_group.empty() ? "another group" : view->current_group, view->current_seq);
+    }
+    if (stopped_for != frozen.end()) {
+      now += fmt::format(
+          " — but frozen: its process has not run for {:.1f} s (stopped by a signal such as "
+          "SIGSTOP, held in a debugger, or starved of CPU)",
+          stopped_for->second);
     }
     if (op.peer >= 0) {
       // The matching operation is the other direction, with this rank, on the same group.
@@ -235,12 +285,20 @@ void expire(State& s, const watchdog::OpInfo& op, double waited_s) {
       "[watchdog] world rank {}: {} has not completed after {:.3g} s (parallel.comm_timeout_s = "
       "{:g})",
       s.world_rank, describe(op, group), waited_s, s.options.timeout_s);
-  report += report_peers(s, op, ask_dump, missing, unreachable, asked);
-  const std::string none = unreachable.empty() ? "none found (every peer has reached it)"
-                                               : "none found among the peers it could read";
+  const std::map<int, double> frozen = frozen_peers(s, members_of(op));
+  report += report_peers(s, op, ask_dump, frozen, missing, unreachable, asked);
+  std::string none = unreachable.empty() ? "none found (every peer has reached it)"
+                                         : "none found among the peers it could read";
+  if (!frozen.empty()) none += "; a frozen peer holds it up (below)";
   report +=
       fmt::format("\n[watchdog] not arrived: {}",
                   missing.empty() ? none : fmt::format("world rank {}", fmt::join(missing, ", ")));
+  if (!frozen.empty()) {
+    report += fmt::format(
+        "\n[watchdog] frozen (not running, so the operation cannot complete): "
+        "world rank {}",
+        fmt::join(std::views::keys(frozen), ", "));
+  }
   if (!unreachable.empty()) {
     report += fmt::format(
         "\n[watchdog] unreachable from host {} (on other hosts, no report): world rank {}",
@@ -265,6 +323,7 @@ void expire(State& s, const watchdog::OpInfo& op, double waited_s) {
   // mpirun tears them down.
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   while (!asked.empty() && std::chrono::steady_clock::now() < until) {
+    beat();
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     std::erase_if(asked, [&](int peer) {
       const auto view = progress::read_peer(board_file(s.dir, peer), 0, false);
@@ -274,17 +333,13 @@ void expire(State& s, const watchdog::OpInfo& op, double waited_s) {
   end_process();
 }
 
-std::chrono::nanoseconds tick_of(double timeout_s) {
-  const double tick_s = std::min(timeout_s / 4.0, 0.5);
-  return std::chrono::nanoseconds(static_cast<std::int64_t>(tick_s * 1e9));
-}
-
 void run(State& s) {
   const auto tick = tick_of(s.options.timeout_s);
   const auto timeout_ns = static_cast<std::int64_t>(s.options.timeout_s * 1e9);
   std::int64_t reported_since = 0;
   std::unique_lock lock(s.mutex);
   while (!s.wake.wait_for(lock, tick, [&] { return s.stop; })) {
+    beat();
     progress::Board& b = progress::local();
     if (b.dump_requested.load(std::memory_order_acquire) != 0 && b.dumped.load(kRelaxed) == 0) {
       (void)write_dump(s, "written because a peer's operation timed out");
@@ -441,6 +496,7 @@ void Watchdog::start_local(const std::string& dir, int world_rank, const Watchdo
                world_rank, board_file(dir, world_rank));
   }
   s.recorder.store(new FlightRecorder(std::max<std::size_t>(1, options.recorder_size)), kRelaxed);
+  beat();
   s.thread = std::thread([&s] { run(s); });
 }
 
