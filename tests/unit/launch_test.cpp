@@ -40,20 +40,22 @@ TEST(LaunchPlan, RestartReplacesAnExplicitResume) {
             (Args{"train", "c.toml", "--checkpoint.resume_x", "1", "--checkpoint.resume", "auto"}));
 }
 
-TEST(LaunchPlan, MpirunArgvOversubscribesOnlyBeyondTheCores) {
+TEST(LaunchPlan, MpirunArgvOversubscribesOnlyBeyondTheCoresAndExportsTheRestartCount) {
   LaunchPlan plan = {.ranks = 2,
                      .cores = 2,
                      .mpirun = "/usr/bin/mpirun",
                      .mpirun_args = {"-x", "FOO"},
                      .program = "/opt/meshtrain",
                      .command = {"train", "c.toml", "--checkpoint.resume", "d"}};
-  EXPECT_EQ(mpirun_argv(plan, false),
-            (Args{"/usr/bin/mpirun", "-np", "2", "-x", "FOO", "/opt/meshtrain", "train", "c.toml",
-                  "--checkpoint.resume", "d"}));
+  EXPECT_EQ(mpirun_argv(plan, 0),
+            (Args{"/usr/bin/mpirun", "-np", "2", "-x", "MESHTRAIN_RESTART_COUNT=0", "-x", "FOO",
+                  "/opt/meshtrain", "train", "c.toml", "--checkpoint.resume", "d"}));
   plan.ranks = 4;
-  EXPECT_EQ(mpirun_argv(plan, true),
+  // A restart resumes, and its ranks learn which restart it is (the fault injector's rule).
+  EXPECT_EQ(mpirun_argv(plan, 2),
             (Args{"/usr/bin/mpirun", "-np", "4", "--oversubscribe", "--bind-to", "none", "-x",
-                  "FOO", "/opt/meshtrain", "train", "c.toml", "--checkpoint.resume", "auto"}));
+                  "MESHTRAIN_RESTART_COUNT=2", "-x", "FOO", "/opt/meshtrain", "train", "c.toml",
+                  "--checkpoint.resume", "auto"}));
 }
 
 TEST(LaunchPlan, SplitArgumentsKeepsQuotedBlanks) {
