@@ -99,14 +99,24 @@ TEST(FaultInjectionConfig, EveryRuleNamesTheSettingValueRuleAndFix) {
   for (const Case& k : cases) {
     const std::string key = fmt::format("fault_injection.{}", k.key);
     SCOPED_TRACE(fmt::format("{} = {}", key, k.value));
-    Config c = load_config_text(
-        "", "t.toml", {{"training.max_steps", "20"}, {"parallel.dp", "2"}, {key, k.value}});
+    // Every fault on (a rank is checked only when its fault is), then the bad setting.
+    const Config c = load_config_text("", "t.toml",
+                                      {{"training.max_steps", "20"},
+                                       {"parallel.dp", "2"},
+                                       {"fault_injection.nonfinite_grad_step", "5"},
+                                       {"fault_injection.kill_step", "5"},
+                                       {"fault_injection.hang_step", "6"},
+                                       {key, k.value}});
     const std::string text = issues_text(c, 2);
     EXPECT_TRUE(has(text, fmt::format("{} = {}", key, k.value))) << text;
     EXPECT_TRUE(has(text, k.rule)) << text;
     EXPECT_TRUE(has(text, fmt::format("fix:  {}", k.fix))) << text;
     EXPECT_EQ(check_config(c, 2).size(), 1U) << text;
   }
+  // A rank is not checked while its fault is off (the planner checks every world size).
+  Config off;
+  off.fault_injection.kill_rank = 7;
+  EXPECT_TRUE(check_config(off, 1).empty()) << issues_text(off, 1);
   // inf and NaN: refused when loaded, and by the rule for a Config built in code.
   EXPECT_TRUE(
       has(load_error({{"fault_injection.slow_seconds", "inf"}}), "must be a finite number"));

@@ -282,8 +282,11 @@ TEST_F(FakeMpirun, KilledRankIsRestartedWithResumeAutoAndTheLogSaysWhy) {
   const Run run = supervise_fake(write_fake(1, kKilled, 137), 3);
   EXPECT_EQ(run.code, 0) << run.log;
   ASSERT_EQ(run.argv.size(), 2U) << run.log;
-  EXPECT_EQ(run.argv[0], "-np 2 /bin/meshtrain train c.toml --checkpoint.resume x");
-  EXPECT_EQ(run.argv[1], "-np 2 /bin/meshtrain train c.toml --checkpoint.resume auto");
+  EXPECT_EQ(run.argv[0],
+            "-np 2 -x MESHTRAIN_RESTART_COUNT=0 /bin/meshtrain train c.toml --checkpoint.resume x");
+  EXPECT_EQ(
+      run.argv[1],
+      "-np 2 -x MESHTRAIN_RESTART_COUNT=1 /bin/meshtrain train c.toml --checkpoint.resume auto");
   EXPECT_NE(run.log.find("meshtrain launch: restart 1 of 3: rank 1 exited on signal 9 (Killed) "
                          "after "),
             std::string::npos)

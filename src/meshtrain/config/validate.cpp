@@ -345,7 +345,8 @@ void check_resilience(const Config& config, std::vector<ConfigIssue>& issues) {
 }
 
 // One step fault of [fault_injection]: its step is −1 (never) or a step the run takes, so a
-// rehearsal cannot silently not happen; its rank exists in this world.
+// rehearsal cannot silently not happen; when on, its rank exists in this world (an unused rank
+// is not checked: the planner validates layouts of every world size with the faults off).
 void check_step_fault(const Config& config, int world_size, std::string_view fault,
                       std::int64_t step, std::int64_t rank, std::vector<ConfigIssue>& issues) {
   const std::int64_t max_steps = config.training.max_steps;
@@ -354,6 +355,7 @@ void check_step_fault(const Config& config, int world_size, std::string_view fau
           fmt::format("must be -1 (never) or a step of the run, 1 … training.max_steps = {}",
                       max_steps),
           fmt::format("use -1, or e.g. {}", std::max<std::int64_t>(1, max_steps / 2)));
+  if (step == -1) return;
   require(issues, rank >= 0 && rank < world_size, fmt::format("fault_injection.{}_rank", fault),
           rank, fmt::format("must be a world rank, 0 … {}", world_size - 1),
           fmt::format("use a rank below the {} of this job", world_size));
