@@ -1,7 +1,8 @@
 // parallel.debug_collectives (comm/process_group.h, set_debug_checks): ranks that call
 // different collectives — another size, another operation, another root — all stop with an
 // Error listing every rank's call, instead of hanging or reducing mismatched buffers; matching
-// calls run as before and are numbered. (np 1 has no peers: nothing to compare.)
+// calls run as before and are numbered. The mismatches need peers: that suite is instantiated
+// only at np ≥ 2.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -28,17 +29,24 @@ std::string error_of(Call&& call) {
   return message;
 }
 
-TEST(CollectiveCheck, MismatchedSizeOperationOrRootStopsEveryRank) {
+// Matching calls pass, with their numbers (a one-rank world calls no collective).
+TEST(CollectiveCheck, MatchingCallsPassAndAreNumbered) {
   const auto world = test::runtime().world_group();
   const int n = world->size();
-  const int me = world->rank();
-  // Matching calls pass, with their numbers.
   const std::uint64_t before = world->collectives_called();
   std::vector<float> x(8, 1.0f);
   EXPECT_EQ(error_of([&] { world->all_reduce_sum(x); }), "");
   EXPECT_EQ(x[0], static_cast<float>(n));
   EXPECT_EQ(world->collectives_called(), before + (n > 1 ? 1 : 0));
-  if (n == 1) return;
+}
+
+class CollectiveCheckPeers : public ::testing::TestWithParam<int> {};
+
+TEST_P(CollectiveCheckPeers, MismatchedSizeOperationOrRootStopsEveryRank) {
+  const auto world = test::runtime().world_group();
+  const int n = world->size();
+  const int me = world->rank();
+  ASSERT_EQ(n, GetParam());
   // Another size on the last rank.
   std::vector<float> y(me == n - 1 ? 5 : 4, 1.0f);
   std::string text = error_of([&] { world->all_reduce_sum(y); });
@@ -82,6 +90,10 @@ TEST(CollectiveCheck, MismatchedSizeOperationOrRootStopsEveryRank) {
   EXPECT_EQ(error_of([&] { world->all_reduce_sum(w); }), "");
   EXPECT_EQ(w[2], 2.0f * static_cast<float>(n));
 }
+
+INSTANTIATE_TEST_SUITE_P(World, CollectiveCheckPeers,
+                         ::testing::ValuesIn(test::world_of_at_least(2)), test::world_name);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(CollectiveCheckPeers);
 
 }  // namespace
 }  // namespace meshtrain

@@ -41,10 +41,13 @@ std::int64_t peak_step_activations(PipelineSchedule schedule, std::int64_t m) {
 constexpr std::int64_t kBoundaryBytes = 2 * 32 * 32 * 4;
 constexpr std::int64_t kSlack = 2 * kBoundaryBytes;
 
-TEST(PipelineMemory, OneFOneBKeepsAtMostPpMinusStageMicroBatchesAliveGPipeAll) {
+// pp = the world: instantiated only at np ≥ 2 (one rank has no pipeline).
+class PipelineMemory : public ::testing::TestWithParam<int> {};
+
+TEST_P(PipelineMemory, OneFOneBKeepsAtMostPpMinusStageMicroBatchesAliveGPipeAll) {
   const auto world = test::runtime().world_group();
   const int pp = world->size(), stage = world->rank();
-  if (pp == 1) return;                                 // no pipeline
+  ASSERT_EQ(pp, GetParam());
   const int in_flight = pp - stage;                    // 1F1B's bound on this stage
   std::vector<std::int64_t> gpipe{0}, one_f_one_b{0};  // index m = micro-batches
   for (std::int64_t m = 1; m <= pp + 2; ++m) {
@@ -67,6 +70,10 @@ TEST(PipelineMemory, OneFOneBKeepsAtMostPpMinusStageMicroBatchesAliveGPipeAll) {
   }
   EXPECT_LT(one_f_one_b[pp + 2] + per_microbatch, gpipe[pp + 2]);
 }
+
+INSTANTIATE_TEST_SUITE_P(World, PipelineMemory, ::testing::ValuesIn(test::world_of_at_least(2)),
+                         test::world_name);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(PipelineMemory);
 
 // Evaluation is forward only: every micro-batch's activations are dropped right after its
 // forward (CausalLm::discard), so evaluate() leaves nothing behind and never holds two

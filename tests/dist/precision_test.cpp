@@ -1,5 +1,5 @@
 // The fp16 loss scaler agreed by every rank (issue 5, seed 000 §3.3): an inf written into one
-// rank's gradient at step k (TrainerOptions test hook) makes every rank skip step k — the
+// rank's gradient at step k ([fault_injection] nonfinite_grad_*) makes every rank skip step k — the
 // found-inf flag is a MAX over the world — and halve the scale identically; the weights do
 // not move and stay bit-identical across dp replicas; after growth_interval clean steps the
 // scale grows on every rank. Under ZeRO-1 too (each rank then only sees its own slices).
@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <limits>
 #include <string>
 #include <vector>
 
@@ -38,12 +37,11 @@ TEST_P(ScalerAgreement, EveryRankSkipsTheOverflowingStepAndKeepsTheSameScale) {
   c.training.loss_scale_growth_interval = 3;
   c.training.loss_scale_hysteresis = 1;
   c.parallel.zero_stage = GetParam();
-  constexpr int kInfStep = 2;
-  TrainerOptions options = test::quiet();
-  options.inject_inf_step = kInfStep;
-  options.inject_inf_rank = dp - 1;  // one rank only
+  constexpr int kInfStep = 2;  // 0-based, as compute_gradients counts
+  c.fault_injection.nonfinite_grad_step = kInfStep + 1;
+  c.fault_injection.nonfinite_grad_rank = dp - 1;  // one rank only
   const auto world = rt.world_group();
-  Trainer trainer(c, *world, options);
+  Trainer trainer(c, *world, test::quiet());
   const DynamicLossScaler& scaler = *trainer.loss_scaler();
   std::vector<Tensor> before;
   for (int s = 0; s < 7; ++s) {
@@ -90,13 +88,12 @@ TEST(NonFiniteGradient, IsReportedWithRankStepAndParameterOnEveryRank) {
   const int world_size = rt.world_size();
   Config c = test::small_config(world_size, 2, 1);
   c.parallel.zero_stage = world_size > 1 ? 1 : 0;
-  TrainerOptions options = test::quiet();
-  options.inject_inf_step = 2;
-  options.inject_inf_rank = world_size - 1;
-  options.inject_value = std::numeric_limits<float>::quiet_NaN();
+  c.fault_injection.nonfinite_grad_step = 3;
+  c.fault_injection.nonfinite_grad_rank = world_size - 1;
+  c.fault_injection.nonfinite_grad_value = FaultValue::nan;
   const auto world = rt.world_group();
-  Trainer trainer(c, *world, options);
-  // The hook writes into the rank's first non-empty optimizer shard.
+  Trainer trainer(c, *world, test::quiet());
+  // The fault is written into the rank's first non-empty optimizer shard.
   std::string culprit;
   for (const OptimizerShard& s : trainer.zero().shards()) {
     if (s.grad.numel() > 0) {

@@ -14,17 +14,27 @@
 namespace meshtrain {
 namespace {
 
+// A group of one rank communicates with nobody: its collectives cost no seconds (every world
+// size: a split of the world into single ranks).
+TEST(ProcessGroup, AOneRankGroupCountsNoSeconds) {
+  const auto world = test::runtime().world_group();
+  const auto self = world->split(world->rank(), 0, "self");
+  ASSERT_EQ(self->size(), 1);
+  std::vector<float> x(1, 1.0f);
+  self->all_reduce_sum(x);
+  EXPECT_EQ(x[0], 1.0f);
+  EXPECT_EQ(self->counter(CommOp::all_reduce).seconds, 0.0);
+}
+
+// The tests below need a peer; they are instantiated only when mpirun started 2 or more ranks.
+class ProcessGroupPeers : public ::testing::TestWithParam<int> {};
+
 // The seconds counter includes the wait for a late peer: the last rank arrives 50 ms late, so
 // every other rank spends about that long inside the all-reduce (40 ms allows for the ranks
 // leaving the barrier at slightly different times).
-TEST(ProcessGroup, SecondsCounterIncludesTheWaitForALatePeer) {
+TEST_P(ProcessGroupPeers, SecondsCounterIncludesTheWaitForALatePeer) {
   const auto world = test::runtime().world_group();
-  if (world->size() == 1) {
-    std::vector<float> x(1, 1.0f);
-    world->all_reduce_sum(x);
-    EXPECT_EQ(world->counter(CommOp::all_reduce).seconds, 0.0);  // a one-rank group is free
-    return;
-  }
+  ASSERT_EQ(world->size(), GetParam());
   world->barrier();
   const bool late = world->rank() == world->size() - 1;
   if (late) std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -37,10 +47,11 @@ TEST(ProcessGroup, SecondsCounterIncludesTheWaitForALatePeer) {
 
 // Every rank posts its sends to both neighbours before any receive (the pattern that deadlocks
 // with blocking sends of large messages), then receives: values and byte counters check out.
-TEST(ProcessGroup, NonBlockingSendsPostedFirstDoNotDeadlock) {
+// (isend/irecv to oneself are rejected by MT_CHECK, hence the peer.)
+TEST_P(ProcessGroupPeers, NonBlockingSendsPostedFirstDoNotDeadlock) {
   const auto world = test::runtime().world_group();
   const int n = world->size(), r = world->rank();
-  if (n == 1) return;  // no peer: isend/irecv to oneself are rejected by MT_CHECK
+  ASSERT_EQ(n, GetParam());
   constexpr std::size_t kCount = std::size_t{1} << 20;  // 4 MiB: beyond any eager limit
   const int next = (r + 1) % n, prev = (r + n - 1) % n;
   std::vector<float> to_next(kCount, static_cast<float>(r));
@@ -60,6 +71,10 @@ TEST(ProcessGroup, NonBlockingSendsPostedFirstDoNotDeadlock) {
   EXPECT_EQ(world->counter(CommOp::send).bytes, static_cast<std::int64_t>(2 * kCount * 4));
   EXPECT_EQ(world->counter(CommOp::recv).calls, 2);
 }
+
+INSTANTIATE_TEST_SUITE_P(World, ProcessGroupPeers, ::testing::ValuesIn(test::world_of_at_least(2)),
+                         test::world_name);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(ProcessGroupPeers);
 
 TEST(ProcessGroup, CollectivesOnRankValuedInputs) {
   const auto world = test::runtime().world_group();

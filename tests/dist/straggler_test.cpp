@@ -1,5 +1,5 @@
 // The straggler report under mpirun (issue 6, item 7): the last rank sleeps 40 ms at the start
-// of every backward call (TrainerOptions test hook); the report at the end of each window names
+// of every backward call ([fault_injection] slow_*); the report at the end of each window names
 // that rank and the backward phase on every rank, and no other rank — the ranks waiting for it
 // in the gradient all-reduce are not blamed, because collective time is taken out of the
 // phases. The model's own step is a few ms, so 40 ms per micro-batch is far above the 0.5 ×
@@ -20,12 +20,11 @@ TEST(StragglerReport, NamesTheSlowRankAndPhaseOnEveryRank) {
   c.training.max_steps = 4;
   c.training.straggler_interval = 2;
   c.training.straggler_threshold = 0.5;
-  TrainerOptions options = test::quiet();
-  options.slow_rank = dp - 1;
-  options.slow_phase = Phase::backward;
-  options.slow_seconds = 0.040;
+  c.fault_injection.slow_rank = dp - 1;
+  c.fault_injection.slow_phase = FaultPhase::backward;
+  c.fault_injection.slow_seconds = 0.040;
   const auto world = rt.world_group();
-  Trainer trainer(c, *world, options);
+  Trainer trainer(c, *world, test::quiet());
   const std::vector<StepMetrics> history = trainer.run();
   ASSERT_EQ(history.size(), 4U);
   for (const StepMetrics& m : history) {

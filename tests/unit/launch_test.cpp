@@ -40,20 +40,22 @@ TEST(LaunchPlan, RestartReplacesAnExplicitResume) {
             (Args{"train", "c.toml", "--checkpoint.resume_x", "1", "--checkpoint.resume", "auto"}));
 }
 
-TEST(LaunchPlan, MpirunArgvOversubscribesOnlyBeyondTheCores) {
+TEST(LaunchPlan, MpirunArgvOversubscribesOnlyBeyondTheCoresAndExportsTheRestartCount) {
   LaunchPlan plan = {.ranks = 2,
                      .cores = 2,
                      .mpirun = "/usr/bin/mpirun",
                      .mpirun_args = {"-x", "FOO"},
                      .program = "/opt/meshtrain",
                      .command = {"train", "c.toml", "--checkpoint.resume", "d"}};
-  EXPECT_EQ(mpirun_argv(plan, false),
-            (Args{"/usr/bin/mpirun", "-np", "2", "-x", "FOO", "/opt/meshtrain", "train", "c.toml",
-                  "--checkpoint.resume", "d"}));
+  EXPECT_EQ(mpirun_argv(plan, 0),
+            (Args{"/usr/bin/mpirun", "-np", "2", "-x", "MESHTRAIN_RESTART_COUNT=0", "-x", "FOO",
+                  "/opt/meshtrain", "train", "c.toml", "--checkpoint.resume", "d"}));
   plan.ranks = 4;
-  EXPECT_EQ(mpirun_argv(plan, true),
+  // A restart resumes, and its ranks learn which restart it is (the fault injector's rule).
+  EXPECT_EQ(mpirun_argv(plan, 2),
             (Args{"/usr/bin/mpirun", "-np", "4", "--oversubscribe", "--bind-to", "none", "-x",
-                  "FOO", "/opt/meshtrain", "train", "c.toml", "--checkpoint.resume", "auto"}));
+                  "MESHTRAIN_RESTART_COUNT=2", "-x", "FOO", "/opt/meshtrain", "train", "c.toml",
+                  "--checkpoint.resume", "auto"}));
 }
 
 TEST(LaunchPlan, SplitArgumentsKeepsQuotedBlanks) {
@@ -280,8 +282,11 @@ TEST_F(FakeMpirun, KilledRankIsRestartedWithResumeAutoAndTheLogSaysWhy) {
   const Run run = supervise_fake(write_fake(1, kKilled, 137), 3);
   EXPECT_EQ(run.code, 0) << run.log;
   ASSERT_EQ(run.argv.size(), 2U) << run.log;
-  EXPECT_EQ(run.argv[0], "-np 2 /bin/meshtrain train c.toml --checkpoint.resume x");
-  EXPECT_EQ(run.argv[1], "-np 2 /bin/meshtrain train c.toml --checkpoint.resume auto");
+  EXPECT_EQ(run.argv[0],
+            "-np 2 -x MESHTRAIN_RESTART_COUNT=0 /bin/meshtrain train c.toml --checkpoint.resume x");
+  EXPECT_EQ(
+      run.argv[1],
+      "-np 2 -x MESHTRAIN_RESTART_COUNT=1 /bin/meshtrain train c.toml --checkpoint.resume auto");
   EXPECT_NE(run.log.find("meshtrain launch: restart 1 of 3: rank 1 exited on signal 9 (Killed) "
                          "after "),
             std::string::npos)

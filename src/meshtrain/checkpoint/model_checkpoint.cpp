@@ -61,7 +61,7 @@ void save_model_checkpoint(const std::filesystem::path& dir,
   std::filesystem::create_directories(dir, ec);
   if (ec) throw DataError(fmt::format("cannot create {}: {}", dir.string(), ec.message()));
   write_safetensors(dir / "model.safetensors", tensors, {{"format", "meshtrain-model-v1"}});
-  write_text_atomically(dir / "config.toml", to_toml(config));
+  write_text_atomically(dir / "config.toml", checkpoint_toml(config));
   if (meta_json.empty()) return;
   const std::string meta = read_text(meta_json);
   // The tokenizer's files first, so a checkpoint's meta.json never names a missing file.

@@ -81,7 +81,7 @@ std::filesystem::path reshard_checkpoint(const std::filesystem::path& src, const
                             .world = world,
                             .pieces = {},
                             .state = rank == 0 ? state : nlohmann::json::object(),
-                            .config_toml = rank == 0 ? to_toml(target) : std::string()};
+                            .config_toml = rank == 0 ? checkpoint_toml(target) : std::string()};
       const PlacementRanks ranks = placement_ranks(shape, rank);
       for (const Parameter* p : stage->parameters()) {
         // The same rule as Trainer::save_checkpoint: one copy of every element.

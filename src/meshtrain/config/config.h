@@ -108,6 +108,22 @@ inline constexpr std::array<EnumName<DataSampler>, 2> kDataSamplerNames{{
 }};
 constexpr const auto& enum_names(DataSampler) { return kDataSamplerNames; }
 
+// fault_injection.nonfinite_grad_value: what the injected gradient element becomes
+enum class FaultValue : std::uint8_t { inf, nan };
+inline constexpr std::array<EnumName<FaultValue>, 2> kFaultValueNames{{
+    {FaultValue::inf, "inf", "+infinity, an overflow"},
+    {FaultValue::nan, "nan", "a quiet NaN"},
+}};
+constexpr const auto& enum_names(FaultValue) { return kFaultValueNames; }
+
+// fault_injection.slow_phase: the compute phase a slow rank sleeps in (train/straggler.h)
+enum class FaultPhase : std::uint8_t { forward, backward };
+inline constexpr std::array<EnumName<FaultPhase>, 2> kFaultPhaseNames{{
+    {FaultPhase::forward, "forward", "every forward call"},
+    {FaultPhase::backward, "backward", "every backward call"},
+}};
+constexpr const auto& enum_names(FaultPhase) { return kFaultPhaseNames; }
+
 /// A config enum: one with a name table above.
 template <typename E>
 concept ConfigEnum = std::is_enum_v<E> && requires(E e) {
@@ -184,6 +200,8 @@ MESHTRAIN_CONFIG_ENUM_JSON(PipelineSchedule)
 MESHTRAIN_CONFIG_ENUM_JSON(MoeDropPolicy)
 MESHTRAIN_CONFIG_ENUM_JSON(DataFormat)
 MESHTRAIN_CONFIG_ENUM_JSON(DataSampler)
+MESHTRAIN_CONFIG_ENUM_JSON(FaultValue)
+MESHTRAIN_CONFIG_ENUM_JSON(FaultPhase)
 #undef MESHTRAIN_CONFIG_ENUM_JSON
 
 struct ModelConfig {
@@ -352,12 +370,44 @@ struct CheckpointConfig {
   std::string init_from;
 };
 
+// Fault injection (docs/resilience.md, "Fault injection"; train/fault_injector.h): rehearsals
+// of the failures a job must survive or report, on any cluster, all off by default. Ranks are
+// world ranks, steps the 1-based optimizer steps of the log (global: a resumed run counts on).
+// Every fault is injected only on a job's first attempt: not when MESHTRAIN_RESTART_COUNT
+// (set by `meshtrain launch` on each restart) or SLURM_RESTART_COUNT is above 0, so a
+// restarted job recovers instead of failing again. A checkpoint stores these settings at their
+// defaults: a rehearsal belongs to its run, not to the training state.
+struct FaultInjectionConfig {
+  // A non-finite gradient: at the start of the checks of step `nonfinite_grad_step` (−1 =
+  // never), after the gradient reductions, rank `nonfinite_grad_rank` writes
+  // `nonfinite_grad_value` into its first gradient element (fp16: the step is skipped; else
+  // the run stops with the rank, step and parameter named).
+  std::int64_t nonfinite_grad_step = -1;
+  std::int64_t nonfinite_grad_rank = 0;
+  FaultValue nonfinite_grad_value = FaultValue::inf;
+  // A slow rank (straggler): rank `slow_rank` (−1 = none) sleeps `slow_seconds` at the start
+  // of every call of `slow_phase`; the straggler report names it.
+  std::int64_t slow_rank = -1;
+  FaultPhase slow_phase = FaultPhase::backward;
+  double slow_seconds = 0.0;
+  // A lost process: rank `kill_rank` raises SIGKILL on itself at the start of step
+  // `kill_step` (−1 = never).
+  std::int64_t kill_step = -1;
+  std::int64_t kill_rank = 0;
+  // A hung process: rank `hang_rank` stops (sleeps, never exits) at the start of step
+  // `hang_step` (−1 = never); its peers' watchdogs name it after parallel.comm_timeout_s and
+  // end the job with exit code 4.
+  std::int64_t hang_step = -1;
+  std::int64_t hang_rank = 0;
+};
+
 struct Config {
   ModelConfig model;
   TrainingConfig training;
   ParallelConfig parallel;
   DataConfig data;
   CheckpointConfig checkpoint;
+  FaultInjectionConfig fault_injection;
   std::string source = "<defaults>";  // where it came from, for error messages
 };
 

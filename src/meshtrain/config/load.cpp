@@ -20,7 +20,7 @@ namespace {
 // (config.h's tables).
 using FieldRef = std::variant<std::int64_t*, double*, bool*, std::string*, ModelFamily*, LrScaling*,
                               RecomputeMode*, Precision*, CpCommMode*, PipelineSchedule*,
-                              MoeDropPolicy*, DataFormat*, DataSampler*>;
+                              MoeDropPolicy*, DataFormat*, DataSampler*, FaultValue*, FaultPhase*>;
 struct Field {
   std::string key;  // "section.name"
   FieldRef ref;
@@ -110,6 +110,16 @@ std::vector<Field> fields_of(Config& c) {
       {"checkpoint.async", &c.checkpoint.async},
       {"checkpoint.resume", &c.checkpoint.resume},
       {"checkpoint.init_from", &c.checkpoint.init_from},
+      {"fault_injection.nonfinite_grad_step", &c.fault_injection.nonfinite_grad_step},
+      {"fault_injection.nonfinite_grad_rank", &c.fault_injection.nonfinite_grad_rank},
+      {"fault_injection.nonfinite_grad_value", &c.fault_injection.nonfinite_grad_value},
+      {"fault_injection.slow_rank", &c.fault_injection.slow_rank},
+      {"fault_injection.slow_phase", &c.fault_injection.slow_phase},
+      {"fault_injection.slow_seconds", &c.fault_injection.slow_seconds},
+      {"fault_injection.kill_step", &c.fault_injection.kill_step},
+      {"fault_injection.kill_rank", &c.fault_injection.kill_rank},
+      {"fault_injection.hang_step", &c.fault_injection.hang_step},
+      {"fault_injection.hang_rank", &c.fault_injection.hang_rank},
   };
 }
 
@@ -407,6 +417,12 @@ std::string to_toml(const Config& config) {
         f.ref);
   }
   return out;
+}
+
+std::string checkpoint_toml(const Config& config) {
+  Config copy = config;
+  copy.fault_injection = {};
+  return to_toml(copy);
 }
 
 }  // namespace meshtrain

@@ -31,4 +31,10 @@ std::vector<Override> parse_overrides(const std::vector<std::string>& args);
 /// Every key as TOML text with its current value (the run log and checkpoints record it).
 std::string to_toml(const Config& config);
 
+/// The config text a checkpoint stores: to_toml with [fault_injection] at its defaults. A
+/// rehearsed fault belongs to the run that rehearsed it, not to the training state, so
+/// resuming, resharding or sampling from the checkpoint never replays it or refuses it (a
+/// fault's rank may not exist in the new world).
+std::string checkpoint_toml(const Config& config);
+
 }  // namespace meshtrain

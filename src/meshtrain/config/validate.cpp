@@ -344,6 +344,46 @@ void check_resilience(const Config& config, std::vector<ConfigIssue>& issues) {
           "must lie in [1, 1000000] (operations kept for the watchdog's dump)", "use 256");
 }
 
+// One step fault of [fault_injection]: its step is −1 (never) or a step the run takes, so a
+// rehearsal cannot silently not happen; when on, its rank exists in this world (an unused rank
+// is not checked: the planner validates layouts of every world size with the faults off).
+void check_step_fault(const Config& config, int world_size, std::string_view fault,
+                      std::int64_t step, std::int64_t rank, std::vector<ConfigIssue>& issues) {
+  const std::int64_t max_steps = config.training.max_steps;
+  require(issues, step == -1 || (step >= 1 && step <= max_steps),
+          fmt::format("fault_injection.{}_step", fault), step,
+          fmt::format("must be -1 (never) or a step of the run, 1 … training.max_steps = {}",
+                      max_steps),
+          fmt::format("use -1, or e.g. {}", std::max<std::int64_t>(1, max_steps / 2)));
+  if (step == -1) return;
+  require(issues, rank >= 0 && rank < world_size, fmt::format("fault_injection.{}_rank", fault),
+          rank, fmt::format("must be a world rank, 0 … {}", world_size - 1),
+          fmt::format("use a rank below the {} of this job", world_size));
+}
+
+// [fault_injection] (docs/resilience.md, "Fault injection"); the value and phase names are
+// checked when loaded.
+void check_fault_injection(const Config& config, int world_size, std::vector<ConfigIssue>& issues) {
+  const FaultInjectionConfig& f = config.fault_injection;
+  check_step_fault(config, world_size, "nonfinite_grad", f.nonfinite_grad_step,
+                   f.nonfinite_grad_rank, issues);
+  check_step_fault(config, world_size, "kill", f.kill_step, f.kill_rank, issues);
+  check_step_fault(config, world_size, "hang", f.hang_step, f.hang_rank, issues);
+  // Alone, a hung rank has no peer whose watchdog could notice it: it would wait forever.
+  require(issues, f.hang_step == -1 || world_size >= 2, "fault_injection.hang_step", f.hang_step,
+          "needs a job of 2 or more ranks (the peers' watchdogs find a hung rank; one rank "
+          "alone would sleep forever)",
+          "use -1, or run the job on 2 or more ranks");
+  require(issues, f.slow_rank >= -1 && f.slow_rank < world_size, "fault_injection.slow_rank",
+          f.slow_rank, fmt::format("must be -1 (none) or a world rank, 0 … {}", world_size - 1),
+          "use -1, or a rank of this job");
+  require(issues,
+          std::isfinite(f.slow_seconds) && f.slow_seconds >= 0.0 && f.slow_seconds <= 86400.0,
+          "fault_injection.slow_seconds", f.slow_seconds,
+          "must lie in [0, 86400] seconds (the sleep at the start of every slow_phase call)",
+          "use e.g. 0.05");
+}
+
 // A token file is named inside data.dir: a plain file name, so no setting reads outside it.
 void check_data_file_name(const std::string& setting, const std::string& name,
                           std::string_view example, std::vector<ConfigIssue>& issues) {
@@ -391,6 +431,7 @@ std::vector<ConfigIssue> check_config(const Config& config, int world_size) {
   check_memory_settings(config, issues);
   check_resilience(config, issues);
   check_data(config, issues);
+  check_fault_injection(config, world_size, issues);
   return issues;
 }
 

@@ -6,6 +6,7 @@
 #include <charconv>
 
 #include "meshtrain/core/exit_codes.h"
+#include "meshtrain/core/restart_count.h"
 
 namespace meshtrain {
 namespace {
@@ -57,16 +58,18 @@ std::vector<std::string> with_resume_auto(const std::vector<std::string>& comman
   return out;
 }
 
-std::vector<std::string> mpirun_argv(const LaunchPlan& plan, bool restart) {
+std::vector<std::string> mpirun_argv(const LaunchPlan& plan, int restarts_done) {
   std::vector<std::string> argv = {plan.mpirun, "-np", std::to_string(plan.ranks)};
   if (plan.ranks > plan.cores) {
     // Functional runs with more ranks than cores: without these OpenMPI refuses to start
     // (--oversubscribe) or pins several ranks to one core (--bind-to none).
     argv.insert(argv.end(), {"--oversubscribe", "--bind-to", "none"});
   }
+  argv.insert(argv.end(), {"-x", fmt::format("{}={}", kRestartCountEnv, restarts_done)});
   argv.insert(argv.end(), plan.mpirun_args.begin(), plan.mpirun_args.end());
   argv.push_back(plan.program);
-  const std::vector<std::string> command = restart ? with_resume_auto(plan.command) : plan.command;
+  const std::vector<std::string> command =
+      restarts_done > 0 ? with_resume_auto(plan.command) : plan.command;
   argv.insert(argv.end(), command.begin(), command.end());
   return argv;
 }

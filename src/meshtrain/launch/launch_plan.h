@@ -28,10 +28,12 @@ struct LaunchPlan {
 /// newest complete checkpoint whatever the first attempt was told.
 std::vector<std::string> with_resume_auto(const std::vector<std::string>& command);
 
-/// The whole argv of one attempt: mpirun -np N [--oversubscribe --bind-to none when
-/// N > cores] <mpirun_args...> <program> <command...>; a restart (restart = true) runs
-/// with_resume_auto(command).
-std::vector<std::string> mpirun_argv(const LaunchPlan& plan, bool restart);
+/// The whole argv of the attempt after `restarts_done` restarts: mpirun -np N
+/// [--oversubscribe --bind-to none when N > cores] -x MESHTRAIN_RESTART_COUNT=<restarts_done>
+/// <mpirun_args...> <program> <command...>; a restart (restarts_done > 0) runs
+/// with_resume_auto(command). OpenMPI's -x exports the count to every rank, on every host
+/// (core/restart_count.h; the fault injector reads it).
+std::vector<std::string> mpirun_argv(const LaunchPlan& plan, int restarts_done);
 
 /// Splits --mpirun-args on blanks; single or double quotes keep blanks inside one argument.
 /// Returns std::nullopt when a quote is not closed.

@@ -370,7 +370,7 @@ int supervise(const LaunchPlan& plan, int max_restarts, const SupervisorIo& io,
   SignalCatcher signals;
   int restarts = 0;
   while (true) {
-    const std::vector<std::string> argv = mpirun_argv(plan, restarts > 0);
+    const std::vector<std::string> argv = mpirun_argv(plan, restarts);
     fmt::print(io.log, "meshtrain launch: attempt {} of at most {}: {}\n", restarts + 1,
                max_restarts + 1, join(argv));
     std::fflush(io.log);

@@ -30,7 +30,7 @@ struct SupervisorPolicy {
 };
 inline constexpr double kMaxRestartDelayS = 60;
 
-/// Runs mpirun_argv(plan, restart) until it exits 0, fails in a way a restart cannot fix, or
+/// Runs mpirun_argv(plan, restarts done) until it exits 0, fails in a way a restart cannot fix, or
 /// max_restarts restarts are used. Each attempt runs in its own session with stdin from
 /// /dev/null. SIGINT, SIGTERM, SIGHUP and SIGUSR1 sent to the launcher end the restarts: the
 /// first is passed to mpirun as SIGUSR1 (the ranks checkpoint and stop, exit code 5), a second

@@ -1,8 +1,5 @@
 #include "meshtrain/train/stage_runner.h"
 
-#include <chrono>
-#include <thread>
-
 #include "meshtrain/comm/trace.h"
 
 namespace meshtrain {
@@ -66,9 +63,8 @@ void StageRunner::begin_step(std::int64_t step) {
   loss_sum_ = 0.0;
 }
 
-void StageRunner::delay(Phase phase) const {
-  const double s = delay_[static_cast<std::size_t>(phase)];
-  if (s > 0.0) std::this_thread::sleep_for(std::chrono::duration<double>(s));
+void StageRunner::inject_faults(Phase phase) {
+  if (faults_ != nullptr) faults_->at_phase_start(phase);
 }
 
 Tensor StageRunner::forward(int microbatch, int chunk, const Tensor& input) {
@@ -80,7 +76,7 @@ Tensor StageRunner::forward(int microbatch, int chunk, const Tensor& input) {
   }
   const trace::Scope traced(trace::Kind::forward, microbatch, chunk);
   return clock_.time(Phase::forward, phases_, [&] {
-    delay(Phase::forward);
+    inject_faults(Phase::forward);
     const Tensor h = model.forward_blocks(first ? reader_.tokens(microbatch).data() : nullptr,
                                           input, batching_.micro_batch, batching_.local_len());
     if (!model.layout().has_head) return h;
@@ -97,7 +93,7 @@ Tensor StageRunner::backward(int microbatch, int chunk, const Tensor& grad_outpu
   const trace::Scope traced(weight_grads ? trace::Kind::backward : trace::Kind::backward_input,
                             microbatch, chunk);
   return clock_.time(Phase::backward, phases_, [&] {
-    delay(Phase::backward);
+    inject_faults(Phase::backward);
     return backward_untimed(chunk, grad_output, weight_grads);
   });
 }

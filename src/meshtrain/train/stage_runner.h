@@ -6,7 +6,6 @@
 // forwards of a Pass::eval schedule over the val sampler, each freeing its activations.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <map>
 #include <utility>
@@ -16,6 +15,7 @@
 #include "meshtrain/layers/weight_grad_queue.h"
 #include "meshtrain/model/pipeline_stage.h"
 #include "meshtrain/parallel/pp/executor.h"
+#include "meshtrain/train/fault_injector.h"
 #include "meshtrain/train/straggler.h"
 
 namespace meshtrain {
@@ -76,8 +76,9 @@ class StageRunner final : public pp::StageRunner {
   /// Times data, forward and backward with `clock` into phases() from now on.
   void set_clock(PhaseClock clock) { clock_ = std::move(clock); }
   PhaseSeconds& phases() { return phases_; }
-  /// Test hook: sleeps `seconds` at the start of every forward or backward call (phase).
-  void set_delay(Phase phase, double seconds) { delay_[static_cast<std::size_t>(phase)] = seconds; }
+  /// Calls `faults`' at_phase_start at the start of every forward and backward call from now
+  /// on (a slow rank sleeps there; train/fault_injector.h). Not owned.
+  void set_faults(FaultInjector* faults) { faults_ = faults; }
 
   Tensor forward(int microbatch, int chunk, const Tensor& input) override;
   Tensor backward(int microbatch, int chunk, const Tensor& grad_output, bool weight_grads) override;
@@ -96,8 +97,8 @@ class StageRunner final : public pp::StageRunner {
   float loss_scale_ = 1.0f;
   PhaseClock clock_;
   PhaseSeconds phases_;
-  std::array<double, kNumPhases> delay_{};
-  void delay(Phase phase) const;
+  FaultInjector* faults_ = nullptr;
+  void inject_faults(Phase phase);
 };
 
 /// Evaluation through the executor (a Pass::eval schedule): F of (micro-batch, chunk) runs the

@@ -198,11 +198,22 @@ double sum_over_stages_and_replicas(const DeviceMesh& mesh, double value) {
   return value;
 }
 
+// This rank's first non-empty gradient shard (empty when it holds none), where a non-finite
+// gradient is injected.
+std::span<float> first_grad(OptimizerShards& shards) {
+  for (OptimizerShard& s : shards) {
+    if (s.grad.numel() > 0) return s.grad.span_f32();
+  }
+  return {};
+}
+
 }  // namespace
 
 Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
     : config_(std::move(config)), options_(std::move(options)), world_(world) {
   validate_or_throw(config_, world.size());
+  faults_ = std::make_unique<FaultInjector>(config_.fault_injection, world.rank(),
+                                            restart_count_from_env());
   ProcessGroup::set_debug_checks(config_.parallel.debug_collectives);
   // Every rank gets here with a valid config (validation is the same pure function on every
   // rank), so the watchdog's collective start-up cannot leave one rank behind.
@@ -235,9 +246,7 @@ Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
                                         model_->predicted_bubble());
   trace_ = std::make_unique<StepTrace>(options_.trace_path, options_.trace_steps, options_.log);
   model_->runner().set_clock(report_->clock());
-  if (options_.slow_rank == world.rank()) {
-    model_->runner().set_delay(options_.slow_phase, options_.slow_seconds);
-  }
+  model_->runner().set_faults(faults_.get());
   resume();
 }
 
@@ -258,13 +267,7 @@ Trainer::Gradients Trainer::compute_gradients(std::int64_t step) {
                     "training.lr or check the data",
                     mesh_->describe(), loss, step + 1));
   }
-  if (step == options_.inject_inf_step && world_.rank() == options_.inject_inf_rank) {
-    for (OptimizerShard& s : optim_->shards()) {
-      if (s.grad.numel() == 0) continue;
-      s.grad.f32()[0] = options_.inject_value;
-      break;
-    }
-  }
+  faults_->after_grad_reduction(step + 1, first_grad(optim_->shards()));
   if (optim_->unscale_or_skip(world_)) {
     return {loss, std::numeric_limits<double>::quiet_NaN(), true};
   }
@@ -297,6 +300,7 @@ double Trainer::evaluate() {
 
 StepMetrics Trainer::train_step(std::int64_t step) {
   const TrainingConfig& t = config_.training;
+  faults_->at_step_start(step + 1);
   const auto start = std::chrono::steady_clock::now();
   const std::int64_t misses0 = TrackedAllocator::instance().misses();
   const std::int64_t faults0 = process_minor_faults();

@@ -25,6 +25,7 @@
 #include "meshtrain/optim/loss_scaler.h"
 #include "meshtrain/parallel/dp/zero.h"
 #include "meshtrain/parallel/pp/executor.h"
+#include "meshtrain/train/fault_injector.h"
 #include "meshtrain/train/model_stage.h"
 #include "meshtrain/train/optimizer_state.h"
 #include "meshtrain/train/reporting.h"
@@ -136,10 +137,12 @@ class Trainer {
   void resume();
   std::filesystem::path checkpoint_root() const;
 
-  // The parts; the constructor builds them in this order, except the watchdog (first).
+  // The parts; the constructor builds them in this order, except the watchdog (first after
+  // the fault injector).
   Config config_;
   TrainerOptions options_;
   ProcessGroup& world_;
+  std::unique_ptr<FaultInjector> faults_;  // [fault_injection]; built once the config is valid
   std::unique_ptr<TrainData> data_;
   std::unique_ptr<DeviceMesh> mesh_;
   // Started in the constructor before the first collective on world_; declared after mesh_

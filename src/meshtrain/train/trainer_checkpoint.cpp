@@ -114,7 +114,7 @@ void Trainer::save_checkpoint(std::int64_t steps_done) {
                                        {"hysteresis_left", s.hysteresis_left},
                                        {"skipped", s.skipped}};
     }
-    snapshot.config_toml = to_toml(config_);
+    snapshot.config_toml = checkpoint_toml(config_);
   }
   checkpoint_writer_->save(std::move(snapshot));
   reported_complete_ = false;

@@ -1,10 +1,9 @@
 // src/meshtrain/train/trainer_options.h — what a Trainer is given besides its config
-// (TrainerOptions: output files, logging, the ranks sharing a node, test hooks) and what it
+// (TrainerOptions: output files, logging, the ranks sharing a node) and what it
 // hands back per step (StepMetrics). Plain structs, shared by the trainer's parts.
 #pragma once
 
 #include <cstdint>
-#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -76,17 +75,6 @@ struct TrainerOptions {
   int trace_steps = 10;         // steps recorded in the trace (the first ones)
   bool log = true;              // one line per log_interval steps on rank 0
   int local_ranks = 1;          // ranks of this job on this node (they share its cores)
-  // Test hook: world rank `inject_inf_rank` writes `inject_value` (inf, or NaN) into its first
-  // gradient element at step `inject_inf_step` (0-based; −1 = never), after the reductions,
-  // before the checks.
-  std::int64_t inject_inf_step = -1;
-  int inject_inf_rank = 0;
-  float inject_value = std::numeric_limits<float>::infinity();
-  // Test hook: world rank `slow_rank` (−1 = none) sleeps `slow_seconds` at the start of every
-  // call of `slow_phase` (forward or backward), to be named by the straggler report.
-  int slow_rank = -1;
-  Phase slow_phase = Phase::backward;
-  double slow_seconds = 0.0;
 };
 
 }  // namespace meshtrain
