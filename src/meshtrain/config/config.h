@@ -251,7 +251,11 @@ struct TrainingConfig {
   double beta1 = 0.9;
   double beta2 = 0.99;
   double eps = 1e-8;
-  double grad_clip = 1.0;            // global grad-norm clipping; 0 = off
+  double grad_clip = 1.0;  // global grad-norm clipping; 0 = off
+  // Check each rank's gradients for a non-finite value before every reduction that would spread
+  // it, so a non-finite grad norm names where it first appeared (Megatron-LM's
+  // --check-for-nan-in-loss-and-grad); false skips that read pass (docs/resilience.md).
+  bool check_for_nan_in_grad = true;
   std::int64_t eval_interval = 250;  // steps between val evaluations; 0 = only at the end
   std::int64_t eval_batches = 20;    // global batches averaged for val loss
   std::int64_t log_interval = 1;     // steps between log lines on rank 0

@@ -66,6 +66,7 @@ std::vector<Field> fields_of(Config& c) {
       {"training.beta2", &c.training.beta2},
       {"training.eps", &c.training.eps},
       {"training.grad_clip", &c.training.grad_clip},
+      {"training.check_for_nan_in_grad", &c.training.check_for_nan_in_grad},
       {"training.eval_interval", &c.training.eval_interval},
       {"training.eval_batches", &c.training.eval_batches},
       {"training.log_interval", &c.training.log_interval},

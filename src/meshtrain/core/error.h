@@ -52,8 +52,8 @@ class CommError : public Error {
 };
 
 /// A run-time failure every rank detected together from the same reduced value (a non-finite
-/// loss): every rank stops, one reports it. (A non-finite gradient norm stays a plain Error:
-/// each rank names its own first bad gradient.)
+/// loss or gradient norm): every rank stops with the same message, which names where the value
+/// first appeared (train/non_finite_report.h).
 class TrainingDiverged : public Error {
  public:
   using Error::Error;

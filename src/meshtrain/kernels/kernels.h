@@ -387,6 +387,9 @@ void add_inplace(float* y, const float* x, std::int64_t n);            // y += x
 void scale_inplace(float* y, float alpha, std::int64_t n);             // y *= alpha
 /// Σ x² accumulated in double (used for the global grad norm).
 double sum_squares(const float* x, std::int64_t n);
+/// Whether every x[i] is finite (no NaN, no ±inf). One vectorised read pass: the exponent bits
+/// are max-reduced as integers, which needs no -ffast-math and no branch per element.
+bool all_finite(const float* x, std::int64_t n) noexcept;
 
 // ---------------------------------------------------------------------------------------------
 // AdamW (Loshchilov & Hutter 2019, Algorithm 2; moments and bias correction as Kingma & Ba 2015,

@@ -8,6 +8,7 @@
 #include <exception>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "meshtrain/comm/process_group.h"
 #include "meshtrain/core/error.h"
@@ -42,6 +43,23 @@ void on_rank0_for_all(ProcessGroup& group, Check&& check) {
 /// failed; otherwise every rank gets the message of the lowest failing rank, prefixed with
 /// "rank R: ". Collective over `group` (one all-reduce, plus one broadcast on failure).
 std::string first_error(ProcessGroup& group, const std::string& local_error);
+
+/// One rank's part of reports_of_highest().
+struct RankReport {
+  int rank = 0;  // world rank
+  std::string text;
+};
+struct HighestReports {
+  int priority = 0;                 // the highest priority any rank gave; 0 = nothing to report
+  int count = 0;                    // ranks that gave it
+  std::vector<RankReport> reports;  // the lowest `limit` of them, lowest rank first
+};
+/// Every rank says how much its `text` matters (`priority`; ≤ 0: nothing to report); every rank
+/// learns the texts of the ranks with the highest priority. For findings several ranks may
+/// make at once (where a non-finite value first appeared). Collective over `group`: one
+/// all-gather of one value per rank, plus two broadcasts per report returned.
+HighestReports reports_of_highest(ProcessGroup& group, int priority, const std::string& text,
+                                  int limit);
 
 /// Runs `check` on every rank of `group`; when it throws a DataError on some, every rank throws
 /// a DataError with the lowest failing rank's message (first_error). Collective over `group`.

@@ -22,14 +22,15 @@ DType compute_dtype(const TrainingConfig& t) {
   return DType::f32;
 }
 
-ZeroOptions zero_options(const Config& config, HfImport* import) {
+ZeroOptions zero_options(const Config& config, HfImport* import, NonFiniteGradWatch* watch) {
   ZeroOptions options{.stage = static_cast<int>(config.parallel.zero_stage),
                       .compute_dtype = compute_dtype(config.training),
                       .bucket_bytes = config.parallel.bucket_mib << 20,
                       .overlap_grad_reduce = overlap_grad_reduce(config.parallel),
                       .microbatches = static_cast<int>(config.training.accumulation),
                       .seed = static_cast<std::uint64_t>(config.training.seed),
-                      .initial_values = {}};
+                      .initial_values = {},
+                      .non_finite_watch = watch};
   if (import != nullptr) {
     options.initial_values = [import](const Parameter& p, std::int64_t begin, std::int64_t end,
                                       float* out) { import->fill(p, begin, end, out); };
@@ -63,7 +64,7 @@ OptimizerState::OptimizerState(const Config& config, const DeviceMesh& mesh, Pip
       [&mesh](ReplicaGroup g) {
         return ZeroGroup{replica_group(mesh, g), grad_reduction_group(mesh).size()};
       },
-      zero_options(config, import));
+      zero_options(config, import, watch()));
   stage.set_hooks(zero_.get());
   if (t.precision == Precision::fp16) {
     scaler_ = std::make_unique<DynamicLossScaler>(
@@ -73,12 +74,16 @@ OptimizerState::OptimizerState(const Config& config, const DeviceMesh& mesh, Pip
                          .backoff = t.loss_scale_backoff,
                          .hysteresis = t.loss_scale_hysteresis});
   }
-  replicated_grads_ = std::make_unique<ReplicatedGradSum>(zero_->shards(), mesh.group(Axis::tp),
-                                                          config.parallel.sequence_parallel);
+  replicated_grads_ = std::make_unique<ReplicatedGradSum>(
+      zero_->shards(), mesh.group(Axis::tp), config.parallel.sequence_parallel, watch());
   optimizer_ = std::make_unique<AdamW>(
       zero_->shards(),
       AdamWConfig{
           .beta1 = t.beta1, .beta2 = t.beta2, .eps = t.eps, .weight_decay = t.weight_decay});
+}
+
+NonFiniteGradWatch* OptimizerState::watch() {
+  return config_.training.check_for_nan_in_grad ? &grad_watch_ : nullptr;
 }
 
 void OptimizerState::reduce_gradients(const ParameterList& tied, ProcessGroup* tied_group) {
@@ -95,16 +100,25 @@ void OptimizerState::reduce_gradients(const ParameterList& tied, ProcessGroup* t
 void OptimizerState::sum_tied_embeddings(const ParameterList& tied, ProcessGroup* tied_group) {
   // On the optimizer shards' gradients: both copies have the same shape, so every dp rank
   // owns the same slice of each (ZeRO), and the sum of slices is the slice of the sum.
-  std::vector<Tensor> grads;
+  std::vector<const OptimizerShard*> copies;
   for (const Parameter* p : tied) {
     for (const OptimizerShard& s : zero_->shards()) {
-      if (s.param == p) grads.push_back(s.grad);
+      if (s.param == p) copies.push_back(&s);
     }
   }
-  if (grads.empty()) return;
+  if (copies.empty()) return;
+  std::vector<Tensor> grads;
+  for (const OptimizerShard* s : copies) grads.push_back(s->grad);
   Tensor& grad = grads.front();
   if (grads.size() == 2) kernels::add_inplace(grad.f32(), grads[1].f32(), grad.numel());
-  if (tied_group != nullptr) tied_group->all_reduce_sum(grad.span_f32());
+  if (tied_group != nullptr) {
+    // Between the stages the sum spreads a value; on one stage (pp = 1) it stays on this rank.
+    if (NonFiniteGradWatch* w = watch()) {
+      w->check(*copies.front()->param, grad.span_f32(), copies.front()->begin,
+               GradReduction::tied_embedding, "sum of the tied embedding's copies", *tied_group);
+    }
+    tied_group->all_reduce_sum(grad.span_f32());
+  }
   if (grads.size() == 2) grads[1].copy_from(grad);
 }
 
@@ -149,6 +163,7 @@ double OptimizerState::apply_update(std::int64_t step, double grad_norm) {
   }
   skipped_ = false;
   zero_->zero_grad();
+  grad_watch_.clear();  // the note was about the gradients just zeroed
   return lr;
 }
 

@@ -17,6 +17,7 @@
 #include "meshtrain/model/pipeline_stage.h"
 #include "meshtrain/optim/adamw.h"
 #include "meshtrain/optim/loss_scaler.h"
+#include "meshtrain/parallel/dp/non_finite_grads.h"
 #include "meshtrain/parallel/dp/zero_groups.h"
 #include "meshtrain/parallel/tp/replicated_grads.h"
 
@@ -72,6 +73,14 @@ class OptimizerState {
   double grad_norm();
   /// The parameter of this rank's first non-finite gradient element; nullptr when none.
   const Parameter* first_non_finite_grad() const;
+  /// This step's first non-finite gradient element this rank put into a reduction (before it
+  /// spread: the dp or expert-dp reduction, the tied embedding's sum, the sequence-parallel
+  /// sum); empty when there was none, or training.check_for_nan_in_grad is off.
+  const std::optional<NonFiniteGrad>& first_non_finite_before_reduction() const noexcept {
+    return grad_watch_.first();
+  }
+  /// training.check_for_nan_in_grad: whether the reductions check what they are given.
+  bool checks_before_reduction() const noexcept { return config_.training.check_for_nan_in_grad; }
   /// Clips with `grad_norm`, applies AdamW at the LR of step `step` (0-based), publishes the
   /// parameters (ZeRO), zeroes the gradients; returns the LR. After a skipped step only
   /// zeroes the gradients.
@@ -79,9 +88,12 @@ class OptimizerState {
 
  private:
   void sum_tied_embeddings(const ParameterList& tied, ProcessGroup* tied_group);
+  /// &grad_watch_ when training.check_for_nan_in_grad, else null.
+  NonFiniteGradWatch* watch();
 
   const Config& config_;
   const DeviceMesh& mesh_;
+  NonFiniteGradWatch grad_watch_;  // reached through watch() by every gradient reduction
   std::unique_ptr<ZeroGroups> zero_;
   std::unique_ptr<ReplicatedGradSum> replicated_grads_;
   std::unique_ptr<DynamicLossScaler> scaler_;

@@ -20,6 +20,7 @@
 #include "meshtrain/parallel/tp/gather.h"
 #include "meshtrain/train/collective_verdict.h"
 #include "meshtrain/train/moe_metrics.h"
+#include "meshtrain/train/non_finite_report.h"
 #include "meshtrain/train/tensorboard.h"
 
 namespace meshtrain {
@@ -257,15 +258,15 @@ Trainer::Gradients Trainer::compute_gradients(std::int64_t step) {
     optim_->reduce_gradients(model_->stage().tied_embeddings(), model_->tied_group());
   }
   const trace::Scope traced(trace::Kind::grad_norm);
+  const double local_loss =
+      model_->runner().loss_sum() / static_cast<double>(config_.training.accumulation);
   const double loss =
-      sum_over_stages_and_replicas(*mesh_, model_->runner().loss_sum() /
-                                               static_cast<double>(config_.training.accumulation)) /
-      grad_reduction_group(*mesh_).size();
+      sum_over_stages_and_replicas(*mesh_, local_loss) / grad_reduction_group(*mesh_).size();
   if (!std::isfinite(loss)) {
-    throw TrainingDiverged(
-        fmt::format("{}: non-finite loss {} at step {}; nothing was updated — lower "
-                    "training.lr or check the data",
-                    mesh_->describe(), loss, step + 1));
+    // Every rank sees the summed loss, so every rank takes part in finding where it came from.
+    throw TrainingDiverged(fmt::format(
+        "non-finite loss {} at step {}; {}; nothing was updated", loss, step + 1,
+        non_finite_loss_origin(world_, *mesh_, model_->stage().parameters(), *optim_, local_loss)));
   }
   faults_->after_grad_reduction(step + 1, first_grad(optim_->shards()));
   if (optim_->unscale_or_skip(world_)) {
@@ -273,14 +274,12 @@ Trainer::Gradients Trainer::compute_gradients(std::int64_t step) {
   }
   const double norm = optim_->grad_norm();
   if (!std::isfinite(norm)) {
-    // Every rank sees the same norm; all learn which rank holds the first non-finite gradient
-    // and in which parameter, so the one message (rank 0's) names them.
-    const Parameter* bad = optim_->first_non_finite_grad();
-    const std::string where = first_error(world_, bad ? bad->name : "");
+    // Every rank sees the same norm; all learn where the non-finite gradient first appeared
+    // (before the reductions spread it), so every rank throws the same message.
     throw TrainingDiverged(fmt::format(
-        "non-finite gradient norm {} at step {}; first non-finite gradient on {}; nothing was "
-        "updated — lower training.lr or check the data",
-        norm, step + 1, where.empty() ? "no rank (the norm itself overflowed)" : where));
+        "non-finite gradient norm {} at step {}; {}; nothing was updated — lower training.lr or "
+        "check the data",
+        norm, step + 1, non_finite_grad_origin(world_, *mesh_, *optim_, step)));
   }
   return {loss, norm};
 }

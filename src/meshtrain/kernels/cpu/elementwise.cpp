@@ -1,8 +1,10 @@
 // src/meshtrain/kernels/cpu/elementwise.cpp
 //
-// Element-wise helpers of the residual stream, gradient scaling and the global grad norm.
+// Element-wise helpers of the residual stream, gradient scaling, the global grad norm and the
+// non-finite check of gradients before their reduction.
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "meshtrain/core/error.h"
@@ -55,6 +57,18 @@ void scale_inplace(float* y, float alpha, std::int64_t n) {
   MT_CHECK(n >= 0, "scale_inplace: n={}", n);
 #pragma omp parallel for simd schedule(static) if (n >= cpu::kParallelGrain)
   for (std::int64_t i = 0; i < n; ++i) y[i] *= alpha;
+}
+
+bool all_finite(const float* x, std::int64_t n) noexcept {
+  // A float is NaN or ±inf exactly when its 8 exponent bits are all ones.
+  constexpr std::uint32_t kExponent = 0x7f800000u;
+  std::uint32_t worst = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::uint32_t bits;
+    std::memcpy(&bits, x + i, sizeof bits);
+    worst = std::max(worst, bits & kExponent);
+  }
+  return worst != kExponent;
 }
 
 double sum_squares(const float* x, std::int64_t n) {

@@ -7,8 +7,9 @@
 
 namespace meshtrain {
 
-GradBuckets::GradBuckets(const ParameterList& params, ProcessGroup& dp, std::int64_t bucket_bytes)
-    : dp_(dp) {
+GradBuckets::GradBuckets(const ParameterList& params, ProcessGroup& dp, std::int64_t bucket_bytes,
+                         NonFiniteGradWatch* watch)
+    : dp_(dp), watch_(watch) {
   if (dp.size() == 1) return;
   std::vector<Parameter*> current;
   std::int64_t current_elements = 0;
@@ -62,6 +63,11 @@ void GradBuckets::enable_overlap(const std::function<int(const Parameter&)>& pas
 }
 
 void GradBuckets::post(Bucket& bucket) {
+  if (watch_ != nullptr) {
+    for (const Parameter* p : bucket.params) {
+      watch_->check(*p, p->grad.span_f32(), 0, GradReduction::replicas, "all-reduce", dp_);
+    }
+  }
   bucket.request = dp_.iall_reduce_sum(bucket.buffer.span_f32());
 }
 

@@ -18,6 +18,9 @@
 // paths use the same non-blocking all-reduce on the same buffers, so the reduced gradients are
 // bitwise the same whichever is chosen and whenever a bucket is posted.
 //
+// Before a bucket's all-reduce is posted, its gradients are checked for a non-finite value
+// (non_finite_grads.h), when a watch is given: after the all-reduce every rank would hold it.
+//
 // Every dp rank builds the same buckets and posts them in the same order (the order depends
 // only on the parameter list and the backward order of units, never on timing), or the
 // all-reduces would pair up wrongly. Uses: comm/process_group.h, layers/parameter.h. Knows
@@ -32,6 +35,7 @@
 
 #include "meshtrain/comm/process_group.h"
 #include "meshtrain/layers/parameter.h"
+#include "meshtrain/parallel/dp/non_finite_grads.h"
 
 namespace meshtrain {
 
@@ -42,7 +46,9 @@ class GradBuckets {
   /// gradients, allocates each bucket once (MemCategory::grads, zeroed) and re-points every
   /// grad to its view of the bucket. Gradients must still be zero (built before any backward;
   /// MT_CHECK) or not allocated (DeferParameterStorage). With dp = 1 nothing changes.
-  GradBuckets(const ParameterList& params, ProcessGroup& dp, std::int64_t bucket_bytes);
+  /// `watch` (may be null) checks each bucket as it is posted.
+  GradBuckets(const ParameterList& params, ProcessGroup& dp, std::int64_t bucket_bytes,
+              NonFiniteGradWatch* watch = nullptr);
 
   /// Turns overlap on: parameter p's gradient is final for the step after `passes(p)`
   /// grad_ready(p) calls (its units × the step's micro-batches). A parameter with 0 passes
@@ -83,6 +89,7 @@ class GradBuckets {
   void post(Bucket& bucket);
 
   ProcessGroup& dp_;
+  NonFiniteGradWatch* watch_;
   std::vector<Bucket> buckets_;
   std::unordered_map<const Parameter*, Track> tracks_;
   bool overlap_ = false;

@@ -67,8 +67,14 @@ ZeroSharding::ZeroSharding(const ParameterList& params, std::vector<ParameterLis
       p->grad = Tensor::zeros(p->local_shape(), MemCategory::grads);
     }
   }
-  if (stage == 0) buckets_ = std::make_unique<GradBuckets>(params, dp, options.bucket_bytes);
-  if (stage >= 1) reducer_ = std::make_unique<ZeroGradReducer>(dp, options.overlap_grad_reduce);
+  if (stage == 0) {
+    buckets_ =
+        std::make_unique<GradBuckets>(params, dp, options.bucket_bytes, options.non_finite_watch);
+  }
+  if (stage >= 1) {
+    reducer_ = std::make_unique<ZeroGradReducer>(dp, options.overlap_grad_reduce,
+                                                 options.non_finite_watch);
+  }
   for (Parameter* p : params) {
     const bool deferred = !p->value.defined();  // built under DeferParameterStorage
     any_deferred = any_deferred || deferred;

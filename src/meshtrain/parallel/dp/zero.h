@@ -49,6 +49,7 @@
 #include "meshtrain/layers/parameter.h"
 #include "meshtrain/layers/parameter_hooks.h"
 #include "meshtrain/parallel/dp/grad_buckets.h"
+#include "meshtrain/parallel/dp/non_finite_grads.h"
 #include "meshtrain/parallel/dp/zero_reduce.h"
 
 namespace meshtrain {
@@ -74,6 +75,9 @@ struct ZeroOptions {
   // constructor only, not kept.
   std::function<void(const Parameter& p, std::int64_t begin, std::int64_t end, float* out)>
       initial_values;
+  // Checks what this rank sends into each gradient reduction for a non-finite value
+  // (training.check_for_nan_in_grad; non_finite_grads.h). Null: no check.
+  NonFiniteGradWatch* non_finite_watch = nullptr;
 };
 
 /// Elements per dp rank in ZeRO's communication buffers for a parameter of `numel` elements

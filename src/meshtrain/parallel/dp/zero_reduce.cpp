@@ -94,6 +94,10 @@ void ZeroGradReducer::post(std::vector<SlicedGrad> grads, bool accumulate, bool 
       const std::int64_t b = std::min(q * g.slice, g.numel);
       const std::int64_t len = std::min((q + 1) * g.slice, g.numel) - b;
       std::memcpy(at, g.param->grad.f32() + b, static_cast<std::size_t>(len) * sizeof(float));
+      if (watch_ != nullptr) {  // the copy just written, still in cache
+        watch_->check(*g.param, {at, static_cast<std::size_t>(len)}, b, GradReduction::replicas,
+                      "reduce-scatter", dp_);
+      }
       std::fill(at + len, at + g.slice, 0.0f);
       at += g.slice;
     }

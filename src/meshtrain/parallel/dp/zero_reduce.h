@@ -18,6 +18,8 @@
 // over the ranks (comm/process_group.h), so overlap on and off give bitwise the same
 // gradients. Every dp rank posts and waits at the same points (they depend on the parameter
 // list and the order of the hooks, never on timing), as the ring requires.
+// Each rank's gradients are checked for a non-finite value as they are packed (when a watch is
+// given, non_finite_grads.h): after the reduce-scatter the owner of the slice would hold it.
 // Memory (docs/memory.md, MemCategory::comm): one slot (input N·Σs, output Σs fp32 elements
 // of the largest bucket or unit) without overlap, up to kInFlight with it; slot 0 also serves
 // ZeroSharding's all-gathers between steps.
@@ -34,6 +36,7 @@
 
 #include "meshtrain/comm/process_group.h"
 #include "meshtrain/layers/parameter.h"
+#include "meshtrain/parallel/dp/non_finite_grads.h"
 
 namespace meshtrain {
 
@@ -50,7 +53,9 @@ class ZeroGradReducer {
   /// Reduce-scatters with overlap that may be in flight at once (double buffering).
   static constexpr std::size_t kInFlight = 2;
 
-  ZeroGradReducer(ProcessGroup& dp, bool overlap) : dp_(dp), overlap_(overlap) {}
+  /// `watch` (may be null) checks the gradients each reduce-scatter packs.
+  ZeroGradReducer(ProcessGroup& dp, bool overlap, NonFiniteGradWatch* watch = nullptr)
+      : dp_(dp), overlap_(overlap), watch_(watch) {}
 
   /// Stage 1: plans the buckets over `grads` (in order; a bucket closes before a parameter
   /// that would take its input beyond bucket_bytes). With overlap, p's gradient is final for
@@ -110,6 +115,7 @@ class ZeroGradReducer {
 
   ProcessGroup& dp_;
   bool overlap_;
+  NonFiniteGradWatch* watch_;
   std::vector<Slot> slots_ = std::vector<Slot>(kInFlight);
   std::deque<Pending> in_flight_;
   std::vector<Bucket> buckets_;

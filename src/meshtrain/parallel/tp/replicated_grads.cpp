@@ -5,13 +5,13 @@
 namespace meshtrain {
 
 ReplicatedGradSum::ReplicatedGradSum(const OptimizerShards& shards, ProcessGroup& tp,
-                                     bool sequence_parallel)
-    : tp_(tp) {
+                                     bool sequence_parallel, NonFiniteGradWatch* watch)
+    : tp_(tp), watch_(watch) {
   if (!sequence_parallel || tp.size() == 1) return;
   std::int64_t n = 0;
   for (const OptimizerShard& s : shards) {
     if (!s.param->is_sharded()) {
-      grads_.push_back(s.grad);
+      picked_.push_back(s);
       n += s.grad.numel();
     }
   }
@@ -22,15 +22,19 @@ void ReplicatedGradSum::all_reduce() {
   if (!buffer_.defined()) return;
   // Pack, reduce once, unpack: one message instead of one per (small) parameter.
   float* at = buffer_.f32();
-  for (const Tensor& g : grads_) {
-    std::memcpy(at, g.f32(), static_cast<std::size_t>(g.bytes()));
-    at += g.numel();
+  for (const OptimizerShard& s : picked_) {
+    std::memcpy(at, s.grad.f32(), static_cast<std::size_t>(s.grad.bytes()));
+    if (watch_ != nullptr) {
+      watch_->check(*s.param, {at, static_cast<std::size_t>(s.grad.numel())}, s.begin,
+                    GradReduction::sequence_parallel, "sequence-parallel sum", tp_);
+    }
+    at += s.grad.numel();
   }
   tp_.all_reduce_sum(buffer_.span_f32());
   at = buffer_.f32();
-  for (Tensor& g : grads_) {
-    std::memcpy(g.f32(), at, static_cast<std::size_t>(g.bytes()));
-    at += g.numel();
+  for (OptimizerShard& s : picked_) {
+    std::memcpy(s.grad.f32(), at, static_cast<std::size_t>(s.grad.bytes()));
+    at += s.grad.numel();
   }
 }
 

@@ -7,13 +7,16 @@
 // linear) gives every rank the full gradient, bit-identical across the group, so the copies
 // stay identical after the update (Megatron-LM's allreduce of sequence-parallel grads).
 // Without sequence parallelism those gradients are already complete and identical: nothing
-// to do. Uses: comm/process_group.h, layers/parameter.h.
+// to do. Each rank's partial sums are checked for a non-finite value as they are packed (when
+// a watch is given, parallel/dp/non_finite_grads.h): after the sum every tp rank holds it.
+// Uses: comm/process_group.h, layers/parameter.h.
 #pragma once
 
 #include <cstdint>
 
 #include "meshtrain/comm/process_group.h"
 #include "meshtrain/layers/parameter.h"
+#include "meshtrain/parallel/dp/non_finite_grads.h"
 
 namespace meshtrain {
 
@@ -22,8 +25,10 @@ class ReplicatedGradSum {
   /// Picks the optimizer shards of parameters that are not sharded over tp
   /// (Parameter::is_sharded) and, when `sequence_parallel` and tp.size() > 1, allocates the
   /// flat buffer once (MemCategory::comm). Works on the shards' gradients, so under ZeRO each
-  /// rank sums only its dp slice (every tp rank of a dp rank owns the same slice).
-  ReplicatedGradSum(const OptimizerShards& shards, ProcessGroup& tp, bool sequence_parallel);
+  /// rank sums only its dp slice (every tp rank of a dp rank owns the same slice). `watch`
+  /// (may be null) checks the partial sums before each all-reduce.
+  ReplicatedGradSum(const OptimizerShards& shards, ProcessGroup& tp, bool sequence_parallel,
+                    NonFiniteGradWatch* watch = nullptr);
 
   /// grad ← Σ over tp ranks of grad for every picked shard: one all-reduce of bytes().
   void all_reduce();
@@ -32,7 +37,8 @@ class ReplicatedGradSum {
 
  private:
   ProcessGroup& tp_;
-  std::vector<Tensor> grads_;  // views of the picked shards' gradients
+  NonFiniteGradWatch* watch_;
+  std::vector<OptimizerShard> picked_;  // handles: their grads are views of the shards'
   Tensor buffer_;
 };
 
