@@ -54,7 +54,7 @@ rc=0
 ((rc == 1)) || fail "a NaN gradient exited $rc, expected 1" "$WORK/nan.log"
 grep -qF "fault_injection: rank 0 wrote nan into its first gradient element at step 2" \
   "$WORK/nan.log" || fail "no fault_injection line for the NaN" "$WORK/nan.log"
-grep -qF "non-finite gradient norm nan at step 2; first non-finite gradient on rank 0" \
+grep -qF "non-finite gradient norm nan at step 2; no rank put a non-finite gradient into a reduction; the first one after them is on rank 0: transformer.wte.weight" \
   "$WORK/nan.log" || fail "the divergence does not name rank 0 and step 2" "$WORK/nan.log"
 echo "settings ok: a bad kill_rank exits 2; an injected NaN stops the run at step 2 (exit 1)"
 
