@@ -119,10 +119,13 @@ void write_peer_board(const fs::path& path, std::uint64_t key) {
       .write(reinterpret_cast<const char*>(board.get()), sizeof(progress::Board));
 }
 
-TEST(Watchdog, ReportsTheHungOperationAndThePeerThatHasNotArrived) {
-  const fs::path dir = fresh_dir();
-  const watchdog::GroupHandle group = watchdog::register_group("world{0,1}", {0, 1});
-  write_peer_board(dir / "rank1.progress", group.key);
+// World rank 0 blocks in all-reduce #3 (16 bytes) of `group` under a watchdog with a 0.1 s
+// timeout writing into `dir`, until the watchdog reports; returns the report and the path of
+// the flight-recorder dump it wrote.
+struct HungReport {
+  std::string report, dump;
+};
+HungReport report_of_hung_all_reduce(const fs::path& dir, const watchdog::GroupHandle& group) {
   std::mutex mutex;
   std::condition_variable cv;
   std::string report;
@@ -142,8 +145,16 @@ TEST(Watchdog, ReportsTheHungOperationAndThePeerThatHasNotArrived) {
     cv.wait_for(lock, std::chrono::seconds(60), [&] { return !report.empty(); });
   }
   watchdog::done(id, op, watchdog::now_ns());
-  const std::string dump = Watchdog::dump_path();
+  HungReport out{report, Watchdog::dump_path()};
   Watchdog::stop();
+  return out;
+}
+
+TEST(Watchdog, ReportsTheHungOperationAndThePeerThatHasNotArrived) {
+  const fs::path dir = fresh_dir();
+  const watchdog::GroupHandle group = watchdog::register_group("world{0,1}", {0, 1});
+  write_peer_board(dir / "rank1.progress", group.key);
+  const auto [report, dump] = report_of_hung_all_reduce(dir, group);
   EXPECT_NE(report.find("world rank 0: all_reduce on world{0,1} (collective #3 of the group, 16 "
                         "bytes) has not completed after"),
             std::string::npos)
@@ -188,25 +199,7 @@ std::string report_with_peer_heartbeat(const std::function<std::int64_t()>& beat
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   });
-  std::mutex mutex;
-  std::condition_variable cv;
-  std::string report;
-  Watchdog::start_local(
-      dir.string(), 0,
-      {.timeout_s = 0.1, .recorder_size = 4, .on_expiry = [&](const std::string& r) {
-         const std::lock_guard lock(mutex);
-         report = r;
-         cv.notify_all();
-       }});
-  const watchdog::OpInfo op{.op = CommOp::all_reduce, .group = group, .seq = 3, .bytes = 16};
-  const std::uint64_t id = watchdog::posted(op, watchdog::now_ns());
-  watchdog::blocking(op, watchdog::now_ns());
-  {
-    std::unique_lock lock(mutex);
-    cv.wait_for(lock, std::chrono::seconds(60), [&] { return !report.empty(); });
-  }
-  watchdog::done(id, op, watchdog::now_ns());
-  Watchdog::stop();
+  const std::string report = report_of_hung_all_reduce(dir, group).report;
   done = true;
   peer_thread.join();
   ::munmap(mapped, sizeof(progress::Board));
