@@ -19,14 +19,7 @@ BIN=$(realpath "$1")
 DATA=$2
 SCENARIO=$3
 CONFIG=$(dirname "$0")/../../configs/shakespeare_char.toml
-WORK=$(mktemp -d)
-# Whatever fails, leave no process of this test behind (every one has $WORK in its command).
-cleanup() {
-  for pid in $(pgrep -f "$WORK" || true); do kill -9 "$pid" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+. "$(dirname "$0")/job_work_dir.sh"
 unset MESHTRAIN_RESTART_COUNT SLURM_RESTART_COUNT
 MPI=(mpirun --oversubscribe --bind-to none)
 fail() {

@@ -21,13 +21,7 @@ set -euo pipefail
 BIN=$(realpath "$1")
 DATA=$2
 CONFIG=$(dirname "$0")/../../configs/shakespeare_char.toml
-WORK=$(mktemp -d)
-cleanup() {
-  for pid in $(pgrep -f "$WORK" || true); do kill -9 "$pid" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+. "$(dirname "$0")/job_work_dir.sh"
 LOG=""
 fail() {
   echo "FAIL: $*"

@@ -12,13 +12,7 @@ DATA=$2
 TRIALS=${3:-4}
 CONFIG=$(dirname "$0")/../../configs/shakespeare_char.toml
 TIMEOUT_S=3
-WORK=$(mktemp -d)
-cleanup() {
-  for pid in $(pgrep -f "$WORK" || true); do kill -9 "$pid" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+. "$(dirname "$0")/job_work_dir.sh"
 failures=0
 
 # The pid of trial $1's world rank 1 (OpenMPI puts the rank in the environment).
