@@ -229,6 +229,10 @@ TEST(Gpt2Bpe, BadFilesNameTheFileAndTheProblem) {
   expect_data_error([&] { Gpt2Bpe(encoder, "#version: 0.2\nzzzzqq qqzz\n", "e.json", "v.bpe"); },
                     {"v.bpe", "line 2"});
   expect_data_error([&] { Gpt2Bpe(encoder, "", "e.json", "v.bpe"); }, {"v.bpe", "no merges"});
+  // Bytes that are not UTF-8 are quoted escaped (found by tests/fuzz/tokenizer_fuzz: the line
+  // was quoted as JSON, whose dump throws on them, so the error was not a DataError).
+  expect_data_error([&] { Gpt2Bpe(encoder, "#version: 0.2\nab \xff\xfe\n", "e.json", "v.bpe"); },
+                    {"v.bpe", R"(line 2 is "ab \xff\xfe")"});
 }
 
 // ---- the factory and SentencePiece ---------------------------------------------------------
