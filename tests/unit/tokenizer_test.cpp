@@ -26,6 +26,7 @@
 #include "meshtrain/data/char_vocab.h"
 #include "meshtrain/data/gpt2_bpe.h"
 #include "meshtrain/data/metadata.h"
+#include "meshtrain/data/sentencepiece_tokenizer.h"
 #include "meshtrain/data/prepare.h"
 #include "meshtrain/data/sentencepiece_tokenizer.h"
 
@@ -276,6 +277,15 @@ TEST(SentencePiece, TrainsLoadsRoundTripsAndRejectsTruncatedModels) {
   const fs::path truncated = dir.path() / "truncated.model";
   write_file(truncated, bytes.substr(0, bytes.size() / 2));
   expect_data_error([&] { open_tokenizer(truncated.string()); }, {truncated.string()});
+
+  // A model whose eos piece is gone (found by tests/fuzz/tokenizer_fuzz: the refused model was
+  // leaked, which the ASan unit run of scripts/sanitize.sh reports).
+  const std::string no_eos =
+      read_file(kSource /
+                "tests/fuzz/regressions/tokenizer_fuzz/spm_model_without_eos_leaked_the_model")
+          .substr(1);
+  expect_data_error([&] { SentencePieceTokenizer(no_eos, "no_eos.model"); },
+                    {"no_eos.model", "has no eos piece"});
 
   args.model_type = "wordpiece";
   args.vocab_size = 3;
