@@ -26,7 +26,6 @@
 #include "meshtrain/data/char_vocab.h"
 #include "meshtrain/data/gpt2_bpe.h"
 #include "meshtrain/data/metadata.h"
-#include "meshtrain/data/sentencepiece_tokenizer.h"
 #include "meshtrain/data/prepare.h"
 #include "meshtrain/data/sentencepiece_tokenizer.h"
 
@@ -286,6 +285,13 @@ TEST(SentencePiece, TrainsLoadsRoundTripsAndRejectsTruncatedModels) {
           .substr(1);
   expect_data_error([&] { SentencePieceTokenizer(no_eos, "no_eos.model"); },
                     {"no_eos.model", "has no eos piece"});
+  // One whose loading throws inside SentencePiece (the shim leaked the half-loaded model).
+  const std::string throws =
+      read_file(kSource /
+                "tests/fuzz/regressions/tokenizer_fuzz/spm_model_whose_load_throws_leaked_it")
+          .substr(1);
+  expect_data_error([&] { SentencePieceTokenizer(throws, "throws.model"); },
+                    {"throws.model", "cannot be loaded"});
 
   args.model_type = "wordpiece";
   args.vocab_size = 3;
