@@ -62,6 +62,15 @@ for target in "${targets[@]}"; do
   regressions="$root/tests/fuzz/regressions/$target"
   dirs=("$out/corpus" "$root/tests/fuzz/corpus/$target")
   [[ -d $regressions ]] && dirs+=("$regressions")
+  # Each regression input alone first: a run on given files ends with LeakSanitizer's check,
+  # which fuzzing from a corpus applies only to new inputs.
+  if [[ -d $regressions ]] && ! build-fuzz/tests/fuzz/"$target" "$regressions"/* \
+    >"$out/regressions.txt" 2>&1; then
+    failed+=("$target")
+    tail -n 60 "$out/regressions.txt"
+    echo "fuzz: $target FAILS A REGRESSION INPUT of $regressions (see above)"
+    continue
+  fi
   echo "fuzz: $target for $seconds s"
   if ! build-fuzz/tests/fuzz/"$target" -max_total_time="$seconds" -rss_limit_mb=2048 \
     -malloc_limit_mb=2048 -timeout=10 -max_len=65536 -print_final_stats=1 \
