@@ -229,6 +229,10 @@ TEST(Gpt2Bpe, BadFilesNameTheFileAndTheProblem) {
   expect_data_error([&] { Gpt2Bpe(encoder, "#version: 0.2\nzzzzqq qqzz\n", "e.json", "v.bpe"); },
                     {"v.bpe", "line 2"});
   expect_data_error([&] { Gpt2Bpe(encoder, "", "e.json", "v.bpe"); }, {"v.bpe", "no merges"});
+  // Bytes that are not UTF-8 are quoted escaped (found by tests/fuzz/tokenizer_fuzz: the line
+  // was quoted as JSON, whose dump throws on them, so the error was not a DataError).
+  expect_data_error([&] { Gpt2Bpe(encoder, "#version: 0.2\nab \xff\xfe\n", "e.json", "v.bpe"); },
+                    {"v.bpe", R"(line 2 is "ab \xff\xfe")"});
 }
 
 // ---- the factory and SentencePiece ---------------------------------------------------------
@@ -272,6 +276,22 @@ TEST(SentencePiece, TrainsLoadsRoundTripsAndRejectsTruncatedModels) {
   const fs::path truncated = dir.path() / "truncated.model";
   write_file(truncated, bytes.substr(0, bytes.size() / 2));
   expect_data_error([&] { open_tokenizer(truncated.string()); }, {truncated.string()});
+
+  // A model whose eos piece is gone (found by tests/fuzz/tokenizer_fuzz: the refused model was
+  // leaked, which the ASan unit run of scripts/sanitize.sh reports).
+  const std::string no_eos =
+      read_file(kSource /
+                "tests/fuzz/regressions/tokenizer_fuzz/spm_model_without_eos_leaked_the_model")
+          .substr(1);
+  expect_data_error([&] { SentencePieceTokenizer(no_eos, "no_eos.model"); },
+                    {"no_eos.model", "has no eos piece"});
+  // One whose loading throws inside SentencePiece (the shim leaked the half-loaded model).
+  const std::string throws =
+      read_file(kSource /
+                "tests/fuzz/regressions/tokenizer_fuzz/spm_model_whose_load_throws_leaked_it")
+          .substr(1);
+  expect_data_error([&] { SentencePieceTokenizer(throws, "throws.model"); },
+                    {"throws.model", "cannot be loaded"});
 
   args.model_type = "wordpiece";
   args.vocab_size = 3;

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "meshtrain/core/error.h"
+#include "meshtrain/core/file_name.h"
 
 namespace meshtrain {
 namespace {
@@ -20,12 +21,6 @@ constexpr std::uintmax_t kMaxIndexBytes = 100'000'000;
 
 bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
-// A shard name an index may use: a file in the index's own directory.
-bool is_plain_file_name(const std::string& name) {
-  return !name.empty() && name != "." && name != ".." &&
-         name.find_first_of("/\\") == std::string::npos && name.find('\0') == std::string::npos;
 }
 
 // The index's weight_map: tensor → shard file name, each name checked.
@@ -56,7 +51,7 @@ std::map<std::string, std::string> read_weight_map(const fs::path& index) {
                                   tensor, shard.dump()));
     }
     const std::string name = shard.get<std::string>();
-    if (!is_plain_file_name(name) || fs::path(name).is_absolute()) {
+    if (!is_plain_file_name(name)) {
       throw DataError(fmt::format(
           "{}: weight_map[\"{}\"] names the shard \"{}\", which is not a file name in the "
           "index's directory; the shards of a sharded model lie beside its index (no \"/\", "

@@ -13,6 +13,7 @@
 #include "meshtrain/checkpoint/safetensors.h"
 #include "meshtrain/config/load.h"
 #include "meshtrain/core/error.h"
+#include "meshtrain/core/file_name.h"
 #include "meshtrain/core/staged_file.h"
 
 namespace meshtrain {
@@ -43,7 +44,7 @@ std::vector<std::string> tokenizer_file_names(const std::string& meta,
   std::vector<std::string> names;
   for (const nlohmann::json& entry : (*tokenizer)["files"]) {
     const std::string name = entry.is_string() ? entry.get<std::string>() : "";
-    if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) {
+    if (!is_plain_file_name(name)) {
       throw DataError(fmt::format("{} names tokenizer file {}, expected a plain file name",
                                   meta_json.string(), entry.dump()));
     }

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "meshtrain/core/error.h"
@@ -56,6 +57,12 @@ Shape parse_shape(const nlohmann::json& j, std::uint64_t element_bytes, std::uin
                                   path.string(), name, d.dump()));
     }
     const std::uint64_t n = d.get<std::uint64_t>();
+    // The byte bound below lets any dimension follow a 0; stored as int64, one above 2^63 − 1
+    // would be negative.
+    if (n > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+      throw DataError(fmt::format("{}: tensor {} has a dimension {} above 2^63 − 1 in shape {}",
+                                  path.string(), name, n, j.dump()));
+    }
     if (n != 0 && bytes > data_size / n) {
       throw DataError(fmt::format("{}: tensor {} of shape {} needs more bytes than the file holds",
                                   path.string(), name, j.dump()));

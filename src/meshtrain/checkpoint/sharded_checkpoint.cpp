@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <limits>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "meshtrain/checkpoint/finite_values.h"
@@ -15,6 +17,7 @@
 #include "meshtrain/config/load.h"
 #include "meshtrain/config/validate.h"
 #include "meshtrain/core/error.h"
+#include "meshtrain/core/file_name.h"
 #include "meshtrain/core/staged_file.h"
 
 namespace meshtrain {
@@ -52,31 +55,39 @@ json piece_json(const std::string& file, const std::string& name, const ShardPie
           {"end", p.end}};
 }
 
-ShardPiece piece_of(const json& j) {
+// Piece `j` of a tensor of logical shape `shape` (checked by check_metadata: dimensions ≥ 0,
+// product of at most kMaxElements). A piece must describe elements of its own local tensor: a
+// hand-edited or foreign metadata file must not send the copy outside its buffers, and the
+// checks are ordered so that no sum or product can overflow.
+ShardPiece piece_of(const json& j, const Shape& shape, const std::string& name,
+                    const fs::path& metadata) {
+  if (j.at("shape").get<Shape>() != shape) {
+    throw DataError(fmt::format("{}: a piece of {} has shape {}, the tensor {}", metadata.string(),
+                                name, j.at("shape").dump(), fmt::join(shape, "×")));
+  }
   const json& s = j.at("slice");
   ShardPiece p{.slice = {.dim = s.at("dim").get<int>(),
                          .parts = s.at("parts").get<std::int64_t>(),
                          .offset = s.at("offset").get<std::int64_t>(),
                          .length = s.at("length").get<std::int64_t>(),
                          .stride = s.at("stride").get<std::int64_t>(),
-                         .logical_shape = j.at("shape").get<Shape>()},
+                         .logical_shape = shape},
                .begin = j.at("begin").get<std::int64_t>(),
                .end = j.at("end").get<std::int64_t>()};
-  // A piece must describe elements of its own local tensor: a hand-edited or foreign metadata
-  // file must not send the copy outside its buffers.
   const ShardSlice& sl = p.slice;
-  std::int64_t local = 1;
-  for (std::size_t d = 0; d < sl.logical_shape.size(); ++d) {
-    local *= static_cast<int>(d) == sl.dim ? sl.parts * sl.stride : sl.logical_shape[d];
+  const bool slice_ok = !shape.empty() && sl.dim >= 0 && sl.dim < static_cast<int>(shape.size()) &&
+                        sl.parts >= 1 && shape[static_cast<std::size_t>(sl.dim)] % sl.parts == 0;
+  // A block's stride is at most the block (an even shard's padded length, ceil(n / ranks)).
+  const std::int64_t block = slice_ok ? shape[static_cast<std::size_t>(sl.dim)] / sl.parts : 0;
+  // Elements of the rank's tensor: the logical shape with dimension `dim` = parts · stride.
+  const std::int64_t local = block == 0 ? 0 : shape_numel(shape) / block * sl.stride;
+  const bool ok = slice_ok && sl.offset >= 0 && sl.length >= 0 && sl.length <= sl.stride &&
+                  sl.stride <= block && sl.offset <= block - sl.length && p.begin >= 0 &&
+                  p.begin <= p.end && p.end <= local;
+  if (!ok) {
+    throw DataError(fmt::format("{}: a piece of {} ({}) lies outside its tensor", metadata.string(),
+                                name, j.dump()));
   }
-  const bool ok =
-      !sl.logical_shape.empty() && sl.dim >= 0 &&
-      sl.dim < static_cast<int>(sl.logical_shape.size()) && sl.parts >= 1 &&
-      sl.logical_shape[static_cast<std::size_t>(sl.dim)] % sl.parts == 0 && sl.offset >= 0 &&
-      sl.length >= 0 && sl.length <= sl.stride &&
-      sl.offset + sl.length <= sl.logical_shape[static_cast<std::size_t>(sl.dim)] / sl.parts &&
-      p.begin >= 0 && p.begin <= p.end && p.end <= local;
-  if (!ok) throw DataError(fmt::format("a piece of {} lies outside its tensor", j.dump()));
   return p;
 }
 
@@ -98,6 +109,76 @@ json read_json_file(const fs::path& path) {
     throw DataError(fmt::format("{}: not valid JSON (truncated or corrupted)", path.string()));
   }
   return j;
+}
+
+// Largest logical tensor a checkpoint may describe: its f32 bytes fit in an int64.
+constexpr std::int64_t kMaxElements = std::numeric_limits<std::int64_t>::max() / 4;
+
+[[noreturn]] void bad_field(const fs::path& path, const std::string& field, const json& value,
+                            std::string_view rule) {
+  throw DataError(fmt::format(
+      "{}: \"{}\" is {}, {}; the file was edited or damaged (restore it, or resume from "
+      "another checkpoint)",
+      path.string(), field, value.dump(), rule));
+}
+
+void check_shape(const json& shape, const std::string& field, const fs::path& path) {
+  if (!shape.is_array()) bad_field(path, field, shape, "expected a list of dimensions");
+  std::int64_t numel = 1;
+  for (const json& d : shape) {
+    if (!d.is_number_integer() || d.get<std::int64_t>() < 0) {
+      bad_field(path, field, shape, "expected dimensions that are integers ≥ 0");
+    }
+    const std::int64_t n = d.get<std::int64_t>();
+    if (n != 0 && numel > kMaxElements / n) {
+      bad_field(path, field, shape, fmt::format("more than {} elements", kMaxElements));
+    }
+    numel *= n;
+  }
+}
+
+// What the reader later uses without looking again, checked up front: the types of the
+// top-level fields, every file name (a plain name inside the checkpoint directory, so that a
+// hostile metadata.json cannot make the reader open files elsewhere), each file's size and
+// hash, each tensor's shape and the files its pieces name. The pieces' slices are checked when
+// read (piece_of).
+void check_metadata(const json& m, const fs::path& path) {
+  if (!m.at("step").is_number_integer() || m.at("step").get<std::int64_t>() < 0) {
+    bad_field(path, "step", m.at("step"), "expected an integer ≥ 0");
+  }
+  if (!m.at("config").is_string()) bad_field(path, "config", m.at("config"), "expected TOML text");
+  if (!m.at("state").is_object()) bad_field(path, "state", m.at("state"), "expected an object");
+  const json& files = m.at("files");
+  if (!files.is_object()) bad_field(path, "files", files, "expected an object");
+  for (const auto& [name, file] : files.items()) {
+    if (!is_plain_file_name(name)) {
+      bad_field(path, "files", json(name),
+                "expected file names inside the checkpoint directory (no \"/\", \"..\" or "
+                "absolute path)");
+    }
+    if (!file.is_object() || !file.contains("bytes") || !file["bytes"].is_number_unsigned() ||
+        !file.contains("xxh64") || !file["xxh64"].is_string()) {
+      bad_field(path, "files." + name, file,
+                "expected {\"bytes\": an integer ≥ 0, \"xxh64\": a hex string}");
+    }
+  }
+  const json& tensors = m.at("tensors");
+  if (!tensors.is_object()) bad_field(path, "tensors", tensors, "expected an object");
+  for (const auto& [name, tensor] : tensors.items()) {
+    const std::string field = "tensors." + name;
+    if (!tensor.is_object() || !tensor.contains("shape") || !tensor.contains("pieces") ||
+        !tensor["pieces"].is_array()) {
+      bad_field(path, field, tensor, "expected {\"shape\": [...], \"pieces\": [...]}");
+    }
+    check_shape(tensor["shape"], field + ".shape", path);
+    for (const json& piece : tensor["pieces"]) {
+      if (!piece.is_object() || !piece.contains("file") || !piece["file"].is_string() ||
+          !files.contains(piece["file"].get<std::string>())) {
+        bad_field(path, field + ".pieces", piece,
+                  "expected pieces whose \"file\" is listed in \"files\"");
+      }
+    }
+  }
 }
 
 void write_text(const fs::path& path, const std::string& text) {
@@ -334,16 +415,20 @@ CheckpointReader::CheckpointReader(fs::path dir) : dir_(std::move(dir)) {
     }
   }
   metadata_ = read_json_file(path);
-  if (metadata_.value("format", "") != kFormat || !metadata_.contains("tensors") ||
+  const auto format = metadata_.find("format");
+  if (format == metadata_.end() || *format != kFormat || !metadata_.contains("tensors") ||
       !metadata_.contains("files") || !metadata_.contains("state") || !metadata_.contains("step") ||
       !metadata_.contains("config")) {
     throw DataError(
         fmt::format("{}: not the metadata of a meshtrain sharded checkpoint", path.string()));
   }
-  if (metadata_.value("version", 0) != kVersion) {
+  if (const auto version = metadata_.find("version");
+      version == metadata_.end() || *version != kVersion) {
     throw DataError(fmt::format("{}: format version {}, this meshtrain reads version {}",
-                                path.string(), metadata_.value("version", 0), kVersion));
+                                path.string(),
+                                version == metadata_.end() ? "none" : version->dump(), kVersion));
   }
+  check_metadata(metadata_, path);
 }
 
 std::int64_t CheckpointReader::step() const { return metadata_.at("step").get<std::int64_t>(); }
@@ -427,12 +512,7 @@ void CheckpointReader::fill(const std::string& name, std::string_view field, con
     std::int64_t copied = 0;
     std::vector<std::uint8_t> written(out.size(), 0);
     for (const json& p : entry.at("pieces")) {
-      const ShardPiece src = piece_of(p);
-      if (src.slice.logical_shape != shape) {
-        throw DataError(fmt::format(
-            "{}: a piece of {} has shape {}, the tensor {}", (dir_ / kMetadataName).string(), name,
-            fmt::join(src.slice.logical_shape, "×"), fmt::join(shape, "×")));
-      }
+      const ShardPiece src = piece_of(p, shape, name, dir_ / kMetadataName);
       const std::vector<ShardRun> have = logical_runs(src);
       if (have.empty() || have.back().logical + have.back().count <= want_lo ||
           have.front().logical >= want_hi) {
@@ -467,6 +547,23 @@ void CheckpointReader::fill(const std::string& name, std::string_view field, con
 
 Tensor CheckpointReader::read_logical(const std::string& name, std::string_view field) {
   const Shape shape = logical_shape(name);
+  // Its pieces' files hold every element (and two moments each), so a shape that needs more
+  // bytes than they have on disk is refused before the tensor is allocated.
+  std::set<std::string> files;
+  for (const json& p : tensor_entry(name).at("pieces"))
+    files.insert(p.at("file").get<std::string>());
+  std::uintmax_t on_disk = 0;
+  for (const std::string& file : files) {
+    std::error_code ec;
+    const std::uintmax_t bytes = fs::file_size(dir_ / file, ec);
+    on_disk += ec ? 0 : bytes;
+  }
+  if (static_cast<std::uintmax_t>(shape_numel(shape)) * sizeof(float) > on_disk) {
+    throw DataError(fmt::format(
+        "checkpoint {}: tensor {} of shape {} needs {} bytes, more than the {} bytes of the "
+        "files holding it (metadata.json edited or damaged?)",
+        dir_.string(), name, fmt::join(shape, "×"), shape_numel(shape) * 4, on_disk));
+  }
   Tensor out = Tensor::empty(shape, MemCategory::other);
   const ShardPiece whole_piece{.slice = whole(shape), .begin = 0, .end = out.numel()};
   fill(name, field, whole_piece, out.span_f32());

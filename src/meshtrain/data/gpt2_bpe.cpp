@@ -201,9 +201,10 @@ void Gpt2Bpe::read_merges(const std::filesystem::path& path,
     const std::int32_t right = id_of(b);
     const std::int32_t merged = left < 0 || right < 0 ? -1 : id_of(std::string(a) + std::string(b));
     if (space == std::string_view::npos || merged < 0) {
-      throw bad_file(path, fmt::format("line {} is {}, expected \"a b\" with a, b and ab tokens "
+      // {:?} quotes and escapes any bytes; a JSON dump would throw on invalid UTF-8.
+      throw bad_file(path, fmt::format("line {} is {:?}, expected \"a b\" with a, b and ab tokens "
                                        "of encoder.json",
-                                       line_no, nlohmann::json(std::string(line)).dump()));
+                                       line_no, line));
     }
     merges_.emplace((static_cast<std::uint64_t>(left) << 32) | static_cast<std::uint32_t>(right),
                     Merge{rank++, merged});

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "meshtrain/core/error.h"
+#include "meshtrain/core/file_name.h"
 
 namespace meshtrain::data {
 namespace {
@@ -89,8 +90,7 @@ void load_v1(const json& doc, const std::filesystem::path& path, Metadata& meta)
 // A tokenizer file name must be a plain name: a hostile meta.json cannot point outside its
 // directory (a checkpoint copies these files).
 void check_file_name(const std::string& name, const std::filesystem::path& path) {
-  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
-      name.find('\\') != std::string::npos) {
+  if (!is_plain_file_name(name)) {
     fail(path,
          fmt::format("names tokenizer file {}, expected a plain file name", json(name).dump()));
   }

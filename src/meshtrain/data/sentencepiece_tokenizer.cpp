@@ -97,6 +97,8 @@ SentencePieceTokenizer::SentencePieceTokenizer(std::string model_proto,
   eos_id_ = spm().eos_id(model_);
   bos_id_ = spm().bos_id(model_);
   if (eos_id_ < 0 || eos_id_ >= vocab_size_) {
+    spm().free(model_);  // a constructor that throws never runs the destructor
+    model_ = nullptr;
     throw DataError(fmt::format(
         "SentencePiece model '{}' has no eos piece, which meshtrain uses as the end-of-text id "
         "between documents; train the model with eos_id ≥ 0 (SentencePiece's default is 2)",

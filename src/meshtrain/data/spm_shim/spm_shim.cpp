@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -31,11 +32,11 @@ extern "C" {
 
 MtSpm* mt_spm_load(const char* model_proto, size_t size, char* error, size_t error_size) {
   try {
-    auto* model = new MtSpm;
+    // Owned until returned: LoadFromSerializedProto also throws (a hostile model's pieces).
+    auto model = std::make_unique<MtSpm>();
     const auto status = model->processor.LoadFromSerializedProto(std::string(model_proto, size));
-    if (status.ok()) return model;
+    if (status.ok()) return model.release();
     fail(status.ToString(), error, error_size);
-    delete model;
   } catch (const std::exception& e) {
     fail(e.what(), error, error_size);
   }
