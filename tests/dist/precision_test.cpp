@@ -83,11 +83,16 @@ INSTANTIATE_TEST_SUITE_P(ZeroStages, ScalerAgreement, ::testing::Values(0, 1));
 
 // Issue 6, item 8: outside fp16 a NaN in one rank's gradient stops the run before the update,
 // and the message every rank throws names that rank, the step and the parameter.
-TEST(NonFiniteGradient, IsReportedWithRankStepAndParameterOnEveryRank) {
+// ZeRO 0 too: there each dp rank sums the norm of its own gradient replica, so a value written
+// into one replica after the reductions once sent that rank alone into the error path and the
+// others on into the next collective (a hang the newcomer check found).
+class NonFiniteGradient : public ::testing::TestWithParam<int> {};
+
+TEST_P(NonFiniteGradient, IsReportedWithRankStepAndParameterOnEveryRank) {
   MpiRuntime& rt = test::runtime();
   const int world_size = rt.world_size();
   Config c = test::small_config(world_size, 2, 1);
-  c.parallel.zero_stage = world_size > 1 ? 1 : 0;
+  c.parallel.zero_stage = GetParam();
   c.fault_injection.nonfinite_grad_step = 3;
   c.fault_injection.nonfinite_grad_rank = world_size - 1;
   c.fault_injection.nonfinite_grad_value = FaultValue::nan;
@@ -122,6 +127,12 @@ TEST(NonFiniteGradient, IsReportedWithRankStepAndParameterOnEveryRank) {
   const Tensor after = trainer.zero().shards().front().master;
   EXPECT_EQ(std::memcmp(before.f32(), after.f32(), static_cast<std::size_t>(after.bytes())), 0);
 }
+
+// ZeRO 1 shards over dp, so it needs 2 or more ranks.
+INSTANTIATE_TEST_SUITE_P(ZeroStages, NonFiniteGradient,
+                         ::testing::ValuesIn(test::launched_world_size() > 1
+                                                 ? std::vector<int>{0, 1}
+                                                 : std::vector<int>{0}));
 
 }  // namespace
 }  // namespace meshtrain

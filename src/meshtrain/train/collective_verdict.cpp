@@ -20,6 +20,12 @@ std::string broadcast_string(ProcessGroup& group, const std::string& text, int r
 
 }  // namespace
 
+bool on_any_rank(ProcessGroup& group, bool local) {
+  float any = local ? 1.0f : 0.0f;
+  group.all_reduce_max(std::span<float>(&any, 1));
+  return any > 0.0f;
+}
+
 std::string first_error(ProcessGroup& group, const std::string& local_error) {
   // The max of (size − rank) over failing ranks names the lowest failing rank.
   float failing = local_error.empty() ? 0.0f : static_cast<float>(group.size() - group.rank());

@@ -39,6 +39,10 @@ void on_rank0_for_all(ProcessGroup& group, Check&& check) {
   if (verdict == 3) throw DataError("rank 0 could not write its output files (see its message)");
 }
 
+/// True on every rank of `group` when `local` is true on any of them. Collective over `group`
+/// (one all-reduce of 4 bytes).
+bool on_any_rank(ProcessGroup& group, bool local);
+
 /// `local_error` is this rank's failure ("" = none). Returns "" on every rank when no rank
 /// failed; otherwise every rank gets the message of the lowest failing rank, prefixed with
 /// "rank R: ". Collective over `group` (one all-reduce, plus one broadcast on failure).

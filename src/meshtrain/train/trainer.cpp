@@ -273,13 +273,20 @@ Trainer::Gradients Trainer::compute_gradients(std::int64_t step) {
     return {loss, std::numeric_limits<double>::quiet_NaN(), true};
   }
   const double norm = optim_->grad_norm();
-  if (!std::isfinite(norm)) {
-    // Every rank sees the same norm; all learn where the non-finite gradient first appeared
-    // (before the reductions spread it), so every rank throws the same message.
+  // Under ZeRO 0 each data-parallel rank sums the norm of its own replica of the gradients: a
+  // replica that differs after the reduction (memory gone bad there, or [fault_injection]'s
+  // value) would send its rank alone down the error path and the others on into the next
+  // step's collectives, a hang. So the ranks agree first (ZeRO 1-3 sum one norm over all).
+  const bool replicas = config_.parallel.zero_stage == 0 && world_.size() > 1;
+  if (replicas ? on_any_rank(world_, !std::isfinite(norm)) : !std::isfinite(norm)) {
+    // Every rank learns where the non-finite gradient first appeared (before the reductions
+    // spread it), so every rank throws the same message.
     throw TrainingDiverged(fmt::format(
         "non-finite gradient norm {} at step {}; {}; nothing was updated — lower training.lr or "
         "check the data",
-        norm, step + 1, non_finite_grad_origin(world_, *mesh_, *optim_, step)));
+        std::isfinite(norm) ? std::string("on another rank (this rank's replica is finite)")
+                            : fmt::format("{}", norm),
+        step + 1, non_finite_grad_origin(world_, *mesh_, *optim_, step)));
   }
   return {loss, norm};
 }
