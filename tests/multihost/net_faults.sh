@@ -143,8 +143,10 @@ if [[ $FAULTS == *link* ]]; then
   /usr/bin/python3 -c "import sys; sys.exit(0 if $ended <= $detected + $GRACE_S + 3 else 1)" ||
     fail "link: the attempt ended $ended s after the link went down, more than the watchdog's $detected s + --grace $GRACE_S s + 3 s"
   # What the user reads: the operation and its group, and the peer behind the dead link.
-  grep -Eq '^\[watchdog\] world rank 0: [a-z_]+ on dp\{0,1\} \(collective #[0-9]+ of the group, [0-9]+ bytes\) has not completed after' "$LOG" ||
-    fail "link: the watchdog's report does not name the operation on dp{0,1}"
+  # The collective that blocks first is the dp all-reduce of the gradients or, under ZeRO 0,
+  # the ranks' 4-byte agreement on a finite grad norm over the world (both {0,1} here).
+  grep -Eq '^\[watchdog\] world rank 0: [a-z_]+ on (dp|world)\{0,1\} \(collective #[0-9]+ of the group, [0-9]+ bytes\) has not completed after' "$LOG" ||
+    fail "link: the watchdog's report does not name the operation on dp{0,1} or world{0,1}"
   grep -q '^\[watchdog\]   world rank 1 (host mthost1): no report — on another host' "$LOG" ||
     fail "link: the report does not say world rank 1 on mthost1 gave no report"
   grep -q '^\[watchdog\] unreachable from host mthost0 (on other hosts, no report): world rank 1$' "$LOG" ||

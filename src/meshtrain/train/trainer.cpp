@@ -277,7 +277,7 @@ Trainer::Gradients Trainer::compute_gradients(std::int64_t step) {
   // replica that differs after the reduction (memory gone bad there, or [fault_injection]'s
   // value) would send its rank alone down the error path and the others on into the next
   // step's collectives, a hang. So the ranks agree first (ZeRO 1-3 sum one norm over all).
-  const bool replicas = config_.parallel.zero_stage == 0 && world_.size() > 1;
+  const bool replicas = config_.parallel.zero_stage == 0 && grad_reduction_group(*mesh_).size() > 1;
   if (replicas ? on_any_rank(world_, !std::isfinite(norm)) : !std::isfinite(norm)) {
     // Every rank learns where the non-finite gradient first appeared (before the reductions
     // spread it), so every rank throws the same message.
