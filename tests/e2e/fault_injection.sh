@@ -69,26 +69,14 @@ done
   fail "the kill fired more than once" "$WORK/launch.log"
 cmp -s "$WORK/ref/model.safetensors" "$WORK/run/model.safetensors" ||
   fail "the final parameters differ from the uninterrupted run's" "$WORK/launch.log"
-/usr/bin/python3 - "$WORK/ref.jsonl" "$WORK/run.jsonl" "$WORK/launch.log" <<'PY'
-import re, sys
-ref_path, run_path, log_path = sys.argv[1:]
-def fields(line):
-    # The raw JSON text of each value: equal text is equal bits.
-    return {k: m.group(1) for k in ("step", "loss", "grad_norm", "val_loss")
-            if (m := re.search(r'"%s":([^,}]+)' % k, line))}
-ref = {int(f["step"]): f for f in map(fields, open(ref_path))}
-run = {}
-for f in map(fields, open(run_path)):
-    run[int(f["step"])] = f  # the resumed attempt's line of a step comes last
-after = open(log_path).read().split("meshtrain launch: restart 1 of 2:", 1)[1]
-first = int(re.search(r"^step\s+(\d+)/20", after, re.M).group(1))
-assert first == 11, f"the restarted attempt began at step {first}, expected 11 (after the step-10 checkpoint)"
-diffs = [f"step {s} {k}: {run[s].get(k)} vs {ref[s].get(k)}" for s in range(first, 21)
-         for k in ("loss", "grad_norm", "val_loss") if run[s].get(k) != ref[s].get(k)]
-assert not diffs, "the resumed run differs:\n  " + "\n  ".join(diffs[:10])
-print(f"kill ok: rank 1 killed at step 13, resumed at step 11, steps 11-20 and the final "
-      f"parameters bit-identical (final loss {run[20]['loss']})")
-PY
+read -r first final_loss < <(/usr/bin/python3 "$(dirname "$0")/resumed_steps.py" \
+  "$WORK/ref.jsonl" "$WORK/run.jsonl" "$WORK/launch.log" 20) ||
+  fail "the resumed run is not the uninterrupted one's (above)" "$WORK/launch.log"
+((first == 11)) ||
+  fail "the restarted attempt began at step $first, expected 11 (after the step-10 checkpoint)" \
+    "$WORK/launch.log"
+echo "kill ok: rank 1 killed at step 13, resumed at step 11, steps 11-20 and the final" \
+  "parameters bit-identical (final loss $final_loss)"
 # The rehearsal's checkpoints hold no fault: the last one reshards to one rank (where
 # kill_rank 1 would be refused), and the final config.toml says kill_step = -1.
 "$BIN" reshard "$WORK/run/checkpoints/step-00000020" "$WORK/dp1" --parallel.dp 1 \

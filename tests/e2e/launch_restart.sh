@@ -120,33 +120,11 @@ echo "restart ok: launcher exit 0, rank $R's signal 9 logged, nothing left runni
 # What awaits sharded checkpoints and --checkpoint.resume auto (docs/resilience.md).
 [[ -n $checkpoints_at_kill ]] ||
   fail "no complete checkpoint under $WORK/run/checkpoints when $killed was killed: train does not write --checkpoint.interval checkpoints"
-/usr/bin/python3 - "$WORK/ref.jsonl" "$WORK/run.jsonl" "$WORK/launch.log" <<'PY'
-import re, sys
-ref_path, run_path, log_path = sys.argv[1:]
-def fields(line):
-    # The raw JSON text of each value: equal text is equal bits (nlohmann prints the shortest
-    # representation that round-trips).
-    return {k: m.group(1) for k in ("step", "loss", "grad_norm", "val_loss")
-            if (m := re.search(r'"%s":([^,}]+)' % k, line))}
-ref = {int(f["step"]): f for f in map(fields, open(ref_path))}
-# The metrics file may hold the killed attempt's lines too, or only the resumed run's: the
-# last line of each step is the one the finished job wrote.
-run = {}
-for f in map(fields, open(run_path)):
-    run[int(f["step"])] = f
-log = open(log_path).read()
-after = log.split("meshtrain launch: restart 1 of 2:", 1)[1]
-first = re.search(r"^step\s+(\d+)/40", after, re.M)
-assert first, "the restarted attempt logged no step"
-first = int(first.group(1))
-assert first > 1 and (first - 1) % 10 == 0, (
-    f"the restarted attempt began at step {first}: expected one after a checkpoint "
-    f"(11, 21 or 31), i.e. --checkpoint.resume auto resumed")
-missing = [s for s in range(first, 41) if s not in run]
-assert not missing, f"steps {missing} missing from the restarted run's metrics"
-diffs = [f"step {s} {k}: {run[s].get(k)} vs {ref[s].get(k)}" for s in range(first, 41)
-         for k in ("loss", "grad_norm", "val_loss") if run[s].get(k) != ref[s].get(k)]
-assert not diffs, "resumed run differs from the uninterrupted one:\n  " + "\n  ".join(diffs[:10])
-print(f"1 passed, 0 failed: resumed at step {first}, steps {first}-40 bit-identical "
-      f"(final loss {run[40]['loss']})")
-PY
+read -r first final_loss < <(/usr/bin/python3 "$(dirname "$0")/resumed_steps.py" \
+  "$WORK/ref.jsonl" "$WORK/run.jsonl" "$WORK/launch.log" 40) ||
+  fail "the resumed run is not the uninterrupted one's (above)"
+# One after a checkpoint (11, 21 or 31): --checkpoint.resume auto resumed.
+((first > 1 && (first - 1) % 10 == 0)) ||
+  fail "the restarted attempt began at step $first: expected one after a checkpoint"
+echo "1 passed, 0 failed: resumed at step $first, steps $first-40 bit-identical" \
+  "(final loss $final_loss)"
