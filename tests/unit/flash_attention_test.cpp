@@ -11,6 +11,8 @@
 //   - central differences (of the double reference, and of the kernel's own f32 forward);
 //   - bitwise equality with 1 and 2 threads (and of the fused and two-pass backward); that an
 //     off-by-one mask fails the tolerances;
+//   - the causal skipping of tile products (flash_tile.h, Causal): every kind and diagonal
+//     gives the full product's bits where the mask leaves an element, and skips work;
 //   - MT_CHECK deaths on bad dims and strides.
 #include <gtest/gtest.h>
 
@@ -606,6 +608,73 @@ TEST(FlashAttentionKernel, OneAndTwoThreadsGiveTheSameBits) {
     EXPECT_EQ(one.dv, two.dv) << mc.what;
   }
   set_num_threads(saved);
+}
+
+/// One Causal kind against the full tile product: A [m, k] with the masked factors zeroed
+/// (the k kinds) or any values (the column kinds), random B and C. Every element the mask
+/// leaves must equal the full product's bits; with the column kinds every skipped element of a
+/// non-accumulating product must be 0. Returns how many micro-kernel columns × k products the
+/// span skipped, so the caller can check the skipping is not empty.
+std::int64_t check_causal_kind(cpu::flash::Causal::Kind kind, std::int64_t diag, bool accumulate) {
+  using cpu::flash::Causal;
+  using cpu::flash::kMR;
+  using cpu::flash::kVec;
+  const std::int64_t m = 4 * kMR, n = 3 * kVec, k = 40;
+  const bool rows_are_keys = kind == Causal::Kind::cols_from || kind == Causal::Kind::k_from;
+  // A key sees a query iff key ≤ query + diag, in the tile's own indices.
+  const auto sees = [&](std::int64_t row, std::int64_t other) {
+    return rows_are_keys ? row <= other + diag : other <= row + diag;
+  };
+  std::vector<float> a = randn(zu(m * k), "causal.a"), b = randn(zu(k * n), "causal.b");
+  const std::vector<float> c0 = randn(zu(m * n), "causal.c");
+  const bool k_kind = kind == Causal::Kind::k_from || kind == Causal::Kind::k_upto;
+  if (k_kind) {
+    for (std::int64_t r = 0; r < m; ++r) {
+      for (std::int64_t p = 0; p < k; ++p) {
+        if (!sees(r, p)) a[zu(r * k + p)] = 0.0f;
+      }
+    }
+  }
+  std::vector<float> full = c0, skipped = c0;
+  const cpu::flash::MatA A{a.data(), k, 1};
+  cpu::flash::tile_gemm(A, b.data(), n, full.data(), n, m, n, k, accumulate);
+  cpu::flash::tile_gemm(A, b.data(), n, skipped.data(), n, m, n, k, accumulate, {kind, diag});
+  std::int64_t saved = 0;
+  for (std::int64_t r = 0; r < m; ++r) {
+    const cpu::flash::TileSpan span = cpu::flash::causal_span({kind, diag}, r / kMR * kMR, n, k);
+    saved += (n - (span.col_end - span.col_begin)) * k + (k - (span.k_end - span.k_begin)) * n;
+    for (std::int64_t c = 0; c < n; ++c) {
+      const float got = skipped[zu(r * n + c)], want = full[zu(r * n + c)];
+      if (k_kind || sees(r, c)) {
+        EXPECT_EQ(got, want) << "kind " << int(kind) << " diag " << diag << " at " << r << "," << c;
+      } else if (!accumulate && (c < span.col_begin || c >= span.col_end)) {
+        EXPECT_EQ(got, 0.0f) << "kind " << int(kind) << " diag " << diag << " skipped " << r << ","
+                             << c;
+      }
+    }
+  }
+  return saved;
+}
+
+TEST(FlashAttentionKernel, CausalTileSkippingKeepsTheFullProductsBits) {
+  using Kind = cpu::flash::Causal::Kind;
+  for (const Kind kind : {Kind::cols_from, Kind::cols_upto, Kind::k_from, Kind::k_upto}) {
+    std::int64_t saved_on_diagonal = 0;
+    for (std::int64_t diag = -60; diag <= 60; diag += 3) {
+      for (const bool accumulate : {false, true}) {
+        const std::int64_t saved = check_causal_kind(kind, diag, accumulate);
+        if (diag == 0) saved_on_diagonal += saved;
+      }
+    }
+    // A diagonal tile skips a real share of its products (about half of them).
+    EXPECT_GT(saved_on_diagonal, 0) << "kind " << int(kind) << " skipped nothing on the diagonal";
+  }
+  // No mask: nothing skipped.
+  const cpu::flash::TileSpan none = cpu::flash::causal_span({}, 6, 48, 40);
+  EXPECT_EQ(none.col_begin, 0);
+  EXPECT_EQ(none.col_end, 48);
+  EXPECT_EQ(none.k_begin, 0);
+  EXPECT_EQ(none.k_end, 40);
 }
 
 TEST(FlashAttentionKernelDeathTest, BadDimsAndStridesAbort) {

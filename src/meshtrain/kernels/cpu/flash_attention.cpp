@@ -164,8 +164,9 @@ void forward_block(const ForwardTask& t, std::int64_t b, std::int64_t h, std::in
     const Rows v =
         rows_operand(v_rows + j0 * t.in.kv_stride, t.in.kv_stride, bc, kBc, hd, hdp, s.vp);
     const TileA ka = tile_a(path, {k.p, k.ld, 1}, mk, hd, op.k);
-    tile_product(path, ka, qt, s.st, kBr, mk, nq, hd, false);  // Sᵀ = K·(scale·Q)ᵀ
     const std::int64_t diag = d.q_offset + i0 - d.kv_offset - j0;
+    tile_product(path, ka, qt, s.st, kBr, mk, nq, hd, false,
+                 causal_tile(t.mask, Causal::Kind::cols_from, diag));  // Sᵀ = K·(scale·Q)ᵀ
     online_softmax(s.st, bc, br, nq, t.mask, diag, s.m, s.l, s.alpha);
     for (std::int64_t r = 0; r < br; ++r) {
       if (s.alpha[r] == 1.0f) continue;
@@ -175,8 +176,8 @@ void forward_block(const ForwardTask& t, std::int64_t b, std::int64_t h, std::in
       for (std::int64_t c = 0; c < hdp; ++c) o[c] *= a;
     }
     const TileA pa = tile_a(path, {s.st, 1, kBr}, mq, bc, op.p);
-    tile_product(path, pa, tile_b(path, v.p, v.ld, bc, hdp, op.v), s.o, hdp, mq, hdp, bc,
-                 true);  // O += P̃·V
+    tile_product(path, pa, tile_b(path, v.p, v.ld, bc, hdp, op.v), s.o, hdp, mq, hdp, bc, true,
+                 causal_tile(t.mask, Causal::Kind::k_upto, diag));  // O += P̃·V
   }
   for (std::int64_t r = 0; r < br; ++r) {  // Algorithm 1, lines 12–13
     float* o = t.out + (b * d.q_seq_rows + i0 + r) * t.out_stride + h * hd;

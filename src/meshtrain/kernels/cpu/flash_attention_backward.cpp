@@ -209,21 +209,24 @@ void backward_kv_block(const BackwardTask& t, std::int64_t b, std::int64_t kvh, 
       pack_rows_scaled(q_src, t.in.q_stride, br, hd, t.g.scale, hdp, mq, qs);
       const TileA qa = tile_a(path, {qs, hdp, 1}, mq, hd, slot(2));
       const TileA doa = tile_a(path, {dout.p, dout.ld, 1}, mq, hd, slot(3));
-      tile_product(path, qa, ktb, s, kBc, mq, nk, hd, false);    // S = (scale·Q)·Kᵀ
-      tile_product(path, doa, vtb, dp, kBc, mq, nk, hd, false);  // dP = dO·Vᵀ
+      const std::int64_t diag = d.q_offset + i0 - d.kv_offset - j0;
+      const Causal upto = causal_tile(t.mask, Causal::Kind::cols_upto, diag);
+      tile_product(path, qa, ktb, s, kBc, mq, nk, hd, false, upto);    // S = (scale·Q)·Kᵀ
+      tile_product(path, doa, vtb, dp, kBc, mq, nk, hd, false, upto);  // dP = dO·Vᵀ
       const std::int64_t at = (b * d.heads + h) * d.lse_seq_len + i0;
-      probs_and_dscores_rows(s, dp, br, bc, nk, t.lse + at, t.delta + at, t.mask,
-                             d.q_offset + i0 - d.kv_offset - j0);
+      probs_and_dscores_rows(s, dp, br, bc, nk, t.lse + at, t.delta + at, t.mask, diag);
       const TileA pa = tile_a(path, {s, 1, kBc}, mk, br, slot(7));
       const TileA dsa = tile_a(path, {dp, 1, kBc}, mk, br, slot(8));
       const TileB dob = tile_b(path, dout.p, dout.ld, br, hdp, slot(4));
       const TileB qb_rows = tile_b(path, q.p, q.ld, br, hdp, slot(5));
-      tile_product(path, pa, dob, dv, hdp, mk, hdp, br, true);       // dV += Pᵀ·dO
-      tile_product(path, dsa, qb_rows, dk, hdp, mk, hdp, br, true);  // dK += dSᵀ·Q
+      const Causal from = causal_tile(t.mask, Causal::Kind::k_from, diag);
+      tile_product(path, pa, dob, dv, hdp, mk, hdp, br, true, from);       // dV += Pᵀ·dO
+      tile_product(path, dsa, qb_rows, dk, hdp, mk, hdp, br, true, from);  // dK += dSᵀ·Q
       if (dq != nullptr) {  // dQ += dS·K (pass 2's product, summed in the same key order)
         const TileA ds_rows = tile_a(path, {dp, kBc, 1}, mq, bc, slot(9));
         float* dq_block = dq + ((h - kvh * t.g.group) * q_rows + i0) * hdp;
-        tile_product(path, ds_rows, krows, dq_block, hdp, mq, hdp, bc, true);
+        tile_product(path, ds_rows, krows, dq_block, hdp, mq, hdp, bc, true,
+                     causal_tile(t.mask, Causal::Kind::k_upto, diag));
       }
     }
   }
@@ -294,12 +297,14 @@ void backward_q_block(const BackwardTask& t, std::int64_t b, std::int64_t h, std
     const Rows v = rows_operand(v_rows + j0 * t.in.kv_stride, t.in.kv_stride, bc, kBc, hd, hdp, vp);
     const TileA ka = tile_a(path, {k.p, k.ld, 1}, mk, hd, slot(2));
     const TileA va = tile_a(path, {v.p, v.ld, 1}, mk, hd, slot(3));
-    tile_product(path, ka, qtb, st, kBr, mk, q.nq, hd, false);    // Sᵀ
-    tile_product(path, va, dotb, dpt, kBr, mk, q.nq, hd, false);  // dPᵀ
-    probs_and_dscores(st, dpt, bc, q, t.mask, d.q_offset + q.i0 - d.kv_offset - j0);
+    const std::int64_t diag = d.q_offset + q.i0 - d.kv_offset - j0;
+    const Causal from = causal_tile(t.mask, Causal::Kind::cols_from, diag);
+    tile_product(path, ka, qtb, st, kBr, mk, q.nq, hd, false, from);    // Sᵀ
+    tile_product(path, va, dotb, dpt, kBr, mk, q.nq, hd, false, from);  // dPᵀ
+    probs_and_dscores(st, dpt, bc, q, t.mask, diag);
     const TileA dsa = tile_a(path, {dpt, 1, kBr}, mq, bc, slot(7));
-    tile_product(path, dsa, tile_b(path, k.p, k.ld, bc, hdp, slot(4)), dq, hdp, mq, hdp, bc,
-                 true);  // dQ += dS·K
+    tile_product(path, dsa, tile_b(path, k.p, k.ld, bc, hdp, slot(4)), dq, hdp, mq, hdp, bc, true,
+                 causal_tile(t.mask, Causal::Kind::k_upto, diag));  // dQ += dS·K
   }
   for (std::int64_t r = 0; r < q.br; ++r) {
     float* dq_row = t.grad.dq + (b * d.q_seq_rows + q.i0 + r) * t.grad.q_stride + h * hd;

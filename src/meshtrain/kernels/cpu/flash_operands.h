@@ -133,17 +133,20 @@ inline TileB tile_b(TilePath path, const float* b, std::int64_t ld, std::int64_t
 }
 
 /// bf16_dot's tile_gemm: C[m, n] (+)= A·B, m a multiple of kMR, n of kVec (= 16). Each element
-/// sums its products in a fixed order whatever m and n (deterministic).
+/// sums its products in a fixed order whatever m and n (deterministic). `causal` skips as
+/// tile_gemm does, the reduction range widened to whole bf16 pairs.
 void tile_gemm_bf16(const TileA& A, const TileB& B, float* c, std::int64_t ldc, std::int64_t m,
-                    std::int64_t n, std::int64_t k, bool accumulate);
+                    std::int64_t n, std::int64_t k, bool accumulate, Causal causal = {});
 
-/// C[m, n] (+)= A·B on the operands' path (tile_gemm's contract). f32 calls tile_gemm with the
-/// arguments the f32 kernel always passed: its results are bitwise those of before.
+/// C[m, n] (+)= A·B on the operands' path (tile_gemm's contract), skipping what `causal`
+/// masks on the f32 and bf16_dot paths (Causal; bf16_amx computes whole 16 × 16 tiles, which
+/// the masked entries' zeros and selects make equal).
 inline void tile_product(TilePath path, const TileA& A, const TileB& B, float* c, std::int64_t ldc,
-                         std::int64_t m, std::int64_t n, std::int64_t k, bool accumulate) {
+                         std::int64_t m, std::int64_t n, std::int64_t k, bool accumulate,
+                         Causal causal = {}) {
   if (path == TilePath::bf16_amx) return tile_gemm_amx(A, B, c, ldc, m, n, k, accumulate);
-  if (path == TilePath::bf16_dot) return tile_gemm_bf16(A, B, c, ldc, m, n, k, accumulate);
-  tile_gemm(A.f, B.f, B.ld, c, ldc, m, n, k, accumulate);
+  if (path == TilePath::bf16_dot) return tile_gemm_bf16(A, B, c, ldc, m, n, k, accumulate, causal);
+  tile_gemm(A.f, B.f, B.ld, c, ldc, m, n, k, accumulate, causal);
 }
 
 /// attention_chunk_forward / attention_chunk_backward on an explicit path (they pass

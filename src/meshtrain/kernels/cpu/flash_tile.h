@@ -42,7 +42,8 @@ inline constexpr std::int64_t kMR = 6;
 /// multiples of kMR and of 2·kVec for AVX-512 (tile GEMMs then run whole micro-kernels). A
 /// [96, 48] f32 tile is 18 KiB: the operands of one tile GEMM stay in L1/L2. 48/48, 96/48 and
 /// 96/96 measured within noise of each other; 96 queries per block halve the K/V reads per
-/// FLOP against 48, and 48 keys keep the masked half of the causal diagonal tiles small.
+/// FLOP against 48. Since the micro-kernels skip the masked part of a causal diagonal tile
+/// (Causal below), 96/96, 192/48 and 48/48 measured within noise of 96/48 too.
 inline constexpr std::int64_t kBr = 96;
 inline constexpr std::int64_t kBc = 48;
 static_assert(kBr % kMR == 0 && kBc % kMR == 0 && kBr % kVec == 0 && kBc % kVec == 0);
@@ -97,23 +98,90 @@ inline void micro_kernel(MatA A, const float* b, std::int64_t ldb, float* c, std
 /// loads, against 12 per 8 for 6 × 2; AVX2's 16 registers hold 6 × 2 only.
 inline constexpr int kNV = kVec == 16 ? 4 : 2;
 
+/// Which part of a tile product the causal mask leaves, per micro-kernel row block: block
+/// skipping (FlashAttention-2, Dao 2023, §3.1.1 skips whole masked blocks) carried down to
+/// the kMR rows of one micro-kernel call, so the diagonal tiles compute about half their
+/// products instead of all of them. In the tile's own indices a key sees a query iff
+/// key ≤ query + diag (diag = q_offset + i0 − kv_offset − j0). Which index the rows, the
+/// columns and the reduction dimension are decides the kind:
+///   cols_from  rows keys, columns queries (Sᵀ, dPᵀ): columns below the block's first visible
+///              query are skipped (whole vectors) and, in a product that does not accumulate,
+///              written as 0;
+///   cols_upto  rows queries, columns keys (S, dP): columns past the block's last visible key
+///              likewise;
+///   k_from     rows keys, k queries (dV += Pᵀ·dO, dK += dSᵀ·Q): the sum starts at the
+///              block's first visible query;
+///   k_upto     rows queries, k keys (O += P·V, dQ += dS·K): the sum stops after the block's
+///              last visible key.
+/// A skipped product has a masked factor (P, dS = 0 there; S, dP are never read there), so
+/// every kept element sums the same products in the same order: the results are those of the
+/// full tile bit for bit, but for the sign of an exact zero.
+struct Causal {
+  enum class Kind : std::uint8_t { none, cols_from, cols_upto, k_from, k_upto };
+  Kind kind = Kind::none;
+  std::int64_t diag = 0;
+};
+
+/// Causal{kind, diag} where mask is causal, else no skipping.
+inline Causal causal_tile(AttentionMask mask, Causal::Kind kind, std::int64_t diag) {
+  return mask == AttentionMask::causal ? Causal{kind, diag} : Causal{};
+}
+
+/// The columns [col_begin, col_end) and reduction range [k_begin, k_end) that micro-kernel
+/// rows [i, i + kMR) of an [m, n] × k product compute under `causal` (col_* multiples of kVec
+/// when n is).
+struct TileSpan {
+  std::int64_t col_begin, col_end, k_begin, k_end;
+};
+inline TileSpan causal_span(Causal causal, std::int64_t i, std::int64_t n, std::int64_t k) {
+  TileSpan s{0, n, 0, k};
+  switch (causal.kind) {
+    case Causal::Kind::none: break;
+    case Causal::Kind::cols_from:
+      s.col_begin = std::clamp(i - causal.diag, std::int64_t{0}, n) / kVec * kVec;
+      break;
+    case Causal::Kind::cols_upto:
+      s.col_end = std::min(n, round_up(std::clamp(i + kMR + causal.diag, std::int64_t{0}, n), kVec));
+      break;
+    case Causal::Kind::k_from: s.k_begin = std::clamp(i - causal.diag, std::int64_t{0}, k); break;
+    case Causal::Kind::k_upto: s.k_end = std::clamp(i + kMR + causal.diag, std::int64_t{0}, k); break;
+  }
+  return s;
+}
+
+/// Zeroes columns [0, span.col_begin) and [span.col_end, n) of kMR rows of C.
+inline void zero_outside_span(float* c, std::int64_t ldc, std::int64_t n, const TileSpan& span) {
+  for (std::int64_t r = 0; r < kMR; ++r) {
+    std::fill(c + r * ldc, c + r * ldc + span.col_begin, 0.0f);
+    std::fill(c + r * ldc + span.col_end, c + r * ldc + n, 0.0f);
+  }
+}
+
 /// C[m, n] (+)= A[m, k]·B[k, n]: m a multiple of kMR, n of kVec, ldb and ldc too (B and C
 /// row-major). Every element sums its k products in order, whatever m and n: the micro-kernel
-/// widths (kNV, then 3, 2, 1 vectors for the rest of n) change no result bit.
+/// widths (kNV, then 3, 2, 1 vectors for the rest of n) change no result bit. `causal` skips
+/// the products the mask zeroes (Causal).
 inline void tile_gemm(MatA A, const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
-                      std::int64_t m, std::int64_t n, std::int64_t k, bool accumulate) {
+                      std::int64_t m, std::int64_t n, std::int64_t k, bool accumulate,
+                      Causal causal = {}) {
   for (std::int64_t i = 0; i < m; i += kMR) {
-    const MatA Ai{A.a + i * A.row, A.row, A.col};
-    std::int64_t j = 0;
-    for (; j + kNV * kVec <= n; j += kNV * kVec) {
-      micro_kernel<kNV>(Ai, b + j, ldb, c + i * ldc + j, ldc, k, accumulate);
+    const TileSpan span = causal_span(causal, i, n, k);
+    float* ci = c + i * ldc;
+    if (!accumulate) zero_outside_span(ci, ldc, n, span);
+    const std::int64_t kk = std::max<std::int64_t>(span.k_end - span.k_begin, 0);
+    if (kk == 0 && accumulate) continue;  // adds nothing (k = 0 without accumulate writes 0)
+    const MatA Ai{A.a + i * A.row + span.k_begin * A.col, A.row, A.col};
+    const float* bk = b + span.k_begin * ldb;
+    std::int64_t j = span.col_begin;
+    for (; j + kNV * kVec <= span.col_end; j += kNV * kVec) {
+      micro_kernel<kNV>(Ai, bk + j, ldb, ci + j, ldc, kk, accumulate);
     }
-    const std::int64_t rest = (n - j) / kVec;
+    const std::int64_t rest = (span.col_end - j) / kVec;
     if constexpr (kNV == 4) {
-      if (rest == 3) micro_kernel<3>(Ai, b + j, ldb, c + i * ldc + j, ldc, k, accumulate);
-      if (rest == 2) micro_kernel<2>(Ai, b + j, ldb, c + i * ldc + j, ldc, k, accumulate);
+      if (rest == 3) micro_kernel<3>(Ai, bk + j, ldb, ci + j, ldc, kk, accumulate);
+      if (rest == 2) micro_kernel<2>(Ai, bk + j, ldb, ci + j, ldc, kk, accumulate);
     }
-    if (rest == 1) micro_kernel<1>(Ai, b + j, ldb, c + i * ldc + j, ldc, k, accumulate);
+    if (rest == 1) micro_kernel<1>(Ai, bk + j, ldb, ci + j, ldc, kk, accumulate);
   }
 }
 
