@@ -3,7 +3,7 @@
 // GFLOP/s of meshtrain::kernels::gemm (oneDNN matmul) on the GEMMs of meshtrain's training steps.
 //
 //   gemm_bench [threads] [--json] [--dtypes f32,bf16,f16] [--cpu-time] [--cold]
-//              [--model L,C,F,V,TOKENS | --model 6l384] [--windows N] [--min-seconds S]
+//              [--model L,C,F,V,TOKENS[,T,H] | --model 6l384] [--windows N] [--min-seconds S]
 //
 // Default mode: for every linear layer of the main GPT job (x [tokens, in] · Wᵀ, W [out, in]) the
 // forward y = x·Wᵀ and the two backward GEMMs dx = dy·W and dW += dyᵀ·x, at 768 and 384 tokens per
@@ -18,13 +18,20 @@
 // C, MLP hidden F, vocabulary V and TOKENS tokens per step (micro-batch × block), with the shapes
 // and transposes the trainer uses (fused c_attn C→3C, attn c_proj C→C, c_fc C→F, mlp c_proj
 // F→C per block, lm_head C→V; each forward, backward-data and backward-weight, dx included for
-// the first block since the embedding needs it). The attention core's own products (QKᵀ, PV)
-// are not counted: they run in the tiled attention kernel, not in oneDNN. `6l384` is
-// 6,384,1536,65,1024 (GPT-2 6L/384, T 256 × micro-batch 4, the character vocabulary). Prints, per
-// dtype, the GEMM FLOPs of the step, the seconds the step's GEMMs take at the measured rates
-// (Σ count × seconds per call) and the resulting GFLOP/s; with --json stdout carries only
+// the first block since the embedding needs it). With T,H (sequence length and heads) the
+// attention core's matrix products are timed too, per head on oneDNN as a GEMM-bound
+// implementation would run them (head_dim D = C/H; per block and head S = Q·Kᵀ and dP = dO·Vᵀ
+// [T, T, D], O = P·V, dV = Pᵀ·dO, dQ = dS·K and dK = dSᵀ·Q [T, D, T]; TOKENS/T sequences) and
+// counted at their causal half: the FLOPs a causal step needs, half of what a dense T × T
+// product computes (meshtrain runs them in the tiled attention kernel, which skips the masked
+// half). `6l384` is 6,384,1536,65,1024,256,6 (GPT-2 6L/384, T 256 × micro-batch 4, 6 heads, the
+// character vocabulary). Prints, per dtype, the GEMM FLOPs of the step, the seconds the step's
+// GEMMs take at the measured rates (Σ count × seconds per call) and the resulting GFLOP/s, for
+// the linear layers and for the attention products; with --json stdout carries only
 // {"model": …, "flops_per_step": …, "seconds_per_step": f32, "gflops": f32,
-// "seconds_per_step_bf16": …, "gflops_bf16": …}. Any dtype subset may be measured in this mode.
+// "seconds_per_step_bf16": …, "gflops_bf16": …} for the linear layers and, with T,H,
+// "attention_flops_per_step" and "attention_seconds_per_step[_bf16]". Any dtype subset may be
+// measured in this mode.
 //
 // --dtypes: comma-separated whole names out of f32, bf16, f16 (anything else exits 2); the
 // default mode needs f32 (the reference of its ratios). --windows N (default 3) timed windows of
@@ -70,6 +77,7 @@ struct Gemm {
   bool trans_a, trans_b;
   float beta;
   std::int64_t count;  // calls per step (model mode)
+  double share = 1.0;  // the part of its FLOPs a step needs (the causal half of attention's)
   double flops() const {
     return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   }
@@ -79,7 +87,7 @@ struct Options {
   int threads = 1;
   bool json = false;
   std::vector<DType> dtypes{DType::f32, DType::bf16, DType::f16};
-  std::optional<std::vector<std::int64_t>> model;  // L, C, F, V, TOKENS
+  std::optional<std::vector<std::int64_t>> model;  // L, C, F, V, TOKENS[, T, H]
   std::string model_text;
   int windows = 3;
   double min_seconds = 0.3;
@@ -207,6 +215,21 @@ std::vector<Gemm> model_gemms(const std::vector<std::int64_t>& m) {
   return gemms;
 }
 
+/// The attention core's products of one step, per head (empty without T,H): each counted
+/// L · (TOKENS/T sequences) · H times at share 0.5, the causal half.
+std::vector<Gemm> attention_gemms(const std::vector<std::int64_t>& m) {
+  if (m.size() < 7) return {};
+  const std::int64_t L = m[0], C = m[1], tokens = m[4], T = m[5], H = m[6], D = C / H;
+  const std::int64_t count = L * (tokens / T) * H;
+  const std::string tag = " ×" + std::to_string(count);
+  return {{"attn fwd S=Q*K^T" + tag, T, T, D, false, true, 0.0f, count, 0.5},
+          {"attn fwd O=P*V  " + tag, T, D, T, false, false, 0.0f, count, 0.5},
+          {"attn bwd dP=dO*V^T" + tag, T, T, D, false, true, 0.0f, count, 0.5},
+          {"attn bwd dV=P^T*dO" + tag, T, D, T, true, false, 0.0f, count, 0.5},
+          {"attn bwd dQ=dS*K" + tag, T, D, T, false, false, 0.0f, count, 0.5},
+          {"attn bwd dK=dS^T*Q" + tag, T, D, T, true, false, 0.0f, count, 0.5}};
+}
+
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
@@ -301,9 +324,17 @@ int bad_value(const char* option, const char* value, const char* rule) {
   return 2;
 }
 
-/// "6l384" or five positive integers L,C,F,V,TOKENS.
+/// The linear layers' and the attention core's GEMMs (the size limits apply to both).
+std::vector<Gemm> all_model_gemms(const std::vector<std::int64_t>& m) {
+  std::vector<Gemm> all = model_gemms(m);
+  for (Gemm& g : attention_gemms(m)) all.push_back(std::move(g));
+  return all;
+}
+
+/// "6l384" or five positive integers L,C,F,V,TOKENS, or seven with T,H: T divides TOKENS, H
+/// divides C.
 std::optional<std::vector<std::int64_t>> parse_model(const std::string& text) {
-  if (text == "6l384") return std::vector<std::int64_t>{6, 384, 1536, 65, 1024};
+  if (text == "6l384") return std::vector<std::int64_t>{6, 384, 1536, 65, 1024, 256, 6};
   std::vector<std::int64_t> out;
   const char* p = text.c_str();
   for (;;) {
@@ -315,7 +346,8 @@ std::optional<std::vector<std::int64_t>> parse_model(const std::string& text) {
     if (*end != ',') return std::nullopt;
     p = end + 1;
   }
-  if (out.size() != 5) return std::nullopt;
+  if (out.size() != 5 && out.size() != 7) return std::nullopt;
+  if (out.size() == 7 && (out[4] % out[5] != 0 || out[1] % out[6] != 0)) return std::nullopt;
   return out;
 }
 
@@ -343,18 +375,19 @@ std::optional<int> parse(int argc, char** argv, Options& o) {
       o.model = parse_model(o.model_text);
       if (!o.model) {
         std::fprintf(stderr,
-                     "--model %s: expected L,C,F,V,TOKENS (positive integers ≤ 2^20) or 6l384\n",
+                     "--model %s: expected L,C,F,V,TOKENS or L,C,F,V,TOKENS,T,H (positive "
+                     "integers ≤ 2^20; T divides TOKENS, H divides C) or 6l384\n",
                      argv[i]);
         return 2;
       }
-      if (const auto bytes = largest_gemm_bytes(model_gemms(*o.model)); bytes > kMaxGemmBytes) {
+      if (const auto bytes = largest_gemm_bytes(all_model_gemms(*o.model)); bytes > kMaxGemmBytes) {
         std::fprintf(stderr,
                      "--model %s: its largest GEMM needs %.1f GiB of operands (f32 A, B, C), "
-                     "above the %.0f GiB this bench allows; fix: smaller C, F or TOKENS\n",
+                     "above the %.0f GiB this bench allows; fix: smaller C, F, TOKENS or T\n",
                      argv[i], bytes / 1073741824.0, kMaxGemmBytes / 1073741824.0);
         return 2;
       }
-      if (const double f = largest_gemm_flops(model_gemms(*o.model)); f > kMaxGemmFlops) {
+      if (const double f = largest_gemm_flops(all_model_gemms(*o.model)); f > kMaxGemmFlops) {
         std::fprintf(stderr,
                      "--model %s: its largest GEMM is %.2g FLOP, above the %.0g this bench times "
                      "(one call would take many seconds, a window minutes); fix: smaller C, F or "
@@ -452,13 +485,9 @@ void run_default(const Options& o) {
 }
 
 /// Model mode: the GEMM-bound time of one training step per dtype.
-void run_model(const Options& o) {
-  const std::vector<Gemm> gemms = model_gemms(*o.model);
-  FILE* lines = o.json ? stderr : stdout;
-  double flops = 0.0;
-  for (const Gemm& g : gemms) flops += g.flops() * static_cast<double>(g.count);
-  std::fprintf(lines, "model %s: %zu GEMM shapes, %.3f GFLOP per training step\n",
-               o.model_text.c_str(), gemms.size(), flops * 1e-9);
+/// Seconds per step of `gemms` per dtype at the measured rates (Σ share · count · FLOPs ÷ rate),
+/// one line per GEMM on `lines`.
+std::vector<double> time_gemms(const std::vector<Gemm>& gemms, const Options& o, FILE* lines) {
   std::vector<double> seconds(o.dtypes.size(), 0.0);
   for (const Gemm& g : gemms) {
     std::fprintf(lines, "%-34s M=%-5lld N=%-5lld K=%-5lld", g.label.c_str(),
@@ -466,24 +495,55 @@ void run_model(const Options& o) {
                  static_cast<long long>(g.k));
     for (std::size_t i = 0; i < o.dtypes.size(); ++i) {
       const double r = measure(g, o.dtypes[i], o);
-      seconds[i] += g.flops() * static_cast<double>(g.count) / (r * 1e9);
+      seconds[i] += g.share * g.flops() * static_cast<double>(g.count) / (r * 1e9);
       std::fprintf(lines, "  %s %7.1f GFLOP/s", name_of(o.dtypes[i]).c_str(), r);
     }
     std::fprintf(lines, "\n");
   }
+  return seconds;
+}
+
+double step_flops(const std::vector<Gemm>& gemms) {
+  double flops = 0.0;
+  for (const Gemm& g : gemms) flops += g.share * g.flops() * static_cast<double>(g.count);
+  return flops;
+}
+
+void run_model(const Options& o) {
+  const std::vector<Gemm> gemms = model_gemms(*o.model), attention = attention_gemms(*o.model);
+  FILE* lines = o.json ? stderr : stdout;
+  const double flops = step_flops(gemms), attention_flops = step_flops(attention);
+  std::fprintf(lines, "model %s: %zu GEMM shapes, %.3f GFLOP per training step\n",
+               o.model_text.c_str(), gemms.size(), flops * 1e-9);
+  const std::vector<double> seconds = time_gemms(gemms, o, lines);
+  if (!attention.empty()) {
+    std::fprintf(lines, "attention core: %zu GEMM shapes per head, %.3f GFLOP per step (causal half)\n",
+                 attention.size(), attention_flops * 1e-9);
+  }
+  const std::vector<double> attention_seconds = time_gemms(attention, o, lines);
   for (std::size_t i = 0; i < o.dtypes.size(); ++i) {
     std::fprintf(
         lines, "step GEMMs %s: %.3f GFLOP per step, %.4f s per step, %.1f GFLOP/s (%d thread(s))\n",
         name_of(o.dtypes[i]).c_str(), flops * 1e-9, seconds[i], flops * 1e-9 / seconds[i],
         o.threads);
+    if (!attention.empty()) {
+      std::fprintf(lines, "attention GEMMs %s: %.3f GFLOP per step, %.4f s per step, %.1f GFLOP/s\n",
+                   name_of(o.dtypes[i]).c_str(), attention_flops * 1e-9, attention_seconds[i],
+                   attention_flops * 1e-9 / attention_seconds[i]);
+    }
   }
   if (o.json) {
     std::printf("{\"model\": \"%s\", \"threads\": %d, \"flops_per_step\": %.0f",
                 o.model_text.c_str(), o.threads, flops);
+    if (!attention.empty()) std::printf(", \"attention_flops_per_step\": %.0f", attention_flops);
     for (std::size_t i = 0; i < o.dtypes.size(); ++i) {
       const std::string suffix = o.dtypes[i] == DType::f32 ? "" : "_" + name_of(o.dtypes[i]);
       std::printf(", \"seconds_per_step%s\": %.6f, \"gflops%s\": %.3f", suffix.c_str(), seconds[i],
                   suffix.c_str(), flops * 1e-9 / seconds[i]);
+      if (!attention.empty()) {
+        std::printf(", \"attention_seconds_per_step%s\": %.6f", suffix.c_str(),
+                    attention_seconds[i]);
+      }
     }
     std::printf("}\n");
   }
