@@ -117,23 +117,15 @@ void tile_gemm_bf16(const TileA& A, const TileB& B, float* c, std::int64_t ldc, 
                     std::int64_t n, std::int64_t k, bool accumulate, Causal causal) {
   static_assert(!kHasBf16Dot || kVec == 16);
   MT_CHECK(kHasBf16Dot && n % 16 == 0, "tile_gemm_bf16: needs 16-float vectors (n = {})", n);
-  for (std::int64_t i = 0; i < m; i += kMR) {
-    const TileSpan span = causal_span(causal, i, n, k);
-    float* ci = c + i * ldc;
-    if (!accumulate) zero_outside_span(ci, ldc, n, span);
-    // Whole pairs: a pair straddling the span's edge is summed (its masked half is 0).
-    const std::int64_t q0 = span.k_begin / 2, pairs = std::max<std::int64_t>((span.k_end + 1) / 2 - q0, 0);
-    if (pairs == 0 && accumulate) continue;
-    const std::uint32_t* a = A.h + i * A.row + q0 * A.col;
-    const std::uint32_t* b = B.h + q0 * B.ld;
-    std::int64_t j = span.col_begin;
-    for (; j + 64 <= span.col_end; j += 64)  // 6 × 4 accumulators, as tile_gemm (flash_tile.h, kNV)
-      dot_kernel<4>(A, a, b + j, B.ld, ci + j, ldc, pairs, accumulate);
-    const std::int64_t rest = span.col_end - j;
-    if (rest == 48) dot_kernel<3>(A, a, b + j, B.ld, ci + j, ldc, pairs, accumulate);
-    if (rest == 32) dot_kernel<2>(A, a, b + j, B.ld, ci + j, ldc, pairs, accumulate);
-    if (rest == 16) dot_kernel<1>(A, a, b + j, B.ld, ci + j, ldc, pairs, accumulate);
-  }
+  // Whole pairs: a pair straddling the span's edge is summed (its masked half is 0).
+  for_each_micro_tile(
+      c, ldc, m, n, k, accumulate, causal,
+      [&](auto nv, std::int64_t i, std::int64_t j, const TileSpan& span) {
+        const std::int64_t q0 = span.k_begin / 2;
+        const std::int64_t pairs = std::max<std::int64_t>((span.k_end + 1) / 2 - q0, 0);
+        dot_kernel<decltype(nv)::value>(A, A.h + i * A.row + q0 * A.col, B.h + q0 * B.ld + j, B.ld,
+                                        c + i * ldc + j, ldc, pairs, accumulate);
+      });
 }
 #else
 void tile_gemm_bf16(const TileA&, const TileB&, float*, std::int64_t, std::int64_t, std::int64_t,

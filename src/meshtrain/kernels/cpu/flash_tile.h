@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "meshtrain/core/error.h"
 #include "meshtrain/kernels/kernels.h"
@@ -136,15 +137,21 @@ struct TileSpan {
 inline TileSpan causal_span(Causal causal, std::int64_t i, std::int64_t n, std::int64_t k) {
   TileSpan s{0, n, 0, k};
   switch (causal.kind) {
-    case Causal::Kind::none: break;
+    case Causal::Kind::none:
+      break;
     case Causal::Kind::cols_from:
       s.col_begin = std::clamp(i - causal.diag, std::int64_t{0}, n) / kVec * kVec;
       break;
     case Causal::Kind::cols_upto:
-      s.col_end = std::min(n, round_up(std::clamp(i + kMR + causal.diag, std::int64_t{0}, n), kVec));
+      s.col_end =
+          std::min(n, round_up(std::clamp(i + kMR + causal.diag, std::int64_t{0}, n), kVec));
       break;
-    case Causal::Kind::k_from: s.k_begin = std::clamp(i - causal.diag, std::int64_t{0}, k); break;
-    case Causal::Kind::k_upto: s.k_end = std::clamp(i + kMR + causal.diag, std::int64_t{0}, k); break;
+    case Causal::Kind::k_from:
+      s.k_begin = std::clamp(i - causal.diag, std::int64_t{0}, k);
+      break;
+    case Causal::Kind::k_upto:
+      s.k_end = std::clamp(i + kMR + causal.diag, std::int64_t{0}, k);
+      break;
   }
   return s;
 }
@@ -157,32 +164,46 @@ inline void zero_outside_span(float* c, std::int64_t ldc, std::int64_t n, const 
   }
 }
 
+/// The loop the vector tile GEMMs share (tile_gemm below, tile_gemm_bf16 in
+/// flash_operands.cpp) over C[m, n] (+)= A·B, m a multiple of kMR, n of kVec: per kMR-row block
+/// i, the span `causal` leaves (causal_span); the columns outside it written as 0 when the
+/// product does not accumulate; a block with nothing to sum skipped when it does; then
+/// kernel(nv, i, j, span) over the span's columns in calls of kNV vectors and one of 3, 2 or 1
+/// for the rest (nv a std::integral_constant<int, NV>, j the call's first column).
+template <class Kernel>
+inline void for_each_micro_tile(float* c, std::int64_t ldc, std::int64_t m, std::int64_t n,
+                                std::int64_t k, bool accumulate, Causal causal, Kernel&& kernel) {
+  for (std::int64_t i = 0; i < m; i += kMR) {
+    const TileSpan span = causal_span(causal, i, n, k);
+    if (!accumulate) zero_outside_span(c + i * ldc, ldc, n, span);
+    if (accumulate && span.k_end <= span.k_begin) continue;  // adds nothing
+    std::int64_t j = span.col_begin;
+    for (; j + kNV * kVec <= span.col_end; j += kNV * kVec)
+      kernel(std::integral_constant<int, kNV>{}, i, j, span);
+    const std::int64_t rest = (span.col_end - j) / kVec;
+    if constexpr (kNV == 4) {
+      if (rest == 3) kernel(std::integral_constant<int, 3>{}, i, j, span);
+      if (rest == 2) kernel(std::integral_constant<int, 2>{}, i, j, span);
+    }
+    if (rest == 1) kernel(std::integral_constant<int, 1>{}, i, j, span);
+  }
+}
+
 /// C[m, n] (+)= A[m, k]·B[k, n]: m a multiple of kMR, n of kVec, ldb and ldc too (B and C
 /// row-major). Every element sums its k products in order, whatever m and n: the micro-kernel
 /// widths (kNV, then 3, 2, 1 vectors for the rest of n) change no result bit. `causal` skips
-/// the products the mask zeroes (Causal).
+/// the products the mask zeroes (Causal); an empty sum without accumulate writes 0.
 inline void tile_gemm(MatA A, const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
                       std::int64_t m, std::int64_t n, std::int64_t k, bool accumulate,
                       Causal causal = {}) {
-  for (std::int64_t i = 0; i < m; i += kMR) {
-    const TileSpan span = causal_span(causal, i, n, k);
-    float* ci = c + i * ldc;
-    if (!accumulate) zero_outside_span(ci, ldc, n, span);
-    const std::int64_t kk = std::max<std::int64_t>(span.k_end - span.k_begin, 0);
-    if (kk == 0 && accumulate) continue;  // adds nothing (k = 0 without accumulate writes 0)
-    const MatA Ai{A.a + i * A.row + span.k_begin * A.col, A.row, A.col};
-    const float* bk = b + span.k_begin * ldb;
-    std::int64_t j = span.col_begin;
-    for (; j + kNV * kVec <= span.col_end; j += kNV * kVec) {
-      micro_kernel<kNV>(Ai, bk + j, ldb, ci + j, ldc, kk, accumulate);
-    }
-    const std::int64_t rest = (span.col_end - j) / kVec;
-    if constexpr (kNV == 4) {
-      if (rest == 3) micro_kernel<3>(Ai, bk + j, ldb, ci + j, ldc, kk, accumulate);
-      if (rest == 2) micro_kernel<2>(Ai, bk + j, ldb, ci + j, ldc, kk, accumulate);
-    }
-    if (rest == 1) micro_kernel<1>(Ai, bk + j, ldb, ci + j, ldc, kk, accumulate);
-  }
+  for_each_micro_tile(c, ldc, m, n, k, accumulate, causal,
+                      [&](auto nv, std::int64_t i, std::int64_t j, const TileSpan& span) {
+                        const MatA Ai{A.a + i * A.row + span.k_begin * A.col, A.row, A.col};
+                        const std::int64_t kk =
+                            std::max<std::int64_t>(span.k_end - span.k_begin, 0);
+                        micro_kernel<decltype(nv)::value>(Ai, b + span.k_begin * ldb + j, ldb,
+                                                          c + i * ldc + j, ldc, kk, accumulate);
+                      });
 }
 
 /// dst [rows_padded, ld] ← rows [0, n) of src (row stride `stride`, hd floats each); columns
