@@ -24,7 +24,10 @@
 // f32 micro-kernel); --bf16-dot adds a "bf16 dot" row (VDPBF16PS) beside it, --no-f32 drops
 // the f32 row (for profiling one path). --old adds the row-at-a-time kernel
 // (gqa_attention_forward/backward) as an f32 row "old" (slow above T = 2048).
+// A bad argument exits 2 with a line naming it, as does a T whose run would need more than
+// 4 GiB or 1e13 FLOP per round (tests/e2e/attention_bench_args.sh).
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -32,6 +35,8 @@
 #include <cstring>
 #include <ctime>
 #include <functional>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "meshtrain/core/half.h"
@@ -90,7 +95,8 @@ Rates time_attention(Kernel kernel, std::int64_t B, std::int64_t T, std::int64_t
       dout(static_cast<std::size_t>(B * T * C));
   meshtrain::fill_normal(qkv, 1, 1, 0, 0.0f, 1.0f);
   meshtrain::fill_normal(dout, 1, 2, 0, 0.0f, 1.0f);
-  std::vector<float> out(dout.size()), lse(static_cast<std::size_t>(B * heads * T)), delta(lse.size());
+  std::vector<float> out(dout.size()), lse(static_cast<std::size_t>(B * heads * T)),
+      delta(lse.size());
   std::vector<float> dqkv(qkv.size(), 0.0f);
   const k::QkvRows in{qkv.data(), qkv.data() + C, qkv.data() + 2 * C, 3 * C, 3 * C};
   const k::QkvGradRows grad{dqkv.data(), dqkv.data() + C, dqkv.data() + 2 * C, 3 * C, 3 * C};
@@ -114,7 +120,8 @@ Rates time_attention(Kernel kernel, std::int64_t B, std::int64_t T, std::int64_t
     }
   };
   const double flops = 2.0 * static_cast<double>(T) * static_cast<double>(T) *
-                       static_cast<double>(hd) * static_cast<double>(heads) * static_cast<double>(B);
+                       static_cast<double>(hd) * static_cast<double>(heads) *
+                       static_cast<double>(B);
   Rates r{};
   r.fwd = flops / seconds_per_call(forward) * 1e-9;
   r.bwd = 2.5 * flops / seconds_per_call(backward) * 1e-9;
@@ -184,72 +191,146 @@ void print_row(const Row& row, std::int64_t T, const std::vector<Rates>& rounds)
   std::fflush(stdout);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+struct Options {
   int threads = 1, rounds = 3;
   bool bf16 = true, old = false, f32 = true, dot_row = false;
   TilePath bf16_path = meshtrain::kernels::cpu::flash::tile_path(meshtrain::DType::bf16);
   std::int64_t heads = 6, hd = 64, batch = 1;
   std::vector<std::int64_t> lengths;
+};
+
+// A run's largest working set and work, refused above these (as gemm_bench does): a typo such
+// as --t 100000000 is an error, not an allocation failure or an hour-long round.
+constexpr double kMaxBytes = 4.0 * 1073741824.0;
+constexpr double kMaxFlopsPerRound = 1e13;
+
+int usage(const char* argv0) {
+  std::fprintf(
+      stderr,
+      "usage: %s [threads] [--heads H] [--head-dim D] [--batch B] [--t T ...] [--rounds R] "
+      "[--no-bf16] [--bf16-portable] [--bf16-dot (AVX512_BF16 builds)] [--no-f32] [--old] "
+      "[--cpu-time (1 thread)]\n",
+      argv0);
+  return 2;
+}
+
+/// text as an integer in [lo, hi], the whole of it; else prints which option and rule.
+bool parse_int(const char* option, const char* text, std::int64_t lo, std::int64_t hi,
+               std::int64_t& out) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text, &end, 10);
+  if (end == text || *end != '\0' || errno != 0 || v < lo || v > hi) {
+    std::fprintf(stderr, "attention_bench: %s %s: expected an integer from %lld to %lld\n", option,
+                 text, static_cast<long long>(lo), static_cast<long long>(hi));
+    return false;
+  }
+  out = v;
+  return true;
+}
+
+/// Parses argv into o; returns an exit status (2) on a bad argument.
+std::optional<int> parse(int argc, char** argv, Options& o) {
+  constexpr std::int64_t kMaxDim = 1 << 20;
   for (int i = 1; i < argc; ++i) {
-    const auto value = [&] { return i + 1 < argc ? std::atoll(argv[++i]) : 0LL; };
-    if (std::strcmp(argv[i], "--cpu-time") == 0) {
+    const std::string arg = argv[i];
+    const bool has_value = i + 1 < argc;
+    std::int64_t v = 0;
+    const auto value = [&](std::int64_t lo, std::int64_t hi) {
+      return parse_int(arg.c_str(), argv[++i], lo, hi, v);
+    };
+    if (arg == "--cpu-time") {
       g_cpu_time = true;
-    } else if (std::strcmp(argv[i], "--bf16-portable") == 0) {
-      bf16_path = TilePath::bf16_rounded;
-    } else if (std::strcmp(argv[i], "--no-bf16") == 0) {
-      bf16 = false;
-    } else if (std::strcmp(argv[i], "--no-f32") == 0) {
-      f32 = false;
-    } else if (std::strcmp(argv[i], "--bf16-dot") == 0) {
-      dot_row = true;
-    } else if (std::strcmp(argv[i], "--old") == 0) {
-      old = true;
-    } else if (std::strcmp(argv[i], "--heads") == 0) {
-      heads = value();
-    } else if (std::strcmp(argv[i], "--head-dim") == 0) {
-      hd = value();
-    } else if (std::strcmp(argv[i], "--batch") == 0) {
-      batch = value();
-    } else if (std::strcmp(argv[i], "--t") == 0) {
-      lengths.push_back(value());
-    } else if (std::strcmp(argv[i], "--rounds") == 0) {
-      rounds = static_cast<int>(value());
+    } else if (arg == "--bf16-portable") {
+      o.bf16_path = TilePath::bf16_rounded;
+    } else if (arg == "--no-bf16") {
+      o.bf16 = false;
+    } else if (arg == "--no-f32") {
+      o.f32 = false;
+    } else if (arg == "--bf16-dot") {
+      o.dot_row = true;
+    } else if (arg == "--old") {
+      o.old = true;
+    } else if (arg == "--heads" && has_value) {
+      if (!value(1, 1024)) return 2;
+      o.heads = v;
+    } else if (arg == "--head-dim" && has_value) {
+      if (!value(1, 1024)) return 2;
+      o.hd = v;
+    } else if (arg == "--batch" && has_value) {
+      if (!value(1, kMaxDim)) return 2;
+      o.batch = v;
+    } else if (arg == "--t" && has_value) {
+      if (!value(1, kMaxDim)) return 2;
+      o.lengths.push_back(v);
+    } else if (arg == "--rounds" && has_value) {
+      if (!value(1, 1000)) return 2;
+      o.rounds = static_cast<int>(v);
+    } else if (arg[0] == '-') {
+      std::fprintf(stderr, "attention_bench: unknown option or missing value: %s\n", argv[i]);
+      return usage(argv[0]);
     } else {
-      threads = std::atoi(argv[i]);
+      if (!parse_int("threads", argv[i], 1, 1024, v)) return 2;
+      o.threads = static_cast<int>(v);
     }
   }
-  if (lengths.empty()) lengths = {256, 1024, 4096};
-  const bool bad_t = std::any_of(lengths.begin(), lengths.end(), [](auto t) { return t < 1; });
-  const bool no_dot = dot_row && !meshtrain::kernels::cpu::flash::kHasBf16Dot;
-  if (threads < 1 || heads < 1 || hd < 1 || batch < 1 || rounds < 1 || bad_t || (g_cpu_time && threads != 1) || no_dot) {
-    std::fprintf(stderr,
-                 "usage: %s [threads] [--heads H] [--head-dim D] [--batch B] [--t T ...] [--rounds R] "
-                 "[--no-bf16] "
-                 "[--bf16-portable] [--bf16-dot (AVX512_BF16 builds)] [--no-f32] [--old] "
-                 "[--cpu-time (1 thread)]\n",
-                 argv[0]);
+  if (o.lengths.empty()) o.lengths = {256, 1024, 4096};
+  if (g_cpu_time && o.threads != 1) {
+    std::fprintf(stderr, "attention_bench: --cpu-time times one thread; got %d threads\n",
+                 o.threads);
     return 2;
   }
+  if (o.dot_row && !meshtrain::kernels::cpu::flash::kHasBf16Dot) {
+    std::fprintf(stderr, "attention_bench: --bf16-dot needs a build with AVX512_BF16\n");
+    return 2;
+  }
+  for (const std::int64_t T : o.lengths) {
+    // Per T: q, k, v, out, dout and their gradients ([B, T, H·d] each, 8 in all) and the
+    // GEMM comparison's q, k, v, o [T, d] and scores [T, T], with bf16 copies (×1.5).
+    const double b = static_cast<double>(o.batch), t = static_cast<double>(T);
+    const double hd = static_cast<double>(o.hd), h = static_cast<double>(o.heads);
+    const double bytes =
+        4.0 * (8.0 * b * t * h * hd + 3.0 * b * h * t) + 6.0 * (4.0 * t * hd + t * t);
+    const double flops = 7.0 * t * t * hd * b * h;  // fwd + bwd, causal (the header's count)
+    if (bytes > kMaxBytes || flops > kMaxFlopsPerRound) {
+      std::fprintf(stderr,
+                   "attention_bench: --t %lld with batch %lld × %lld heads × head_dim %lld needs "
+                   "%.1f GiB and %.2g FLOP per round, above the %.0f GiB and %.0g this bench "
+                   "allows; fix: smaller T, batch, heads or head_dim\n",
+                   static_cast<long long>(T), static_cast<long long>(o.batch),
+                   static_cast<long long>(o.heads), static_cast<long long>(o.hd),
+                   bytes / 1073741824.0, flops, kMaxBytes / 1073741824.0, kMaxFlopsPerRound);
+      return 2;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  if (const auto status = parse(argc, argv, o)) return *status;
+  const int threads = o.threads, rounds = o.rounds;
+  const std::int64_t heads = o.heads, hd = o.hd, batch = o.batch;
+  const TilePath bf16_path = o.bf16_path;
   meshtrain::kernels::set_num_threads(threads);
   std::printf(
       "attention_bench: %d thread(s), batch %lld, %lld heads x head_dim %lld, causal, %s, median "
       "of %d rounds; GFLOP/s (fwd 2*T^2*d per head, bwd 2.5x, fwd+bwd 3.5x); bf16 path %s\n",
       threads, static_cast<long long>(batch), static_cast<long long>(heads),
-      static_cast<long long>(hd),
-      g_cpu_time ? "thread CPU time" : "wall clock", rounds,
+      static_cast<long long>(hd), g_cpu_time ? "thread CPU time" : "wall clock", rounds,
       bf16_path == TilePath::bf16_amx   ? "amx (tdpbf16ps)"
       : bf16_path == TilePath::bf16_dot ? "avx512_bf16 dot"
                                         : "portable (rounded, f32 FMA)");
   std::printf("%6s | %-8s | %8s | %8s %8s %8s | %7s %7s %7s | %s\n", "T", "kernel", "gemm", "fwd",
               "bwd", "fwd+bwd", "fwd x", "bwd x", "f+b x", "f+b range");
   std::vector<Row> rows;
-  if (old) rows.push_back({"old f32", Kernel::old_rows, TilePath::f32, false});
-  if (f32) rows.push_back({"f32", Kernel::tiled, TilePath::f32, false});
-  if (bf16) rows.push_back({"bf16", Kernel::tiled, bf16_path, true});
-  if (dot_row) rows.push_back({"bf16 dot", Kernel::tiled, TilePath::bf16_dot, true});
-  for (const std::int64_t T : lengths) {
+  if (o.old) rows.push_back({"old f32", Kernel::old_rows, TilePath::f32, false});
+  if (o.f32) rows.push_back({"f32", Kernel::tiled, TilePath::f32, false});
+  if (o.bf16) rows.push_back({"bf16", Kernel::tiled, bf16_path, true});
+  if (o.dot_row) rows.push_back({"bf16 dot", Kernel::tiled, TilePath::bf16_dot, true});
+  for (const std::int64_t T : o.lengths) {
     std::vector<std::vector<Rates>> results(rows.size());
     for (int round = 0; round < rounds; ++round) {
       for (std::size_t i = 0; i < rows.size(); ++i) {

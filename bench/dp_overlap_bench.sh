@@ -30,9 +30,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 steps=10 warmup=3 rounds=3 batch=4 zero=0
 die() { echo "dp_overlap_bench.sh: $*" >&2; exit 2; }
 posint() {  # posint NAME VALUE [EXAMPLE]
-  [[ $2 =~ ^[1-9][0-9]*$ ]] || die "$1 must be an integer ≥ 1, got '$2' (e.g. $1 ${3:-3})"
+  [[ $2 =~ ^[1-9][0-9]{0,5}$ ]] || die "$1 must be an integer from 1 to 999999, got '$2' (e.g. $1 ${3:-3})"
 }
-nonneg() { [[ $2 =~ ^[0-9]+$ ]] || die "$1 must be an integer ≥ 0, got '$2' (e.g. $1 2)"; }
+nonneg() { [[ $2 =~ ^[0-9]{1,6}$ ]] || die "$1 must be an integer from 0 to 999999, got '$2' (e.g. $1 2)"; }
 while (($#)); do
   case $1 in
     --steps|--warmup|--rounds|--batch|--zero-stage) (($# >= 2)) || die "$1 needs a value (see --help)" ;;

@@ -365,8 +365,10 @@ std::optional<int> parse(int argc, char** argv, Options& o) {
     } else if (arg == "--dtypes" && has_value) {
       const auto d = parse_dtypes(argv[++i]);
       if (!d) {
-        std::fprintf(stderr, "--dtypes %s: expected comma-separated names out of f32, bf16, f16\n",
-                     argv[i]);
+        std::fprintf(
+            stderr,
+            "gemm_bench: --dtypes %s: expected comma-separated names out of f32, bf16, f16\n",
+            argv[i]);
         return 2;
       }
       o.dtypes = *d;
@@ -374,22 +376,25 @@ std::optional<int> parse(int argc, char** argv, Options& o) {
       o.model_text = argv[++i];
       o.model = parse_model(o.model_text);
       if (!o.model) {
-        std::fprintf(stderr,
-                     "--model %s: expected L,C,F,V,TOKENS or L,C,F,V,TOKENS,T,H (positive "
-                     "integers ≤ 2^20; T divides TOKENS, H divides C) or 6l384\n",
-                     argv[i]);
+        std::fprintf(
+            stderr,
+            "gemm_bench: --model %s: expected L,C,F,V,TOKENS or L,C,F,V,TOKENS,T,H (positive "
+            "integers ≤ 2^20; T divides TOKENS, H divides C) or 6l384\n",
+            argv[i]);
         return 2;
       }
       if (const auto bytes = largest_gemm_bytes(all_model_gemms(*o.model)); bytes > kMaxGemmBytes) {
-        std::fprintf(stderr,
-                     "--model %s: its largest GEMM needs %.1f GiB of operands (f32 A, B, C), "
-                     "above the %.0f GiB this bench allows; fix: smaller C, F, TOKENS or T\n",
-                     argv[i], bytes / 1073741824.0, kMaxGemmBytes / 1073741824.0);
+        std::fprintf(
+            stderr,
+            "gemm_bench: --model %s: its largest GEMM needs %.1f GiB of operands (f32 A, B, C), "
+            "above the %.0f GiB this bench allows; fix: smaller C, F, TOKENS or T\n",
+            argv[i], bytes / 1073741824.0, kMaxGemmBytes / 1073741824.0);
         return 2;
       }
       if (const double f = largest_gemm_flops(all_model_gemms(*o.model)); f > kMaxGemmFlops) {
         std::fprintf(stderr,
-                     "--model %s: its largest GEMM is %.2g FLOP, above the %.0g this bench times "
+                     "gemm_bench: --model %s: its largest GEMM is %.2g FLOP, above the %.0g this "
+                     "bench times "
                      "(one call would take many seconds, a window minutes); fix: smaller C, F or "
                      "TOKENS\n",
                      argv[i], f, kMaxGemmFlops);
@@ -517,7 +522,8 @@ void run_model(const Options& o) {
                o.model_text.c_str(), gemms.size(), flops * 1e-9);
   const std::vector<double> seconds = time_gemms(gemms, o, lines);
   if (!attention.empty()) {
-    std::fprintf(lines, "attention core: %zu GEMM shapes per head, %.3f GFLOP per step (causal half)\n",
+    std::fprintf(lines,
+                 "attention core: %zu GEMM shapes per head, %.3f GFLOP per step (causal half)\n",
                  attention.size(), attention_flops * 1e-9);
   }
   const std::vector<double> attention_seconds = time_gemms(attention, o, lines);
@@ -527,7 +533,8 @@ void run_model(const Options& o) {
         name_of(o.dtypes[i]).c_str(), flops * 1e-9, seconds[i], flops * 1e-9 / seconds[i],
         o.threads);
     if (!attention.empty()) {
-      std::fprintf(lines, "attention GEMMs %s: %.3f GFLOP per step, %.4f s per step, %.1f GFLOP/s\n",
+      std::fprintf(lines,
+                   "attention GEMMs %s: %.3f GFLOP per step, %.4f s per step, %.1f GFLOP/s\n",
                    name_of(o.dtypes[i]).c_str(), attention_flops * 1e-9, attention_seconds[i],
                    attention_flops * 1e-9 / attention_seconds[i]);
     }

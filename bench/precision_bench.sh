@@ -33,9 +33,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 model=6l384 threads=1,2 steps=8 warmup=2 rounds=3 loss_check=0 verbose_isa=0
 die() { echo "precision_bench.sh: $*" >&2; exit 2; }
 posint() {  # posint NAME VALUE [EXAMPLE]
-  [[ $2 =~ ^[1-9][0-9]*$ ]] || die "$1 must be an integer ≥ 1, got '$2' (e.g. $1 ${3:-3})"
+  [[ $2 =~ ^[1-9][0-9]{0,5}$ ]] || die "$1 must be an integer from 1 to 999999, got '$2' (e.g. $1 ${3:-3})"
 }
-nonneg() { [[ $2 =~ ^[0-9]+$ ]] || die "$1 must be an integer ≥ 0, got '$2' (e.g. $1 2)"; }
+nonneg() { [[ $2 =~ ^[0-9]{1,6}$ ]] || die "$1 must be an integer from 0 to 999999, got '$2' (e.g. $1 2)"; }
 while (($#)); do
   case $1 in
     --model|--threads|--steps|--warmup|--rounds)

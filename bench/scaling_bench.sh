@@ -47,8 +47,8 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 die() { echo "scaling_bench.sh: $*" >&2; exit 2; }
-posint() { [[ $2 =~ ^[1-9][0-9]*$ ]] || die "$1 must be a positive integer, got '$2'"; }
-nonneg() { [[ $2 =~ ^[0-9]+$ ]] || die "$1 must be an integer ≥ 0, got '$2'"; }
+posint() { [[ $2 =~ ^[1-9][0-9]{0,5}$ ]] || die "$1 must be an integer from 1 to 999999, got '$2'"; }
+nonneg() { [[ $2 =~ ^[0-9]{1,6}$ ]] || die "$1 must be an integer from 0 to 999999, got '$2'"; }
 
 args="$*"
 quick=0 steps=5 warmup=2 rounds=1 threads=1 tokens=2048

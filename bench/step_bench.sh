@@ -37,8 +37,8 @@ rounds=2
 cores_list="1 2"
 precisions="fp32 bf16"
 die() { echo "step_bench.sh: $*" >&2; exit 2; }
-posint() { [[ $2 =~ ^[1-9][0-9]*$ ]] || die "$1 must be an integer ≥ 1, got '$2' (e.g. $1 3)"; }
-nonneg() { [[ $2 =~ ^[0-9]+$ ]] || die "$1 must be an integer ≥ 0, got '$2' (e.g. $1 2)"; }
+posint() { [[ $2 =~ ^[1-9][0-9]{0,5}$ ]] || die "$1 must be an integer from 1 to 999999, got '$2' (e.g. $1 3)"; }
+nonneg() { [[ $2 =~ ^[0-9]{1,6}$ ]] || die "$1 must be an integer from 0 to 999999, got '$2' (e.g. $1 2)"; }
 while (($#)); do
   case $1 in
     --steps|--warmup|--rounds|--cores|--precisions)

@@ -36,6 +36,7 @@ expect_exit2() {
 bench=("$ROOT/bench/scaling_bench.sh" --quick --data "$DATA" --out "$WORK/bad")
 expect_exit2 bash "${bench[@]}" --bogus
 expect_exit2 bash "${bench[@]}" --steps 0
+expect_exit2 bash "${bench[@]}" --steps 99999999999999999999999
 expect_exit2 bash "${bench[@]}" --steps
 expect_exit2 bash "${bench[@]}" --rounds x
 expect_exit2 bash "${bench[@]}" --sweeps width,height

@@ -117,6 +117,20 @@ TEST(ConfigValidate, HeadsMustDivideEmbedding) {
   EXPECT_NE(text.find("{1, 2, 5, 10, 13, 26, 65, 130}"), std::string::npos) << text;
 }
 
+TEST(ConfigValidate, ThreadsMustBeFromZeroTo1024) {
+  Config c;
+  for (const std::int64_t bad : {std::int64_t{-1}, std::int64_t{1025}, std::int64_t{100000}}) {
+    c.training.threads = bad;
+    const std::string text = issues_text(c, 1);
+    EXPECT_NE(text.find("training.threads = " + std::to_string(bad)), std::string::npos) << text;
+    EXPECT_NE(text.find("from 0 to 1024"), std::string::npos) << text;
+  }
+  for (const std::int64_t good : {std::int64_t{0}, std::int64_t{1}, std::int64_t{1024}}) {
+    c.training.threads = good;
+    EXPECT_TRUE(check_config(c, 1).empty()) << good;
+  }
+}
+
 TEST(ConfigValidate, WorldSizeMustEqualProductOfParallelSizes) {
   Config c;
   c.parallel.dp = 2;

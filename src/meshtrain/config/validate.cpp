@@ -277,8 +277,11 @@ void check_optimizer(const TrainingConfig& t, std::vector<ConfigIssue>& issues) 
   require(issues, t.log_interval >= 1, "training.log_interval", t.log_interval, "must be ≥ 1",
           "use 1");
   require(issues, t.seed >= 0, "training.seed", t.seed, "must be ≥ 0", "use e.g. 1337");
-  require(issues, t.threads >= 0, "training.threads", t.threads,
-          "must be ≥ 0 (0 = cores / local ranks)", "leave it at 0");
+  // The upper bound: libgomp dies creating 100,000 threads (SIGSEGV in GOMP_parallel), and a
+  // few thousand only crawl; 1024 is above the cores of any CPU node.
+  require(issues, t.threads >= 0 && t.threads <= 1024, "training.threads", t.threads,
+          "must be from 0 to 1024 (0 = cores / local ranks)",
+          "leave it at 0, or set the cores each rank may use");
   require(issues, t.straggler_interval >= 0, "training.straggler_interval", t.straggler_interval,
           "must be ≥ 0 steps (0 = no straggler report)", "use 100");
   require(issues, t.straggler_threshold > 0.0, "training.straggler_threshold",
