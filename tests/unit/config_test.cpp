@@ -64,6 +64,31 @@ TEST(ConfigLoad, UnknownKeysAndWrongTypesAreAllReportedWithAFix) {
   }
 }
 
+// The fix for an unknown key: Megatron-LM's or nanoGPT's name for a setting points at
+// meshtrain's; a near typo gets "did you mean"; a key near nothing gets no misleading guess.
+TEST(ConfigLoad, UnknownKeyFixesNameMegatronAliasesAndOnlyNearKeys) {
+  const auto fix_for = [](const std::string& key) {
+    try {
+      load_config_text("", "t.toml", {{key, "1"}});
+    } catch (const ConfigError& e) {
+      return e.issues().empty() ? std::string("(no issue)") : e.issues()[0].fix;
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_EQ(fix_for("training.fp16"), "set training.precision = \"fp16\"");
+  EXPECT_EQ(fix_for("training.micro-batch-size"), "use training.micro_batch");
+  EXPECT_EQ(fix_for("model.seq_length"), "use model.block_size");
+  EXPECT_NE(fix_for("data.path").find("use data.dir"), std::string::npos);
+  EXPECT_NE(fix_for("training.max_step").find("did you mean `training.max_steps`"),
+            std::string::npos);
+  EXPECT_NE(fix_for("optim.lr").find("did you mean `training.lr`"), std::string::npos);
+  for (const char* far : {"training.bogus", "data.xyzzy", "model.something_else_entirely"}) {
+    const std::string fix = fix_for(far);
+    EXPECT_EQ(fix.find("did you mean"), std::string::npos) << far << ": " << fix;
+    EXPECT_NE(fix.find("no setting is close"), std::string::npos) << far << ": " << fix;
+  }
+}
+
 TEST(ConfigLoad, SyntaxErrorNamesLineAndMissingFileIsAConfigError) {
   try {
     load_config_text("[model]\nn_layer = = 3\n", "bad.toml");

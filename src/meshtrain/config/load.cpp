@@ -149,10 +149,52 @@ std::size_t key_distance(std::string_view key, std::string_view known) {
   return std::min(edit_distance(key, known), edit_distance(name(key), name(known)) + 1);
 }
 
+// Megatron-LM's and nanoGPT's names for settings meshtrain spells otherwise, matched on the
+// name after the section with '-' read as '_' (so `--training.micro-batch-size` and
+// `data.path` find theirs): what a user of either tool types first.
+struct Alias {
+  std::string_view name, fix;
+};
+constexpr Alias kAliases[] = {
+    {"fp16", "set training.precision = \"fp16\""},
+    {"bf16", "set training.precision = \"bf16\""},
+    {"micro_batch_size", "use training.micro_batch"},
+    {"batch_size", "use training.micro_batch (per rank) or training.global_batch"},
+    {"global_batch_size", "use training.global_batch"},
+    {"gradient_accumulation_steps", "use training.accumulation"},
+    {"seq_length", "use model.block_size"},
+    {"seq_len", "use model.block_size"},
+    {"num_layers", "use model.n_layer"},
+    {"hidden_size", "use model.n_embd"},
+    {"num_attention_heads", "use model.n_head"},
+    {"learning_rate", "use training.lr"},
+    {"train_iters", "use training.max_steps"},
+    {"max_iters", "use training.max_steps"},
+    {"eval_iters", "use training.eval_batches"},
+    {"save_interval", "use checkpoint.interval"},
+    {"data_path", "use data.dir (a folder `meshtrain prepare` wrote)"},
+    {"path", "use data.dir (a folder `meshtrain prepare` wrote)"},
+    {"tensor_model_parallel_size", "use parallel.tp"},
+    {"pipeline_model_parallel_size", "use parallel.pp"},
+    {"context_parallel_size", "use parallel.cp"},
+    {"expert_model_parallel_size", "use parallel.ep"},
+};
+
 ConfigIssue unknown_key(const std::string& key, const std::vector<Field>& fields) {
+  std::string name = key.substr(key.find('.') == std::string::npos ? 0 : key.find('.') + 1);
+  std::replace(name.begin(), name.end(), '-', '_');
+  for (const Alias& alias : kAliases) {
+    if (name == alias.name)
+      return {key, "(unknown key)", "not a meshtrain setting", std::string(alias.fix)};
+  }
   const Field* best = &fields.front();
   for (const Field& f : fields) {
     if (key_distance(key, f.key) < key_distance(key, best->key)) best = &f;
+  }
+  // A far match misleads (`training.bogus` is not `model.bias`): suggest only a near one.
+  if (key_distance(key, best->key) > std::max<std::size_t>(2, name.size() / 3)) {
+    return {key, "(unknown key)", "not a meshtrain setting",
+            "no setting is close to it; README, \"Configuration\", lists every key"};
   }
   return {
       key, "(unknown key)", "not a meshtrain setting",
