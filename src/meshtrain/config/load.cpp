@@ -139,14 +139,17 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 
+// The name after the section: `lr` of `training.lr` (the whole key when it has no section).
+std::string_view name_in_section(std::string_view key) {
+  const auto dot = key.find('.');
+  return dot == std::string_view::npos ? key : key.substr(dot + 1);
+}
+
 // Distance of `key` to a known key: the smaller of the whole-key distance and the distance of
 // the names after the section (so `optim.lr` finds `training.lr`).
 std::size_t key_distance(std::string_view key, std::string_view known) {
-  const auto name = [](std::string_view k) {
-    const auto dot = k.find('.');
-    return dot == std::string_view::npos ? k : k.substr(dot + 1);
-  };
-  return std::min(edit_distance(key, known), edit_distance(name(key), name(known)) + 1);
+  return std::min(edit_distance(key, known),
+                  edit_distance(name_in_section(key), name_in_section(known)) + 1);
 }
 
 // Megatron-LM's and nanoGPT's names for settings meshtrain spells otherwise, matched on the
@@ -181,7 +184,7 @@ constexpr Alias kAliases[] = {
 };
 
 ConfigIssue unknown_key(const std::string& key, const std::vector<Field>& fields) {
-  std::string name = key.substr(key.find('.') == std::string::npos ? 0 : key.find('.') + 1);
+  std::string name(name_in_section(key));
   std::replace(name.begin(), name.end(), '-', '_');
   for (const Alias& alias : kAliases) {
     if (name == alias.name)
