@@ -12,7 +12,10 @@
 // windows is printed. Messages go through ProcessGroup::all_reduce_sum, so above 4 MiB they are
 // sent in 4 MiB chunks; `raw` also shows a single MPI_Allreduce of the whole message, the behaviour
 // the chunking avoids. Reduce-scatter and all-gather are timed on the same full size D (the
-// input of reduce-scatter, the output of all-gather), bus bandwidth D/t × (N−1)/N.
+// input of reduce-scatter, the output of all-gather), bus bandwidth D/t × (N−1)/N. The last two
+// columns are the non-blocking iall_reduce_sum that data-parallel gradient buckets use, posted
+// and waited for: `nb msg` on plain memory (MPI_Iallreduce in 4 MiB chunks), `nb shm` on a
+// shared-memory window (ProcessGroup::allocate_shared; "-" when the ranks span nodes).
 #include <mpi.h>
 
 #include <algorithm>
@@ -56,7 +59,8 @@ int main(int argc, char** argv) {
   if (world->rank() == 0) {
     std::printf(
         "over %d ranks: size, bus bandwidth GB/s of all-reduce (ProcessGroup, chunked), "
-        "raw single MPI_Allreduce, reduce-scatter, all-gather\n",
+        "raw single MPI_Allreduce, reduce-scatter, all-gather, iall_reduce_sum by messages "
+        "(nb msg) and on a shared-memory window (nb shm)\n",
         n);
   }
   for (std::int64_t bytes = 64 << 10; bytes <= (max_mib << 20); bytes *= 2) {
@@ -69,13 +73,26 @@ int main(int argc, char** argv) {
     std::vector<float> part(x.size() / static_cast<std::size_t>(n));
     const double t_rs = seconds_per_call(*world, [&] { world->reduce_scatter_sum(x, part); });
     const double t_ag = seconds_per_call(*world, [&] { world->all_gather(part, x); });
+    const double t_nb = seconds_per_call(*world, [&] { world->iall_reduce_sum(x)->wait(); });
+    meshtrain::Tensor shared =
+        world->allocate_shared(static_cast<std::int64_t>(x.size()), meshtrain::MemCategory::comm);
+    double t_shm = 0.0;
+    if (shared.defined()) {
+      shared.fill(1.0f);
+      t_shm = seconds_per_call(*world, [&] { world->iall_reduce_sum(shared.span_f32())->wait(); });
+    }
     const double factor = 2.0 * (n - 1) / n;
     const double half = static_cast<double>(n - 1) / n;
     const auto d = static_cast<double>(bytes);
     if (world->rank() == 0) {
-      std::printf("%8.2f MiB  %6.2f GB/s  %6.2f GB/s  %6.2f GB/s  %6.2f GB/s\n", d / (1 << 20),
-                  factor * d / t_pg / 1e9, factor * d / t_raw / 1e9, half * d / t_rs / 1e9,
-                  half * d / t_ag / 1e9);
+      std::printf("%8.2f MiB  %6.2f GB/s  %6.2f GB/s  %6.2f GB/s  %6.2f GB/s  %6.2f GB/s  ",
+                  d / (1 << 20), factor * d / t_pg / 1e9, factor * d / t_raw / 1e9,
+                  half * d / t_rs / 1e9, half * d / t_ag / 1e9, factor * d / t_nb / 1e9);
+      if (shared.defined()) {
+        std::printf("%6.2f GB/s\n", factor * d / t_shm / 1e9);
+      } else {
+        std::printf("     -\n");
+      }
     }
   }
   return 0;

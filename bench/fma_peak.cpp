@@ -1,7 +1,8 @@
 // bench/fma_peak.cpp
 //
 // This core's measured arithmetic peak: f32 FMA FLOP/s with AVX-512 (vfmadd231ps on zmm
-// registers, 16 lanes × 2 FLOP per instruction) and, where the CPU has AVX512_BF16, the bf16
+// registers, 16 lanes × 2 FLOP per instruction), or with AVX2 + FMA on a CPU without AVX-512F
+// (ymm registers, 8 lanes; e.g. AMD Zen 1–3), and, where the CPU has AVX512_BF16, the bf16
 // dot-product rate (vdpbf16ps: 16 f32 lanes, each 2 bf16 products summed into the accumulator,
 // 4 FLOP per lane per instruction). The MFU of bench/scaling_bench.sh is stated against these
 // figures as well as against training.peak_flops_per_core (2.19e11, DESIGN machine notes).
@@ -17,9 +18,9 @@
 // of this thread's CPU time (CLOCK_THREAD_CPUTIME_ID), so time other processes take the core
 // from it on a shared machine does not count; the figure reported is the best of N windows
 // (default 5): a peak is the fastest the core was seen to go. --json prints only
-// {"f32_flops": …, "bf16_flops": … or null, "amx_bf16_flops": … or null, "windows": N,
-// "seconds": S}. Exit 2 on a bad
-// argument, 1 when the CPU lacks AVX-512F.
+// {"f32_flops": …, "f32_isa": "avx512" or "avx2", "bf16_flops": … or null, "amx_bf16_flops":
+// … or null, "windows": N, "seconds": S}. Exit 2 on a bad argument, 1 when the CPU has neither
+// AVX-512F nor AVX2 + FMA.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -67,6 +68,26 @@ __attribute__((target("avx512f"))) float fma_batch(std::int64_t batches) {
     for (int c = 0; c < kChains; ++c) acc[c] = _mm512_fmadd_ps(acc[c], a, b);
   }
   return sum_chains(acc);
+}
+
+// The same on ymm registers, 12 chains: AVX2 has 16 of them (12 accumulators + 2 operands
+// stay in registers), and 12 ≥ 5-cycle latency × 2 FMA ports.
+constexpr int kChains256 = 12;
+__attribute__((target("avx2,fma"))) float fma_batch_avx2(std::int64_t batches) {
+  __m256 acc[kChains256];
+  for (int c = 0; c < kChains256; ++c) acc[c] = _mm256_set1_ps(0.001f * static_cast<float>(c));
+  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
+  for (std::int64_t i = 0; i < batches * kInnerIters; ++i) {
+#pragma GCC unroll 12
+    for (int c = 0; c < kChains256; ++c) acc[c] = _mm256_fmadd_ps(acc[c], a, b);
+  }
+  alignas(32) float lanes[8];
+  float total = 0.0f;
+  for (const __m256& v : acc) {
+    _mm256_store_ps(lanes, v);
+    for (const float x : lanes) total += x;
+  }
+  return total;
 }
 
 __attribute__((target("avx512f,avx512bf16"))) float bf16_batch(std::int64_t batches) {
@@ -171,12 +192,14 @@ int main(int argc, char** argv) {
       return usage(argv[0]);
     }
   }
-  if (!__builtin_cpu_supports("avx512f")) {
-    std::fprintf(stderr, "fma_peak: this CPU has no AVX-512F\n");
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  if (!avx512 && !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) {
+    std::fprintf(stderr, "fma_peak: this CPU has neither AVX-512F nor AVX2 + FMA\n");
     return 1;
   }
-  const double f32 = best_flops(fma_batch, 2.0 * 16 * kChains, seconds, windows);
-  const bool has_bf16 = __builtin_cpu_supports("avx512bf16");
+  const double f32 = avx512 ? best_flops(fma_batch, 2.0 * 16 * kChains, seconds, windows)
+                            : best_flops(fma_batch_avx2, 2.0 * 8 * kChains256, seconds, windows);
+  const bool has_bf16 = avx512 && __builtin_cpu_supports("avx512bf16");
   const double bf16 = has_bf16 ? best_flops(bf16_batch, 4.0 * 16 * kChains, seconds, windows) : 0.0;
   const bool has_amx = amx_granted();
   const double amx = has_amx ? best_flops(amx_batch, 4.0 * 16384, seconds, windows) : 0.0;
@@ -188,7 +211,8 @@ int main(int argc, char** argv) {
         std::printf("null");
       }
     };
-    std::printf("{\"f32_flops\": %.6g, \"bf16_flops\": ", f32);
+    std::printf("{\"f32_flops\": %.6g, \"f32_isa\": \"%s\", \"bf16_flops\": ", f32,
+                avx512 ? "avx512" : "avx2");
     field(has_bf16, bf16);
     std::printf(", \"amx_bf16_flops\": ");
     field(has_amx, amx);
@@ -196,7 +220,8 @@ int main(int argc, char** argv) {
   } else {
     std::printf("fma_peak: 1 thread, best of %d windows of ≥ %g s thread CPU time\n", windows,
                 seconds);
-    std::printf("f32 FMA (AVX-512, vfmadd231ps):   %8.1f GFLOP/s\n", f32 * 1e-9);
+    std::printf("f32 FMA (%s, vfmadd231ps):   %8.1f GFLOP/s\n", avx512 ? "AVX-512" : "AVX2",
+                f32 * 1e-9);
     if (has_bf16) {
       std::printf("bf16 dot (AVX512_BF16, vdpbf16ps): %8.1f GFLOP/s\n", bf16 * 1e-9);
     } else {

@@ -33,7 +33,7 @@
 #     peak (--quick's default): the measured peak below, the limit no GEMM can pass: a looser
 #       bound, in seconds.
 # - MFU against two peaks: training.peak_flops_per_core (2.19e11, the metrics' own mfu, DESIGN
-#   machine notes) and this core's measured peak (bench/fma_peak: AVX-512 f32 FMA for fp32
+#   machine notes) and this core's measured peak (bench/fma_peak: f32 FMA, AVX-512 or AVX2, for fp32
 #   rows; for bf16 rows the fastest of that, AVX512_BF16 vdpbf16ps and AMX tdpbf16ps, since
 #   oneDNN may run a bf16 GEMM on any of them), × threads. Model FLOPs = 6·N + 12·L·C·T per
 #   token (meshtrain's flops_per_token).
@@ -181,7 +181,9 @@ for ((r = 1; r <= rounds; ++r)); do
 done
 
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
-flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx512f|avx512_bf16|amx_bf16|amx_tile|avx512_fp16)$' | paste -sd, -)
+# (|| true: a CPU with none of them, e.g. AVX2 only, makes grep exit 1 under pipefail)
+flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' |
+        grep -E '^(avx2|fma|avx512f|avx512_bf16|amx_bf16|amx_tile|avx512_fp16)$' | paste -sd, - || true)
 /usr/bin/python3 - "$work" "$out" "$warmup" "$threads" "$peak_cfg" "$cpu" "$flags" "$data_dir" \
   "$args" "$gemm_rate" <<'PY'
 import json, statistics, sys

@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "meshtrain/comm/mpi_runtime.h"
+#include "meshtrain/comm/shared_window.h"
 #include "meshtrain/core/error.h"
 
 namespace meshtrain {
@@ -300,7 +303,36 @@ class MpiRequests final : public CommRequest {
 };
 }  // namespace
 
+Tensor MpiProcessGroup::do_allocate_shared(std::int64_t count, MemCategory category) {
+  const char* env = std::getenv("MESHTRAIN_SHM_ALL_REDUCE");
+  if (env != nullptr && std::string_view(env) == "0") return {};
+  MPI_Comm node = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_split_type(comm_.get(), MPI_COMM_TYPE_SHARED, rank(), MPI_INFO_NULL, &node),
+            "MPI_Comm_split_type", comm_.get());
+  MpiComm owned(node);
+  int node_size = 0;
+  check_mpi(MPI_Comm_size(node, &node_size), "MPI_Comm_size", comm_.get());
+  // Every member must take the same path: a window only when the whole group is one node.
+  int all_here = node_size == size() ? 1 : 0;
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, &all_here, 1, MPI_INT, MPI_MIN, comm_.get()),
+            "MPI_Allreduce", comm_.get());
+  if (all_here == 0) return {};
+  auto window = std::make_shared<SharedWindow>(node, static_cast<std::size_t>(count));
+  shared_windows_.erase(std::remove_if(shared_windows_.begin(), shared_windows_.end(),
+                                       [](const auto& w) { return w.expired(); }),
+                        shared_windows_.end());
+  shared_windows_.push_back(window);
+  float* data = window->mine().data();
+  return Tensor::external(data, {count}, category, std::move(window));
+}
+
 std::unique_ptr<CommRequest> MpiProcessGroup::do_iall_reduce_sum(std::span<float> x) {
+  for (const std::weak_ptr<SharedWindow>& w : shared_windows_) {
+    const std::shared_ptr<SharedWindow> window = w.lock();
+    if (window && window->mine().data() == x.data() && window->count() == x.size()) {
+      return window->iall_reduce_sum();
+    }
+  }
   // The same chunks as the blocking all-reduce, all posted at once (MPI allows several
   // outstanding non-blocking collectives on a communicator; they complete in any order).
   const std::size_t chunk = kChunkBytes / sizeof(float);

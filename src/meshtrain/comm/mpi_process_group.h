@@ -7,11 +7,14 @@
 
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "meshtrain/comm/process_group.h"
 #include "meshtrain/core/tensor.h"
 
 namespace meshtrain {
+
+class SharedWindow;
 
 /// Owns one communicator (from MPI_Comm_dup or MPI_Comm_split); frees it exactly once.
 class MpiComm {
@@ -58,6 +61,7 @@ class MpiProcessGroup final : public ProcessGroup {
   std::unique_ptr<CommRequest> do_iall_reduce_sum(std::span<float> x) override;
   std::unique_ptr<CommRequest> do_ireduce_scatter_sum(std::span<float> in,
                                                       std::span<float> out) override;
+  Tensor do_allocate_shared(std::int64_t count, MemCategory category) override;
 
   MpiComm comm_;
   Tensor ring_scratch_;  // reduce-scatter's receive block, grown once, MemCategory::comm
@@ -65,6 +69,9 @@ class MpiProcessGroup final : public ProcessGroup {
   // point-to-point traffic of the group), duplicated at the first call; the last ring's tag.
   MpiComm ring_comm_{MPI_COMM_NULL};
   int ring_tag_ = 0;
+  // allocate_shared's windows, found again by iall_reduce_sum (a window lives while a tensor
+  // over it does).
+  std::vector<std::weak_ptr<SharedWindow>> shared_windows_;
 };
 
 }  // namespace meshtrain

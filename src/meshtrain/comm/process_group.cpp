@@ -446,6 +446,16 @@ std::unique_ptr<CommRequest> ProcessGroup::iall_gather(std::span<const float> in
       guard.record_id, trace_id_, guard.trace_post());
 }
 
+Tensor ProcessGroup::allocate_shared(std::int64_t count, MemCategory category) {
+  MT_CHECK(count >= 0, "allocate_shared: {} elements", count);
+  if (size() == 1) return {};
+  return do_allocate_shared(count, category);
+}
+
+Tensor ProcessGroup::do_allocate_shared(std::int64_t /*count*/, MemCategory /*category*/) {
+  return {};  // a backend without shared memory: iall_reduce_sum sends messages
+}
+
 std::unique_ptr<CommRequest> ProcessGroup::iall_reduce_sum(std::span<float> x) {
   if (size() == 1) return std::make_unique<CompletedRequest>();
   const OpGuard guard(*this, CommOp::all_reduce, 10, x.size(), x.size_bytes(), -1,

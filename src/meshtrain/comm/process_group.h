@@ -26,6 +26,8 @@
 #include <string_view>
 #include <vector>
 
+#include "meshtrain/core/tensor.h"
+
 namespace meshtrain {
 
 enum class CommOp : std::uint8_t {
@@ -123,6 +125,15 @@ class ProcessGroup {
   /// the last bits from all_reduce_sum's (OpenMPI's non-blocking and blocking collectives
   /// choose their algorithms apart): callers that compare runs use one of the two throughout.
   std::unique_ptr<CommRequest> iall_reduce_sum(std::span<float> x);
+  /// A zeroed f32 tensor [count], counted under `category`, in a shared-memory window that
+  /// every member can load from and store to, when every member runs on this node (MPI-3
+  /// MPI_Win_allocate_shared; comm/shared_window.h); an undefined Tensor otherwise, for a group
+  /// of one, or when the environment sets MESHTRAIN_SHM_ALL_REDUCE=0. iall_reduce_sum of
+  /// exactly such a tensor's span is then done in place by loads and stores (each element
+  /// summed in rank order, bitwise the same on every rank and in every run) instead of by
+  /// messages. Collective over this group, in the same order on every member; all members
+  /// get a window or none does.
+  Tensor allocate_shared(std::int64_t count, MemCategory category);
   /// Non-blocking reduce_scatter_sum: in [size() · n] → out [n], out = Σ over ranks of in's
   /// slice [rank()·n, (rank()+1)·n). The same ring and the same additions as the blocking
   /// reduce_scatter_sum (each step's sum is `own input + received`, in the ring's fixed order),
@@ -180,6 +191,7 @@ class ProcessGroup {
   virtual std::unique_ptr<CommRequest> do_iall_gather(std::span<const float> in,
                                                       std::span<float> out) = 0;
   virtual std::unique_ptr<CommRequest> do_iall_reduce_sum(std::span<float> x) = 0;
+  virtual Tensor do_allocate_shared(std::int64_t count, MemCategory category);
   virtual std::unique_ptr<CommRequest> do_ireduce_scatter_sum(std::span<float> in,
                                                               std::span<float> out) = 0;
 

@@ -57,13 +57,17 @@ void* TrackedAllocator::allocate(std::size_t bytes, MemCategory category) {
     ptr = std::aligned_alloc(kAlignment, size);
     if (ptr == nullptr) throw std::bad_alloc();
   }
+  account(static_cast<std::int64_t>(size), category);
+  return ptr;
+}
+
+void TrackedAllocator::account(std::int64_t bytes, MemCategory category) noexcept {
   std::lock_guard lock(mutex_);
   MemoryStats& cat = by_category_[static_cast<std::size_t>(category)];
-  cat.current_bytes += static_cast<std::int64_t>(size);
+  cat.current_bytes += bytes;
   cat.peak_bytes = std::max(cat.peak_bytes, cat.current_bytes);
-  total_.current_bytes += static_cast<std::int64_t>(size);
+  total_.current_bytes += bytes;
   total_.peak_bytes = std::max(total_.peak_bytes, total_.current_bytes);
-  return ptr;
 }
 
 void TrackedAllocator::release(void* ptr, std::size_t bytes, MemCategory category) noexcept {

@@ -37,6 +37,10 @@ class TrackedAllocator {
   void* allocate(std::size_t bytes, MemCategory category);
   /// Returns a block to the cache. `bytes` and `category` must be those given to allocate().
   void release(void* ptr, std::size_t bytes, MemCategory category) noexcept;
+  /// Counts `bytes` of memory this allocator did not hand out (a shared-memory window a
+  /// tensor wraps, Tensor::external) under `category`: positive when it comes into use,
+  /// the same amount negated when it goes.
+  void account(std::int64_t bytes, MemCategory category) noexcept;
 
   MemoryStats stats(MemCategory category) const;
   /// Live bytes of all categories together, and their peak (not the sum of per-category peaks).

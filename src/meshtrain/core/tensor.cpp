@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "meshtrain/core/error.h"
 #include "meshtrain/core/half.h"
@@ -14,11 +16,22 @@ struct Tensor::Storage {
   void* ptr = nullptr;
   std::size_t bytes = 0;
   MemCategory category = MemCategory::other;
+  std::shared_ptr<void> owner;  // set: external memory (Tensor::external), only counted
   Storage(std::size_t n, MemCategory c)
       : ptr(TrackedAllocator::instance().allocate(n, c)), bytes(n), category(c) {}
+  Storage(void* data, std::size_t n, MemCategory c, std::shared_ptr<void> keep)
+      : ptr(data), bytes(n), category(c), owner(std::move(keep)) {
+    TrackedAllocator::instance().account(static_cast<std::int64_t>(n), c);
+  }
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
-  ~Storage() { TrackedAllocator::instance().release(ptr, bytes, category); }
+  ~Storage() {
+    if (owner) {
+      TrackedAllocator::instance().account(-static_cast<std::int64_t>(bytes), category);
+    } else {
+      TrackedAllocator::instance().release(ptr, bytes, category);
+    }
+  }
 };
 
 std::int64_t shape_numel(const Shape& shape) {
@@ -37,6 +50,20 @@ Tensor Tensor::empty(Shape shape, MemCategory category, DType dtype) {
   t.dtype_ = dtype;
   t.storage_ =
       std::make_shared<Storage>(static_cast<std::size_t>(t.numel_) * dtype_size(dtype), category);
+  return t;
+}
+
+Tensor Tensor::external(void* data, Shape shape, MemCategory category, std::shared_ptr<void> owner,
+                        DType dtype) {
+  for (std::int64_t d : shape) MT_CHECK(d >= 0, "negative dimension in shape {}", to_string(shape));
+  MT_CHECK(data != nullptr && owner != nullptr, "Tensor::external needs memory and its owner");
+  MT_CHECK(reinterpret_cast<std::uintptr_t>(data) % 64 == 0, "Tensor::external: unaligned data");
+  Tensor t;
+  t.numel_ = shape_numel(shape);
+  t.shape_ = std::move(shape);
+  t.dtype_ = dtype;
+  t.storage_ = std::make_shared<Storage>(
+      data, static_cast<std::size_t>(t.numel_) * dtype_size(dtype), category, std::move(owner));
   return t;
 }
 

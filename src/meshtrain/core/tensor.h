@@ -29,6 +29,11 @@ class Tensor {
   static Tensor empty(Shape shape, MemCategory category, DType dtype = DType::f32);
   /// Zero-filled tensor.
   static Tensor zeros(Shape shape, MemCategory category, DType dtype = DType::f32);
+  /// A tensor over memory the allocator did not hand out: `data` (64-byte aligned, room for
+  /// the shape's elements of `dtype`), kept alive by `owner` until the last view goes, and
+  /// counted under `category` meanwhile (e.g. a bucket in a shared-memory window).
+  static Tensor external(void* data, Shape shape, MemCategory category,
+                         std::shared_ptr<void> owner, DType dtype = DType::f32);
 
   bool defined() const noexcept { return storage_ != nullptr; }
   const Shape& shape() const noexcept { return shape_; }

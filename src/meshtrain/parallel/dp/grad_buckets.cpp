@@ -27,7 +27,11 @@ GradBuckets::GradBuckets(const ParameterList& params, ProcessGroup& dp, std::int
       shapes.push_back(p->local_shape());
       p->grad = Tensor();
     }
-    Bucket bucket{current, Tensor::zeros({current_elements}, MemCategory::grads), nullptr, 0, 0};
+    // On one node the bucket lives in a shared-memory window, whose all-reduce is loads and
+    // stores instead of messages (ProcessGroup::allocate_shared).
+    Tensor buffer = dp_.allocate_shared(current_elements, MemCategory::grads);
+    if (!buffer.defined()) buffer = Tensor::zeros({current_elements}, MemCategory::grads);
+    Bucket bucket{current, std::move(buffer), nullptr, 0, 0};
     std::int64_t offset = 0;
     for (std::size_t i = 0; i < current.size(); ++i) {
       const std::int64_t n = shape_numel(shapes[i]);

@@ -1,0 +1,87 @@
+// src/meshtrain/comm/shared_window.h
+//
+// SharedWindow: one f32 buffer per member of a group whose ranks all run on one node, in an
+// MPI-3 shared-memory window (MPI_Win_allocate_shared), so that every member can load and
+// store every member's buffer; and the all-reduce that works on it by loads and stores
+// instead of messages.
+//
+// Why: on one node an MPI all-reduce of gradient buckets is CPU work on the cores that also
+// compute — OpenMPI's libnbc schedule for a non-blocking all-reduce copies every bucket
+// through temporary buffers in several rounds, and its blocking one still moves the data
+// twice. In place over the shared window the sum costs one read of every member's slice and
+// one write of the result into every buffer: a 4 MiB bucket between 2 ranks of a 2-vCPU AMD
+// EPYC at 11.9 GB/s of bus bandwidth against 0.82 (MPI_Iallreduce) and 2.26 (MPI_Allreduce)
+// (bench/allreduce_bench; docs/performance.md). The same idea as DeepSpeed's CPU
+// shared-memory all-reduce and NCCL's intra-node SHM transport.
+//
+// The all-reduce (iall_reduce_sum): a member posts by publishing its post count; when every
+// member has posted the same count, the buffer's chunks (64 Ki elements) are claimed one at a
+// time from a shared ticket counter by whichever members test or wait, so a member that
+// finishes backward early does the reduction work instead of waiting for the late one. Each
+// element's sum is taken in member order (buffer 0 + buffer 1 + …) whoever computes it, and
+// stored into every member's buffer: the result is bitwise the same on every member, every run,
+// whatever the timing (for 2 members also bitwise MPI's). Control words live in the window
+// (member 0's part), as lock-free 64-bit atomics in cache lines of their own.
+//
+// Used by MpiProcessGroup (allocate_shared, do_iall_reduce_sum); knows nothing of models.
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "meshtrain/comm/process_group.h"
+
+namespace meshtrain {
+
+class SharedWindow {
+ public:
+  /// Collective over `node_comm` (every member of which shares this node): allocates `count`
+  /// floats per member, zeroed. Throws CommError when MPI cannot.
+  SharedWindow(MPI_Comm node_comm, std::size_t count);
+  /// Collective (MPI_Win_free) on a normal exit; while an exception unwinds (ranks may be on
+  /// different paths), the window is left to MPI_Finalize rather than risk a hang.
+  ~SharedWindow();
+  SharedWindow(const SharedWindow&) = delete;
+  SharedWindow& operator=(const SharedWindow&) = delete;
+
+  /// This member's buffer: [count] f32, 64-byte aligned.
+  std::span<float> mine() const noexcept { return {buffers_[rank_], count_}; }
+  std::size_t count() const noexcept { return count_; }
+
+  /// Posts x ← Σ over members of x for every member's buffer (see the file comment). Every
+  /// member must post, in the same order; a member's next post must come after its previous
+  /// request completed (else throws Error). The request's test() reduces claimable chunks and never
+  /// blocks; wait() reduces and spins (yielding the core) until every chunk is done.
+  std::unique_ptr<CommRequest> iall_reduce_sum();
+
+ private:
+  friend class SharedAllReduce;
+  struct alignas(64) Line {
+    std::atomic<std::uint64_t> value;
+  };
+  static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+  Line& claimed() const noexcept { return control_[0]; }
+  Line& done() const noexcept { return control_[1]; }
+  Line& posted(int member) const noexcept { return control_[2 + member]; }
+  std::size_t chunks() const noexcept;
+  void reduce_chunk(std::size_t chunk) const noexcept;
+  /// Reduces chunks of post `epoch` while there are unclaimed ones and every member has
+  /// posted it; true when all of them are done.
+  bool advance(std::uint64_t epoch) const noexcept;
+
+  MPI_Win win_ = MPI_WIN_NULL;
+  int rank_ = 0;
+  int size_ = 0;
+  std::size_t count_ = 0;
+  std::vector<float*> buffers_;  // every member's buffer, mapped into this process
+  Line* control_ = nullptr;      // claimed, done, posted[size]
+  std::uint64_t epoch_ = 0;      // this member's posts so far
+};
+
+}  // namespace meshtrain

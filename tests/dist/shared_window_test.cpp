@@ -1,0 +1,157 @@
+// The shared-memory all-reduce (ProcessGroup::allocate_shared, comm/shared_window.h): with
+// every rank of mpirun on this one node, a group's allocate_shared gives every rank a window,
+// and iall_reduce_sum over it leaves on every rank, bitwise, the sum of all ranks' inputs taken
+// in rank order ((x0 + x1) + x2) + …, computed here by each rank from the inputs' formula.
+// The inputs mix magnitudes (2^-10 … 2^23) so that another order of the additions (at 4 and 8
+// ranks) would change the last bits. Also: several posts in a row, ranks posting seconds
+// apart (the early one tests, then waits; the work still completes), a post before the previous
+// one completed is refused, the counters count one all_reduce of the tensor's bytes, the
+// window's bytes are counted under the category asked for while the tensor lives, a dp
+// subgroup gets windows of its own, and MESHTRAIN_SHM_ALL_REDUCE=0 turns it off.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+#include "dist_env.h"
+#include "meshtrain/core/error.h"
+
+namespace meshtrain {
+namespace {
+
+class SharedWindowPeers : public ::testing::TestWithParam<int> {};
+
+// Rank r's input element i, for `post` = 0, 1, …: magnitudes from 1e-3 to 1e4, so the sum's
+// rounding depends on the order of the additions. Exact in every step (a small integer times a
+// power of two), so no contraction into an FMA can make two calls differ.
+float input(int r, std::int64_t i, int post) {
+  const int exponent = static_cast<int>((r * 3 + i + post) % 24) - 10;
+  return std::ldexp(static_cast<float>(1 + (i * 7 + r * 13 + post) % 1001), exponent);
+}
+
+void fill(Tensor& t, int r, int post) {
+  float* x = t.f32();
+  for (std::int64_t i = 0; i < t.numel(); ++i) x[i] = input(r, i, post);
+}
+
+// Every element bitwise the rank-order sum; returns the number that differ.
+std::int64_t mismatches(const Tensor& t, int n, int post) {
+  const float* x = t.f32();
+  std::int64_t bad = 0;
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    float want = input(0, i, post);
+    for (int r = 1; r < n; ++r) want += input(r, i, post);
+    if (x[i] != want) ++bad;
+  }
+  return bad;
+}
+
+// 300,001 elements: 5 claimable chunks, the last one partial.
+constexpr std::int64_t kCount = 300001;
+
+TEST_P(SharedWindowPeers, SumsInRankOrderBitwiseOnEveryRankPostAfterPost) {
+  const auto world = test::runtime().world_group();
+  ASSERT_EQ(world->size(), GetParam());
+  const auto before = TrackedAllocator::instance().stats(MemCategory::grads).current_bytes;
+  {
+    Tensor t = world->allocate_shared(kCount, MemCategory::grads);
+    ASSERT_TRUE(t.defined()) << "mpirun's ranks share this node: a window was expected";
+    EXPECT_EQ(TrackedAllocator::instance().stats(MemCategory::grads).current_bytes - before,
+              kCount * 4);
+    for (float v : t.span_f32()) ASSERT_EQ(v, 0.0f);
+    world->reset_counters();
+    for (int post = 0; post < 3; ++post) {
+      fill(t, world->rank(), post);
+      auto request = world->iall_reduce_sum(t.span_f32());
+      request->wait();
+      EXPECT_EQ(mismatches(t, world->size(), post), 0) << "post " << post;
+    }
+    EXPECT_EQ(world->counter(CommOp::all_reduce).calls, 3);
+    EXPECT_EQ(world->counter(CommOp::all_reduce).bytes, 3 * kCount * 4);
+    world->barrier();  // nobody frees its window while a peer still reads it
+  }
+  EXPECT_EQ(TrackedAllocator::instance().stats(MemCategory::grads).current_bytes, before);
+}
+
+// Rank 0 posts at once and tests while the others are still 0.3 s away: test() cannot finish
+// (a peer has not posted), then wait() completes once they post; every rank gets the sum.
+TEST_P(SharedWindowPeers, AnEarlyRankTestsThenWaitsForLatePosts) {
+  const auto world = test::runtime().world_group();
+  Tensor t = world->allocate_shared(kCount, MemCategory::comm);
+  ASSERT_TRUE(t.defined());
+  fill(t, world->rank(), 7);
+  world->barrier();
+  if (world->rank() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto request = world->iall_reduce_sum(t.span_f32());
+  if (world->rank() == 0) {
+    EXPECT_FALSE(request->test()) << "finished before the peers posted";
+  }
+  request->wait();
+  EXPECT_TRUE(request->test());
+  EXPECT_EQ(mismatches(t, world->size(), 7), 0);
+  world->barrier();
+}
+
+// Posting again before the previous request completed would race with the peers' reads.
+TEST_P(SharedWindowPeers, APostBeforeThePreviousCompletedIsRefused) {
+  const auto world = test::runtime().world_group();
+  Tensor t = world->allocate_shared(1000, MemCategory::comm);
+  ASSERT_TRUE(t.defined());
+  world->barrier();
+  if (world->rank() == 0) {
+    auto first = world->iall_reduce_sum(t.span_f32());
+    EXPECT_THROW(world->iall_reduce_sum(t.span_f32()), Error);
+    world->barrier();  // the peers post only now: `first` can complete
+    first->wait();
+  } else {
+    world->barrier();
+    world->iall_reduce_sum(t.span_f32())->wait();
+  }
+  world->barrier();
+}
+
+// A subgroup (the even and the odd world ranks, as dp groups under tp 2) gets a window of its
+// own: its sum is over its own members only.
+class SharedWindowSubgroups : public ::testing::TestWithParam<int> {};
+
+TEST_P(SharedWindowSubgroups, ASubgroupSumsOverItsOwnMembers) {
+  const auto world = test::runtime().world_group();
+  ASSERT_EQ(world->size(), GetParam());
+  const auto half = world->split(world->rank() % 2, world->rank(), "dp");
+  Tensor t = half->allocate_shared(kCount, MemCategory::comm);
+  ASSERT_TRUE(t.defined());
+  fill(t, half->rank(), 3);
+  half->iall_reduce_sum(t.span_f32())->wait();
+  EXPECT_EQ(mismatches(t, half->size(), 3), 0);
+  world->barrier();
+}
+
+// MESHTRAIN_SHM_ALL_REDUCE=0: no window; the all-reduce goes by messages.
+TEST_P(SharedWindowPeers, TheEnvironmentCanTurnItOff) {
+  const auto world = test::runtime().world_group();
+  ::setenv("MESHTRAIN_SHM_ALL_REDUCE", "0", 1);
+  const Tensor t = world->allocate_shared(16, MemCategory::comm);
+  ::unsetenv("MESHTRAIN_SHM_ALL_REDUCE");
+  EXPECT_FALSE(t.defined());
+}
+
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(SharedWindowPeers);
+INSTANTIATE_TEST_SUITE_P(World, SharedWindowPeers, ::testing::ValuesIn(test::world_of_at_least(2)),
+                         test::world_name);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(SharedWindowSubgroups);
+INSTANTIATE_TEST_SUITE_P(World, SharedWindowSubgroups,
+                         ::testing::ValuesIn(test::world_of_at_least(4)), test::world_name);
+
+// A group of one rank has nobody to share with.
+TEST(SharedWindow, AOneRankGroupGetsNoWindow) {
+  const auto world = test::runtime().world_group();
+  const auto self = world->split(world->rank(), 0, "self");
+  EXPECT_FALSE(self->allocate_shared(16, MemCategory::comm).defined());
+}
+
+}  // namespace
+}  // namespace meshtrain
