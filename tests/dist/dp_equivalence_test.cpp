@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -43,7 +44,9 @@ void expect_equivalent(const TrainedRun& ref, const TrainedRun& got, const Param
   }
 }
 
-TEST(DataParallel, MatchesSingleProcessAtSameGlobalBatch) {
+// Trains dp = world size and dp = 1 and compares them (invariants 1–3). Called with the
+// gradient buckets in shared-memory windows (mpirun's ranks share this node) and by messages.
+void expect_matches_single_process() {
   MpiRuntime& rt = test::runtime();
   const int dp = rt.world_size();
   constexpr std::int64_t kGlobalBatch = 8;
@@ -73,6 +76,16 @@ TEST(DataParallel, MatchesSingleProcessAtSameGlobalBatch) {
   const TrainedRun ref_run = test::train_steps(reference, 20);
   const TrainedRun dp_run = test::train_steps(parallel, 20);
   expect_equivalent(ref_run, dp_run, mine);
+}
+
+TEST(DataParallel, MatchesSingleProcessAtSameGlobalBatch) { expect_matches_single_process(); }
+
+// MESHTRAIN_SHM_ALL_REDUCE=0: the buckets go by MPI_Iallreduce, and the mean's 1/dp is the
+// request's pass after the sum (ProcessGroup::iall_reduce_sum's scale), not the window's.
+TEST(DataParallel, MatchesSingleProcessWithTheAllReduceByMessages) {
+  ::setenv("MESHTRAIN_SHM_ALL_REDUCE", "0", 1);
+  expect_matches_single_process();
+  ::unsetenv("MESHTRAIN_SHM_ALL_REDUCE");
 }
 
 TEST(DataParallel, AccumulationEqualsOneLargerMicroBatch) {

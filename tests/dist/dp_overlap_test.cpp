@@ -131,9 +131,10 @@ void expect_near_reference(const TrainedRun& want, const Trainer& reference, con
   }
 }
 
-// iall_reduce_sum on rank-valued inputs (exact in fp32): 1.5 M elements, so the 4 MiB chunks
-// are two posts, tested until done; the counters count one all_reduce call of the buffer's
-// bytes and no blocked seconds. A group of one completes at once and counts nothing.
+// iall_reduce_sum on rank-valued inputs (exact in fp32), by messages, scaled by 0.5 (exact):
+// 1.5 M elements, so the 4 MiB chunks are two posts, tested until done (the test() that
+// completes applies the scale); the counters count one all_reduce call of the buffer's bytes
+// and no blocked seconds. A group of one scales at once and counts nothing.
 TEST(IallReduce, SumsInChunksCountsOneCallAndCompletesUnderTest) {
   const auto world = test::runtime().world_group();
   const int n = world->size(), r = world->rank();
@@ -141,11 +142,11 @@ TEST(IallReduce, SumsInChunksCountsOneCallAndCompletesUnderTest) {
   std::vector<float> x(kCount);
   for (std::size_t i = 0; i < kCount; ++i) x[i] = static_cast<float>((r + 1) * (i % 1000));
   const CommCounter before = world->counter(CommOp::all_reduce);
-  std::unique_ptr<CommRequest> request = world->iall_reduce_sum(x);
+  std::unique_ptr<CommRequest> request = world->iall_reduce_sum(x, 0.5f);
   int polls = 0;
   while (!request->test()) ++polls;  // progress only inside MPI calls: test() drives it
   request->wait();                   // done: returns at once
-  const float ranks = static_cast<float>(n * (n + 1) / 2);
+  const float ranks = 0.5f * static_cast<float>(n * (n + 1) / 2);
   for (std::size_t i = 0; i < kCount; i += 997) {
     ASSERT_EQ(x[i], ranks * static_cast<float>(i % 1000)) << "element " << i;
   }

@@ -1,7 +1,8 @@
 // The shared-memory all-reduce (ProcessGroup::allocate_shared, comm/shared_window.h): with
 // every rank of mpirun on this one node, a group's allocate_shared gives every rank a window,
 // and iall_reduce_sum over it leaves on every rank, bitwise, the sum of all ranks' inputs taken
-// in rank order ((x0 + x1) + x2) + …, computed here by each rank from the inputs' formula.
+// in rank order ((x0 + x1) + x2) + …, times the scale asked for, computed here by each rank
+// from the inputs' formula.
 // The inputs mix magnitudes (2^-10 … 2^23) so that another order of the additions (at 4 and 8
 // ranks) would change the last bits. Also: several posts in a row, ranks posting seconds
 // apart (the early one tests, then waits; the work still completes), a post before the previous
@@ -38,13 +39,14 @@ void fill(Tensor& t, int r, int post) {
   for (std::int64_t i = 0; i < t.numel(); ++i) x[i] = input(r, i, post);
 }
 
-// Every element bitwise the rank-order sum; returns the number that differ.
-std::int64_t mismatches(const Tensor& t, int n, int post) {
+// Every element bitwise scale × (the rank-order sum); returns the number that differ.
+std::int64_t mismatches(const Tensor& t, int n, int post, float scale = 1.0f) {
   const float* x = t.f32();
   std::int64_t bad = 0;
   for (std::int64_t i = 0; i < t.numel(); ++i) {
     float want = input(0, i, post);
     for (int r = 1; r < n; ++r) want += input(r, i, post);
+    want *= scale;
     if (x[i] != want) ++bad;
   }
   return bad;
@@ -64,11 +66,13 @@ TEST_P(SharedWindowPeers, SumsInRankOrderBitwiseOnEveryRankPostAfterPost) {
               kCount * 4);
     for (float v : t.span_f32()) ASSERT_EQ(v, 0.0f);
     world->reset_counters();
+    // The sum alone, the mean (1/n), and a scale whose products round (0.3).
+    const float scales[] = {1.0f, 1.0f / static_cast<float>(world->size()), 0.3f};
     for (int post = 0; post < 3; ++post) {
       fill(t, world->rank(), post);
-      auto request = world->iall_reduce_sum(t.span_f32());
+      auto request = world->iall_reduce_sum(t.span_f32(), scales[post]);
       request->wait();
-      EXPECT_EQ(mismatches(t, world->size(), post), 0) << "post " << post;
+      EXPECT_EQ(mismatches(t, world->size(), post, scales[post]), 0) << "post " << post;
     }
     EXPECT_EQ(world->counter(CommOp::all_reduce).calls, 3);
     EXPECT_EQ(world->counter(CommOp::all_reduce).bytes, 3 * kCount * 4);

@@ -277,11 +277,13 @@ std::unique_ptr<CommRequest> MpiProcessGroup::do_iall_gather(std::span<const flo
 }
 
 namespace {
-// The chunks of one non-blocking all-reduce: complete when all are. MPI_Testall lets OpenMPI
-// move every chunk's schedule forward (libnbc progresses inside MPI calls only).
+// The chunks of one non-blocking all-reduce: complete when all are, and then x ← scale · x
+// once. MPI_Testall lets OpenMPI move every chunk's schedule forward (libnbc progresses inside
+// MPI calls only).
 class MpiRequests final : public CommRequest {
  public:
-  explicit MpiRequests(std::vector<MPI_Request> requests) : requests_(std::move(requests)) {}
+  MpiRequests(std::vector<MPI_Request> requests, std::span<float> x, float scale)
+      : requests_(std::move(requests)), x_(x), scale_(scale) {}
   ~MpiRequests() override {
     MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
   }
@@ -289,17 +291,28 @@ class MpiRequests final : public CommRequest {
     check_mpi(
         MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE),
         "MPI_Waitall");
+    finish();
   }
   bool test() override {
     int done = 0;
     check_mpi(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done,
                           MPI_STATUSES_IGNORE),
               "MPI_Testall");
+    if (done != 0) finish();
     return done != 0;
   }
 
  private:
+  void finish() {
+    if (scaled_ || scale_ == 1.0f) return;
+    for (float& v : x_) v *= scale_;
+    scaled_ = true;
+  }
+
   std::vector<MPI_Request> requests_;  // MPI_REQUEST_NULL once complete
+  std::span<float> x_;
+  float scale_;
+  bool scaled_ = false;
 };
 }  // namespace
 
@@ -326,11 +339,12 @@ Tensor MpiProcessGroup::do_allocate_shared(std::int64_t count, MemCategory categ
   return Tensor::external(data, {count}, category, std::move(window));
 }
 
-std::unique_ptr<CommRequest> MpiProcessGroup::do_iall_reduce_sum(std::span<float> x) {
+std::unique_ptr<CommRequest> MpiProcessGroup::do_iall_reduce_sum(std::span<float> x,
+                                                                 float scale) {
   for (const std::weak_ptr<SharedWindow>& w : shared_windows_) {
     const std::shared_ptr<SharedWindow> window = w.lock();
     if (window && window->mine().data() == x.data() && window->count() == x.size()) {
-      return window->iall_reduce_sum();
+      return window->iall_reduce_sum(scale);
     }
   }
   // The same chunks as the blocking all-reduce, all posted at once (MPI allows several
@@ -346,7 +360,7 @@ std::unique_ptr<CommRequest> MpiProcessGroup::do_iall_reduce_sum(std::span<float
               "MPI_Iallreduce", comm_.get());
     requests.push_back(request);
   }
-  return std::make_unique<MpiRequests>(std::move(requests));
+  return std::make_unique<MpiRequests>(std::move(requests), x, scale);
 }
 
 namespace {

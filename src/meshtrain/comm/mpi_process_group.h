@@ -58,7 +58,7 @@ class MpiProcessGroup final : public ProcessGroup {
   std::unique_ptr<CommRequest> do_irecv(std::span<float> x, int peer, int tag) override;
   std::unique_ptr<CommRequest> do_iall_gather(std::span<const float> in,
                                               std::span<float> out) override;
-  std::unique_ptr<CommRequest> do_iall_reduce_sum(std::span<float> x) override;
+  std::unique_ptr<CommRequest> do_iall_reduce_sum(std::span<float> x, float scale) override;
   std::unique_ptr<CommRequest> do_ireduce_scatter_sum(std::span<float> in,
                                                       std::span<float> out) override;
   Tensor do_allocate_shared(std::int64_t count, MemCategory category) override;

@@ -456,11 +456,16 @@ Tensor ProcessGroup::do_allocate_shared(std::int64_t /*count*/, MemCategory /*ca
   return {};  // a backend without shared memory: iall_reduce_sum sends messages
 }
 
-std::unique_ptr<CommRequest> ProcessGroup::iall_reduce_sum(std::span<float> x) {
-  if (size() == 1) return std::make_unique<CompletedRequest>();
+std::unique_ptr<CommRequest> ProcessGroup::iall_reduce_sum(std::span<float> x, float scale) {
+  if (size() == 1) {
+    if (scale != 1.0f) {
+      for (float& v : x) v *= scale;
+    }
+    return std::make_unique<CompletedRequest>();
+  }
   const OpGuard guard(*this, CommOp::all_reduce, 10, x.size(), x.size_bytes(), -1,
                       /*blocks=*/false);
-  std::unique_ptr<CommRequest> posted = do_iall_reduce_sum(x);
+  std::unique_ptr<CommRequest> posted = do_iall_reduce_sum(x, scale);
   return std::make_unique<TimedRequest>(
       std::move(posted), guard.counter,
       watched(CommOp::all_reduce, watchdog_.slot, watchdog_.name_id, watchdog_.key, -1, guard.seq,

@@ -124,7 +124,12 @@ class ProcessGroup {
   /// The result does not depend on when the request is tested or waited for, but may differ in
   /// the last bits from all_reduce_sum's (OpenMPI's non-blocking and blocking collectives
   /// choose their algorithms apart): callers that compare runs use one of the two throughout.
-  std::unique_ptr<CommRequest> iall_reduce_sum(std::span<float> x);
+  /// `scale` multiplies every sum once it is complete (x ← scale · Σ, bitwise the sum rounded
+  /// to f32 then multiplied; 1/size() gives data parallel's mean gradient); every member passes
+  /// the same scale. Over a shared window the product is stored as the sum is, in the same pass
+  /// (no second pass over x); by messages it is a pass after the last chunk arrives, inside
+  /// wait() or the test() that completes, and its seconds count as the all-reduce's.
+  std::unique_ptr<CommRequest> iall_reduce_sum(std::span<float> x, float scale = 1.0f);
   /// A zeroed f32 tensor [count], counted under `category`, in a shared-memory window that
   /// every member can load from and store to, when every member runs on this node (MPI-3
   /// MPI_Win_allocate_shared; comm/shared_window.h); an undefined Tensor otherwise, for a group
@@ -190,7 +195,7 @@ class ProcessGroup {
   virtual std::unique_ptr<CommRequest> do_irecv(std::span<float> x, int peer, int tag) = 0;
   virtual std::unique_ptr<CommRequest> do_iall_gather(std::span<const float> in,
                                                       std::span<float> out) = 0;
-  virtual std::unique_ptr<CommRequest> do_iall_reduce_sum(std::span<float> x) = 0;
+  virtual std::unique_ptr<CommRequest> do_iall_reduce_sum(std::span<float> x, float scale) = 0;
   virtual Tensor do_allocate_shared(std::int64_t count, MemCategory category);
   virtual std::unique_ptr<CommRequest> do_ireduce_scatter_sum(std::span<float> in,
                                                               std::span<float> out) = 0;

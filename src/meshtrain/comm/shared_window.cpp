@@ -29,14 +29,17 @@ void check(int code, const char* what) {
   throw CommError(fmt::format("{} failed: {}", what, std::string_view(text, length)));
 }
 
-// Out = Σ_m buffers[m][i] in member order, stored into every buffer, for i in [begin, end).
-// The 2-member case is the one the dp = 2 runs take; its loop vectorises without a scratch.
-void sum_into_all(const std::vector<float*>& buffers, std::size_t begin, std::size_t end) {
+// Out = scale · (Σ_m buffers[m][i] in member order), stored into every buffer, for i in
+// [begin, end): the f32 sum, then one multiply (no FMA can form), bitwise a sum followed by a
+// separate scaling pass. The 2-member case is the one the dp = 2 runs take; its loop
+// vectorises without a scratch.
+void sum_into_all(const std::vector<float*>& buffers, std::size_t begin, std::size_t end,
+                  float scale) {
   if (buffers.size() == 2) {
     float* __restrict a = buffers[0];
     float* __restrict b = buffers[1];
     for (std::size_t i = begin; i < end; ++i) {
-      const float s = a[i] + b[i];
+      const float s = (a[i] + b[i]) * scale;
       a[i] = s;
       b[i] = s;
     }
@@ -51,6 +54,7 @@ void sum_into_all(const std::vector<float*>& buffers, std::size_t begin, std::si
       const float* __restrict in = buffers[m] + at;
       for (std::size_t i = 0; i < n; ++i) acc[i] += in[i];
     }
+    for (std::size_t i = 0; i < n; ++i) acc[i] *= scale;
     for (float* buffer : buffers) std::memcpy(buffer + at, acc, n * sizeof(float));
   }
 }
@@ -79,18 +83,19 @@ class Backoff {
 
 class SharedAllReduce final : public CommRequest {
  public:
-  SharedAllReduce(const SharedWindow& window, std::uint64_t epoch)
-      : window_(window), epoch_(epoch) {}
+  SharedAllReduce(const SharedWindow& window, std::uint64_t epoch, float scale)
+      : window_(window), epoch_(epoch), scale_(scale) {}
   ~SharedAllReduce() override { wait(); }
   void wait() override {
     Backoff backoff;
     while (!test()) backoff.pause();
   }
-  bool test() override { return done_ || (done_ = window_.advance(epoch_)); }
+  bool test() override { return done_ || (done_ = window_.advance(epoch_, scale_)); }
 
  private:
   const SharedWindow& window_;
   std::uint64_t epoch_;
+  float scale_;
   bool done_ = false;
 };
 
@@ -145,12 +150,12 @@ std::size_t SharedWindow::chunks() const noexcept {
   return std::max<std::size_t>(1, (count_ + kChunk - 1) / kChunk);
 }
 
-void SharedWindow::reduce_chunk(std::size_t chunk) const noexcept {
+void SharedWindow::reduce_chunk(std::size_t chunk, float scale) const noexcept {
   const std::size_t begin = chunk * kChunk;
-  sum_into_all(buffers_, begin, std::min(count_, begin + kChunk));
+  sum_into_all(buffers_, begin, std::min(count_, begin + kChunk), scale);
 }
 
-bool SharedWindow::advance(std::uint64_t epoch) const noexcept {
+bool SharedWindow::advance(std::uint64_t epoch, float scale) const noexcept {
   const std::uint64_t per_post = chunks();
   const std::uint64_t through = epoch * per_post;  // tickets of every post up to this one
   if (done().value.load(std::memory_order_acquire) >= through) return true;
@@ -161,7 +166,7 @@ bool SharedWindow::advance(std::uint64_t epoch) const noexcept {
   while (ticket < through) {
     if (claimed().value.compare_exchange_weak(ticket, ticket + 1, std::memory_order_acq_rel,
                                               std::memory_order_relaxed)) {
-      reduce_chunk(static_cast<std::size_t>(ticket - (epoch - 1) * per_post));
+      reduce_chunk(static_cast<std::size_t>(ticket - (epoch - 1) * per_post), scale);
       done().value.fetch_add(1, std::memory_order_release);
       ++ticket;
     }
@@ -169,7 +174,7 @@ bool SharedWindow::advance(std::uint64_t epoch) const noexcept {
   return done().value.load(std::memory_order_acquire) >= through;
 }
 
-std::unique_ptr<CommRequest> SharedWindow::iall_reduce_sum() {
+std::unique_ptr<CommRequest> SharedWindow::iall_reduce_sum(float scale) {
   if (done().value.load(std::memory_order_acquire) < epoch_ * chunks()) {
     // Posting now would let peers sum this buffer while the previous sum still writes it.
     throw Error(
@@ -178,7 +183,7 @@ std::unique_ptr<CommRequest> SharedWindow::iall_reduce_sum() {
   }
   ++epoch_;
   posted(rank_).value.store(epoch_, std::memory_order_release);
-  return std::make_unique<SharedAllReduce>(*this, epoch_);
+  return std::make_unique<SharedAllReduce>(*this, epoch_, scale);
 }
 
 }  // namespace meshtrain

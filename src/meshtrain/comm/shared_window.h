@@ -54,11 +54,13 @@ class SharedWindow {
   std::span<float> mine() const noexcept { return {buffers_[rank_], count_}; }
   std::size_t count() const noexcept { return count_; }
 
-  /// Posts x ← Σ over members of x for every member's buffer (see the file comment). Every
-  /// member must post, in the same order; a member's next post must come after its previous
-  /// request completed (else throws Error). The request's test() reduces claimable chunks and never
-  /// blocks; wait() reduces and spins (yielding the core) until every chunk is done.
-  std::unique_ptr<CommRequest> iall_reduce_sum();
+  /// Posts x ← scale · Σ over members of x for every member's buffer (see the file comment;
+  /// the product is taken of the f32 sum, in the pass that stores it). Every member must post,
+  /// in the same order and with the same scale; a member's next post must come after its
+  /// previous request completed (else throws Error). The request's test() reduces claimable
+  /// chunks and never blocks; wait() reduces and spins (yielding the core) until every chunk is
+  /// done.
+  std::unique_ptr<CommRequest> iall_reduce_sum(float scale);
 
  private:
   friend class SharedAllReduce;
@@ -70,10 +72,10 @@ class SharedWindow {
   Line& done() const noexcept { return control_[1]; }
   Line& posted(int member) const noexcept { return control_[2 + member]; }
   std::size_t chunks() const noexcept;
-  void reduce_chunk(std::size_t chunk) const noexcept;
-  /// Reduces chunks of post `epoch` while there are unclaimed ones and every member has
-  /// posted it; true when all of them are done.
-  bool advance(std::uint64_t epoch) const noexcept;
+  void reduce_chunk(std::size_t chunk, float scale) const noexcept;
+  /// Reduces chunks of post `epoch` (× scale) while there are unclaimed ones and every member
+  /// has posted it; true when all of them are done.
+  bool advance(std::uint64_t epoch, float scale) const noexcept;
 
   MPI_Win win_ = MPI_WIN_NULL;
   int rank_ = 0;

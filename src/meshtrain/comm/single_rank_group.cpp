@@ -52,7 +52,9 @@ class DetachedGroup final : public ProcessGroup {
   std::unique_ptr<CommRequest> do_iall_gather(std::span<const float>, std::span<float>) override {
     unreachable();
   }
-  std::unique_ptr<CommRequest> do_iall_reduce_sum(std::span<float>) override { unreachable(); }
+  std::unique_ptr<CommRequest> do_iall_reduce_sum(std::span<float>, float) override {
+    unreachable();
+  }
   std::unique_ptr<CommRequest> do_ireduce_scatter_sum(std::span<float>, std::span<float>) override {
     unreachable();
   }

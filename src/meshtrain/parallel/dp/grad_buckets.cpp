@@ -3,7 +3,6 @@
 #include <utility>
 
 #include "meshtrain/core/error.h"
-#include "meshtrain/kernels/kernels.h"
 
 namespace meshtrain {
 
@@ -72,7 +71,9 @@ void GradBuckets::post(Bucket& bucket) {
       watch_->check(*p, p->grad.span_f32(), 0, GradReduction::replicas, "all-reduce", dp_);
     }
   }
-  bucket.request = dp_.iall_reduce_sum(bucket.buffer.span_f32());
+  // The mean's 1/dp is taken as each sum is stored (one pass over the bucket fewer).
+  bucket.request =
+      dp_.iall_reduce_sum(bucket.buffer.span_f32(), 1.0f / static_cast<float>(dp_.size()));
 }
 
 void GradBuckets::grad_ready(const Parameter& p) {
@@ -100,7 +101,6 @@ void GradBuckets::progress() {
 
 void GradBuckets::all_reduce_mean() {
   if (dp_.size() == 1) return;
-  const float inv = 1.0f / static_cast<float>(dp_.size());
   posted_in_backward_ = 0;
   for (Bucket& bucket : buckets_) {
     if (bucket.request) {
@@ -113,7 +113,6 @@ void GradBuckets::all_reduce_mean() {
   for (Bucket& bucket : buckets_) {
     bucket.request->wait();
     bucket.request.reset();
-    kernels::scale_inplace(bucket.buffer.f32(), inv, bucket.buffer.numel());
     bucket.waiting = bucket.tracked;
   }
   for (auto& [p, t] : tracks_) t.done = 0;  // a step cut short must not carry counts over

@@ -65,8 +65,9 @@ class GradBuckets {
   void progress();
 
   /// Every grad ← mean over dp ranks of grad: posts the buckets not posted yet (in bucket
-  /// order), waits for all, divides by dp, and starts the next step's counts. No-op for a
-  /// group of one rank.
+  /// order) and waits for all, and starts the next step's counts. The 1/dp is the all-reduce's
+  /// scale (ProcessGroup::iall_reduce_sum), taken as each sum is stored over a shared window.
+  /// No-op for a group of one rank.
   void all_reduce_mean();
 
   std::size_t num_buckets() const noexcept { return buckets_.size(); }
