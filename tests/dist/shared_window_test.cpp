@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -141,6 +142,31 @@ TEST_P(SharedWindowPeers, TheEnvironmentCanTurnItOff) {
   const Tensor t = world->allocate_shared(16, MemCategory::comm);
   ::unsetenv("MESHTRAIN_SHM_ALL_REDUCE");
   EXPECT_FALSE(t.defined());
+}
+
+// Ranks whose environments disagree (rank 0 has MESHTRAIN_SHM_ALL_REDUCE=0, the others not)
+// all go by messages, none waits for the others in a window: the switch joins the MIN.
+TEST_P(SharedWindowPeers, RanksThatDisagreeAllGoByMessages) {
+  const auto world = test::runtime().world_group();
+  if (world->rank() == 0) ::setenv("MESHTRAIN_SHM_ALL_REDUCE", "0", 1);
+  const Tensor t = world->allocate_shared(16, MemCategory::comm);
+  ::unsetenv("MESHTRAIN_SHM_ALL_REDUCE");
+  EXPECT_FALSE(t.defined());
+}
+
+// A value other than 0 or 1 throws on every rank before any collective, naming the switch.
+TEST_P(SharedWindowPeers, AValueOtherThanZeroOrOneIsAnError) {
+  const auto world = test::runtime().world_group();
+  ::setenv("MESHTRAIN_SHM_ALL_REDUCE", "off", 1);
+  try {
+    world->allocate_shared(16, MemCategory::comm);
+    ADD_FAILURE() << "no error for MESHTRAIN_SHM_ALL_REDUCE=off";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("MESHTRAIN_SHM_ALL_REDUCE"), std::string::npos)
+        << e.what();
+  }
+  ::unsetenv("MESHTRAIN_SHM_ALL_REDUCE");
+  world->barrier();
 }
 
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(SharedWindowPeers);

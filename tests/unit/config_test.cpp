@@ -13,6 +13,7 @@
 #include "meshtrain/config/load.h"
 #include "meshtrain/config/validate.h"
 #include "meshtrain/core/allocator.h"
+#include "meshtrain/core/env_switch.h"
 
 namespace meshtrain {
 namespace {
@@ -156,6 +157,23 @@ TEST(ConfigValidate, ThreadsMustBeFromZeroTo1024) {
   }
 }
 
+// bucket_mib << 20 is the bucket in bytes: 2^43 MiB would wrap it negative (one bucket per
+// parameter, silently) were it not rejected.
+TEST(ConfigValidate, BucketMibMustBeFromOneMibToOneTib) {
+  Config c;
+  for (const std::int64_t bad : {std::int64_t{0}, std::int64_t{1048577}, std::int64_t{1} << 43}) {
+    c.parallel.bucket_mib = bad;
+    const std::string text = issues_text(c, 1);
+    EXPECT_NE(text.find("parallel.bucket_mib = " + std::to_string(bad)), std::string::npos)
+        << text;
+    EXPECT_NE(text.find("from 1 to 1048576 MiB"), std::string::npos) << text;
+  }
+  for (const std::int64_t good : {std::int64_t{1}, std::int64_t{4}, std::int64_t{1048576}}) {
+    c.parallel.bucket_mib = good;
+    EXPECT_TRUE(check_config(c, 1).empty()) << good;
+  }
+}
+
 TEST(ConfigValidate, WorldSizeMustEqualProductOfParallelSizes) {
   Config c;
   c.parallel.dp = 2;
@@ -222,6 +240,33 @@ TEST(ConfigValidate, RejectsBeforeAnyAllocation) {
   c.parallel.dp = 3;
   EXPECT_THROW(validate_or_throw(c, 2), ConfigError);
   EXPECT_EQ(alloc.total().peak_bytes, before);
+}
+
+// An on/off switch of the environment is 0 or 1; "off" or "true" is an error before any
+// allocation, never silently "on" (core/env_switch.h).
+TEST(ConfigValidate, EnvironmentSwitchMustBeZeroOrOne) {
+  Config c;
+  for (const char* bad : {"off", "true", "", "2"}) {
+    ::setenv(kShmAllReduceEnv, bad, 1);
+    try {
+      validate_or_throw(c, 1);
+      ADD_FAILURE() << "no error for '" << bad << "'";
+    } catch (const ConfigError& e) {
+      const std::string text = e.what();
+      EXPECT_NE(text.find(fmt::format("MESHTRAIN_SHM_ALL_REDUCE = '{}'", bad)), std::string::npos)
+          << text;
+      EXPECT_NE(text.find("must be 0 or 1"), std::string::npos) << text;
+    }
+    EXPECT_THROW(env_switch(kShmAllReduceEnv, true), ConfigError) << bad;
+  }
+  for (const auto& [text, on] : {std::pair{"0", false}, std::pair{"1", true}}) {
+    ::setenv(kShmAllReduceEnv, text, 1);
+    EXPECT_NO_THROW(validate_or_throw(c, 1)) << text;
+    EXPECT_EQ(env_switch(kShmAllReduceEnv, !on), on) << text;
+  }
+  ::unsetenv(kShmAllReduceEnv);
+  EXPECT_TRUE(env_switch(kShmAllReduceEnv, true));
+  EXPECT_FALSE(env_switch(kShmAllReduceEnv, false));
 }
 
 TEST(ConfigValidate, BatchSizeLearningRateScalingRules) {

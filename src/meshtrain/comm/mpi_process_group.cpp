@@ -11,6 +11,7 @@
 
 #include "meshtrain/comm/mpi_runtime.h"
 #include "meshtrain/comm/shared_window.h"
+#include "meshtrain/core/env_switch.h"
 #include "meshtrain/core/error.h"
 
 namespace meshtrain {
@@ -317,8 +318,9 @@ class MpiRequests final : public CommRequest {
 }  // namespace
 
 Tensor MpiProcessGroup::do_allocate_shared(std::int64_t count, MemCategory category) {
-  const char* env = std::getenv("MESHTRAIN_SHM_ALL_REDUCE");
-  if (env != nullptr && std::string_view(env) == "0") return {};
+  // Read before any collective, so that a bad value throws on every rank alike; the switch
+  // joins the MIN below, so ranks that disagree all take the messages, none hangs.
+  const bool wanted = env_switch(kShmAllReduceEnv, true);
   MPI_Comm node = MPI_COMM_NULL;
   check_mpi(MPI_Comm_split_type(comm_.get(), MPI_COMM_TYPE_SHARED, rank(), MPI_INFO_NULL, &node),
             "MPI_Comm_split_type", comm_.get());
@@ -326,7 +328,7 @@ Tensor MpiProcessGroup::do_allocate_shared(std::int64_t count, MemCategory categ
   int node_size = 0;
   check_mpi(MPI_Comm_size(node, &node_size), "MPI_Comm_size", comm_.get());
   // Every member must take the same path: a window only when the whole group is one node.
-  int all_here = node_size == size() ? 1 : 0;
+  int all_here = wanted && node_size == size() ? 1 : 0;
   check_mpi(MPI_Allreduce(MPI_IN_PLACE, &all_here, 1, MPI_INT, MPI_MIN, comm_.get()),
             "MPI_Allreduce", comm_.get());
   if (all_here == 0) return {};

@@ -133,7 +133,8 @@ class ProcessGroup {
   /// A zeroed f32 tensor [count], counted under `category`, in a shared-memory window that
   /// every member can load from and store to, when every member runs on this node (MPI-3
   /// MPI_Win_allocate_shared; comm/shared_window.h); an undefined Tensor otherwise, for a group
-  /// of one, or when the environment sets MESHTRAIN_SHM_ALL_REDUCE=0. iall_reduce_sum of
+  /// of one, or when any member's environment sets MESHTRAIN_SHM_ALL_REDUCE=0 (throws
+  /// ConfigError, before any collective, for a value other than 0 or 1). iall_reduce_sum of
   /// exactly such a tensor's span is then done in place by loads and stores (each element
   /// summed in rank order, bitwise the same on every rank and in every run) instead of by
   /// messages. Collective over this group, in the same order on every member; all members

@@ -4,13 +4,17 @@
 #include <fmt/ranges.h>
 
 #include <cmath>
+#include <optional>
 #include <string>
 #include <tuple>
 
 #include "meshtrain/config/pipeline_rules.h"
+#include "meshtrain/core/env_switch.h"
 
 namespace meshtrain {
 namespace {
+
+constexpr std::int64_t kMaxBucketMib = std::int64_t{1} << 20;  // 1 TiB
 
 // The divisors of n up to 1024, for suggestions in messages: O(1024) whatever n is (a huge
 // setting must get its error at once, not after a loop over n).
@@ -164,7 +168,10 @@ void check_parallel(const Config& c, int world_size, std::vector<ConfigIssue>& i
   check_context_parallel(c, issues);
   require(issues, p.dp >= 1, "parallel.dp", p.dp, "must be ≥ 1", "use 1 for a single process");
   require(issues, p.tp >= 1, "parallel.tp", p.tp, "must be ≥ 1", "use 1 for no tensor parallel");
-  require(issues, p.bucket_mib >= 1, "parallel.bucket_mib", p.bucket_mib, "must be ≥ 1 MiB",
+  // The upper bound keeps bucket_mib << 20 (bytes, int64) far from overflow; 1 TiB is more
+  // than any model's gradients, i.e. one bucket.
+  require(issues, p.bucket_mib >= 1 && p.bucket_mib <= kMaxBucketMib, "parallel.bucket_mib",
+          p.bucket_mib, "must be from 1 to 1048576 MiB (1 TiB)",
           "use 4 (the measured best on the project's machines)");
   if (p.tp >= 2) {
     // Megatron-LM's rules (Shoeybi et al. 2019, §3): heads and MLP features split evenly.
@@ -440,6 +447,10 @@ std::vector<ConfigIssue> check_config(const Config& config, int world_size) {
 
 void validate_or_throw(const Config& config, int world_size) {
   std::vector<ConfigIssue> issues = check_config(config, world_size);
+  // The environment's switches too, so that a bad one stops the run before any allocation.
+  if (std::optional<ConfigIssue> issue = env_switch_issue(kShmAllReduceEnv)) {
+    issues.push_back(*std::move(issue));
+  }
   if (!issues.empty()) throw ConfigError(config.source, std::move(issues));
 }
 
