@@ -9,6 +9,7 @@
 // one completed is refused, the counters count one all_reduce of the tensor's bytes, the
 // window's bytes are counted under the category asked for while the tensor lives, a dp
 // subgroup gets windows of its own, and MESHTRAIN_SHM_ALL_REDUCE=0 turns it off.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -21,6 +22,7 @@
 
 #include "dist_env.h"
 #include "meshtrain/core/error.h"
+#include "meshtrain/train/collective_verdict.h"
 
 namespace meshtrain {
 namespace {
@@ -167,6 +169,25 @@ TEST_P(SharedWindowPeers, AValueOtherThanZeroOrOneIsAnError) {
   }
   ::unsetenv("MESHTRAIN_SHM_ALL_REDUCE");
   world->barrier();
+}
+
+// A bad value on one rank only (the last) stops every rank with the same ConfigError, naming
+// that rank and its value, instead of leaving the others in their next collective (the
+// trainer's check, train/collective_verdict.h).
+TEST_P(SharedWindowPeers, ABadValueOnOneRankStopsEveryRank) {
+  const auto world = test::runtime().world_group();
+  if (world->rank() == world->size() - 1) ::setenv("MESHTRAIN_SHM_ALL_REDUCE", "off", 1);
+  try {
+    check_environment_for_all(*world);
+    ADD_FAILURE() << "no error on rank " << world->rank();
+  } catch (const ConfigError& e) {
+    const std::string text = e.what();
+    EXPECT_NE(text.find(fmt::format("MESHTRAIN_SHM_ALL_REDUCE = rank {}: 'off'", world->size() - 1)),
+              std::string::npos)
+        << text;
+  }
+  ::unsetenv("MESHTRAIN_SHM_ALL_REDUCE");
+  EXPECT_NO_THROW(check_environment_for_all(*world));
 }
 
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(SharedWindowPeers);

@@ -4,12 +4,10 @@
 #include <fmt/ranges.h>
 
 #include <cmath>
-#include <optional>
 #include <string>
 #include <tuple>
 
 #include "meshtrain/config/pipeline_rules.h"
-#include "meshtrain/core/env_switch.h"
 
 namespace meshtrain {
 namespace {
@@ -447,10 +445,6 @@ std::vector<ConfigIssue> check_config(const Config& config, int world_size) {
 
 void validate_or_throw(const Config& config, int world_size) {
   std::vector<ConfigIssue> issues = check_config(config, world_size);
-  // The environment's switches too, so that a bad one stops the run before any allocation.
-  if (std::optional<ConfigIssue> issue = env_switch_issue(kShmAllReduceEnv)) {
-    issues.push_back(*std::move(issue));
-  }
   if (!issues.empty()) throw ConfigError(config.source, std::move(issues));
 }
 

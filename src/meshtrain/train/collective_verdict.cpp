@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
+
+#include "meshtrain/core/env_switch.h"
 
 namespace meshtrain {
 namespace {
@@ -34,6 +37,17 @@ std::string first_error(ProcessGroup& group, const std::string& local_error) {
   const int root = group.size() - static_cast<int>(failing);
   const std::string message = broadcast_string(group, local_error, root);
   return fmt::format("rank {}: {}", group.world_ranks()[static_cast<std::size_t>(root)], message);
+}
+
+void check_environment_for_all(ProcessGroup& group) {
+  const std::optional<ConfigIssue> issue = env_switch_issue(kShmAllReduceEnv);
+  const std::string first = first_error(group, issue ? issue->value : "");
+  if (first.empty()) return;
+  throw ConfigError("the environment",
+                    {{kShmAllReduceEnv, first, "an on/off switch must be 0 or 1, on every rank",
+                      fmt::format("export {}=0 (off) or 1 (on) for every rank (mpirun -x {}), "
+                                  "or unset it",
+                                  kShmAllReduceEnv, kShmAllReduceEnv)}});
 }
 
 HighestReports reports_of_highest(ProcessGroup& group, int priority, const std::string& text,

@@ -48,6 +48,13 @@ bool on_any_rank(ProcessGroup& group, bool local);
 /// "rank R: ". Collective over `group` (one all-reduce, plus one broadcast on failure).
 std::string first_error(ProcessGroup& group, const std::string& local_error);
 
+/// The environment's on/off switches (core/env_switch.h), checked on every rank and agreed:
+/// `mpirun -x` can give each rank its own value, and a rank that stopped alone would leave
+/// the others waiting in their next collective. A bad value on any rank makes every rank
+/// throw the same ConfigError (source "the environment"), naming the lowest such rank and
+/// its value. Collective over `group` (one all-reduce, plus one broadcast on failure).
+void check_environment_for_all(ProcessGroup& group);
+
 /// One rank's part of reports_of_highest().
 struct RankReport {
   int rank = 0;  // world rank

@@ -213,11 +213,13 @@ std::span<float> first_grad(OptimizerShards& shards) {
 Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
     : config_(std::move(config)), options_(std::move(options)), world_(world) {
   validate_or_throw(config_, world.size());
+  check_environment_for_all(world);  // before any allocation, agreed by every rank
   faults_ = std::make_unique<FaultInjector>(config_.fault_injection, world.rank(),
                                             restart_count_from_env());
   ProcessGroup::set_debug_checks(config_.parallel.debug_collectives);
   // Every rank gets here with a valid config (validation is the same pure function on every
-  // rank), so the watchdog's collective start-up cannot leave one rank behind.
+  // rank, the environment's verdict an agreed one), so the watchdog's collective start-up
+  // cannot leave one rank behind.
   watchdog_ = start_watchdog(config_, world);
   RunMetadata metadata = load_run_metadata(config_);  // resolves model.vocab_size
   check_memory_or_throw(config_, options_.local_ranks);
