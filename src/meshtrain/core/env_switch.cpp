@@ -2,16 +2,23 @@
 
 #include <cstdlib>
 #include <string_view>
+#include <utility>
 
 namespace meshtrain {
+
+ConfigIssue bad_env_switch(const char* name, std::string value) {
+  return ConfigIssue{name, std::move(value), "an on/off switch must be 0 or 1, on every rank",
+                     fmt::format("export {0}=0 (off) or 1 (on) for every rank (mpirun -x {0}), "
+                                 "or unset it",
+                                 name)};
+}
 
 std::optional<ConfigIssue> env_switch_issue(const char* name) {
   const char* text = std::getenv(name);
   if (text == nullptr || std::string_view(text) == "0" || std::string_view(text) == "1") {
     return std::nullopt;
   }
-  return ConfigIssue{name, fmt::format("'{}'", text), "an on/off switch must be 0 or 1",
-                     fmt::format("export {}=0 (off) or 1 (on), or unset it", name)};
+  return bad_env_switch(name, fmt::format("'{}'", text));
 }
 
 bool env_switch(const char* name, bool unset) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 
 #include "meshtrain/core/error.h"
 
@@ -13,6 +14,10 @@ namespace meshtrain {
 /// dp group shares a node (comm/shared_window.h; docs/data_parallel.md). Every rank must see
 /// the same value (mpirun -x); where they differ, no rank uses the window.
 inline constexpr const char* kShmAllReduceEnv = "MESHTRAIN_SHM_ALL_REDUCE";
+
+/// The issue for switch `name` set to `value` (as it should read in the message, e.g.
+/// "'off'" or "rank 1: 'off'"): the rule (0 or 1, on every rank) and the fix.
+ConfigIssue bad_env_switch(const char* name, std::string value);
 
 /// The problem with switch `name`'s value, if any: none when unset, "0" or "1".
 std::optional<ConfigIssue> env_switch_issue(const char* name);

@@ -43,11 +43,7 @@ void check_environment_for_all(ProcessGroup& group) {
   const std::optional<ConfigIssue> issue = env_switch_issue(kShmAllReduceEnv);
   const std::string first = first_error(group, issue ? issue->value : "");
   if (first.empty()) return;
-  throw ConfigError("the environment",
-                    {{kShmAllReduceEnv, first, "an on/off switch must be 0 or 1, on every rank",
-                      fmt::format("export {}=0 (off) or 1 (on) for every rank (mpirun -x {}), "
-                                  "or unset it",
-                                  kShmAllReduceEnv, kShmAllReduceEnv)}});
+  throw ConfigError("the environment", {bad_env_switch(kShmAllReduceEnv, first)});
 }
 
 HighestReports reports_of_highest(ProcessGroup& group, int priority, const std::string& text,
