@@ -66,6 +66,26 @@ TEST(ConfigLoad, UnknownKeysAndWrongTypesAreAllReportedWithAFix) {
   }
 }
 
+// A whole number too large for int64 is out of range, not "not an integer"; a non-number stays
+// a type error.
+TEST(ConfigLoad, AWholeNumberBeyondInt64IsNamedAsOutOfRange) {
+  try {
+    load_config_text("", "t.toml",
+                     {{"parallel.bucket_mib", "99999999999999999999"},
+                      {"training.max_steps", "-99999999999999999999"},
+                      {"training.seed", "1e3"}});
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    ASSERT_EQ(e.issues().size(), 3u);
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_NE(e.issues()[i].rule.find("must fit a 64-bit integer"), std::string::npos)
+          << e.issues()[i].setting << ": " << e.issues()[i].rule;
+      EXPECT_NE(e.issues()[i].fix.find("<an integer>"), std::string::npos);
+    }
+    EXPECT_EQ(e.issues()[2].rule, "must be an integer");
+  }
+}
+
 // The fix for an unknown key: Megatron-LM's or nanoGPT's name for a setting points at
 // meshtrain's; a near typo gets "did you mean"; a key near nothing gets no misleading guess.
 TEST(ConfigLoad, UnknownKeyFixesNameMegatronAliasesAndOnlyNearKeys) {

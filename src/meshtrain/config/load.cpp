@@ -315,6 +315,15 @@ bool assign_text(const FieldRef& ref, const std::string& text) {
       ref);
 }
 
+// True when `text` is written as a whole number but does not fit the integer field's int64:
+// its rule is the range, not the type ("must be an integer" would mislead).
+bool beyond_int64(const Field& field, const std::string& text) {
+  if (!std::holds_alternative<std::int64_t*>(field.ref)) return false;
+  std::int64_t v = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  return ec == std::errc::result_out_of_range && ptr == text.data() + text.size();
+}
+
 // How to pass a value of the field's type on the command line.
 std::string fix_for_text(const Field& field) {
   return std::visit(
@@ -391,8 +400,14 @@ Config load_config_text(const std::string& toml_text, const std::string& source,
     if (field == nullptr) {
       issues.push_back(unknown_key(key, fields));
     } else if (!assign_text(field->ref, text)) {
-      issues.push_back(
-          {key, text, fmt::format("must be {}", type_name(field->ref)), fix_for_text(*field)});
+      issues.push_back(beyond_int64(*field, text)
+                           ? ConfigIssue{key, text,
+                                         "must fit a 64-bit integer (magnitude at most "
+                                         "9223372036854775807; the setting's own range is "
+                                         "narrower)",
+                                         fix_for_text(*field)}
+                           : ConfigIssue{key, text, fmt::format("must be {}", type_name(field->ref)),
+                                         fix_for_text(*field)});
     }
   }
   if (!issues.empty()) throw ConfigError(source, std::move(issues));
