@@ -400,14 +400,12 @@ Config load_config_text(const std::string& toml_text, const std::string& source,
     if (field == nullptr) {
       issues.push_back(unknown_key(key, fields));
     } else if (!assign_text(field->ref, text)) {
-      issues.push_back(beyond_int64(*field, text)
-                           ? ConfigIssue{key, text,
-                                         "must fit a 64-bit integer (magnitude at most "
-                                         "9223372036854775807; the setting's own range is "
-                                         "narrower)",
-                                         fix_for_text(*field)}
-                           : ConfigIssue{key, text, fmt::format("must be {}", type_name(field->ref)),
-                                         fix_for_text(*field)});
+      const std::string rule =
+          beyond_int64(*field, text)
+              ? "must fit a 64-bit integer (magnitude at most 9223372036854775807; the "
+                "setting's own range is narrower)"
+              : fmt::format("must be {}", type_name(field->ref));
+      issues.push_back({key, text, rule, fix_for_text(*field)});
     }
   }
   if (!issues.empty()) throw ConfigError(source, std::move(issues));
