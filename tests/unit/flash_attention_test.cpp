@@ -677,6 +677,27 @@ TEST(FlashAttentionKernel, CausalTileSkippingKeepsTheFullProductsBits) {
   EXPECT_EQ(none.k_end, 40);
 }
 
+// The register-blocked transpose against the element-by-element definition, bit for bit: whole
+// kVec × kVec blocks, ragged rows and columns past them, and the zeroed padding columns.
+TEST(FlashAttentionKernel, PackTransposedEqualsTheElementByElementTranspose) {
+  constexpr std::int64_t kVec = cpu::flash::kVec;
+  const std::int64_t sizes[] = {1, kVec - 1, kVec, kVec + 3, 3 * kVec, 3 * kVec + 5};
+  for (const std::int64_t n : sizes) {
+    for (const std::int64_t hd : sizes) {
+      const std::int64_t stride = hd + 7, padded = cpu::flash::round_up(n, kVec) + kVec;
+      const std::int64_t ld = padded + 2;
+      const auto src = randn(zu(n * stride), "pack.src");
+      std::vector<float> got(zu(hd * ld), -1.0f), want(zu(hd * ld), -1.0f);
+      for (std::int64_t c = 0; c < hd; ++c) {
+        for (std::int64_t r = 0; r < padded; ++r)
+          want[zu(c * ld + r)] = r < n ? 0.75f * src[zu(r * stride + c)] : 0.0f;
+      }
+      cpu::flash::pack_transposed(src.data(), stride, n, hd, 0.75f, ld, padded, got.data());
+      EXPECT_EQ(got, want) << "n=" << n << " hd=" << hd;
+    }
+  }
+}
+
 TEST(FlashAttentionKernelDeathTest, BadDimsAndStridesAbort) {
   // OpenMP threads exist by now: re-execute the binary for each death test instead of fork().
   GTEST_FLAG_SET(death_test_style, "threadsafe");
