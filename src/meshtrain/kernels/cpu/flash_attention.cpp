@@ -83,16 +83,30 @@ struct ForwardOperands {
 /// (row stride kBr), columns [br, nq) padding; on return it holds P̃ᵀ = exp(S − m_new) with 0
 /// wherever a key is masked, m is the new running max, l the rescaled running sum plus this tile's
 /// row sums, and alpha the factor e^(m_old − m_new) the caller applies to O.
+///
+/// Key row j is visible to columns [lo, br) (first_visible). Its whole vectors below lo are
+/// masked: the loops start at the vector that holds lo and write 0 below it (on the causal
+/// diagonal about half a tile's entries need no exp), and a row visible to every column runs
+/// without the mask's compares and selects. Neither changes a bit: a masked entry leaves m as it
+/// is, adds +0 to l and has P̃ = 0 either way.
 void online_softmax(float* st, std::int64_t bc, std::int64_t br, std::int64_t nq,
                     AttentionMask mask, std::int64_t diag, float* m, float* l, float* alpha) {
   float* m_new = alpha;  // alpha holds the new max until the factors are computed
   std::copy(m, m + nq, m_new);
   const int n = static_cast<int>(nq), hi = static_cast<int>(br);  // ≤ kBr
+  const auto vector_below = [](int lo) {
+    return lo / static_cast<int>(kVec) * static_cast<int>(kVec);
+  };
   for (std::int64_t j = 0; j < bc; ++j) {
     const int lo = first_visible(mask, diag, j);
     const float* s = st + j * kBr;
+    if (lo == 0 && hi == n) {
 #pragma omp simd
-    for (int r = 0; r < n; ++r) {
+      for (int r = 0; r < n; ++r) m_new[r] = s[r] > m_new[r] ? s[r] : m_new[r];
+      continue;
+    }
+#pragma omp simd
+    for (int r = vector_below(lo); r < n; ++r) {
       const bool visible = (r >= lo) & (r < hi);  // `&`, not `&&`: no branch, so it vectorises
       m_new[r] = (visible & (s[r] > m_new[r])) ? s[r] : m_new[r];
     }
@@ -110,8 +124,18 @@ void online_softmax(float* st, std::int64_t bc, std::int64_t br, std::int64_t nq
   for (std::int64_t j = 0; j < bc; ++j) {
     const int lo = first_visible(mask, diag, j);
     float* s = st + j * kBr;
+    if (lo == 0 && hi == n) {
 #pragma omp simd
-    for (int r = 0; r < n; ++r) {
+      for (int r = 0; r < n; ++r) {
+        s[r] = cpu::exp_approx(s[r] - m[r]);
+        l[r] += s[r];
+      }
+      continue;
+    }
+    const int r0 = vector_below(lo);
+    std::fill(s, s + r0, 0.0f);
+#pragma omp simd
+    for (int r = r0; r < n; ++r) {
       const bool visible = (r >= lo) & (r < hi);
       // exp of every entry, then a select: branch-free. Masked entries get a finite argument
       // (s − m may be −inf − −inf = NaN there, and exp_approx would convert NaN to int).
