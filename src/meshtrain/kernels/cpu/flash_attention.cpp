@@ -85,10 +85,10 @@ struct ForwardOperands {
 /// row sums, and alpha the factor e^(m_old − m_new) the caller applies to O.
 ///
 /// Key row j is visible to columns [lo, br) (first_visible). Its whole vectors below lo are
-/// masked: the loops start at the vector that holds lo and write 0 below it (on the causal
-/// diagonal about half a tile's entries need no exp), and a row visible to every column runs
-/// without the mask's compares and selects. Neither changes a bit: a masked entry leaves m as it
-/// is, adds +0 to l and has P̃ = 0 either way.
+/// masked: the loops start at the vector that holds lo and write 0 below it (a causal diagonal
+/// tile masks about half its entries, most of them in whole vectors), and a row visible to every
+/// column runs without the mask's compares and selects. Neither changes a bit: a masked entry
+/// leaves m as it is, adds +0 to l and has P̃ = 0 either way.
 void online_softmax(float* st, std::int64_t bc, std::int64_t br, std::int64_t nq,
                     AttentionMask mask, std::int64_t diag, float* m, float* l, float* alpha) {
   float* m_new = alpha;  // alpha holds the new max until the factors are computed

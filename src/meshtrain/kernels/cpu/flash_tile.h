@@ -293,10 +293,12 @@ inline void pack_transposed(const float* src, std::int64_t stride, std::int64_t 
       for (std::int64_t i = 0; i < kVec; ++i) store(dst + (c0 + i) * ld + r0, rows[i]);
     }
   }
-  // The edges: columns past the whole blocks of every row, and rows past the whole blocks.
+  // The edges, element by element: the columns past the whole blocks of the rows in blocks,
+  // then every column of the rows past them.
   for (std::int64_t r = 0; r < n; ++r) {
     const float* s = src + r * stride;
-    for (std::int64_t c = r < n_whole ? hd_whole : 0; c < hd; ++c) dst[c * ld + r] = scale * s[c];
+    const std::int64_t c_begin = r < n_whole ? hd_whole : 0;
+    for (std::int64_t c = c_begin; c < hd; ++c) dst[c * ld + r] = scale * s[c];
   }
   for (std::int64_t c = 0; c < hd; ++c)
     std::fill(dst + c * ld + n, dst + c * ld + cols_padded, 0.0f);
