@@ -36,7 +36,6 @@ void adamw_step(std::span<float> w, std::span<float> m, std::span<float> v,
   const float one_minus_beta2 = static_cast<float>(1.0 - static_cast<double>(beta2));
   const float eps = params.eps;
   const float grad_scale = params.grad_scale;
-  const bool scaled = grad_scale != 1.0f;
   const std::int64_t n = static_cast<std::int64_t>(w.size());
   float* wp = w.data();
   float* mp = m.data();
@@ -46,8 +45,12 @@ void adamw_step(std::span<float> w, std::span<float> m, std::span<float> v,
   // exp_avg_sq.mul_().addcmul_(), denom = sqrt(v)/√bc2 + eps, param.addcdiv_(m, denom).
 #pragma omp parallel for simd schedule(static) if (n >= cpu::kParallelGrain)
   for (std::int64_t i = 0; i < n; ++i) {
-    // The same single rounding of g·scale as clip_grads' scale_inplace wrote back before.
-    const float gi = scaled ? gp[i] * grad_scale : gp[i];
+    // The same single rounding of g·scale as clip_grads' scale_inplace wrote back before; with
+    // no clipping (scale 1) the product is g exactly. Unconditional: a `scale != 1 ? g·scale :
+    // g` here left GCC vectorising only the scaled loop, and the unscaled one, the usual case
+    // once the norm is under the limit, ran scalar at 4.4× the time (10.7M parameters on 1
+    // Zen 5 core: 25.5 against 5.8 ms).
+    const float gi = gp[i] * grad_scale;
     wp[i] *= decay;
     mp[i] = mp[i] * beta1 + one_minus_beta1 * gi;
     vp[i] = vp[i] * beta2 + one_minus_beta2 * (gi * gi);
