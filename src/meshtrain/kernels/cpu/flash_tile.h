@@ -19,21 +19,18 @@
 #include <utility>
 
 #include "meshtrain/core/error.h"
+#include "meshtrain/kernels/cpu/vec_transpose.h"
 #include "meshtrain/kernels/kernels.h"
 
 namespace meshtrain::kernels::cpu::flash {
 
 #if defined(MESHTRAIN_FLASH_VEC)
 inline constexpr std::int64_t kVec = MESHTRAIN_FLASH_VEC;
-#elif defined(__AVX512F__)
-inline constexpr std::int64_t kVec = 16;
-#elif defined(__AVX__)
-inline constexpr std::int64_t kVec = 8;
-#else  // SSE, NEON: 16-byte registers (a wider vector_size would also warn -Wpsabi there)
-inline constexpr std::int64_t kVec = 4;
+#else
+inline constexpr std::int64_t kVec = kLanes;
 #endif
 
-using VecF [[gnu::vector_size(kVec * sizeof(float))]] = float;
+using VecF = FloatVec<kVec>;
 
 /// Rows of the micro-kernel's C tile: 6 rows × 2 vectors = 12 accumulators, which with the 2
 /// B vectors and the broadcast A value is 15 of AVX2's 16 registers (BLIS's Haswell 6×16
@@ -257,26 +254,6 @@ inline Rows rows_operand(const float* src, std::int64_t stride, std::int64_t n, 
   return {dst, hdp};
 }
 
-namespace detail {
-/// One butterfly stage of a kVec × kVec transpose in registers: for rows i (bit W clear) and
-/// i + W, the off-diagonal W-wide blocks of each 2W × 2W block trade places. After the stages
-/// W = kVec/2, …, 2, 1, row i holds column i. __builtin_shufflevector with constant indices
-/// lets GCC pick the permute instructions (vpermt2ps, vunpcklps, …) for each width.
-template <int W, std::size_t... J>
-inline void butterfly(VecF& lo, VecF& hi, std::index_sequence<J...>) {
-  const VecF a = lo, b = hi;
-  lo = __builtin_shufflevector(a, b, ((J & W) ? kVec + J - W : J)...);
-  hi = __builtin_shufflevector(a, b, ((J & W) ? kVec + J : J + W)...);
-}
-template <int W>
-inline void transpose_stage(VecF (&rows)[kVec]) {
-  for (std::int64_t i = 0; i < kVec; ++i) {
-    if ((i & W) == 0) butterfly<W>(rows[i], rows[i + W], std::make_index_sequence<kVec>{});
-  }
-  if constexpr (W > 1) transpose_stage<W / 2>(rows);
-}
-}  // namespace detail
-
 /// dst [hd, ld] ← scale · (rows [0, n) of src)ᵀ; columns [n, cols_padded) are zero. Whole
 /// kVec × kVec blocks are transposed in registers (one load, one multiply and one store per
 /// vector, log2(kVec) shuffle stages): an element-by-element copy stores one float at a time
@@ -289,7 +266,7 @@ inline void pack_transposed(const float* src, std::int64_t stride, std::int64_t 
     for (std::int64_t c0 = 0; c0 < hd_whole; c0 += kVec) {
       VecF rows[kVec];
       for (std::int64_t i = 0; i < kVec; ++i) rows[i] = scale * load(src + (r0 + i) * stride + c0);
-      detail::transpose_stage<kVec / 2>(rows);
+      transpose_in_registers(rows);
       for (std::int64_t i = 0; i < kVec; ++i) store(dst + (c0 + i) * ld + r0, rows[i]);
     }
   }
