@@ -5,7 +5,8 @@
 # aux loss, which is over a micro-batch's tokens, sees the same token sets. The train loss must
 # fall from ln(65) ≈ 4.17 to a mean over the last 5 steps below 3.0 and the val loss below 3.0
 # (a unigram model stays near 3.3); both layouts must give the same losses (dropless routing:
-# they are the same computation, within 1e-4 over 80 steps); the metrics must carry every MoE
+# the same computation up to the order of the gradient sums, dp all-reduce against accumulation;
+# see the check below); the metrics must carry every MoE
 # layer's routing (8 experts' token counts summing to tokens·top_k, imbalance ≥ 1, aux loss) and,
 # at ep 2, expert-parallel traffic; the checkpoint must sample text that starts with the prompt.
 # Usage: moe_training.sh <meshtrain binary> <prepared data dir>
@@ -50,9 +51,25 @@ for name, lines in runs.items():
     print(f"ok   {name}: loss {first['loss']:.3f} -> {last['loss']:.3f} (last 5: {tail:.3f}), "
           f"val {last['val_loss']:.3f}, imbalance {max(x['imbalance'] for x in last['moe']):.2f}")
 assert all(l["ep_comm_bytes"] > 0 for l in runs["ep2"]), "ep 2: no expert-parallel traffic"
-worst = max(abs(a["loss"] - b["loss"]) / a["loss"] for a, b in zip(runs["ep1"], runs["ep2"]))
-assert worst < 1e-4, f"ep 2 vs 1 rank: losses differ by {worst:.2e} relative"
-print(f"ok   ep 2 = 1 rank: losses within {worst:.1e} relative")
+# Top-k routing is discontinuous: where two experts' router scores tie within rounding, the
+# ≈ 1e-10 relative difference of the two layouts' gradient sums can pick the other expert, and
+# from that step on the runs follow different (equally good) trajectories. Measured on a Zen 5
+# core: no such tie in 80 steps with glibc's expf in the cross-entropy; one at step 59 with
+# cpu::exp_approx (< 1 ulp apart), after which the losses drift apart by up to 3e-4. So the
+# losses must agree within 1e-6 while both layouts route every token alike (a broken expert
+# parallel differs at step 1), the routing must agree for the first 20 steps, and after a tie
+# the losses must stay within 2e-3.
+def routing(line):
+    return [layer["tokens_per_expert"] for layer in line["moe"]]
+pairs = list(zip(runs["ep1"], runs["ep2"]))
+split = next((i for i, (a, b) in enumerate(pairs) if routing(a) != routing(b)), len(pairs))
+assert split >= 20, f"ep 2 vs 1 rank: routing differs from step {split + 1} (expected none before 21)"
+rel = [abs(a["loss"] - b["loss"]) / a["loss"] for a, b in pairs]
+same, after = max(rel[:split]), max(rel[split:], default=0.0)
+assert same < 1e-6, f"ep 2 vs 1 rank: losses differ by {same:.2e} relative with the same routing"
+assert after < 2e-3, f"ep 2 vs 1 rank: losses differ by {after:.2e} relative after a routing tie"
+print(f"ok   ep 2 = 1 rank: same routing for {split} steps, losses within {same:.1e} relative; "
+      f"after: within {after:.1e}")
 PY
 for run in one ep2; do
   out=$("$BIN" sample "$WORK/$run" --prompt "ROMEO:" --tokens 50)

@@ -10,8 +10,11 @@
 // This is the log-sum-exp trick split over column ranges: log Σ exp(z_j) = m + log Σ exp(z_j − m)
 // with m = max z, so every exponent is ≤ 0 (no overflow) and the largest term is exactly 1 (the
 // sum cannot underflow to 0). Each partial sum runs in double: a 50k-entry vocabulary would
-// otherwise lose ≈ √V·ε_f32 to rounding, and the exps dominate the cost anyway. One shard
-// (first = 0, valid = V) is the unsharded loss.
+// otherwise lose ≈ √V·ε_f32 to rounding. The exps are cpu::exp_approx (< 1 ulp, vector_math.h)
+// and the max, the sums and the backward run in vector lanes (OpenMP simd reductions, a fixed
+// order for a given build and row length): glibc's scalar expf made these kernels ≈ 48 % of
+// the GPT-2 BPE job's step (V = 50,257; perf on 1 Zen 5 core), and the step took 470 ms
+// against 265 with them vectorised. One shard (first = 0, valid = V) is the unsharded loss.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -19,6 +22,7 @@
 
 #include "meshtrain/core/error.h"
 #include "meshtrain/kernels/cpu/cpu_util.h"
+#include "meshtrain/kernels/cpu/vector_math.h"
 #include "meshtrain/kernels/kernels.h"
 
 namespace meshtrain::kernels {
@@ -31,9 +35,11 @@ void check_dims(std::int64_t rows, std::int64_t V_local, std::int64_t valid, con
 
 // −inf is the identity of the max all-reduce: a rank without vocabulary rows does not move the
 // global max.
+// A max is exact whatever the order, so the lanes' maxima give the sequential one's value.
 inline float row_max_of(const float* row, std::int64_t valid) {
   float m = -std::numeric_limits<float>::infinity();
-  for (std::int64_t j = 0; j < valid; ++j) m = std::max(m, row[j]);
+#pragma omp simd reduction(max : m)
+  for (std::int64_t j = 0; j < valid; ++j) m = row[j] > m ? row[j] : m;
   return m;
 }
 
@@ -41,7 +47,8 @@ inline float row_max_of(const float* row, std::int64_t valid) {
 inline void row_sum_exp(const float* row, float m, std::int32_t target, std::int64_t first,
                         std::int64_t valid, float* sum_exp, float* target_logit) {
   double sum = 0.0;
-  for (std::int64_t j = 0; j < valid; ++j) sum += static_cast<double>(std::exp(row[j] - m));
+#pragma omp simd reduction(+ : sum)
+  for (std::int64_t j = 0; j < valid; ++j) sum += static_cast<double>(cpu::exp_approx(row[j] - m));
   *sum_exp = static_cast<float>(sum);
   const std::int64_t local = static_cast<std::int64_t>(target) - first;
   *target_logit = local >= 0 && local < valid ? row[local] : 0.0f;
@@ -112,7 +119,8 @@ void vocab_shard_cross_entropy_backward(const float* logits, const float* lse,
     const std::int32_t target = targets[r];
     MT_CHECK(target >= 0, "vocab_shard_cross_entropy_backward: target {} of row {} is negative",
              target, r);
-    for (std::int64_t j = 0; j < valid; ++j) drow[j] = scale * std::exp(row[j] - row_lse);
+#pragma omp simd
+    for (std::int64_t j = 0; j < valid; ++j) drow[j] = scale * cpu::exp_approx(row[j] - row_lse);
     // Padding columns get an exact zero: their logits are garbage (an inf or NaN there must not
     // reach the lm_head weight gradient).
     std::fill(drow + valid, drow + V_local, 0.0f);
