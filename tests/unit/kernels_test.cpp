@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "meshtrain/core/rng.h"
+#include "meshtrain/kernels/cpu/vec.h"
 #include "meshtrain/kernels/cpu/vector_math.h"
 
 namespace meshtrain::kernels {
@@ -406,9 +408,9 @@ TEST(GeluKernel, ForwardMatchesFormulaAndBackwardMatchesFiniteDifferences) {
   gelu_forward(x.data(), y.data(), 200);
   std::vector<double> y_ref(200);
   for (std::size_t i = 0; i < 200; ++i) y_ref[i] = gelu_ref(x[i]);
-  // A handful of f32 operations and one tanhf (≤ 2 ulp): a few ε relative, except that
-  // 1 + tanh(u) cancels for x ≪ 0, leaving an absolute error ≈ ε·|x| (same formula, and the
-  // same cancellation, as PyTorch's).
+  // A handful of f32 operations, one exp (< 1 ulp) and one division: a few ε relative. The
+  // kernel forms ½(1 + tanh u) as 1/(1 + e^(−2u)), which does not cancel for x ≪ 0 as
+  // PyTorch's 1 + tanh(u) does (an absolute error ≈ ε·|x| there).
   expect_all_near(y, y_ref, 1e-6, 1e-6, "y");
 
   gelu_backward(x.data(), dy.data(), dx.data(), 200);
@@ -420,6 +422,29 @@ TEST(GeluKernel, ForwardMatchesFormulaAndBackwardMatchesFiniteDifferences) {
   // output (≈ ε·|y|/2h ≈ 1e-5) plus truncation h²·|gelu‴|/6 ≲ 2e-5 at h = 1e-2 (|gelu‴| ≲ 1).
   // Measured max abs error 3.4e-5; tolerance 2e-4.
   expect_all_near(dx, numeric_grad(x, loss, 1e-2f), 2e-4, 2e-4, "dx");
+}
+
+TEST(GeluKernel, AnElementsResultDoesNotDependOnItsPositionAndNaNPropagates) {
+  // The kernels run whole vectors and one partial tail vector: an element alone (n = 1, the
+  // tail path) must give the bits it gets inside a long array (the whole-vector path).
+  const std::int64_t n = 203;
+  auto x = randn(static_cast<std::size_t>(n), "gelu.pos.x", 3.0f);
+  const auto dy = randn(static_cast<std::size_t>(n), "gelu.pos.dy");
+  x[5] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> y(x.size()), dx(x.size());
+  gelu_forward(x.data(), y.data(), n);
+  gelu_backward(x.data(), dy.data(), dx.data(), n);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    float yi = 0.0f, dxi = 0.0f;
+    gelu_forward(&x[i], &yi, 1);
+    gelu_backward(&x[i], &dy[i], &dxi, 1);
+    if (i == 5) {
+      EXPECT_TRUE(std::isnan(y[i]) && std::isnan(yi) && std::isnan(dx[i]) && std::isnan(dxi));
+      continue;
+    }
+    EXPECT_EQ(std::bit_cast<std::uint32_t>(yi), std::bit_cast<std::uint32_t>(y[i])) << "x[" << i << "]";
+    EXPECT_EQ(std::bit_cast<std::uint32_t>(dxi), std::bit_cast<std::uint32_t>(dx[i])) << "x[" << i << "]";
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1496,7 +1521,8 @@ TEST(AdamWKernel, ThreeStepsMatchDoublePrecisionReference) {
 }  // namespace
 }  // namespace meshtrain::kernels
 
-// The vectorisable exp used by GELU and the attention softmax (kernels/cpu/vector_math.h).
+// The vectorisable exps (kernels/cpu/vector_math.h): exp_approx, which the attention softmax and
+// the cross-entropy use in `omp simd` loops, and exp_approx_vec on native vectors (GELU, SwiGLU).
 
 namespace meshtrain::kernels {
 namespace {
@@ -1516,6 +1542,43 @@ TEST(ExpApproxKernel, WithinTwoUlpOfDoublePrecisionExpOverTheUsedRange) {
   EXPECT_LT(cpu::exp_approx(-1000.0f), 1e-37f);
   EXPECT_GE(cpu::exp_approx(-1000.0f), 0.0f);
   EXPECT_TRUE(std::isfinite(cpu::exp_approx(1000.0f)));
+}
+
+TEST(ExpApproxKernel, VectorFormWithinTwoUlpAgreesWithTheScalarFormAndKeepsNaN) {
+  // The same grid as above, a native vector at a time. On AVX-512 the vector form rounds
+  // x/ln2 and scales by 2ⁿ with other instructions (VRNDSCALEPS, VSCALEFPS), so it may differ
+  // from exp_approx where the rounding ties differently: by at most 1 ulp.
+  using V = cpu::FloatVec<cpu::kLanes>;
+  double worst = 0.0, worst_vs_scalar = 0.0;
+  int differ = 0, total = 0;
+  for (int i0 = -87 * 64; i0 <= 88 * 64; i0 += static_cast<int>(cpu::kLanes)) {
+    V x{};
+    for (int l = 0; l < cpu::kLanes; ++l) x[l] = static_cast<float>(std::min(i0 + l, 88 * 64)) / 64.0f;
+    const V e = cpu::exp_approx_vec(x);
+    for (int l = 0; l < cpu::kLanes; ++l) {
+      const double ref = std::exp(static_cast<double>(x[l]));
+      worst = std::max(worst, std::abs(static_cast<double>(e[l]) - ref) / ref);
+      const float scalar = cpu::exp_approx(x[l]);
+      worst_vs_scalar = std::max(worst_vs_scalar, std::abs(static_cast<double>(e[l]) - scalar) /
+                                                      static_cast<double>(scalar));
+      differ += e[l] != scalar;
+      ++total;
+    }
+  }
+  std::printf("exp_approx_vec max relative error %.3g; differs from exp_approx in %d of %d (max %.3g)\n",
+              worst, differ, total, worst_vs_scalar);
+  EXPECT_LE(worst, 2.4e-7);
+  EXPECT_LE(worst_vs_scalar, 1.2e-7);
+  // Clamped ends as the scalar form's; NaN stays NaN (a NaN loss must surface, not become 0).
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const V ends = cpu::exp_approx_vec(V{} + -1000.0f), big = cpu::exp_approx_vec(V{} + 1000.0f);
+  const V nans = cpu::exp_approx_vec(V{} + nan);
+  for (int l = 0; l < cpu::kLanes; ++l) {
+    EXPECT_GE(ends[l], 0.0f);
+    EXPECT_LT(ends[l], 1e-37f);
+    EXPECT_TRUE(std::isfinite(big[l]));
+    EXPECT_TRUE(std::isnan(nans[l]));
+  }
 }
 
 }  // namespace

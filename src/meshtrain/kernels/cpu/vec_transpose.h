@@ -4,43 +4,16 @@
 // keep a per-row order of operations but want each vector lane to be one row (the tiled
 // attention's transposed operand packs, LayerNorm's row sums).
 //
-// Vectors are GCC vector extensions (`vector_size`), so one source serves AVX-512 (16 floats
-// under -march=native with __AVX512F__), AVX2 (8) and anything else (4).
+// Vectors are vec.h's GCC vector extensions.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 #include <utility>
 
+#include "meshtrain/kernels/cpu/vec.h"
+
 namespace meshtrain::kernels::cpu {
-
-/// Floats in one native vector register.
-#if defined(__AVX512F__)
-inline constexpr std::int64_t kLanes = 16;
-#elif defined(__AVX__)
-inline constexpr std::int64_t kLanes = 8;
-#else  // SSE, NEON: 16-byte registers (a wider vector_size would also warn -Wpsabi there)
-inline constexpr std::int64_t kLanes = 4;
-#endif
-
-/// N floats as one GCC vector.
-template <std::int64_t N>
-using FloatVec [[gnu::vector_size(N * sizeof(float))]] = float;
-
-template <std::int64_t N>
-inline FloatVec<N> load_vec(const float* p) {
-  FloatVec<N> v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-template <std::int64_t N>
-inline void store_vec(float* p, const FloatVec<N>& v) {
-  std::memcpy(p, &v, sizeof v);
-}
-
-/// Lanes of a float vector type V.
-template <typename V>
-inline constexpr std::int64_t lanes_of = static_cast<std::int64_t>(sizeof(V) / sizeof(float));
 
 namespace detail {
 /// One butterfly stage of an N × N transpose in registers: for rows i (bit W clear) and

@@ -1,14 +1,19 @@
 // src/meshtrain/kernels/cpu/vector_math.h
 //
-// exp for float that the compiler can vectorise. glibc's expf/tanhf are scalar calls (glibc
-// declares its vector variants only under -ffast-math, which we do not use), and in a GPT
-// step they were ≈35 % of the CPU time (perf, GELU's tanh and the attention softmax).
+// exp for float that the compiler can vectorise (exp_approx, for `omp simd` loops) and exp on
+// native vectors (exp_approx_vec). glibc's expf/tanhf are scalar calls (glibc declares its
+// vector variants only under -ffast-math, which we do not use), and in a GPT step they were
+// ≈35 % of the CPU time (perf, GELU's tanh and the attention softmax).
 // Private to kernels/cpu.
 #pragma once
 
 #include <bit>
 #include <cmath>
 #include <cstdint>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 namespace meshtrain::kernels::cpu {
 
@@ -37,6 +42,60 @@ inline float exp_approx(float x) {
   // 2^n built in the exponent field; n in [-126, 127] after the clamp.
   const std::int32_t bits = (static_cast<std::int32_t>(n) + 127) << 23;
   return p * std::bit_cast<float>(bits);
+}
+
+namespace detail {
+/// e^r for r = x − n·ln2 (|r| ≤ ln2/2): exp_approx's reduction and polynomial, on vectors.
+template <typename V>
+inline V exp_reduced_polynomial(V x, V n) {
+  V r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  V p = V{} + 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  return p * r * r + r + 1.0f;
+}
+}  // namespace detail
+
+/// exp_approx on every lane of a float vector V (vec.h): the same clamp, range reduction and
+/// polynomial. Written on vectors because GCC 12, vectorising the scalar form in a loop, turns
+/// the clamp into three branches and specialises the code after it for each (the GELU's loop
+/// divided twice per vector). On AVX-512 the rounding of x/ln2 is one VRNDSCALEPS and the
+/// product p·2ⁿ one VSCALEFPS, in place of the rounding constant, the integer conversion and
+/// the exponent-field arithmetic: the GELU's loop 3.9 → 3.2 ns per 16 floats (one Zen 5 core,
+/// operands in L2). The results agree with exp_approx to within 1 ulp (n can differ where
+/// x/ln2 rounded in float lies on a tie that the exact product does not; e^x is then reached
+/// from the other side). NaN stays NaN. Also for vectors narrower or wider than a zmm, with
+/// the scalar form's operations lane by lane.
+template <typename V>
+inline V exp_approx_vec(V x) {
+#if defined(__AVX512F__)
+  if constexpr (sizeof(V) == sizeof(__m512)) {
+    // The zero-masking forms with every lane set: the plain intrinsics pass GCC 12's
+    // _mm512_undefined_ps() through, which -Wmaybe-uninitialized reports.
+    constexpr __mmask16 kAll = 0xFFFF;
+    // max(lo, x) and min(hi, ·) return their second operand when it is NaN: NaN stays NaN.
+    __m512 c = _mm512_maskz_max_ps(kAll, _mm512_set1_ps(-87.3f), std::bit_cast<__m512>(x));
+    c = _mm512_maskz_min_ps(kAll, _mm512_set1_ps(88.3f), c);
+    x = std::bit_cast<V>(c);
+    const __m512 t = std::bit_cast<__m512>(x * 1.44269504088896341f);
+    const V n = std::bit_cast<V>(
+        _mm512_maskz_roundscale_ps(kAll, t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    const V p = detail::exp_reduced_polynomial(x, n);
+    return std::bit_cast<V>(
+        _mm512_maskz_scalef_ps(kAll, std::bit_cast<__m512>(p), std::bit_cast<__m512>(n)));
+  }
+#endif
+  using I [[gnu::vector_size(sizeof(V))]] = std::int32_t;
+  const V lo = V{} + -87.3f, hi = V{} + 88.3f;
+  x = x < lo ? lo : (x > hi ? hi : x);
+  constexpr float kRound = 12582912.0f;
+  const V n = (x * 1.44269504088896341f + kRound) - kRound;
+  const I bits = (__builtin_convertvector(n, I) + 127) << 23;
+  return detail::exp_reduced_polynomial(x, n) * std::bit_cast<V>(bits);
 }
 
 }  // namespace meshtrain::kernels::cpu
