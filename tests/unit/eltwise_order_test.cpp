@@ -9,7 +9,7 @@
 //  - LayerNorm rows, normalised 8 at a time: mean = (Σ x in column order)·(1/C), rstd from the
 //    squared deviations rounded each and added in column order, y = fma((x − μ)·rstd, w, b),
 //    and dx of a row the same whether the row comes alone or among others;
-//  - sum_squares: 8 double lanes per block of 8192, each lane one multiply-add per element.
+//  - sum_squares: 32 double lanes per block of 8192, each lane one multiply-add per element.
 // In the references a product is rounded on its own whenever it is stored before it is added
 // (a stored product has a use that is not an add, so the compiler cannot contract it), and
 // every fused multiply-add is spelled std::fma.
@@ -202,10 +202,11 @@ TEST(LayerNormOrder, BackwardRowsDoNotDependOnTheirGroupAndGradientsSumRowsInOrd
   }
 }
 
-TEST(SumSquaresOrder, EightDoubleLanesPerBlockOfMultiplyAddsWithAnyThreadCount) {
+TEST(SumSquaresOrder, ThirtyTwoDoubleLanesPerBlockOfMultiplyAddsWithAnyThreadCount) {
   const ThreadCountGuard guard;
   constexpr std::int64_t kBlock = 8192;  // elementwise.cpp's partition, fixed by n alone
-  for (const std::int64_t n : {std::int64_t{5}, std::int64_t{8192}, std::int64_t{5 * 8192 + 13}}) {
+  // n: a tail alone, whole blocks, and blocks with a tail of 45 = one group of 32 and 13.
+  for (const std::int64_t n : {std::int64_t{5}, std::int64_t{8192}, std::int64_t{5 * 8192 + 45}}) {
     SCOPED_TRACE("n " + std::to_string(n));
     // Magnitudes spread over decades, so that the lanes' sums round at almost every add and
     // any change of order shows.
@@ -215,10 +216,10 @@ TEST(SumSquaresOrder, EightDoubleLanesPerBlockOfMultiplyAddsWithAnyThreadCount) 
     double ref = 0.0;
     for (std::int64_t i0 = 0; i0 < n; i0 += kBlock) {
       const std::int64_t len = std::min(kBlock, n - i0);
-      double lane[8] = {};
+      double lane[32] = {};
       std::int64_t i = 0;
-      for (; i + 8 <= len; i += 8) {
-        for (int l = 0; l < 8; ++l) {
+      for (; i + 32 <= len; i += 32) {
+        for (int l = 0; l < 32; ++l) {
           const double v = static_cast<double>(x[static_cast<std::size_t>(i0 + i + l)]);
           lane[l] = std::fma(v, v, lane[l]);
         }
