@@ -260,6 +260,44 @@ TEST(FusedAdamW, GradScaleIsClipThenStepBitwise) {
   EXPECT_EQ(clip_coefficient(7.5, 0.0), 1.0f);  // max_norm ≤ 0: no clipping
 }
 
+TEST(FusedAdamW, AllTensorsInOneRegionAreEachTensorsStepBitwise) {
+  // Sizes below and above the parallel grain, odd ones, one spanning a thread boundary: the
+  // flat split cuts tensors anywhere (mid-vector too), which an element-wise update must not
+  // notice. Weight decay differs per tensor, as between weights and biases.
+  const std::vector<std::size_t> sizes{1, 17, 384, 16384, 40000, 65 * 128 + 3, 100003, 5};
+  std::vector<std::vector<float>> w0, m0, v0, g;
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    const std::string tag = "adam.all." + std::to_string(k);
+    w0.push_back(randn(sizes[k], tag + ".w"));
+    m0.push_back(randn(sizes[k], tag + ".m", 0.1f));
+    v0.push_back(randn(sizes[k], tag + ".v", 0.1f));
+    for (float& x : v0.back()) x *= x;
+    g.push_back(randn(sizes[k], tag + ".g", 3.0f));
+  }
+  const auto params = [](std::size_t k) {
+    return kernels::AdamWParams{.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                                .weight_decay = k % 2 == 0 ? 0.1f : 0.0f, .grad_scale = 0.5f};
+  };
+  kernels::set_num_threads(1);
+  auto w_ref = w0, m_ref = m0, v_ref = v0;
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    kernels::adamw_step(w_ref[k], m_ref[k], v_ref[k], g[k], params(k), 4);
+  }
+  for (const int threads : {1, 2, 3}) {
+    kernels::set_num_threads(threads);
+    auto w = w0, m = m0, v = v0;
+    std::vector<kernels::AdamWTensor> tensors;
+    for (std::size_t k = 0; k < sizes.size(); ++k) tensors.push_back({w[k], m[k], v[k], g[k], params(k)});
+    kernels::adamw_step_all(tensors, 4);
+    for (std::size_t k = 0; k < sizes.size(); ++k) {
+      EXPECT_TRUE(same_bits(w[k], w_ref[k])) << "tensor " << k << " threads " << threads;
+      EXPECT_TRUE(same_bits(m[k], m_ref[k])) << "tensor " << k << " threads " << threads;
+      EXPECT_TRUE(same_bits(v[k], v_ref[k])) << "tensor " << k << " threads " << threads;
+    }
+  }
+  kernels::set_num_threads(1);
+}
+
 // --- Through TransformerBlock ------------------------------------------------------------------
 
 // A stand-in for attention / MLP: y = scale·x + shift per element, with a parameter-free

@@ -413,4 +413,17 @@ struct AdamWParams {
 void adamw_step(std::span<float> w, std::span<float> m, std::span<float> v,
                 std::span<const float> g, const AdamWParams& params, std::int64_t step);
 
+/// One tensor of adamw_step_all: w, m, v [n] updated, g [n] read, with its own params (weight
+/// decay differs between tensors).
+struct AdamWTensor {
+  std::span<float> w, m, v;
+  std::span<const float> g;
+  AdamWParams params;
+};
+/// adamw_step on every tensor, bitwise the same, in one parallel region over their
+/// concatenated elements (AdamW over a flat buffer without copying into one): a model's many
+/// small tensors (biases, norm weights) are split across the threads like its large ones.
+/// Errors: a tensor whose sizes differ, step < 1 (before anything is written).
+void adamw_step_all(std::span<const AdamWTensor> tensors, std::int64_t step);
+
 }  // namespace meshtrain::kernels

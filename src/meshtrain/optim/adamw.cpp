@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <vector>
 
 #include "meshtrain/kernels/kernels.h"
 
@@ -21,22 +22,25 @@ AdamW::AdamW(const ParameterList& params, const AdamWConfig& config)
 
 void AdamW::step(double lr, float grad_scale) {
   ++step_;
+  std::vector<kernels::AdamWTensor>& tensors = step_tensors_;  // keeps its capacity
+  tensors.clear();
   for (std::size_t i = 0; i < shards_.size(); ++i) {
     const OptimizerShard& s = shards_[i];
     if (s.end == s.begin) continue;
     const Parameter& p = *s.param;
-    const kernels::AdamWParams hp{
-        .lr = static_cast<float>(lr),
-        .beta1 = static_cast<float>(config_.beta1),
-        .beta2 = static_cast<float>(config_.beta2),
-        .eps = static_cast<float>(config_.eps),
-        .weight_decay = p.weight_decay ? static_cast<float>(config_.weight_decay) : 0.0f,
-        .grad_scale = grad_scale,
-    };
     Tensor master = s.master;  // a handle: the update writes through to the shard's storage
-    kernels::adamw_step(master.span_f32(), m_[i].span_f32(), v_[i].span_f32(), s.grad.span_f32(),
-                        hp, step_);
+    tensors.push_back({master.span_f32(), m_[i].span_f32(), v_[i].span_f32(), s.grad.span_f32(),
+                       kernels::AdamWParams{
+                           .lr = static_cast<float>(lr),
+                           .beta1 = static_cast<float>(config_.beta1),
+                           .beta2 = static_cast<float>(config_.beta2),
+                           .eps = static_cast<float>(config_.eps),
+                           .weight_decay =
+                               p.weight_decay ? static_cast<float>(config_.weight_decay) : 0.0f,
+                           .grad_scale = grad_scale,
+                       }});
   }
+  kernels::adamw_step_all(tensors, step_);
 }
 
 double global_grad_norm(const ParameterList& params) {

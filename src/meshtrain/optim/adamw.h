@@ -8,6 +8,7 @@
 
 #include "meshtrain/comm/process_group.h"
 #include "meshtrain/core/tensor.h"
+#include "meshtrain/kernels/kernels.h"
 #include "meshtrain/layers/parameter.h"
 #include "meshtrain/layers/placement.h"
 
@@ -27,7 +28,7 @@ class AdamW {
   AdamW(OptimizerShards shards, const AdamWConfig& config);
   /// Whole fp32 parameters (whole_shards): steps p.value with p.grad.
   AdamW(const ParameterList& params, const AdamWConfig& config);
-  /// One step at learning rate `lr` on every shard (kernels::adamw_step), with the gradients
+  /// One step at learning rate `lr` on every shard (kernels::adamw_step_all), with the gradients
   /// multiplied by `grad_scale` inside the update (clip_coefficient: clipping folded into the
   /// pass over the parameters; the gradients are not written).
   void step(double lr, float grad_scale = 1.0f);
@@ -42,6 +43,7 @@ class AdamW {
   OptimizerShards shards_;
   AdamWConfig config_;
   std::vector<Tensor> m_, v_;
+  std::vector<kernels::AdamWTensor> step_tensors_;  // step()'s list, kept: no allocation per step
   std::int64_t step_ = 0;
 };
 

@@ -7,6 +7,9 @@
 // multiplier), then
 //   m = β1·m + (1 − β1)·g        v = β2·v + (1 − β2)·g²
 //   w -= lr/(1 − β1^t) · m / (√v / √(1 − β2^t) + eps)
+#include <omp.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -16,47 +19,102 @@
 
 namespace meshtrain::kernels {
 
+namespace {
+
+// One tensor's update with its scalars formed once; update(i0, i1) runs elements [i0, i1) on
+// the calling thread.
+class AdamWUpdate {
+ public:
+  AdamWUpdate(const AdamWTensor& t, std::int64_t step)
+      : wp_(t.w.data()), mp_(t.m.data()), vp_(t.v.data()), gp_(t.g.data()) {
+    const AdamWParams& params = t.params;
+    // Scalars in double as PyTorch computes them in Python floats; each enters the f32 update
+    // as one rounded constant, so the per-element arithmetic is f32 like PyTorch's kernels.
+    const double steps = static_cast<double>(step);
+    const double bias_correction1 = 1.0 - std::pow(static_cast<double>(params.beta1), steps);
+    const double bias_correction2 = 1.0 - std::pow(static_cast<double>(params.beta2), steps);
+    decay_ = static_cast<float>(1.0 - static_cast<double>(params.lr) * params.weight_decay);
+    step_size_ = static_cast<float>(params.lr / bias_correction1);
+    sqrt_bc2_ = static_cast<float>(std::sqrt(bias_correction2));
+    beta1_ = params.beta1;
+    beta2_ = params.beta2;
+    one_minus_beta1_ = static_cast<float>(1.0 - static_cast<double>(beta1_));
+    one_minus_beta2_ = static_cast<float>(1.0 - static_cast<double>(beta2_));
+    eps_ = params.eps;
+    grad_scale_ = params.grad_scale;
+  }
+
+  void update(std::int64_t i0, std::int64_t i1) const {
+    float* wp = wp_;
+    float* mp = mp_;
+    float* vp = vp_;
+    const float* gp = gp_;
+    const float decay = decay_, step_size = step_size_, sqrt_bc2 = sqrt_bc2_;
+    const float beta1 = beta1_, beta2 = beta2_, eps = eps_, grad_scale = grad_scale_;
+    const float one_minus_beta1 = one_minus_beta1_, one_minus_beta2 = one_minus_beta2_;
+    // Same operation order as PyTorch's param.mul_, exp_avg.mul_().add_(),
+    // exp_avg_sq.mul_().addcmul_(), denom = sqrt(v)/√bc2 + eps, param.addcdiv_(m, denom).
+#pragma omp simd
+    for (std::int64_t i = i0; i < i1; ++i) {
+      // The same single rounding of g·scale as clip_grads' scale_inplace wrote back before;
+      // with no clipping (scale 1) the product is g exactly. Unconditional: a `scale != 1 ?
+      // g·scale : g` here left GCC vectorising only the scaled loop, and the unscaled one, the
+      // usual case once the norm is under the limit, ran scalar at 4.4× the time (10.7M
+      // parameters on 1 Zen 5 core: 25.5 against 5.8 ms).
+      const float gi = gp[i] * grad_scale;
+      wp[i] *= decay;
+      mp[i] = mp[i] * beta1 + one_minus_beta1 * gi;
+      vp[i] = vp[i] * beta2 + one_minus_beta2 * (gi * gi);
+      const float denom = std::sqrt(vp[i]) / sqrt_bc2 + eps;
+      wp[i] -= step_size * (mp[i] / denom);
+    }
+  }
+
+ private:
+  float* wp_;
+  float* mp_;
+  float* vp_;
+  const float* gp_;
+  float decay_, step_size_, sqrt_bc2_, beta1_, beta2_, one_minus_beta1_, one_minus_beta2_, eps_,
+      grad_scale_;
+};
+
+}  // namespace
+
+void adamw_step_all(std::span<const AdamWTensor> tensors, std::int64_t step) {
+  MT_CHECK(step >= 1, "adamw_step: step is 1-based, got {}", step);
+  std::int64_t total = 0;
+  for (const AdamWTensor& t : tensors) {
+    MT_CHECK(t.m.size() == t.w.size() && t.v.size() == t.w.size() && t.g.size() == t.w.size(),
+             "adamw_step: sizes differ: w={} m={} v={} g={}", t.w.size(), t.m.size(), t.v.size(),
+             t.g.size());
+    total += static_cast<std::int64_t>(t.w.size());
+  }
+  // One region for all tensors: each thread takes one contiguous range [lo, hi) of the
+  // concatenated elements (starting on a 64-byte line of the flat order), whatever tensors it
+  // spans, so small tensors (biases, norms) no longer run on one thread each with a fork and
+  // join apiece. Element-wise, so the same bits for any split. Nothing is allocated.
+#pragma omp parallel if (total >= cpu::kParallelGrain)
+  {
+    const std::int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const std::int64_t lines = (total + cpu::kColumnAlign - 1) / cpu::kColumnAlign;
+    const std::int64_t lo = std::min(total, lines * t / threads * cpu::kColumnAlign);
+    const std::int64_t hi = std::min(total, lines * (t + 1) / threads * cpu::kColumnAlign);
+    std::int64_t begin = 0;  // tensor's first element in the flat order
+    for (const AdamWTensor& tensor : tensors) {
+      const std::int64_t end = begin + static_cast<std::int64_t>(tensor.w.size());
+      if (end > lo && begin < hi) {
+        AdamWUpdate(tensor, step).update(std::max(lo, begin) - begin, std::min(hi, end) - begin);
+      }
+      begin = end;
+    }
+  }
+}
+
 void adamw_step(std::span<float> w, std::span<float> m, std::span<float> v,
                 std::span<const float> g, const AdamWParams& params, std::int64_t step) {
-  MT_CHECK(m.size() == w.size() && v.size() == w.size() && g.size() == w.size(),
-           "adamw_step: sizes differ: w={} m={} v={} g={}", w.size(), m.size(), v.size(), g.size());
-  MT_CHECK(step >= 1, "adamw_step: step is 1-based, got {}", step);
-  // Scalars in double as PyTorch computes them in Python floats; each enters the f32 update
-  // as one rounded constant, so the per-element arithmetic is f32 like PyTorch's kernels.
-  const double t = static_cast<double>(step);
-  const double bias_correction1 = 1.0 - std::pow(static_cast<double>(params.beta1), t);
-  const double bias_correction2 = 1.0 - std::pow(static_cast<double>(params.beta2), t);
-  const float decay =
-      static_cast<float>(1.0 - static_cast<double>(params.lr) * params.weight_decay);
-  const float step_size = static_cast<float>(params.lr / bias_correction1);
-  const float sqrt_bc2 = static_cast<float>(std::sqrt(bias_correction2));
-  const float beta1 = params.beta1;
-  const float beta2 = params.beta2;
-  const float one_minus_beta1 = static_cast<float>(1.0 - static_cast<double>(beta1));
-  const float one_minus_beta2 = static_cast<float>(1.0 - static_cast<double>(beta2));
-  const float eps = params.eps;
-  const float grad_scale = params.grad_scale;
-  const std::int64_t n = static_cast<std::int64_t>(w.size());
-  float* wp = w.data();
-  float* mp = m.data();
-  float* vp = v.data();
-  const float* gp = g.data();
-  // Same operation order as PyTorch's param.mul_, exp_avg.mul_().add_(),
-  // exp_avg_sq.mul_().addcmul_(), denom = sqrt(v)/√bc2 + eps, param.addcdiv_(m, denom).
-#pragma omp parallel for simd schedule(static) if (n >= cpu::kParallelGrain)
-  for (std::int64_t i = 0; i < n; ++i) {
-    // The same single rounding of g·scale as clip_grads' scale_inplace wrote back before; with
-    // no clipping (scale 1) the product is g exactly. Unconditional: a `scale != 1 ? g·scale :
-    // g` here left GCC vectorising only the scaled loop, and the unscaled one, the usual case
-    // once the norm is under the limit, ran scalar at 4.4× the time (10.7M parameters on 1
-    // Zen 5 core: 25.5 against 5.8 ms).
-    const float gi = gp[i] * grad_scale;
-    wp[i] *= decay;
-    mp[i] = mp[i] * beta1 + one_minus_beta1 * gi;
-    vp[i] = vp[i] * beta2 + one_minus_beta2 * (gi * gi);
-    const float denom = std::sqrt(vp[i]) / sqrt_bc2 + eps;
-    wp[i] -= step_size * (mp[i] / denom);
-  }
+  const AdamWTensor one{w, m, v, g, params};
+  adamw_step_all(std::span<const AdamWTensor>(&one, 1), step);
 }
 
 }  // namespace meshtrain::kernels
