@@ -1,11 +1,11 @@
 // bench/eltwise_bench.cpp
 //
 // The element-wise kernels of a GPT training step (GELU fused with the fc bias, SwiGLU for
-// Llama-style MLPs, LayerNorm,
-// the f32 → bf16 cast of matmul inputs, AdamW, the grad-norm sum of squares, gradient zeroing)
-// on the shapes of the 6-layer/384 model (T 256, micro-batch 4: 1024 rows, MLP width 1536,
-// 10.6 M parameters), each rated in GB/s of the bytes it must move (every array read once and
-// written once) against memcpy of the same bytes, measured side by side in the same run.
+// Llama-style MLPs, LayerNorm, the f32 → bf16 cast of matmul inputs, AdamW, the grad-norm sum
+// of squares, gradient zeroing) on the shapes of the 6-layer/384 model (T 256, micro-batch 4:
+// 1024 rows, MLP width 1536, 10.6 M parameters), each rated in GB/s of the bytes it must move
+// (every array read once and written once) against memcpy of the same bytes, measured side by
+// side in the same run.
 //
 //   eltwise_bench [threads] [--rows R] [--c C] [--params N] [--rounds K] [--only NAME]
 //                 [--cpu-time] [--dump PATH]
@@ -150,9 +150,8 @@ std::vector<Case> make_cases(const Shapes& s, Buffers& b) {
                    }});
   // SwiGLU (Llama's MLP) on [rows, F]: gate and up read, out written; the backward reads gate,
   // up and dout and writes dgate and dup (here into dx and y).
-  cases.push_back({"swiglu_forward", 3.0 * fl * static_cast<double>(rf), [&b, rf] {
-                     k::swiglu_forward(b.pre.data(), b.dy.data(), b.y.data(), rf);
-                   }});
+  cases.push_back({"swiglu_forward", 3.0 * fl * static_cast<double>(rf),
+                   [&b, rf] { k::swiglu_forward(b.pre.data(), b.dy.data(), b.y.data(), rf); }});
   cases.push_back({"swiglu_backward", 5.0 * fl * static_cast<double>(rf), [&b, rf] {
                      k::swiglu_backward(b.pre.data(), b.dy.data(), b.dy.data(), b.dx.data(),
                                         b.y.data(), rf);

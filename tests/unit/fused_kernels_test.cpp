@@ -275,8 +275,12 @@ TEST(FusedAdamW, AllTensorsInOneRegionAreEachTensorsStepBitwise) {
     g.push_back(randn(sizes[k], tag + ".g", 3.0f));
   }
   const auto params = [](std::size_t k) {
-    return kernels::AdamWParams{.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
-                                .weight_decay = k % 2 == 0 ? 0.1f : 0.0f, .grad_scale = 0.5f};
+    return kernels::AdamWParams{.lr = 3e-3f,
+                                .beta1 = 0.9f,
+                                .beta2 = 0.95f,
+                                .eps = 1e-8f,
+                                .weight_decay = k % 2 == 0 ? 0.1f : 0.0f,
+                                .grad_scale = 0.5f};
   };
   kernels::set_num_threads(1);
   auto w_ref = w0, m_ref = m0, v_ref = v0;
@@ -287,7 +291,8 @@ TEST(FusedAdamW, AllTensorsInOneRegionAreEachTensorsStepBitwise) {
     kernels::set_num_threads(threads);
     auto w = w0, m = m0, v = v0;
     std::vector<kernels::AdamWTensor> tensors;
-    for (std::size_t k = 0; k < sizes.size(); ++k) tensors.push_back({w[k], m[k], v[k], g[k], params(k)});
+    for (std::size_t k = 0; k < sizes.size(); ++k)
+      tensors.push_back({w[k], m[k], v[k], g[k], params(k)});
     kernels::adamw_step_all(tensors, 4);
     for (std::size_t k = 0; k < sizes.size(); ++k) {
       EXPECT_TRUE(same_bits(w[k], w_ref[k])) << "tensor " << k << " threads " << threads;

@@ -420,10 +420,12 @@ struct AdamWTensor {
   std::span<const float> g;
   AdamWParams params;
 };
-/// adamw_step on every tensor, bitwise the same, in one parallel region over their
-/// concatenated elements (AdamW over a flat buffer without copying into one): a model's many
-/// small tensors (biases, norm weights) are split across the threads like its large ones.
-/// Errors: a tensor whose sizes differ, step < 1 (before anything is written).
+/// adamw_step on every tensor (f32, step 1-based), bitwise the same, in one parallel region
+/// over their concatenated elements (AdamW over a flat buffer without copying into one): a
+/// model's many small tensors (biases, norm weights) are split across the threads like its
+/// large ones. The tensors must not overlap one another, and g must not alias w, m or v (two
+/// threads could update the same element). Errors (checked before anything is written): a
+/// tensor whose sizes differ, step < 1.
 void adamw_step_all(std::span<const AdamWTensor> tensors, std::int64_t step);
 
 }  // namespace meshtrain::kernels

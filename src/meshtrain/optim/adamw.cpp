@@ -29,16 +29,16 @@ void AdamW::step(double lr, float grad_scale) {
     if (s.end == s.begin) continue;
     const Parameter& p = *s.param;
     Tensor master = s.master;  // a handle: the update writes through to the shard's storage
-    tensors.push_back({master.span_f32(), m_[i].span_f32(), v_[i].span_f32(), s.grad.span_f32(),
-                       kernels::AdamWParams{
-                           .lr = static_cast<float>(lr),
-                           .beta1 = static_cast<float>(config_.beta1),
-                           .beta2 = static_cast<float>(config_.beta2),
-                           .eps = static_cast<float>(config_.eps),
-                           .weight_decay =
-                               p.weight_decay ? static_cast<float>(config_.weight_decay) : 0.0f,
-                           .grad_scale = grad_scale,
-                       }});
+    tensors.push_back(
+        {master.span_f32(), m_[i].span_f32(), v_[i].span_f32(), s.grad.span_f32(),
+         kernels::AdamWParams{
+             .lr = static_cast<float>(lr),
+             .beta1 = static_cast<float>(config_.beta1),
+             .beta2 = static_cast<float>(config_.beta2),
+             .eps = static_cast<float>(config_.eps),
+             .weight_decay = p.weight_decay ? static_cast<float>(config_.weight_decay) : 0.0f,
+             .grad_scale = grad_scale,
+         }});
   }
   kernels::adamw_step_all(tensors, step_);
 }

@@ -21,8 +21,8 @@ namespace meshtrain::kernels {
 
 namespace {
 
-// One tensor's update with its scalars formed once; update(i0, i1) runs elements [i0, i1) on
-// the calling thread.
+// One tensor's update with its scalars formed once per thread and tensor; update(i0, i1) runs
+// elements [i0, i1) on the calling thread.
 class AdamWUpdate {
  public:
   AdamWUpdate(const AdamWTensor& t, std::int64_t step)
@@ -82,24 +82,27 @@ class AdamWUpdate {
 }  // namespace
 
 void adamw_step_all(std::span<const AdamWTensor> tensors, std::int64_t step) {
-  MT_CHECK(step >= 1, "adamw_step: step is 1-based, got {}", step);
+  MT_CHECK(step >= 1, "adamw_step_all: step is 1-based, got {}", step);
   std::int64_t total = 0;
-  for (const AdamWTensor& t : tensors) {
+  for (std::size_t k = 0; k < tensors.size(); ++k) {
+    const AdamWTensor& t = tensors[k];
     MT_CHECK(t.m.size() == t.w.size() && t.v.size() == t.w.size() && t.g.size() == t.w.size(),
-             "adamw_step: sizes differ: w={} m={} v={} g={}", t.w.size(), t.m.size(), t.v.size(),
-             t.g.size());
+             "adamw_step_all: tensor {}: sizes differ: w={} m={} v={} g={}", k, t.w.size(),
+             t.m.size(), t.v.size(), t.g.size());
     total += static_cast<std::int64_t>(t.w.size());
   }
   // One region for all tensors: each thread takes one contiguous range [lo, hi) of the
-  // concatenated elements (starting on a 64-byte line of the flat order), whatever tensors it
+  // concatenated elements, cut at multiples of 16 elements of that order, whatever tensors it
   // spans, so small tensors (biases, norms) no longer run on one thread each with a fork and
-  // join apiece. Element-wise, so the same bits for any split. Nothing is allocated.
+  // join apiece. Element-wise, so the same bits for any split. (A cut inside a tensor whose
+  // base is not 64-byte aligned in the flat order shares one cache line between two threads:
+  // false sharing at one line per thread, no race.) Nothing is allocated.
 #pragma omp parallel if (total >= cpu::kParallelGrain)
   {
-    const std::int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
-    const std::int64_t lines = (total + cpu::kColumnAlign - 1) / cpu::kColumnAlign;
-    const std::int64_t lo = std::min(total, lines * t / threads * cpu::kColumnAlign);
-    const std::int64_t hi = std::min(total, lines * (t + 1) / threads * cpu::kColumnAlign);
+    const std::int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
+    const std::int64_t blocks = (total + cpu::kColumnAlign - 1) / cpu::kColumnAlign;
+    const std::int64_t lo = std::min(total, blocks * thread / threads * cpu::kColumnAlign);
+    const std::int64_t hi = std::min(total, blocks * (thread + 1) / threads * cpu::kColumnAlign);
     std::int64_t begin = 0;  // tensor's first element in the flat order
     for (const AdamWTensor& tensor : tensors) {
       const std::int64_t end = begin + static_cast<std::int64_t>(tensor.w.size());

@@ -10,6 +10,7 @@
 
 #include "meshtrain/core/error.h"
 #include "meshtrain/kernels/cpu/cpu_util.h"
+#include "meshtrain/kernels/cpu/vec.h"
 #include "meshtrain/kernels/kernels.h"
 
 namespace meshtrain::kernels {
@@ -20,22 +21,23 @@ namespace {
 constexpr std::int64_t kSumBlock = 8192;
 // Independent double accumulators inside a block: element i of a block's whole groups of 32
 // goes to lane i mod 32, the tail to lane 0; the lanes are added in order at the end. A fixed
-// order without -ffast-math. 32 lanes are four chains of 8 doubles (one zmm each): with one
-// chain per 8 lanes the FMA latency, not memory, bounded the pass (8 lanes, as before
-// 2026-12-06: 2 floats per cycle, 30 GB/s on one Zen 5 core; eltwise_bench `sum_squares`).
+// order without -ffast-math. 32 lanes are four chains of 8 doubles (one zmm each with
+// AVX-512): with one chain per 8 lanes the FMA latency, not memory, bounded the pass (8 lanes,
+// as before 2026-12-06: 2 floats per cycle, 30 GB/s on one Zen 5 core; eltwise_bench
+// `sum_squares`). Each lane is one multiply-add per element: the body's v·v + acc is
+// contracted into an FMA (GCC's default -ffp-contract=fast, an FMA target as -march=native
+// gives on every x86 CPU since Haswell); the tail spells std::fma.
 constexpr std::int64_t kSumLanes = 32;
 constexpr std::int64_t kChain = 8;  // doubles per accumulator vector
 using DoubleVec [[gnu::vector_size(kChain * sizeof(double))]] = double;
-using FloatChain [[gnu::vector_size(kChain * sizeof(float))]] = float;
 
 double block_sum_squares(const float* x, std::int64_t n) {
   DoubleVec acc[kSumLanes / kChain] = {};
   std::int64_t i = 0;
   for (; i + kSumLanes <= n; i += kSumLanes) {
     for (std::int64_t c = 0; c < kSumLanes / kChain; ++c) {
-      FloatChain f;
-      std::memcpy(&f, x + i + c * kChain, sizeof f);
-      const DoubleVec v = __builtin_convertvector(f, DoubleVec);
+      const DoubleVec v =
+          __builtin_convertvector(cpu::load_vec<kChain>(x + i + c * kChain), DoubleVec);
       acc[c] += v * v;  // contracted: one multiply-add per element
     }
   }

@@ -1,12 +1,11 @@
 // src/meshtrain/kernels/cpu/vec.h
 //
 // Private to kernels/cpu: the native float vector as a GCC vector extension (`vector_size`),
-// so one source serves AVX-512 (16 floats under -march=native with __AVX512F__), AVX2 (8)
+// so one source serves AVX-512 (16 floats under -march=native with __AVX512F__), AVX/AVX2 (8)
 // and anything else (4), its loads and stores, whole and partial, and element-wise loops over
 // whole vectors with the tail in one partial vector.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
