@@ -25,7 +25,9 @@ namespace {
 
 using cpu::for_each_vector;
 using cpu::kLanes;
+using cpu::load_lanes;
 using cpu::parallel_vectors;
+using cpu::store_lanes;
 using V = cpu::FloatVec<kLanes>;
 
 constexpr float kSqrt2OverPi = 0.7978845608028654f;  // √(2/π)
@@ -52,7 +54,7 @@ inline V dgelu_of(V v, V dy) {
 void gelu_forward(const float* x, float* y, std::int64_t n) {
   MT_CHECK(n >= 0, "gelu_forward: n={}", n);
   parallel_vectors(n, [=](std::int64_t i, std::int64_t c) {
-    cpu::store_lanes(y + i, gelu_of(cpu::load_lanes(x + i, c)), c);
+    store_lanes(y + i, gelu_of(load_lanes(x + i, c)), c);
   });
 }
 
@@ -60,7 +62,7 @@ void gelu_backward(const float* x, const float* dy, float* dx, std::int64_t n) {
   MT_CHECK(n >= 0, "gelu_backward: n={}", n);
   // dx may alias dy: each vector is read before it is written.
   parallel_vectors(n, [=](std::int64_t i, std::int64_t c) {
-    cpu::store_lanes(dx + i, dgelu_of(cpu::load_lanes(x + i, c), cpu::load_lanes(dy + i, c)), c);
+    store_lanes(dx + i, dgelu_of(load_lanes(x + i, c), load_lanes(dy + i, c)), c);
   });
 }
 
@@ -74,12 +76,12 @@ void bias_gelu_forward(float* pre, const float* bias, float* y, std::int64_t row
     float* pr = pre + r * F;
     float* yr = y + r * F;
     for_each_vector(F, [=](std::int64_t j, std::int64_t c) {
-      V p = cpu::load_lanes(pr + j, c);
+      V p = load_lanes(pr + j, c);
       if (bias != nullptr) {
-        p += cpu::load_lanes(bias + j, c);
-        cpu::store_lanes(pr + j, p, c);
+        p += load_lanes(bias + j, c);
+        store_lanes(pr + j, p, c);
       }
-      cpu::store_lanes(yr + j, gelu_of(p), c);
+      store_lanes(yr + j, gelu_of(p), c);
     });
   }
 }
@@ -104,9 +106,9 @@ void gelu_bias_backward(const float* pre, const float* dy, float* dx, float* dbi
       const float* dyr = dy + r * F + j0;
       float* dxr = dx + r * F + j0;
       for_each_vector(width, [=](std::int64_t j, std::int64_t c) {
-        const V d = dgelu_of(cpu::load_lanes(pr + j, c), cpu::load_lanes(dyr + j, c));
-        cpu::store_lanes(dxr + j, d, c);
-        cpu::store_lanes(acc + j, cpu::load_lanes(acc + j, c) + d, c);
+        const V d = dgelu_of(load_lanes(pr + j, c), load_lanes(dyr + j, c));
+        store_lanes(dxr + j, d, c);
+        store_lanes(acc + j, load_lanes(acc + j, c) + d, c);
       });
     }
     for (std::int64_t j = 0; j < width; ++j) dbias[j0 + j] += acc[j];
