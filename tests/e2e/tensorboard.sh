@@ -7,8 +7,8 @@
 #    value equal to the metrics line's (float32), and whose text "config" at step 0 is the
 #    resolved config (the checkpoint's config.toml);
 #  - every log line's elapsed and ETA parse and equal the metrics' elapsed_s and eta_s (to the
-#    second shown), eta_s is the documented formula recomputed from the metrics lines, it falls
-#    over the run and ends at 0;
+#    second shown), eta_s is the documented formula recomputed from the metrics lines, it is
+#    positive before the last step and 0 after it;
 #  - the summary line's numbers equal those recomputed from the metrics lines.
 # Usage: tensorboard.sh <meshtrain binary> <prepared data dir>   (PYTHONPATH: .pydeps)
 set -euo pipefail
@@ -117,7 +117,10 @@ for l in lines:
     assert abs(eta - want) <= 1e-9 * max(1.0, want), f"step {step}: eta_s {eta}, formula {want}"
 etas = [l["eta_s"] for l in lines]
 assert etas[-1] == 0.0, f"ETA after the last step is {etas[-1]}"
-assert etas[4] > etas[19] > etas[34] > 0, f"ETA does not fall: {etas[4]}, {etas[19]}, {etas[34]}"
+# Whether the ETA falls between two steps depends on how long the steps between them took (a
+# few slow ones on a busy machine raised step 20's ETA above step 5's in a CI run); the
+# formula check above already pins every value to the metrics, so only the sign is asserted.
+assert all(e > 0 for e in etas[:-1]), f"ETA not positive before the last step: {etas}"
 
 # --- summary ------------------------------------------------------------------------------
 m = re.search(r"^summary: (\d+) steps \((\d+)–(\d+)\) \| (\d+) tokens \| wall (\d+:\d\d:\d\d) "
