@@ -35,6 +35,16 @@ rank_pid() {
     fi
   done
 }
+# rank_pid, retried for up to 10 s: a rank can still be starting (or its /proc entry not yet
+# readable) when rank 0's first step is logged; a CI run on a busy machine found no rank 1 once.
+wait_rank_pid() {
+  local i pid
+  for ((i = 0; i < 100; i++)); do
+    pid=$(rank_pid "$1" "$2")
+    [[ -n $pid ]] && { echo "$pid"; return 0; }
+    sleep 0.1
+  done
+}
 # Waits (at most 120 s) until log $1 of the job started as pid $2 shows a training step.
 wait_for_step() {
   local i
@@ -73,7 +83,7 @@ grep -q "not a directory" "$WORK/error.log" || fail "the error job failed otherw
 echo "ok   normal exit (0) and error exit (3) leave nothing; the live job's directory is kept"
 
 # 3. kill -9 of L's rank 1, then the next job.
-victim=$(rank_pid "$WORK/long" 1)
+victim=$(wait_rank_pid "$WORK/long" 1)
 [[ -n $victim ]] || fail "rank 1 of the long job not found"
 kill -9 "$victim"
 wait "$LONG"
@@ -91,7 +101,7 @@ echo "ok   kill -9 left $long_dir; the next job removed it, and its own"
 LAUNCHER=$!
 wait_for_step "$WORK/launch.log" "$LAUNCHER"
 [[ -n $(dirs) ]] || fail "the launched job has no watchdog directory"
-victim=$(rank_pid "$WORK/launch" 1)
+victim=$(wait_rank_pid "$WORK/launch" 1)
 [[ -n $victim ]] || fail "rank 1 of the launched job not found"
 kill -9 "$victim"
 rc=0
