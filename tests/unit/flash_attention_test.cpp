@@ -25,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../support/bitwise.h"
 #include "meshtrain/core/rng.h"
 #include "meshtrain/kernels/cpu/flash_tile.h"
 #include "meshtrain/kernels/kernels.h"
@@ -176,17 +177,19 @@ struct Result {
 
 constexpr float kSentinel = 7.0f;
 
-Result run_kernel(const Problem& p, AttentionMask mask) {
+/// Forward, delta and backward of one chunk pair; the gradients start as grad_fill everywhere.
+Result run_kernel(const Problem& p, AttentionMask mask, GradWrite write = GradWrite::accumulate,
+                  float grad_fill = 0.0f) {
   Result r{std::vector<float>(p.q_rows() * zu(p.os), kSentinel),
            std::vector<float>(p.lse_size(), kSentinel),
            std::vector<float>(p.lse_size(), kSentinel),
-           std::vector<float>(p.q.size(), 0.0f),
-           std::vector<float>(p.k.size(), 0.0f),
-           std::vector<float>(p.v.size(), 0.0f)};
+           std::vector<float>(p.q.size(), grad_fill),
+           std::vector<float>(p.k.size(), grad_fill),
+           std::vector<float>(p.v.size(), grad_fill)};
   attention_chunk_forward(p.rows(), p.d, mask, r.out.data(), p.os, r.lse.data());
   attention_delta(r.out.data(), p.dout.data(), p.os, p.d, r.delta.data());
   attention_chunk_backward(p.rows(), p.dout.data(), p.os, r.lse.data(), r.delta.data(),
-                           {r.dq.data(), r.dk.data(), r.dv.data(), p.qs, p.kvs}, p.d, mask);
+                           {r.dq.data(), r.dk.data(), r.dv.data(), p.qs, p.kvs}, p.d, mask, write);
   return r;
 }
 
@@ -606,6 +609,48 @@ TEST(FlashAttentionKernel, OneAndTwoThreadsGiveTheSameBits) {
     EXPECT_EQ(one.dq, two.dq) << mc.what;
     EXPECT_EQ(one.dk, two.dk) << mc.what;
     EXPECT_EQ(one.dv, two.dv) << mc.what;
+  }
+  set_num_threads(saved);
+}
+
+TEST(FlashAttentionKernel, OverwriteIsAccumulatingIntoZerosBitwiseWhateverTheGradientsHeld) {
+  // GradWrite::overwrite into gradients full of NaN against the accumulation into zeros: the
+  // chunk's rows and head columns bitwise equal, every other element still NaN (nothing
+  // written outside). Skip must zero the chunk; the
+  // causal case with offsets has key blocks no query sees, which must be written too. With 1
+  // and 2 threads: the last case runs the fused backward with 1 and two passes with 2.
+  const int saved = num_threads();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const MaskCase& mc :
+       {MaskCase{chunk(2, 150, 150, 4, 2, 32, 0, 0), AttentionMask::causal, "causal"},
+        MaskCase{chunk(1, 100, 200, 4, 1, 16, 96, 64), AttentionMask::causal, "causal, offsets"},
+        MaskCase{chunk(3, 70, 90, 2, 2, 64, 0, 0), AttentionMask::full, "full"},
+        MaskCase{chunk(2, 40, 60, 2, 1, 32, 0, 100), AttentionMask::skip, "skip"},
+        MaskCase{chunk(3, 110, 110, 2, 1, 48, 0, 0), AttentionMask::causal, "fused vs 2 passes"}}) {
+    const Problem p = make_problem(mc.d, "overwrite");
+    const AttentionChunkDims& d = p.d;
+    const std::int64_t qw = d.heads * d.head_dim, kvw = d.kv_heads * d.head_dim;
+    for (const int threads : {1, 2}) {
+      set_num_threads(threads);
+      const Result acc = run_kernel(p, mc.mask);
+      const Result over = run_kernel(p, mc.mask, GradWrite::overwrite, nan);
+      const std::string tag = std::string(mc.what) + ", " + std::to_string(threads) + " thread(s)";
+      const auto qside = [&](const std::vector<float>& x) {
+        return used<float>(x, d.batch, d.q_seq_rows, d.q_len, p.qs, qw);
+      };
+      const auto kvside = [&](const std::vector<float>& x) {
+        return used<float>(x, d.batch, d.kv_seq_rows, d.kv_len, p.kvs, kvw);
+      };
+      EXPECT_TRUE(test::same_bits(qside(over.dq), qside(acc.dq))) << "dq, " << tag;
+      EXPECT_TRUE(test::same_bits(kvside(over.dk), kvside(acc.dk))) << "dk, " << tag;
+      EXPECT_TRUE(test::same_bits(kvside(over.dv), kvside(acc.dv))) << "dv, " << tag;
+      const auto nans = [](const std::vector<float>& x) {
+        return std::count_if(x.begin(), x.end(), [](float f) { return std::isnan(f); });
+      };
+      EXPECT_EQ(zu(nans(over.dq)), over.dq.size() - zu(d.batch * d.q_len * qw)) << tag;
+      EXPECT_EQ(zu(nans(over.dk)), over.dk.size() - zu(d.batch * d.kv_len * kvw)) << tag;
+      EXPECT_EQ(zu(nans(over.dv)), over.dv.size() - zu(d.batch * d.kv_len * kvw)) << tag;
+    }
   }
   set_num_threads(saved);
 }

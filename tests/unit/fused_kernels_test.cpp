@@ -5,23 +5,25 @@
 // norm's dx plus the residual's gradient), at the kernel level and through TransformerBlock
 // (a block whose norms are hidden behind a plain Module takes the unfused path); the fc bias
 // add + GELU and GELU backward + bias gradient; the one-pass softmax statistics of the loss over
-// an unsharded vocabulary; AdamW with the clipping factor folded in. Each row's
-// result must not depend on how many rows a call gets (expert-parallel and context-parallel
-// runs split the tokens differently): the kernels are also compared over the rows split in two
-// calls, and with 1 and 2 threads.
+// an unsharded vocabulary; AdamW with the clipping factor folded in; the gradients' zeroing in
+// one region (zero_all). Each row's result must not depend on how many rows a call gets
+// (expert-parallel and context-parallel runs split the tokens differently): the kernels are
+// also compared over the rows split in two calls, and with 1 and 2 threads.
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "../support/bitwise.h"
 #include "meshtrain/core/rng.h"
 #include "meshtrain/kernels/kernels.h"
-#include "../support/bitwise.h"
 #include "meshtrain/layers/norms.h"
 #include "meshtrain/layers/transformer_block.h"
 #include "meshtrain/optim/adamw.h"
@@ -299,6 +301,41 @@ TEST(FusedAdamW, AllTensorsInOneRegionAreEachTensorsStepBitwise) {
       EXPECT_TRUE(same_bits(m[k], m_ref[k])) << "tensor " << k << " threads " << threads;
       EXPECT_TRUE(same_bits(v[k], v_ref[k])) << "tensor " << k << " threads " << threads;
     }
+  }
+  kernels::set_num_threads(1);
+}
+
+TEST(ZeroAll, ClearsEverySpanAndNothingElseWithAnyThreadCount) {
+  // Byte sizes below and above the parallel grain, odd ones and ones a thread's cut lands in,
+  // carved from one buffer with guard bytes between them: every span must read 0 after the
+  // call and every guard byte must keep its value, with 1, 2 and 3 threads.
+  const std::vector<std::size_t> sizes{1, 63, 4 * 384, 200000, 131075, 64 * 1025 + 7, 5, 300001};
+  constexpr std::size_t kGuard = 13;
+  std::size_t total = kGuard;
+  for (const std::size_t n : sizes) total += n + kGuard;
+  for (const int threads : {1, 2, 3}) {
+    kernels::set_num_threads(threads);
+    std::vector<std::byte> buffer(total);
+    for (std::size_t i = 0; i < total; ++i) buffer[i] = static_cast<std::byte>(1 + i % 251);
+    std::vector<std::span<std::byte>> spans;
+    std::size_t at = kGuard;
+    for (const std::size_t n : sizes) {
+      spans.emplace_back(buffer.data() + at, n);
+      at += n + kGuard;
+    }
+    kernels::zero_all(spans);
+    std::size_t wrong = 0;
+    at = 0;
+    for (const std::size_t n : sizes) {
+      for (std::size_t i = at; i < at + kGuard; ++i)
+        wrong += buffer[i] != static_cast<std::byte>(1 + i % 251);
+      at += kGuard;
+      for (std::size_t i = at; i < at + n; ++i) wrong += buffer[i] != std::byte{0};
+      at += n;
+    }
+    for (std::size_t i = at; i < total; ++i)
+      wrong += buffer[i] != static_cast<std::byte>(1 + i % 251);
+    EXPECT_EQ(wrong, 0u) << threads << " thread(s)";
   }
   kernels::set_num_threads(1);
 }

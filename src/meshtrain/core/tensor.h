@@ -5,6 +5,7 @@
 // reshape() and rows() share storage too. No autograd: layers write their backward by hand.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -57,6 +58,10 @@ class Tensor {
   const std::uint16_t* u16() const;
   std::span<float> span_f32() { return {f32(), static_cast<std::size_t>(numel_)}; }
   std::span<const float> span_f32() const { return {f32(), static_cast<std::size_t>(numel_)}; }
+  /// The elements' storage as bytes() bytes, whatever the dtype.
+  std::span<std::byte> span_bytes() {
+    return {static_cast<std::byte*>(raw()), static_cast<std::size_t>(bytes())};
+  }
 
   /// Same storage, new shape with the same number of elements.
   Tensor reshape(Shape shape) const;

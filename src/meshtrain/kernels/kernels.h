@@ -12,6 +12,7 @@
 // the same functions later.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 
@@ -232,14 +233,23 @@ void attention_merge(float* out, std::int64_t out_stride, float* lse, const floa
 void attention_delta(const float* out, const float* dout, std::int64_t stride,
                      const AttentionChunkDims& dims, float* delta);
 
+/// How attention_chunk_backward writes dq, dk, dv: added to what they hold (several chunk
+/// pairs of ring attention sum into them), or overwritten (one call over the whole sequence:
+/// the caller need not zero them first, and the kernel reads nothing of them).
+enum class GradWrite : std::uint8_t { accumulate, overwrite };
+
 /// Backward of one chunk pair given the FINAL lse and delta of the query rows (over every key
 /// chunk, so each pair's P = exp(S − lse) is already normalised): with dS = P∘(dP − D),
-///   dq += scale·dS·k,  dk += scale·dSᵀ·q,  dv += Pᵀ·dout   (ACCUMULATED, head columns only).
-/// dout has row stride dout_stride. Rows with lse = −inf add nothing. Summed over several
-/// key chunks (ring attention) the gradients equal one call over all keys, up to f32 rounding.
+///   dq += scale·dS·k,  dk += scale·dSᵀ·q,  dv += Pᵀ·dout   (head columns only),
+/// ACCUMULATED, or with GradWrite::overwrite written as if dq, dk, dv held +0 before: bitwise
+/// the accumulation into zeroed buffers, whatever they held (NaN included; the chunk's rows
+/// and head columns are all written, also under AttentionMask::skip). dout has row stride
+/// dout_stride. Rows with lse = −inf add nothing. Summed over several key chunks (ring
+/// attention) the gradients equal one call over all keys, up to f32 rounding.
 void attention_chunk_backward(const QkvRows& in, const float* dout, std::int64_t dout_stride,
                               const float* lse, const float* delta, const QkvGradRows& grad,
-                              const AttentionChunkDims& dims, AttentionMask mask);
+                              const AttentionChunkDims& dims, AttentionMask mask,
+                              GradWrite write = GradWrite::accumulate);
 
 // ---------------------------------------------------------------------------------------------
 // Rotary position embedding (Su et al. 2021, §3.4.2, eq. 34) in the Hugging Face Llama layout
@@ -412,6 +422,12 @@ struct AdamWParams {
 ///   (1-based).
 void adamw_step(std::span<float> w, std::span<float> m, std::span<float> v,
                 std::span<const float> g, const AdamWParams& params, std::int64_t step);
+
+/// Sets every byte of every span to 0 in one parallel region: each thread clears one
+/// contiguous range of the spans' concatenated bytes (cut at multiples of 64 bytes of that
+/// order), so a model's many small gradients cost one fork and join in all rather than a serial
+/// memset each, and the large ones are cleared by every thread. The spans must not overlap.
+void zero_all(std::span<const std::span<std::byte>> spans);
 
 /// One tensor of adamw_step_all: w, m, v [n] updated, g [n] read, with its own params (weight
 /// decay differs between tensors).

@@ -392,7 +392,7 @@ void ulysses_backward(ProcessGroup& g, const float* dout, const AttentionCoreSta
   kernels::attention_delta(state.out.f32(), dout_heads.f32(), heads * d, dims, delta.f32());
   // dq | dk | dv side by side, the layout to_sequences sends back.
   const std::int64_t width = (heads + 2 * kv_heads) * d;
-  Tensor dqkv = Tensor::zeros({rows, width}, MemCategory::activations);
+  Tensor dqkv = Tensor::empty({rows, width}, MemCategory::activations);  // overwritten below
   const QkvRows whole{state.q.f32(), state.kv.f32(), state.kv.f32() + kv_heads * d, heads * d,
                       2 * kv_heads * d};
   const QkvGradRows grads{dqkv.f32(), dqkv.f32() + heads * d, dqkv.f32() + (heads + kv_heads) * d,
@@ -400,7 +400,8 @@ void ulysses_backward(ProcessGroup& g, const float* dout, const AttentionCoreSta
   {
     const ComputeTimer timer;
     kernels::attention_chunk_backward(whole, dout_heads.f32(), heads * d, state.lse.f32(),
-                                      delta.f32(), grads, dims, AttentionMask::causal);
+                                      delta.f32(), grads, dims, AttentionMask::causal,
+                                      kernels::GradWrite::overwrite);
   }
   to_sequences(g, dqkv, {heads * d, kv_heads * d, kv_heads * d}, {grad.dq, grad.dk, grad.dv},
                {grad.q_stride, grad.kv_stride, grad.kv_stride}, s);
@@ -434,17 +435,16 @@ void attention_core_backward(const ContextParallel& cp, const QkvRows& in, const
     if (cp.comm == CpComm::a2a) return ulysses_backward(*cp.group, dout, state, grad, s);
     return ring_backward(*cp.group, in, out, dout, state, grad, s);
   }
-  const std::int64_t hd = s.heads * s.head_dim, kvw = s.kv_heads * s.head_dim;
+  const std::int64_t hd = s.heads * s.head_dim;
   const AttentionChunkDims dims =
       whole_dims(s.sequences, s.local_len, s.heads, s.kv_heads, s.head_dim, s.operands);
   Tensor delta = Tensor::empty(state.lse.shape(), MemCategory::activations);
   const ComputeTimer timer;
   kernels::attention_delta(out, dout, hd, dims, delta.f32());
-  zero_cols(grad.dq, grad.q_stride, s.tokens(), hd);
-  zero_cols(grad.dk, grad.kv_stride, s.tokens(), kvw);
-  zero_cols(grad.dv, grad.kv_stride, s.tokens(), kvw);
+  // One call over the whole sequence writes every head column of dq, dk, dv: no zeroing pass
+  // first, and the kernel reads nothing of them.
   kernels::attention_chunk_backward(in, dout, hd, state.lse.f32(), delta.f32(), grad, dims,
-                                    AttentionMask::causal);
+                                    AttentionMask::causal, kernels::GradWrite::overwrite);
 }
 
 }  // namespace meshtrain

@@ -1,7 +1,7 @@
 // src/meshtrain/kernels/cpu/elementwise.cpp
 //
-// Element-wise helpers of the residual stream, gradient scaling, the global grad norm and the
-// non-finite check of gradients before their reduction.
+// Element-wise helpers of the residual stream, gradient scaling and zeroing, the global grad
+// norm and the non-finite check of gradients before their reduction.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -99,6 +99,28 @@ double sum_squares(const float* x, std::int64_t n) {
   double total = 0.0;
   for (std::int64_t blk = 0; blk < blocks; ++blk) total += part[blk];
   return total;
+}
+
+void zero_all(std::span<const std::span<std::byte>> spans) {
+  std::int64_t total = 0;
+  for (const std::span<std::byte>& s : spans) total += static_cast<std::int64_t>(s.size());
+  constexpr std::int64_t kLine = 64;  // bytes per cut: threads do not share a line's writes
+#pragma omp parallel if (total >= 4 * cpu::kParallelGrain)
+  {
+    const std::int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
+    const std::int64_t lines = (total + kLine - 1) / kLine;
+    const std::int64_t lo = std::min(total, lines * thread / threads * kLine);
+    const std::int64_t hi = std::min(total, lines * (thread + 1) / threads * kLine);
+    std::int64_t begin = 0;  // the span's first byte in the concatenated order
+    for (const std::span<std::byte>& s : spans) {
+      const std::int64_t end = begin + static_cast<std::int64_t>(s.size());
+      if (end > lo && begin < hi) {
+        const std::int64_t from = std::max(lo, begin) - begin, to = std::min(hi, end) - begin;
+        std::memset(s.data() + from, 0, static_cast<std::size_t>(to - from));
+      }
+      begin = end;
+    }
+  }
 }
 
 }  // namespace meshtrain::kernels

@@ -18,7 +18,8 @@
 //
 // With bf16 operands (flash_operands.h) the two tile products read bf16(K), bf16(scale·Q) and
 // bf16(P̃), bf16(V) with f32 sums; m, l (summed from the f32 P̃) and O stay f32.
-// exp is cpu::exp_approx (< 1 ulp, vector_math.h), the same exp as gqa_attention_forward.
+// exp is cpu::exp_approx_vec on native vectors, bitwise cpu::exp_approx (< 1 ulp,
+// vector_math.h), the same exp as gqa_attention_forward.
 // Tasks write disjoint rows and columns and run their tile loop in a fixed order, so the result
 // is bitwise the same for every thread count (dynamic scheduling only balances the causal
 // triangle, whose query blocks see different numbers of key blocks).
@@ -79,74 +80,88 @@ struct ForwardOperands {
   }
 };
 
+/// Online softmax over NB column vectors [c0, c0 + NB·kVec) of one tile (online_softmax below):
+/// the vectors' running max m and sum l stay in registers across the tile's key rows. Two
+/// vectors per call run two independent max and sum chains side by side; the rows of one
+/// column are still visited in order, so every sum adds its terms in the order of the
+/// element-by-element loop it replaces and the result is bitwise the same.
+template <int NB>
+void online_softmax_columns(float* st, std::int64_t bc, int hi, int c0, AttentionMask mask,
+                            std::int64_t diag, float* m, float* l, float* alpha) {
+  constexpr int kV = static_cast<int>(kVec);
+  VecI col[NB];
+  VecF m_old[NB], m_new[NB], sum[NB];
+  for (int v = 0; v < NB; ++v) {
+    col[v] = lane_indices(c0 + v * kV);
+    m_old[v] = m_new[v] = load(m + c0 + v * kV);
+  }
+  const int end = c0 + NB * kV;  // columns [c0, end)
+  const bool padded = end > hi;  // some columns are padding past the block's queries
+  // Key row j is visible to columns ≥ lo (first_visible), and lo never decreases with j: a row
+  // with lo ≥ end is masked for every column here, and so is every row after it.
+  for (std::int64_t j = 0; j < bc; ++j) {
+    const int lo = first_visible(mask, diag, j);
+    if (lo >= end) break;
+    const float* s = st + j * kBr + c0;
+    for (int v = 0; v < NB; ++v) {
+      const VecF x = load(s + v * kV);
+      if (lo <= c0 && !padded) {
+        m_new[v] = x > m_new[v] ? x : m_new[v];
+      } else {
+        const VecI visible = (col[v] >= lo) & (col[v] < hi);
+        m_new[v] = (visible & (x > m_new[v])) ? x : m_new[v];
+      }
+    }
+  }
+  // A column that has seen no key keeps m = −inf: its factor is 1 (−inf − −inf would be NaN),
+  // its P entries are 0 below and its O and l stay 0.
+  for (int v = 0; v < NB; ++v) {
+    const VecF a = cpu::exp_approx_vec(m_old[v] == m_new[v] ? VecF{} : m_old[v] - m_new[v]);
+    store(m + c0 + v * kV, m_new[v]);
+    store(alpha + c0 + v * kV, a);
+    sum[v] = load(l + c0 + v * kV) * a;
+  }
+  for (std::int64_t j = 0; j < bc; ++j) {
+    const int lo = first_visible(mask, diag, j);
+    float* s = st + j * kBr + c0;
+    for (int v = 0; v < NB; ++v) {
+      VecF p{};  // a row masked for the whole vector: P̃ = 0 and l += 0
+      if (lo < c0 + (v + 1) * kV) {
+        const VecF x = load(s + v * kV) - m_new[v];
+        if (lo <= c0 && !padded) {
+          p = cpu::exp_approx_vec(x);
+        } else {
+          // exp of every lane, then a select; masked lanes get a finite argument (x may be
+          // −inf − −inf = NaN there).
+          const VecI visible = (col[v] >= lo) & (col[v] < hi);
+          p = cpu::exp_approx_vec(visible ? x : VecF{} - 100.0f);
+          p = visible ? p : VecF{};
+        }
+      }
+      store(s + v * kV, p);
+      sum[v] += p;
+    }
+  }
+  for (int v = 0; v < NB; ++v) store(l + c0 + v * kV, sum[v]);
+}
+
 /// Online softmax over one tile (Algorithm 1, lines 8–10). st holds Sᵀ [bc keys, nq queries]
 /// (row stride kBr), columns [br, nq) padding; on return it holds P̃ᵀ = exp(S − m_new) with 0
 /// wherever a key is masked, m is the new running max, l the rescaled running sum plus this tile's
 /// row sums, and alpha the factor e^(m_old − m_new) the caller applies to O.
 ///
-/// Key row j is visible to columns [lo, br) (first_visible). Its whole vectors below lo are
-/// masked: the loops start at the vector that holds lo and write 0 below it (a causal diagonal
-/// tile masks about half its entries, most of them in whole vectors), and a row visible to every
-/// column runs without the mask's compares and selects. Neither changes a bit: a masked entry
-/// leaves m as it is, adds +0 to l and has P̃ = 0 either way.
+/// The statistics of the block's queries are vectors over the tile's columns: each vector's
+/// max and sum are register chains over the key rows (online_softmax_columns), two vectors at
+/// a time. Rows masked for a whole vector skip its exp, and vectors every row sees skip the
+/// mask's compares and selects; neither changes a bit (a masked entry leaves m as it is, adds
+/// +0 to l and has P̃ = 0 either way).
 void online_softmax(float* st, std::int64_t bc, std::int64_t br, std::int64_t nq,
                     AttentionMask mask, std::int64_t diag, float* m, float* l, float* alpha) {
-  float* m_new = alpha;  // alpha holds the new max until the factors are computed
-  std::copy(m, m + nq, m_new);
   const int n = static_cast<int>(nq), hi = static_cast<int>(br);  // ≤ kBr
-  const auto vector_below = [](int lo) {
-    return lo / static_cast<int>(kVec) * static_cast<int>(kVec);
-  };
-  for (std::int64_t j = 0; j < bc; ++j) {
-    const int lo = first_visible(mask, diag, j);
-    const float* s = st + j * kBr;
-    if (lo == 0 && hi == n) {
-#pragma omp simd
-      for (int r = 0; r < n; ++r) m_new[r] = s[r] > m_new[r] ? s[r] : m_new[r];
-      continue;
-    }
-#pragma omp simd
-    for (int r = vector_below(lo); r < n; ++r) {
-      const bool visible = (r >= lo) & (r < hi);  // `&`, not `&&`: no branch, so it vectorises
-      m_new[r] = (visible & (s[r] > m_new[r])) ? s[r] : m_new[r];
-    }
-  }
-  // A column that has seen no key keeps m = −inf: its factor is 1 (−inf − −inf would be NaN),
-  // its P entries are 0 below and its O and l stay 0.
-#pragma omp simd
-  for (std::int64_t r = 0; r < nq; ++r) {
-    const float mn = m_new[r];
-    const float a = cpu::exp_approx(m[r] == mn ? 0.0f : m[r] - mn);
-    m[r] = mn;
-    l[r] *= a;
-    alpha[r] = a;
-  }
-  for (std::int64_t j = 0; j < bc; ++j) {
-    const int lo = first_visible(mask, diag, j);
-    float* s = st + j * kBr;
-    if (lo == 0 && hi == n) {
-#pragma omp simd
-      for (int r = 0; r < n; ++r) {
-        s[r] = cpu::exp_approx(s[r] - m[r]);
-        l[r] += s[r];
-      }
-      continue;
-    }
-    const int r0 = vector_below(lo);
-    std::fill(s, s + r0, 0.0f);
-#pragma omp simd
-    for (int r = r0; r < n; ++r) {
-      const bool visible = (r >= lo) & (r < hi);
-      // exp of every entry, then a select: branch-free. Masked entries get a finite argument
-      // (s − m may be −inf − −inf = NaN there, and exp_approx would convert NaN to int).
-      // The subtraction is unconditional: GCC does not if-convert (vectorise) an FP operation
-      // that only some lanes would execute (-ftrapping-math).
-      const float x = s[r] - m[r];
-      const float p = cpu::exp_approx(visible ? x : -100.0f);
-      s[r] = visible ? p : 0.0f;
-      l[r] += s[r];
-    }
-  }
+  int c0 = 0;
+  for (; c0 + 2 * kVec <= n; c0 += 2 * kVec)
+    online_softmax_columns<2>(st, bc, hi, c0, mask, diag, m, l, alpha);
+  if (c0 < n) online_softmax_columns<1>(st, bc, hi, c0, mask, diag, m, l, alpha);
 }
 
 struct ForwardTask {

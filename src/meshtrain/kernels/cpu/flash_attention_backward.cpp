@@ -32,7 +32,7 @@
 // (MatA), never copied. With bf16 operands (flash_operands.h) every tile product reads bf16 copies
 // of its operands (Q, K, V, dO and P, dS, rounded after the f32 elementwise step) with f32 sums;
 // the loop invariant side of each pass (K, V in pass 1; Q, dO in pass 2) is packed once per task.
-// exp is cpu::exp_approx, as in the forward, so P matches the forward's probabilities.
+// exp is cpu::exp_approx_vec, as in the forward, so P matches the forward's probabilities.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -61,7 +61,29 @@ struct BackwardTask {
   const ChunkGeometry& g;
   AttentionMask mask;
   TilePath path;
+  bool overwrite;  // GradWrite::overwrite
 };
+
+/// dst[c] += scale·src[c] for c < n, or with overwrite dst[c] = scale·src[c] without reading
+/// dst: bitwise what the addition gives into a zeroed dst, since src (a task's dK, dV or dQ
+/// sums, which start at +0 and add f32 products) is never −0 and scale > 0.
+void add_scaled(float* dst, const float* src, std::int64_t n, float scale, bool overwrite) {
+  if (overwrite) {
+    for (std::int64_t c = 0; c < n; ++c) dst[c] = scale * src[c];
+  } else {
+    for (std::int64_t c = 0; c < n; ++c) dst[c] += scale * src[c];
+  }
+}
+
+/// Zeroes `width` columns of rows b·seq_rows + i (b < batch, i < len) of a buffer of row stride
+/// `stride`: overwrite's result where no key is visible.
+void zero_rows(float* x, std::int64_t stride, std::int64_t batch, std::int64_t seq_rows,
+               std::int64_t len, std::int64_t width) {
+  for (std::int64_t b = 0; b < batch; ++b) {
+    for (std::int64_t i = 0; i < len; ++i)
+      std::fill_n(x + (b * seq_rows + i) * stride, width, 0.0f);
+  }
+}
 
 /// Packed operand scratch of a backward task (flash_operands.h; none on the f32 path): slots
 /// 0, 1 of [hd, kBr] for the side packed once per task, 2 … 6 of [kBr, hdp] and 7 … 9 of
@@ -103,36 +125,32 @@ void load_query_block(const BackwardTask& t, std::int64_t b, std::int64_t h, Que
 }
 
 /// Sᵀ and dPᵀ of one tile [bc keys, nq queries] → Pᵀ (in st) and dSᵀ (in dpt); 0 where the
-/// key is masked, the query is padding or the row saw no key.
+/// key is masked, the query is padding or the row saw no key. On native vectors: exp of every
+/// lane then a select, branch-free (dead rows carry lse = 0, a finite argument).
 void probs_and_dscores(float* st, float* dpt, std::int64_t bc, const QueryBlock& q,
                        AttentionMask mask, std::int64_t diag) {
-  const int n = static_cast<int>(q.nq);  // ≤ kBr; int lanes as wide as the floats
-  const float* live = q.live;
-  const float* lse = q.lse;
-  const float* delta = q.delta;
+  const int n = static_cast<int>(q.nq);  // ≤ kBr, a multiple of kVec
   for (std::int64_t j = 0; j < bc; ++j) {
     const int lo = first_visible(mask, diag, j);
     float* s = st + j * kBr;
     float* dp = dpt + j * kBr;
-#pragma omp simd
-    for (int r = 0; r < n; ++r) {
-      // `&` and exp-then-select, not `&&` and a conditional exp: branch-free, so it vectorises
-      // (dead rows carry lse = 0, a finite argument).
-      const bool visible = (r >= lo) & (live[r] != 0.0f);
-      const float e = cpu::exp_approx(s[r] - lse[r]);
-      const float p = visible ? e : 0.0f;
-      s[r] = p;
-      dp[r] = p * (dp[r] - delta[r]);
+    for (int c0 = 0; c0 < n; c0 += static_cast<int>(kVec)) {
+      const VecI visible = (lane_indices(c0) >= lo) & (load(q.live + c0) != VecF{});
+      const VecF e = cpu::exp_approx_vec(load(s + c0) - load(q.lse + c0));
+      const VecF p = visible ? e : VecF{};
+      store(s + c0, p);
+      store(dp + c0, p * (load(dp + c0) - load(q.delta + c0)));
     }
   }
 }
 
 /// Pass 1's elementwise step on S and dP [mq queries, nk keys] (row stride kBc): P = exp(S −
-/// lse) and dS = P∘(dP − D), 0 where the key is masked or the row saw no key (lse = −inf).
+/// lse) and dS = P∘(dP − D), 0 where the key is masked or the row saw no key (lse = −inf). On
+/// native vectors, exp then a select: branch-free.
 void probs_and_dscores_rows(float* s, float* dp, std::int64_t br, std::int64_t bc, std::int64_t nk,
                             const float* lse, const float* delta, AttentionMask mask,
                             std::int64_t diag) {
-  const int n = static_cast<int>(nk);  // ≤ kBc; int lanes as wide as the floats
+  const int n = static_cast<int>(nk);  // ≤ kBc, a multiple of kVec
   for (std::int64_t r = 0; r < br; ++r) {
     float* sr = s + r * kBc;
     float* dpr = dp + r * kBc;
@@ -140,12 +158,11 @@ void probs_and_dscores_rows(float* s, float* dp, std::int64_t br, std::int64_t b
     const std::int64_t vis = mask == AttentionMask::causal ? r + diag + 1 : bc;
     const int hi = lse[r] == kNegInf ? 0 : static_cast<int>(std::clamp<std::int64_t>(vis, 0, bc));
     const float l = lse[r] == kNegInf ? 0.0f : lse[r], dl = delta[r];
-#pragma omp simd
-    for (int c = 0; c < n; ++c) {
-      const float e = cpu::exp_approx(sr[c] - l);  // exp then select: branch-free
-      const float p = c < hi ? e : 0.0f;
-      sr[c] = p;
-      dpr[c] = p * (dpr[c] - dl);
+    for (int c0 = 0; c0 < n; c0 += static_cast<int>(kVec)) {
+      const VecF e = cpu::exp_approx_vec(load(sr + c0) - l);
+      const VecF p = lane_indices(c0) < hi ? e : VecF{};
+      store(sr + c0, p);
+      store(dpr + c0, p * (load(dpr + c0) - dl));
     }
   }
 }
@@ -231,12 +248,9 @@ void backward_kv_block(const BackwardTask& t, std::int64_t b, std::int64_t kvh, 
     }
   }
   for (std::int64_t j = 0; j < bc; ++j) {
-    float* dk_row = t.grad.dk + (kv_row0 + j) * t.grad.kv_stride + kvh * hd;
-    float* dv_row = t.grad.dv + (kv_row0 + j) * t.grad.kv_stride + kvh * hd;
-    for (std::int64_t c = 0; c < hd; ++c) {
-      dk_row[c] += t.g.scale * dk[j * hdp + c];  // dK = scale·dSᵀ·Q
-      dv_row[c] += dv[j * hdp + c];
-    }
+    const std::int64_t at = (kv_row0 + j) * t.grad.kv_stride + kvh * hd;
+    add_scaled(t.grad.dk + at, dk + j * hdp, hd, t.g.scale, t.overwrite);  // dK = scale·dSᵀ·Q
+    add_scaled(t.grad.dv + at, dv + j * hdp, hd, 1.0f, t.overwrite);
   }
 }
 
@@ -256,9 +270,8 @@ void backward_fused(const BackwardTask& t, std::int64_t b, std::int64_t kvh) {
   for (std::int64_t g = 0; g < t.g.group; ++g) {
     const std::int64_t h = kvh * t.g.group + g;
     for (std::int64_t r = 0; r < d.q_len; ++r) {
-      float* dq_row = t.grad.dq + (b * d.q_seq_rows + r) * t.grad.q_stride + h * hd;
-      const float* src = dq + (g * q_rows + r) * hdp;
-      for (std::int64_t c = 0; c < hd; ++c) dq_row[c] += t.g.scale * src[c];
+      add_scaled(t.grad.dq + (b * d.q_seq_rows + r) * t.grad.q_stride + h * hd,
+                 dq + (g * q_rows + r) * hdp, hd, t.g.scale, t.overwrite);
     }
   }
 }
@@ -307,8 +320,8 @@ void backward_q_block(const BackwardTask& t, std::int64_t b, std::int64_t h, std
                  causal_tile(t.mask, Causal::Kind::k_upto, diag));  // dQ += dS·K
   }
   for (std::int64_t r = 0; r < q.br; ++r) {
-    float* dq_row = t.grad.dq + (b * d.q_seq_rows + q.i0 + r) * t.grad.q_stride + h * hd;
-    for (std::int64_t c = 0; c < hd; ++c) dq_row[c] += t.g.scale * dq[r * hdp + c];
+    add_scaled(t.grad.dq + (b * d.q_seq_rows + q.i0 + r) * t.grad.q_stride + h * hd, dq + r * hdp,
+               hd, t.g.scale, t.overwrite);
   }
 }
 
@@ -317,15 +330,24 @@ void backward_q_block(const BackwardTask& t, std::int64_t b, std::int64_t h, std
 void cpu::flash::chunk_backward(TilePath path, const QkvRows& in, const float* dout,
                                 std::int64_t dout_stride, const float* lse, const float* delta,
                                 const QkvGradRows& grad, const AttentionChunkDims& dims,
-                                AttentionMask mask) {
+                                AttentionMask mask, GradWrite write) {
   const ChunkGeometry g =
       check_chunk_dims(dims, in.q_stride, in.kv_stride, dout_stride, "attention_chunk_backward");
   MT_CHECK(grad.q_stride >= dims.heads * dims.head_dim &&
                grad.kv_stride >= dims.kv_heads * dims.head_dim,
            "attention_chunk_backward: gradient row strides dq={} dkv={} narrower than the heads",
            grad.q_stride, grad.kv_stride);
-  if (mask == AttentionMask::skip) return;
-  const BackwardTask task{in, dout, dout_stride, lse, delta, grad, dims, g, mask, path};
+  const bool overwrite = write == GradWrite::overwrite;
+  if (mask == AttentionMask::skip) {  // adds nothing
+    if (!overwrite) return;
+    const std::int64_t B = dims.batch, qw = dims.heads * dims.head_dim;
+    const std::int64_t kvw = dims.kv_heads * dims.head_dim;
+    zero_rows(grad.dq, grad.q_stride, B, dims.q_seq_rows, dims.q_len, qw);
+    zero_rows(grad.dk, grad.kv_stride, B, dims.kv_seq_rows, dims.kv_len, kvw);
+    zero_rows(grad.dv, grad.kv_stride, B, dims.kv_seq_rows, dims.kv_len, kvw);
+    return;
+  }
+  const BackwardTask task{in, dout, dout_stride, lse, delta, grad, dims, g, mask, path, overwrite};
   const std::int64_t B = dims.batch, H = dims.heads, KV = dims.kv_heads;
   const bool parallel = B * H * (g.q_blocks + g.kv_blocks) > 1 &&
                         B * H * dims.q_len * dims.kv_len >= cpu::kParallelGrain;
@@ -359,9 +381,9 @@ void cpu::flash::chunk_backward(TilePath path, const QkvRows& in, const float* d
 
 void attention_chunk_backward(const QkvRows& in, const float* dout, std::int64_t dout_stride,
                               const float* lse, const float* delta, const QkvGradRows& grad,
-                              const AttentionChunkDims& dims, AttentionMask mask) {
+                              const AttentionChunkDims& dims, AttentionMask mask, GradWrite write) {
   cpu::flash::chunk_backward(tile_path(dims.operands), in, dout, dout_stride, lse, delta, grad,
-                             dims, mask);
+                             dims, mask, write);
 }
 
 }  // namespace meshtrain::kernels

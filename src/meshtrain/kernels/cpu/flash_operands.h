@@ -156,6 +156,7 @@ void chunk_forward(TilePath path, const QkvRows& in, const AttentionChunkDims& d
                    AttentionMask mask, float* out, std::int64_t out_stride, float* lse);
 void chunk_backward(TilePath path, const QkvRows& in, const float* dout, std::int64_t dout_stride,
                     const float* lse, const float* delta, const QkvGradRows& grad,
-                    const AttentionChunkDims& dims, AttentionMask mask);
+                    const AttentionChunkDims& dims, AttentionMask mask,
+                    GradWrite write = GradWrite::accumulate);
 
 }  // namespace meshtrain::kernels::cpu::flash

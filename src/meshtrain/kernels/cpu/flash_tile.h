@@ -55,6 +55,19 @@ inline VecF load(const float* p) {
   return v;
 }
 inline void store(float* p, const VecF& v) { std::memcpy(p, &v, sizeof v); }
+
+/// 32-bit integer lanes as many as VecF's: the column indices the causal mask compares.
+using VecI [[gnu::vector_size(sizeof(VecF))]] = std::int32_t;
+/// Lane i holds first + i: one load of a constant and one add (GCC 12 builds a vector filled
+/// lane by lane as 16 masked broadcasts).
+inline VecI lane_indices(int first) {
+  alignas(64) static constexpr std::int32_t kIota[16] = {0, 1, 2,  3,  4,  5,  6,  7,
+                                                         8, 9, 10, 11, 12, 13, 14, 15};
+  static_assert(kVec <= 16);
+  VecI v;
+  std::memcpy(&v, kIota, sizeof v);
+  return v + first;
+}
 /// Every lane = a, one vbroadcastss: x − 0 is x for every x (−0 included), so GCC drops the
 /// subtraction; `a + VecF{}` keeps an add (−0 + 0 = +0), and a lane-by-lane fill compiles to
 /// a chain of vinsertps.

@@ -63,13 +63,14 @@ inline V exp_reduced_polynomial(V x, V n) {
 /// exp_approx on every lane of a float vector V (vec.h): the same clamp, range reduction and
 /// polynomial. Written on vectors because GCC 12, vectorising the scalar form in a loop, turns
 /// the clamp into three branches and specialises the code after it for each (the GELU's loop
-/// divided twice per vector). On AVX-512 the rounding of x/ln2 is one VRNDSCALEPS and the
-/// product p·2ⁿ one VSCALEFPS, in place of the rounding constant, the integer conversion and
-/// the exponent-field arithmetic: the GELU's loop 3.9 → 3.2 ns per 16 floats (one Zen 5 core,
-/// operands in L2). The results agree with exp_approx to within 1 ulp (n can differ where
-/// x/ln2 rounded in float lies on a tie that the exact product does not; e^x is then reached
-/// from the other side). NaN stays NaN. Also for vectors narrower or wider than a zmm, with
-/// the scalar form's operations lane by lane.
+/// divided twice per vector). On AVX-512 the product p·2ⁿ is one VSCALEFPS in place of the
+/// integer conversion and the exponent-field arithmetic (the GELU's loop 3.9 → 3.2 ns per 16
+/// floats, one Zen 5 core, operands in L2). n is rounded as the scalar form rounds it, from
+/// one fused multiply-add of x·log2(e) and the rounding constant (the scalar form's multiply
+/// and add contract into that FMA under GCC's default -ffp-contract=fast on an FMA target), so
+/// the result is exp_approx's bit for bit (ExpApproxKernel test): the attention softmax and
+/// the GELU give the same values whichever form a kernel uses. NaN stays NaN. Also for vectors
+/// narrower or wider than a zmm, with the scalar form's operations lane by lane.
 template <typename V>
 inline V exp_approx_vec(V x) {
 #if defined(__AVX512F__)
@@ -81,9 +82,11 @@ inline V exp_approx_vec(V x) {
     __m512 c = _mm512_maskz_max_ps(kAll, _mm512_set1_ps(-87.3f), std::bit_cast<__m512>(x));
     c = _mm512_maskz_min_ps(kAll, _mm512_set1_ps(88.3f), c);
     x = std::bit_cast<V>(c);
-    const __m512 t = std::bit_cast<__m512>(x * 1.44269504088896341f);
-    const V n = std::bit_cast<V>(
-        _mm512_maskz_roundscale_ps(kAll, t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    constexpr float kRound = 12582912.0f;  // 1.5·2²³, as in exp_approx
+    const V n = std::bit_cast<V>(_mm512_fmadd_ps(std::bit_cast<__m512>(x),
+                                                 _mm512_set1_ps(1.44269504088896341f),
+                                                 _mm512_set1_ps(kRound))) -
+                kRound;
     const V p = detail::exp_reduced_polynomial(x, n);
     return std::bit_cast<V>(
         _mm512_maskz_scalef_ps(kAll, std::bit_cast<__m512>(p), std::bit_cast<__m512>(n)));

@@ -273,13 +273,12 @@ void ZeroSharding::publish_parameters() {
 }
 
 void ZeroSharding::zero_grad() {
+  zero_spans_.clear();  // keeps its capacity: nothing is allocated after the first step
   for (OptimizerShard& shard : shards_) {
-    if (options_.stage >= 2) {
-      shard.grad.zero();
-    } else {
-      shard.param->grad.zero();
-    }
+    Tensor& grad = options_.stage >= 2 ? shard.grad : shard.param->grad;
+    if (grad.numel() > 0) zero_spans_.push_back(grad.span_bytes());
   }
+  kernels::zero_all(zero_spans_);
 }
 
 namespace {

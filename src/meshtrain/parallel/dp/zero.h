@@ -37,10 +37,12 @@
 // dp/zero_reduce.h.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -182,6 +184,7 @@ class ZeroSharding final : public ParameterHooks {
   std::optional<PendingGather> pending_;      // stage 3
   double hook_seconds_ = 0.0;                 // this step's, so far (reduce_seconds_in_backward)
   double backward_seconds_ = 0.0;             // the last finished step's
+  std::vector<std::span<std::byte>> zero_spans_;  // zero_grad's list, kept between steps
 };
 
 }  // namespace meshtrain
