@@ -311,6 +311,7 @@ TEST(ZeroAll, ClearsEverySpanAndNothingElseWithAnyThreadCount) {
   // call and every guard byte must keep its value, with 1, 2 and 3 threads.
   const std::vector<std::size_t> sizes{1, 63, 4 * 384, 200000, 131075, 64 * 1025 + 7, 5, 300001};
   constexpr std::size_t kGuard = 13;
+  const int saved = kernels::num_threads();
   std::size_t total = kGuard;
   for (const std::size_t n : sizes) total += n + kGuard;
   for (const int threads : {1, 2, 3}) {
@@ -337,7 +338,7 @@ TEST(ZeroAll, ClearsEverySpanAndNothingElseWithAnyThreadCount) {
       wrong += buffer[i] != static_cast<std::byte>(1 + i % 251);
     EXPECT_EQ(wrong, 0u) << threads << " thread(s)";
   }
-  kernels::set_num_threads(1);
+  kernels::set_num_threads(saved);
 }
 
 // --- Through TransformerBlock ------------------------------------------------------------------

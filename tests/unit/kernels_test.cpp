@@ -1551,8 +1551,9 @@ TEST(ExpApproxKernel, VectorFormIsTheScalarFormBitwiseAndKeepsNaN) {
   // The same grid as above, a native vector at a time. On AVX-512 the vector form scales by
   // 2ⁿ with VSCALEFPS but rounds x/ln2 with the same FMA and rounding constant as exp_approx,
   // so every lane must be exp_approx's bit for bit (the attention softmax runs on the vector
-  // form and must match the kernels on the scalar one). With VRNDSCALEPS on the rounded
-  // product instead (its first version), 1 ulp apart where the two roundings tie differently.
+  // form and must match the kernels on the scalar one). (Its first version rounded the
+  // rounded product with VRNDSCALEPS, which can tie the other way; no point of this grid hit
+  // such a tie, so the grid does not tell the two apart.)
   using V = cpu::FloatVec<cpu::kLanes>;
   double worst = 0.0, worst_vs_scalar = 0.0;
   int differ = 0, total = 0;

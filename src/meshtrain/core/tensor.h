@@ -58,7 +58,7 @@ class Tensor {
   const std::uint16_t* u16() const;
   std::span<float> span_f32() { return {f32(), static_cast<std::size_t>(numel_)}; }
   std::span<const float> span_f32() const { return {f32(), static_cast<std::size_t>(numel_)}; }
-  /// The elements' storage as bytes() bytes, whatever the dtype.
+  /// The elements' storage as bytes() bytes, whatever the dtype. MT_CHECKs a defined tensor.
   std::span<std::byte> span_bytes() {
     return {static_cast<std::byte*>(raw()), static_cast<std::size_t>(bytes())};
   }

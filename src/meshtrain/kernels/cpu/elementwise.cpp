@@ -104,7 +104,10 @@ double sum_squares(const float* x, std::int64_t n) {
 void zero_all(std::span<const std::span<std::byte>> spans) {
   std::int64_t total = 0;
   for (const std::span<std::byte>& s : spans) total += static_cast<std::int64_t>(s.size());
-  constexpr std::int64_t kLine = 64;  // bytes per cut: threads do not share a line's writes
+  // Cuts at multiples of 64 bytes of the concatenated order, not of addresses: where a span
+  // does not start on a line, two threads may write one cache line (false sharing at one line
+  // per cut, no race).
+  constexpr std::int64_t kLine = 64;
 #pragma omp parallel if (total >= 4 * cpu::kParallelGrain)
   {
     const std::int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();

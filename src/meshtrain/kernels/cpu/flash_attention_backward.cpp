@@ -64,12 +64,14 @@ struct BackwardTask {
   bool overwrite;  // GradWrite::overwrite
 };
 
-/// dst[c] += scale·src[c] for c < n, or with overwrite dst[c] = scale·src[c] without reading
-/// dst: bitwise what the addition gives into a zeroed dst, since src (a task's dK, dV or dQ
-/// sums, which start at +0 and add f32 products) is never −0 and scale > 0.
+/// dst[c] += scale·src[c] for c < n, or with overwrite dst[c] = +0 + scale·src[c] without
+/// reading dst: bitwise what the addition gives into a zeroed dst. The +0 matters: a sum that
+/// underflows to −0 (or a bf16 dot product flushed to −0) must land as +0, as it does when
+/// added to a zeroed buffer; both forms contract into the same FMA, and GCC does not fold the
+/// +0 away (that would change −0).
 void add_scaled(float* dst, const float* src, std::int64_t n, float scale, bool overwrite) {
   if (overwrite) {
-    for (std::int64_t c = 0; c < n; ++c) dst[c] = scale * src[c];
+    for (std::int64_t c = 0; c < n; ++c) dst[c] = 0.0f + scale * src[c];
   } else {
     for (std::int64_t c = 0; c < n; ++c) dst[c] += scale * src[c];
   }
@@ -173,7 +175,8 @@ std::size_t kv_block_floats(std::int64_t hd, std::int64_t hdp) {
   return static_cast<std::size_t>(2 * hd * kBc + 3 * kBc * hdp + 3 * kBr * hdp + 2 * kBr * kBc);
 }
 
-/// dK, dV of key block kb of kv head kvh of sequence b (ACCUMULATED into grad), and with dq
+/// dK, dV of key block kb of kv head kvh of sequence b (added to grad, or written with
+/// GradWrite::overwrite), and with dq
 /// (the fused schedule) dQ += dS·K of every query block into dq ([group heads][q rows, hdp],
 /// unscaled). Tiles are S = (scale·Q)·Kᵀ [queries, keys], the forward's orientation
 /// transposed: the block's Kᵀ and Vᵀ are packed once, dO rows are GEMM operands as stored,
@@ -276,7 +279,8 @@ void backward_fused(const BackwardTask& t, std::int64_t b, std::int64_t kvh) {
   }
 }
 
-/// Pass 2: dQ of query block qb of head h of sequence b (ACCUMULATED into grad).
+/// Pass 2: dQ of query block qb of head h of sequence b (added to grad, or written with
+/// GradWrite::overwrite).
 void backward_q_block(const BackwardTask& t, std::int64_t b, std::int64_t h, std::int64_t qb) {
   const AttentionChunkDims& d = t.d;
   const TilePath path = t.path;

@@ -2,10 +2,10 @@
 //
 // SwiGLU (Shazeer 2020, "GLU Variants Improve Transformer", eq. 5 with Swish_1 = SiLU; the
 // Llama MLP's act_fn(gate_proj(x)) · up_proj(x)): out = silu(g)·u, silu(g) = g·σ(g),
-// σ(g) = 1 / (1 + e^(−g)). e^(−g) is cpu::exp_approx_vec (≤ 2 ulp, vector_math.h), on native
-// vectors (vec.h's parallel_vectors, the tail in one partial vector, so every element gets the
-// same operations): glibc's expf is a scalar call, and the loop vectoriser's rendering of the
-// scalar exp_approx branches three ways on its clamp.
+// σ(g) = 1 / (1 + e^(−g)). e^(−g) is cpu::exp_approx_vec (exp_approx's bits, < 1 ulp;
+// vector_math.h), on native vectors (vec.h's parallel_vectors, the tail in one partial vector, so
+// every element gets the same operations): glibc's expf is a scalar call, and the loop vectoriser's
+// rendering of the scalar exp_approx branches three ways on its clamp.
 #include <cstdint>
 
 #include "meshtrain/core/error.h"
