@@ -97,21 +97,14 @@ void adamw_step_all(std::span<const AdamWTensor> tensors, std::int64_t step) {
   // join apiece. Element-wise, so the same bits for any split. (A cut inside a tensor whose
   // base is not 64-byte aligned in the flat order shares one cache line between two threads:
   // false sharing at one line per thread, no race.) Nothing is allocated.
+  const auto count = static_cast<std::int64_t>(tensors.size());
 #pragma omp parallel if (total >= cpu::kParallelGrain)
-  {
-    const std::int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
-    const std::int64_t blocks = (total + cpu::kColumnAlign - 1) / cpu::kColumnAlign;
-    const std::int64_t lo = std::min(total, blocks * thread / threads * cpu::kColumnAlign);
-    const std::int64_t hi = std::min(total, blocks * (thread + 1) / threads * cpu::kColumnAlign);
-    std::int64_t begin = 0;  // tensor's first element in the flat order
-    for (const AdamWTensor& tensor : tensors) {
-      const std::int64_t end = begin + static_cast<std::int64_t>(tensor.w.size());
-      if (end > lo && begin < hi) {
-        AdamWUpdate(tensor, step).update(std::max(lo, begin) - begin, std::min(hi, end) - begin);
-      }
-      begin = end;
-    }
-  }
+  cpu::for_thread_share(
+      count, [&](std::int64_t k) { return static_cast<std::int64_t>(tensors[k].w.size()); }, total,
+      cpu::kColumnAlign,
+      [&](std::int64_t k, std::int64_t from, std::int64_t to) {
+        AdamWUpdate(tensors[k], step).update(from, to);
+      });
 }
 
 void adamw_step(std::span<float> w, std::span<float> m, std::span<float> v,

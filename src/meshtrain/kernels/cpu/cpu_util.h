@@ -48,6 +48,27 @@ void for_each_column_range(std::int64_t rows, std::int64_t C, Body&& body) {
   }
 }
 
+/// Inside a parallel region: this thread's share of `count` pieces laid end to end (piece k
+/// has size_of(k) units, `total` in all). The threads take one contiguous range each of the
+/// concatenated units, cut at multiples of `cut` units of that order, and body(k, from, to) is
+/// called for every piece the range overlaps, with [from, to) the overlap in the piece's own
+/// units. The ranges cover every unit once, whatever the thread count, so many small pieces
+/// cost one region instead of a serial call each (adamw_step_all's tensors, zero_all's spans).
+template <typename SizeOf, typename Body>
+void for_thread_share(std::int64_t count, SizeOf&& size_of, std::int64_t total, std::int64_t cut,
+                      Body&& body) {
+  const std::int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
+  const std::int64_t units = (total + cut - 1) / cut;
+  const std::int64_t lo = std::min(total, units * thread / threads * cut);
+  const std::int64_t hi = std::min(total, units * (thread + 1) / threads * cut);
+  std::int64_t begin = 0;  // piece k's first unit in the concatenated order
+  for (std::int64_t k = 0; k < count; ++k) {
+    const std::int64_t end = begin + size_of(k);
+    if (end > lo && begin < hi) body(k, std::max(lo, begin) - begin, std::min(hi, end) - begin);
+    begin = end;
+  }
+}
+
 /// Per-thread scratch of at least n floats. The vector only grows, so after the first step
 /// a training loop allocates nothing here (DESIGN machine notes: fresh pages cost ≈12 µs).
 /// The pointer stays valid until the same thread asks for more.

@@ -108,22 +108,14 @@ void zero_all(std::span<const std::span<std::byte>> spans) {
   // does not start on a line, two threads may write one cache line (false sharing at one line
   // per cut, no race).
   constexpr std::int64_t kLine = 64;
+  const auto count = static_cast<std::int64_t>(spans.size());
 #pragma omp parallel if (total >= 4 * cpu::kParallelGrain)
-  {
-    const std::int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
-    const std::int64_t lines = (total + kLine - 1) / kLine;
-    const std::int64_t lo = std::min(total, lines * thread / threads * kLine);
-    const std::int64_t hi = std::min(total, lines * (thread + 1) / threads * kLine);
-    std::int64_t begin = 0;  // the span's first byte in the concatenated order
-    for (const std::span<std::byte>& s : spans) {
-      const std::int64_t end = begin + static_cast<std::int64_t>(s.size());
-      if (end > lo && begin < hi) {
-        const std::int64_t from = std::max(lo, begin) - begin, to = std::min(hi, end) - begin;
-        std::memset(s.data() + from, 0, static_cast<std::size_t>(to - from));
-      }
-      begin = end;
-    }
-  }
+  cpu::for_thread_share(
+      count, [&](std::int64_t k) { return static_cast<std::int64_t>(spans[k].size()); }, total,
+      kLine,
+      [&](std::int64_t k, std::int64_t from, std::int64_t to) {
+        std::memset(spans[k].data() + from, 0, static_cast<std::size_t>(to - from));
+      });
 }
 
 }  // namespace meshtrain::kernels
