@@ -1547,6 +1547,60 @@ TEST(ExpApproxKernel, WithinTwoUlpOfDoublePrecisionExpOverTheUsedRange) {
   EXPECT_TRUE(std::isfinite(cpu::exp_approx(1000.0f)));
 }
 
+// exp_approx_vec on W-lane vectors against exp_approx, lane by lane: true when every lane of
+// every point is the scalar form's bit for bit, or NaN where the scalar form gives NaN.
+template <std::int64_t W>
+bool vector_exp_is_scalar_exp(const std::vector<float>& points) {
+  using V = cpu::FloatVec<W>;
+  bool same = true;
+  for (std::size_t i0 = 0; i0 < points.size(); i0 += W) {
+    V x{};
+    for (std::int64_t l = 0; l < W; ++l) x[l] = points[std::min(i0 + l, points.size() - 1)];
+    const V e = cpu::exp_approx_vec(x);
+    for (std::int64_t l = 0; l < W; ++l) {
+      const float scalar = cpu::exp_approx(x[l]);
+      const bool lane_same = std::isnan(scalar) ? std::isnan(e[l])
+                                                : std::bit_cast<std::uint32_t>(e[l]) ==
+                                                      std::bit_cast<std::uint32_t>(scalar);
+      if (!lane_same) {
+        ADD_FAILURE() << W << " lanes: exp_approx_vec(" << x[l] << ") = " << e[l]
+                      << ", exp_approx = " << scalar;
+        same = false;
+      }
+    }
+  }
+  return same;
+}
+
+TEST(ExpApproxKernel, EveryVectorFormIsTheScalarFormBitwiseAtTheClampAndRoundingEdges) {
+  // The native width and half of it: on AVX-512 the VSCALEFPS form (16) and the AVX form
+  // (8, VMAXPS/VMINPS clamp); on AVX2 the AVX form (8) and the portable one (4). Points: each
+  // clamp bound and the floats beside it, far outside, ±inf, ±0, a subnormal, and x just
+  // either side of (k + ½)·ln 2, where the rounding of x·log2(e) to n may tie.
+  std::vector<float> points = {0.0f,
+                               -0.0f,
+                               1e-40f,
+                               -1e-40f,
+                               1000.0f,
+                               -1000.0f,
+                               std::numeric_limits<float>::infinity(),
+                               -std::numeric_limits<float>::infinity(),
+                               std::numeric_limits<float>::quiet_NaN()};
+  for (const float bound : {-87.3f, 88.3f}) {
+    float x = bound;
+    for (int i = 0; i < 4; ++i) x = std::nextafter(x, -1000.0f);
+    for (int i = 0; i < 9; ++i, x = std::nextafter(x, 1000.0f)) points.push_back(x);
+  }
+  for (int k = -126; k <= 127; ++k) {
+    const float mid = static_cast<float>((k + 0.5) * 0.6931471805599453);
+    points.push_back(std::nextafter(mid, -1000.0f));
+    points.push_back(mid);
+    points.push_back(std::nextafter(mid, 1000.0f));
+  }
+  EXPECT_TRUE(vector_exp_is_scalar_exp<cpu::kLanes>(points));
+  EXPECT_TRUE(vector_exp_is_scalar_exp<cpu::kLanes / 2>(points));
+}
+
 TEST(ExpApproxKernel, VectorFormIsTheScalarFormBitwiseAndKeepsNaN) {
   // The same grid as above, a native vector at a time. On AVX-512 the vector form scales by
   // 2ⁿ with VSCALEFPS but rounds x/ln2 with the same FMA and rounding constant as exp_approx,

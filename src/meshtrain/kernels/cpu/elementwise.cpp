@@ -8,6 +8,10 @@
 #include <cstring>
 #include <vector>
 
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
+
 #include "meshtrain/core/error.h"
 #include "meshtrain/kernels/cpu/cpu_util.h"
 #include "meshtrain/kernels/cpu/vec.h"
@@ -21,23 +25,42 @@ namespace {
 constexpr std::int64_t kSumBlock = 8192;
 // Independent double accumulators inside a block: element i of a block's whole groups of 32
 // goes to lane i mod 32, the tail to lane 0; the lanes are added in order at the end. A fixed
-// order without -ffast-math. 32 lanes are four chains of 8 doubles (one zmm each with
-// AVX-512): with one chain per 8 lanes the FMA latency, not memory, bounded the pass (8 lanes,
-// as before 2026-12-06: 2 floats per cycle, 30 GB/s on one Zen 5 core; eltwise_bench
-// `sum_squares`). Each lane is one multiply-add per element: the body's v·v + acc is
-// contracted into an FMA (GCC's default -ffp-contract=fast, an FMA target as -march=native
-// gives on every x86 CPU since Haswell); the tail spells std::fma.
+// order without -ffast-math. 32 lanes are 32 / kChain chains of one native double vector
+// each (4 zmm with AVX-512, 8 ymm with AVX2): with one chain per 8 lanes the FMA latency, not
+// memory, bounded the pass (8 lanes, as before 2026-12-06: 2 floats per cycle, 30 GB/s on one
+// Zen 5 core; eltwise_bench `sum_squares`). The chains are exactly one register wide: a GCC
+// vector wider than the machine's (8 doubles on AVX2) is kept in memory and moved through
+// general registers every iteration (6.7 GB/s on one Zen 3 core, 2026-12-07). Which lane an
+// element goes to does not depend on kChain, so neither does the result. Each lane is one
+// multiply-add per element: the body's v·v + acc is contracted into an FMA (GCC's default
+// -ffp-contract=fast, an FMA target as -march=native gives on every x86 CPU since Haswell);
+// the tail spells std::fma.
 constexpr std::int64_t kSumLanes = 32;
-constexpr std::int64_t kChain = 8;  // doubles per accumulator vector
+constexpr std::int64_t kChain = cpu::kLanes / 2;  // doubles per native vector register
+static_assert(kSumLanes % kChain == 0);
 using DoubleVec [[gnu::vector_size(kChain * sizeof(double))]] = double;
+
+/// x[0, kChain) as doubles, one vcvtps2pd from memory. GCC 12 compiles the portable forms
+/// worse on AVX2: __builtin_convertvector of 4 floats to 4 doubles as two 2-wide converts and
+/// an insert, a lane-by-lane fill as scalar converts (seen in the disassembly of this loop).
+inline DoubleVec widen(const float* x) {
+#if defined(__AVX512F__)
+  static_assert(kChain == 8);
+  return reinterpret_cast<DoubleVec>(_mm512_cvtps_pd(_mm256_loadu_ps(x)));
+#elif defined(__AVX__)
+  static_assert(kChain == 4);
+  return reinterpret_cast<DoubleVec>(_mm256_cvtps_pd(_mm_loadu_ps(x)));
+#else
+  return __builtin_convertvector(cpu::load_vec<kChain>(x), DoubleVec);
+#endif
+}
 
 double block_sum_squares(const float* x, std::int64_t n) {
   DoubleVec acc[kSumLanes / kChain] = {};
   std::int64_t i = 0;
   for (; i + kSumLanes <= n; i += kSumLanes) {
     for (std::int64_t c = 0; c < kSumLanes / kChain; ++c) {
-      const DoubleVec v =
-          __builtin_convertvector(cpu::load_vec<kChain>(x + i + c * kChain), DoubleVec);
+      const DoubleVec v = widen(x + i + c * kChain);
       acc[c] += v * v;  // contracted: one multiply-add per element
     }
   }
