@@ -1,5 +1,6 @@
 #include "meshtrain/core/allocator.h"
 
+#include <malloc.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -123,6 +124,13 @@ std::int64_t process_minor_faults() {
   rusage usage{};
   if (getrusage(RUSAGE_SELF, &usage) != 0) return 0;
   return static_cast<std::int64_t>(usage.ru_minflt);
+}
+
+bool keep_freed_heap_memory() {
+  constexpr int kMmapThreshold = 32 << 20;  // glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64 bits
+  const bool trim = mallopt(M_TRIM_THRESHOLD, -1) == 1;
+  const bool mmap = mallopt(M_MMAP_THRESHOLD, kMmapThreshold) == 1;
+  return trim && mmap;
 }
 
 }  // namespace meshtrain
