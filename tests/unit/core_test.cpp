@@ -62,6 +62,9 @@ std::int64_t faults_of_a_malloc_round(int count, std::size_t bytes) {
 }
 
 TEST(KeepFreedHeapMemory, BlocksFreedAndAllocatedAgainFaultNoPageInTheSecondTime) {
+  // The settings are process-wide and stay for the rest of the process (ctest runs each test
+  // in its own). Under a sanitizer or Valgrind with an allocator of its own the test does not
+  // apply; the repository's sanitizer build is AddressSanitizer's (scripts/sanitize.sh).
   const bool took = keep_freed_heap_memory();
 #if defined(__SANITIZE_ADDRESS__)
   // AddressSanitizer's allocator replaces glibc's and answers mallopt with 0 (not taken).
@@ -78,7 +81,9 @@ TEST(KeepFreedHeapMemory, BlocksFreedAndAllocatedAgainFaultNoPageInTheSecondTime
   const std::int64_t second = faults_of_a_malloc_round(kBlocks, kBytes);
   std::printf("minor faults: first round %lld, second %lld\n", static_cast<long long>(first),
               static_cast<long long>(second));
-  EXPECT_LE(second, 64) << "the pages of the freed blocks were given back to the kernel";
+  // Relative bounds: with huge pages (THP "always") a round faults ≈ 60 times, not 30,000.
+  ASSERT_GE(first, kBlocks) << "the first round must fault its fresh pages in";
+  EXPECT_LE(second, first / 16) << "the pages of the freed blocks were given back to the kernel";
 #endif
 }
 

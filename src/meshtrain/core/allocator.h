@@ -73,16 +73,19 @@ class TrackedAllocator {
 /// as `minor_faults`.
 std::int64_t process_minor_faults();
 
-/// Tells glibc's malloc to keep the memory a process frees (mallopt: M_TRIM_THRESHOLD −1, so no
-/// heap is ever trimmed, and M_MMAP_THRESHOLD 32 MiB fixed, the largest its dynamic threshold
-/// reaches): blocks below 32 MiB come from the heaps and their pages stay mapped once touched.
+/// Tells glibc's malloc to keep the heap memory a process frees (mallopt: M_TRIM_THRESHOLD −1,
+/// so no heap's top is given back to the kernel, and M_MMAP_THRESHOLD fixed at 32 MiB, the
+/// largest its dynamic threshold reaches): blocks below 32 MiB come from the heaps and their
+/// pages stay mapped once touched. Still released: blocks of 32 MiB or more (mmapped each),
+/// a per-thread arena's whole 64 MiB heap once its top covers it, and explicit malloc_trim.
 /// For the trainer, whose step allocates and frees the same sizes every time: oneDNN's GEMMs
 /// at 2 threads allocate and free their packing buffers per call, and with glibc's defaults
 /// the heap's top was trimmed (strace: brk shrinking mid-run) and faulted in again: 6L/384 on
 /// 2 threads, steps 4–40, had 22, 0, 7 and 0 steps with faults in four runs (up to 708 per
-/// step), and after this call one step with 4 faults in each of three runs (2026-12-07, Zen
-/// 3). The process's memory then never shrinks below its peak. Returns whether malloc took both settings (false under AddressSanitizer,
-/// whose allocator ignores mallopt).
+/// step; the metrics' minor_faults), and after this call one step with 4 faults in each of
+/// three runs (2026-12-07, Zen 3). The process's heap then stays at its peak. Process-wide
+/// and not undone. Returns whether malloc took both settings (false under AddressSanitizer,
+/// whose allocator answers mallopt with 0).
 bool keep_freed_heap_memory();
 
 }  // namespace meshtrain

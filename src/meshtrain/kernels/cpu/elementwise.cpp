@@ -30,7 +30,8 @@ constexpr std::int64_t kSumBlock = 8192;
 // memory, bounded the pass (8 lanes, as before 2026-12-06: 2 floats per cycle, 30 GB/s on one
 // Zen 5 core; eltwise_bench `sum_squares`). The chains are exactly one register wide: a GCC
 // vector wider than the machine's (8 doubles on AVX2) is kept in memory and moved through
-// general registers every iteration (6.7 GB/s on one Zen 3 core, 2026-12-07). Which lane an
+// general registers every iteration (6.7 GB/s on one Zen 3 core, eltwise_bench `sum_squares`,
+// 2026-12-07). Which lane an
 // element goes to does not depend on kChain, so neither does the result. Each lane is one
 // multiply-add per element: the body's v·v + acc is contracted into an FMA (GCC's default
 // -ffp-contract=fast, an FMA target as -march=native gives on every x86 CPU since Haswell);
