@@ -31,11 +31,10 @@ constexpr std::int64_t kSumBlock = 8192;
 // Zen 5 core; eltwise_bench `sum_squares`). The chains are exactly one register wide: a GCC
 // vector wider than the machine's (8 doubles on AVX2) is kept in memory and moved through
 // general registers every iteration (6.7 GB/s on one Zen 3 core, eltwise_bench `sum_squares`,
-// 2026-12-07). Which lane an
-// element goes to does not depend on kChain, so neither does the result. Each lane is one
-// multiply-add per element: the body's v·v + acc is contracted into an FMA (GCC's default
-// -ffp-contract=fast, an FMA target as -march=native gives on every x86 CPU since Haswell);
-// the tail spells std::fma.
+// 2026-12-07). Which lane an element goes to does not depend on kChain, so neither does the
+// result. Each lane is one multiply-add per element: the body's v·v + acc is contracted into
+// an FMA (GCC's default -ffp-contract=fast, an FMA target as -march=native gives on every x86
+// CPU since Haswell); the tail spells std::fma.
 constexpr std::int64_t kSumLanes = 32;
 constexpr std::int64_t kChain = cpu::kLanes / 2;  // doubles per native vector register
 static_assert(kSumLanes % kChain == 0);
@@ -47,7 +46,10 @@ using DoubleVec [[gnu::vector_size(kChain * sizeof(double))]] = double;
 inline DoubleVec widen(const float* x) {
 #if defined(__AVX512F__)
   static_assert(kChain == 8);
-  return reinterpret_cast<DoubleVec>(_mm512_cvtps_pd(_mm256_loadu_ps(x)));
+  // The zero-masking form with every lane set: the plain intrinsic passes GCC 12's
+  // _mm512_undefined_pd() through, which -Wmaybe-uninitialized reports (as in vector_math.h).
+  constexpr __mmask8 kAll = 0xFF;
+  return reinterpret_cast<DoubleVec>(_mm512_maskz_cvtps_pd(kAll, _mm256_loadu_ps(x)));
 #elif defined(__AVX__)
   static_assert(kChain == 4);
   return reinterpret_cast<DoubleVec>(_mm256_cvtps_pd(_mm_loadu_ps(x)));
