@@ -305,6 +305,64 @@ TEST(FusedAdamW, AllTensorsInOneRegionAreEachTensorsStepBitwise) {
   kernels::set_num_threads(1);
 }
 
+TEST(FusedAdamW, ZeroingTheGradientInThePassKeepsTheStepBitwiseAndLeavesPlusZero) {
+  // zero_g (the next step's zero_grad folded into the update) must not change w, m or v by a
+  // bit, and must leave every gradient element +0.0f: in a flat split that cuts tensors
+  // anywhere (sizes below and above the parallel grain, odd ones), with 1, 2 and 3 threads,
+  // and with clipping's grad_scale ≠ 1 so that g is read through the product.
+  const std::vector<std::size_t> sizes{1, 17, 40000, 65 * 128 + 3, 100003, 5};
+  const auto params = kernels::AdamWParams{.lr = 3e-3f,
+                                           .beta1 = 0.9f,
+                                           .beta2 = 0.95f,
+                                           .eps = 1e-8f,
+                                           .weight_decay = 0.1f,
+                                           .grad_scale = 0.75f};
+  std::vector<std::vector<float>> w0, m0, v0, g0;
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    const std::string tag = "adam.zero." + std::to_string(k);
+    w0.push_back(randn(sizes[k], tag + ".w"));
+    m0.push_back(randn(sizes[k], tag + ".m", 0.1f));
+    v0.push_back(randn(sizes[k], tag + ".v", 0.1f));
+    for (float& x : v0.back()) x *= x;
+    g0.push_back(randn(sizes[k], tag + ".g", 3.0f));
+    g0.back().front() = -0.0f;  // a −0 gradient must come out +0 too
+  }
+  auto w_ref = w0, m_ref = m0, v_ref = v0;
+  kernels::set_num_threads(1);
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    kernels::adamw_step(w_ref[k], m_ref[k], v_ref[k], g0[k], params, 3);
+  }
+  for (const int threads : {1, 2, 3}) {
+    kernels::set_num_threads(threads);
+    auto w = w0, m = m0, v = v0, g = g0;
+    std::vector<kernels::AdamWTensor> tensors;
+    for (std::size_t k = 0; k < sizes.size(); ++k)
+      tensors.push_back({w[k], m[k], v[k], g[k], params, g[k]});
+    kernels::adamw_step_all(tensors, 3);
+    for (std::size_t k = 0; k < sizes.size(); ++k) {
+      EXPECT_TRUE(same_bits(w[k], w_ref[k])) << "tensor " << k << " threads " << threads;
+      EXPECT_TRUE(same_bits(m[k], m_ref[k])) << "tensor " << k << " threads " << threads;
+      EXPECT_TRUE(same_bits(v[k], v_ref[k])) << "tensor " << k << " threads " << threads;
+      EXPECT_TRUE(same_bits(g[k], std::vector<float>(sizes[k], 0.0f)))
+          << "tensor " << k << " threads " << threads;
+    }
+  }
+  kernels::set_num_threads(1);
+}
+
+TEST(FusedAdamWDeathTest, ZeroingStorageOtherThanTheGradientIsRefused) {
+  // zero_g must be g's own floats: any other span would zero memory the update never read.
+  std::vector<float> w(8, 1.0f), m(8), v(8), g(8, 0.5f), other(8, 0.5f);
+  const kernels::AdamWParams params{1e-3f, 0.9f, 0.99f, 1e-8f, 0.0f};
+  const kernels::AdamWTensor wrong_storage{w, m, v, g, params, other};
+  EXPECT_DEATH(kernels::adamw_step_all({&wrong_storage, 1}, 1),
+               "zero_g must be empty or g's own 8 floats");
+  const kernels::AdamWTensor wrong_size{w, m, v, g, params, std::span<float>(g).first(7)};
+  EXPECT_DEATH(kernels::adamw_step_all({&wrong_size, 1}, 1),
+               "zero_g must be empty or g's own 8 floats");
+  EXPECT_EQ(other, std::vector<float>(8, 0.5f));
+}
+
 TEST(ZeroAll, ClearsEverySpanAndNothingElseWithAnyThreadCount) {
   // Byte sizes below and above the parallel grain, odd ones and ones a thread's cut lands in,
   // carved from one buffer with guard bytes between them: every span must read 0 after the

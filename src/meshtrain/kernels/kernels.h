@@ -412,7 +412,7 @@ struct AdamWParams {
   float eps;
   float weight_decay;  // 0 for parameters without decay
   /// Gradient clipping folded into the update: g·grad_scale is what the moments see (1 when
-  /// the norm is under the limit). g itself is not written: bitwise the same update as
+  /// the norm is under the limit). g itself is not scaled in memory: bitwise the same update as
   /// scale_inplace(g, grad_scale) before the step, one pass over the gradients fewer.
   float grad_scale = 1.0f;
 };
@@ -435,13 +435,18 @@ struct AdamWTensor {
   std::span<float> w, m, v;
   std::span<const float> g;
   AdamWParams params;
+  /// Empty, or the same n floats as g, writable: each is set to +0.0f once the update has read
+  /// it — the next step's zero_grad folded into this pass. The update is divider-bound (one
+  /// sqrt and two divisions per element), so the extra store stream costs less than a separate
+  /// memset pass (bench/eltwise_bench: "adamw_step + zero grads" against the two apart).
+  std::span<float> zero_g = {};
 };
 /// adamw_step on every tensor (f32, step 1-based), bitwise the same, in one parallel region
 /// over their concatenated elements (AdamW over a flat buffer without copying into one): a
 /// model's many small tensors (biases, norm weights) are split across the threads like its
 /// large ones. The tensors must not overlap one another, and g must not alias w, m or v (two
 /// threads could update the same element). Errors (checked before anything is written): a
-/// tensor whose sizes differ, step < 1.
+/// tensor whose sizes differ, a zero_g that is not g's storage, step < 1.
 void adamw_step_all(std::span<const AdamWTensor> tensors, std::int64_t step);
 
 }  // namespace meshtrain::kernels

@@ -20,7 +20,7 @@ AdamW::AdamW(OptimizerShards shards, const AdamWConfig& config)
 AdamW::AdamW(const ParameterList& params, const AdamWConfig& config)
     : AdamW(whole_shards(params), config) {}
 
-void AdamW::step(double lr, float grad_scale) {
+void AdamW::step(double lr, float grad_scale, bool zero_grads) {
   ++step_;
   std::vector<kernels::AdamWTensor>& tensors = step_tensors_;  // keeps its capacity
   tensors.clear();
@@ -28,9 +28,10 @@ void AdamW::step(double lr, float grad_scale) {
     const OptimizerShard& s = shards_[i];
     if (s.end == s.begin) continue;
     const Parameter& p = *s.param;
-    Tensor master = s.master;  // a handle: the update writes through to the shard's storage
+    Tensor master = s.master;  // handles: the update writes through to the shard's storage
+    Tensor grad = s.grad;
     tensors.push_back(
-        {master.span_f32(), m_[i].span_f32(), v_[i].span_f32(), s.grad.span_f32(),
+        {master.span_f32(), m_[i].span_f32(), v_[i].span_f32(), grad.span_f32(),
          kernels::AdamWParams{
              .lr = static_cast<float>(lr),
              .beta1 = static_cast<float>(config_.beta1),
@@ -38,7 +39,8 @@ void AdamW::step(double lr, float grad_scale) {
              .eps = static_cast<float>(config_.eps),
              .weight_decay = p.weight_decay ? static_cast<float>(config_.weight_decay) : 0.0f,
              .grad_scale = grad_scale,
-         }});
+         },
+         zero_grads ? grad.span_f32() : std::span<float>()});
   }
   kernels::adamw_step_all(tensors, step_);
 }

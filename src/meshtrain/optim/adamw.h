@@ -30,8 +30,10 @@ class AdamW {
   AdamW(const ParameterList& params, const AdamWConfig& config);
   /// One step at learning rate `lr` on every shard (kernels::adamw_step_all), with the gradients
   /// multiplied by `grad_scale` inside the update (clip_coefficient: clipping folded into the
-  /// pass over the parameters; the gradients are not written).
-  void step(double lr, float grad_scale = 1.0f);
+  /// pass over the parameters). The shards' gradients are not written, unless `zero_grads`:
+  /// then each is set to +0 as the update reads it (the next step's zero_grad for the shards'
+  /// elements, without a pass of its own; ZeroSharding::zero_grad clears the rest).
+  void step(double lr, float grad_scale = 1.0f, bool zero_grads = false);
   std::int64_t steps_taken() const noexcept { return step_; }
   /// The moments of shard i (f32 [end − begin]): for checkpoints, which save and restore them
   /// with steps_taken (the bias correction's t).

@@ -155,14 +155,16 @@ double OptimizerState::apply_update(std::int64_t step, double grad_norm) {
   const TrainingConfig& t = config_.training;
   const std::int64_t decay_steps = t.lr_decay_steps > 0 ? t.lr_decay_steps : t.max_steps;
   const double lr = lr_at(step, scaled_peak_lr(config_), t.min_lr, t.warmup_steps, decay_steps);
-  if (!skipped_) {
+  const bool stepped = !skipped_;
+  if (stepped) {
     // Clipping folded into the update (one pass over the gradients fewer; bitwise the same
-    // as clip_grads then step, fused_kernels_test).
-    optimizer_->step(lr, clip_coefficient(grad_norm, t.grad_clip));
+    // as clip_grads then step, fused_kernels_test), and the shards' gradients zeroed as it
+    // reads them (one memset pass fewer).
+    optimizer_->step(lr, clip_coefficient(grad_norm, t.grad_clip), /*zero_grads=*/true);
     zero_->publish_parameters();
   }
   skipped_ = false;
-  zero_->zero_grad();
+  zero_->zero_grad(/*shards_zeroed=*/stepped);
   grad_watch_.clear();  // the note was about the gradients just zeroed
   return lr;
 }

@@ -26,7 +26,11 @@ namespace {
 class AdamWUpdate {
  public:
   AdamWUpdate(const AdamWTensor& t, std::int64_t step)
-      : wp_(t.w.data()), mp_(t.m.data()), vp_(t.v.data()), gp_(t.g.data()) {
+      : wp_(t.w.data()),
+        mp_(t.m.data()),
+        vp_(t.v.data()),
+        gp_(t.g.data()),
+        zero_gp_(t.zero_g.data()) {
     const AdamWParams& params = t.params;
     // Scalars in double as PyTorch computes them in Python floats; each enters the f32 update
     // as one rounded constant, so the per-element arithmetic is f32 like PyTorch's kernels.
@@ -45,10 +49,22 @@ class AdamWUpdate {
   }
 
   void update(std::int64_t i0, std::int64_t i1) const {
+    // Two loops rather than a branch per element, so that both vectorise.
+    if (zero_gp_ != nullptr) {
+      run<true>(i0, i1);
+    } else {
+      run<false>(i0, i1);
+    }
+  }
+
+ private:
+  template <bool kZeroGrad>
+  void run(std::int64_t i0, std::int64_t i1) const {
     float* wp = wp_;
     float* mp = mp_;
     float* vp = vp_;
     const float* gp = gp_;
+    float* zero_gp = zero_gp_;  // the same floats as gp, or nullptr (then never written)
     const float decay = decay_, step_size = step_size_, sqrt_bc2 = sqrt_bc2_;
     const float beta1 = beta1_, beta2 = beta2_, eps = eps_, grad_scale = grad_scale_;
     const float one_minus_beta1 = one_minus_beta1_, one_minus_beta2 = one_minus_beta2_;
@@ -67,14 +83,15 @@ class AdamWUpdate {
       vp[i] = vp[i] * beta2 + one_minus_beta2 * (gi * gi);
       const float denom = std::sqrt(vp[i]) / sqrt_bc2 + eps;
       wp[i] -= step_size * (mp[i] / denom);
+      if constexpr (kZeroGrad) zero_gp[i] = 0.0f;  // after gp[i]'s one read
     }
   }
 
- private:
   float* wp_;
   float* mp_;
   float* vp_;
   const float* gp_;
+  float* zero_gp_;  // gp_'s storage when the update zeroes the gradient, else nullptr
   float decay_, step_size_, sqrt_bc2_, beta1_, beta2_, one_minus_beta1_, one_minus_beta2_, eps_,
       grad_scale_;
 };
@@ -89,6 +106,8 @@ void adamw_step_all(std::span<const AdamWTensor> tensors, std::int64_t step) {
     MT_CHECK(t.m.size() == t.w.size() && t.v.size() == t.w.size() && t.g.size() == t.w.size(),
              "adamw_step_all: tensor {}: sizes differ: w={} m={} v={} g={}", k, t.w.size(),
              t.m.size(), t.v.size(), t.g.size());
+    MT_CHECK(t.zero_g.empty() || (t.zero_g.data() == t.g.data() && t.zero_g.size() == t.g.size()),
+             "adamw_step_all: tensor {}: zero_g must be empty or g's own {} floats", k, t.g.size());
     total += static_cast<std::int64_t>(t.w.size());
   }
   // One region for all tensors: each thread takes one contiguous range [lo, hi) of the

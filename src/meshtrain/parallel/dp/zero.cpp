@@ -272,11 +272,23 @@ void ZeroSharding::publish_parameters() {
   if (!bucket.empty()) flush();
 }
 
-void ZeroSharding::zero_grad() {
+void ZeroSharding::zero_grad(bool shards_zeroed) {
   zero_spans_.clear();  // keeps its capacity: nothing is allocated after the first step
   for (OptimizerShard& shard : shards_) {
-    Tensor& grad = options_.stage >= 2 ? shard.grad : shard.param->grad;
-    if (grad.numel() > 0) zero_spans_.push_back(grad.span_bytes());
+    if (options_.stage >= 2) {  // the slice is the only gradient between steps
+      if (!shards_zeroed && shard.grad.numel() > 0) zero_spans_.push_back(shard.grad.span_bytes());
+      continue;
+    }
+    // Stages 0–1: the shard is elements [begin, end) of the full gradient.
+    const std::span<std::byte> full = shard.param->grad.span_bytes();
+    if (!shards_zeroed) {
+      if (!full.empty()) zero_spans_.push_back(full);
+      continue;
+    }
+    const auto begin = static_cast<std::size_t>(shard.begin) * sizeof(float);
+    const auto end = static_cast<std::size_t>(shard.end) * sizeof(float);
+    if (begin > 0) zero_spans_.push_back(full.first(begin));
+    if (end < full.size()) zero_spans_.push_back(full.subspan(end));
   }
   kernels::zero_all(zero_spans_);
 }

@@ -121,7 +121,10 @@ class ZeroSharding final : public ParameterHooks {
   /// parameters; stage 3 does nothing (the next forward gathers).
   void publish_parameters();
   /// Zeroes the gradients for the next step (full gradients and/or gradient slices).
-  void zero_grad();
+  /// `shards_zeroed`: AdamW::step(…, zero_grads = true) has already zeroed every shard's grad,
+  /// so only what lies outside the shards is cleared: nothing at stages 0, 2 and 3, the full
+  /// gradients outside this rank's slice at stage 1.
+  void zero_grad(bool shards_zeroed = false);
   /// With overlap: the gradient reductions of the last step posted during backward and left
   /// in flight there (stage 0: GradBuckets::posted_in_backward; stages 1–3:
   /// ZeroGradReducer::posted_in_backward); 0 without overlap.

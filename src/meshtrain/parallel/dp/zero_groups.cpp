@@ -68,8 +68,8 @@ void ZeroGroups::publish_parameters() {
   for (Group& g : groups_) g.zero->publish_parameters();
 }
 
-void ZeroGroups::zero_grad() {
-  for (Group& g : groups_) g.zero->zero_grad();
+void ZeroGroups::zero_grad(bool shards_zeroed) {
+  for (Group& g : groups_) g.zero->zero_grad(shards_zeroed);
 }
 
 std::size_t ZeroGroups::buckets_posted_in_backward() const noexcept {

@@ -45,7 +45,7 @@ class ZeroGroups final : public ParameterHooks {
   /// group's shards are scaled from the mean over its ranks to the mean over `mean_over`.
   void reduce_gradients();
   void publish_parameters();
-  void zero_grad();
+  void zero_grad(bool shards_zeroed = false);
   /// Σ over the groups of ZeroSharding::buckets_posted_in_backward.
   std::size_t buckets_posted_in_backward() const noexcept;
   /// Σ over the groups of ZeroSharding::reduce_seconds_in_backward.
