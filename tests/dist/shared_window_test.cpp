@@ -6,9 +6,10 @@
 // The inputs mix magnitudes (2^-10 … 2^23) so that another order of the additions (at 4 and 8
 // ranks) would change the last bits. Also: several posts in a row, ranks posting seconds
 // apart (the early one tests, then waits; the work still completes), a post before the previous
-// one completed is refused, the counters count one all_reduce of the tensor's bytes, the
-// window's bytes are counted under the category asked for while the tensor lives, a dp
-// subgroup gets windows of its own, and MESHTRAIN_SHM_ALL_REDUCE=0 turns it off.
+// one completed is refused, each rank learns its own first non-finite input, the counters count one
+// all_reduce of the tensor's bytes, the window's bytes are counted under the category asked for
+// while the tensor lives, a dp subgroup gets windows of its own, and MESHTRAIN_SHM_ALL_REDUCE=0
+// turns it off.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -16,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -117,6 +119,61 @@ TEST_P(SharedWindowPeers, APostBeforeThePreviousCompletedIsRefused) {
   } else {
     world->barrier();
     world->iall_reduce_sum(t.span_f32())->wait();
+  }
+  world->barrier();
+}
+
+// The request names this member's own lowest-index NaN or ±inf of the post (the sum spreads it
+// to every member, so only the inputs tell whose it was): nothing when all were finite — also
+// on rank 0, whose inputs stay finite while its sum does not —, the lowest index when a block
+// holds several and a later chunk holds another, and a post's report does not carry into the
+// next (the line is reset as the member posts).
+TEST_P(SharedWindowPeers, EachMemberLearnsItsOwnFirstNonFiniteInput) {
+  const auto world = test::runtime().world_group();
+  Tensor t = world->allocate_shared(kCount, MemCategory::comm);
+  ASSERT_TRUE(t.defined());
+  const int r = world->rank();
+  const float inf = std::numeric_limits<float>::infinity();
+  fill(t, r, 0);
+  auto request = world->iall_reduce_sum(t.span_f32());
+  request->wait();
+  EXPECT_FALSE(request->first_non_finite_input().has_value()) << "all inputs were finite";
+
+  fill(t, r, 1);
+  const std::int64_t nan_at = 70000 + 17 * r;
+  if (r != 0) {
+    t.f32()[250000 + r] = -inf;
+    t.f32()[nan_at + 5] = inf;
+    t.f32()[nan_at] = std::numeric_limits<float>::quiet_NaN();
+  }
+  request = world->iall_reduce_sum(t.span_f32());
+  request->wait();
+  const auto first = request->first_non_finite_input();
+  if (r == 0) {
+    EXPECT_FALSE(first.has_value())
+        << "rank 0's inputs were finite; got element " << first->element;
+  } else {
+    // EXPECT, not ASSERT: every rank must reach the barrier below.
+    EXPECT_TRUE(first.has_value()) << "post 1's NaN went unreported";
+    if (first) {
+      EXPECT_EQ(first->element, nan_at);
+      EXPECT_TRUE(std::isnan(first->value)) << first->value;
+    }
+  }
+
+  fill(t, r, 2);
+  if (r != 0) t.f32()[kCount - 1] = inf;
+  request = world->iall_reduce_sum(t.span_f32());
+  request->wait();
+  const auto last = request->first_non_finite_input();
+  if (r == 0) {
+    EXPECT_FALSE(last.has_value());
+  } else {
+    EXPECT_TRUE(last.has_value()) << "post 2's +inf went unreported";
+    if (last) {
+      EXPECT_EQ(last->element, kCount - 1) << "post 1's note carried over";
+      EXPECT_EQ(last->value, inf);
+    }
   }
   world->barrier();
 }

@@ -327,8 +327,10 @@ Tensor MpiProcessGroup::do_allocate_shared(std::int64_t count, MemCategory categ
   MpiComm owned(node);
   int node_size = 0;
   check_mpi(MPI_Comm_size(node, &node_size), "MPI_Comm_size", comm_.get());
-  // Every member must take the same path: a window only when the whole group is one node.
-  int all_here = wanted && node_size == size() ? 1 : 0;
+  // Every member must take the same path: a window only when the whole group is one node (and
+  // the buffer is small enough for SharedWindow's 32-bit non-finite index).
+  const bool fits = static_cast<std::uint64_t>(count) < (std::uint64_t{1} << 32);
+  int all_here = wanted && fits && node_size == size() ? 1 : 0;
   check_mpi(MPI_Allreduce(MPI_IN_PLACE, &all_here, 1, MPI_INT, MPI_MIN, comm_.get()),
             "MPI_Allreduce", comm_.get());
   if (all_here == 0) return {};

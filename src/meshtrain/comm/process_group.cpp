@@ -385,6 +385,9 @@ class TimedRequest final : public CommRequest {
     }
     return done_;
   }
+  std::optional<NonFiniteInput> first_non_finite_input() const override {
+    return inner_->first_non_finite_input();
+  }
 
  private:
   std::unique_ptr<CommRequest> inner_;

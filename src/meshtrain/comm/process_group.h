@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -49,6 +50,13 @@ struct CommCounter {
   double seconds = 0.0;  // wall time inside the operation, waiting for peers included
 };
 
+/// A non-finite element one member put into a reduction: its index in that member's buffer
+/// and its value (NaN or ±inf).
+struct NonFiniteInput {
+  std::int64_t element = 0;
+  float value = 0.0f;
+};
+
 /// A posted non-blocking operation (isend / irecv). wait() blocks until it has completed; it
 /// may be called more than once. Destroying a request that was not waited for waits for it,
 /// so a buffer is never freed under a pending transfer.
@@ -58,6 +66,10 @@ class CommRequest {
   virtual void wait() = 0;
   /// True when the operation has completed (then wait() returns at once); never blocks.
   virtual bool test() = 0;
+  /// Once completed: the lowest-index non-finite element this member put in, for a request
+  /// that checks its inputs as it reduces them (iall_reduce_sum of an allocate_shared buffer);
+  /// nullopt when every input was finite, and always for a request that does not check.
+  virtual std::optional<NonFiniteInput> first_non_finite_input() const { return std::nullopt; }
 };
 
 class ProcessGroup {
@@ -137,8 +149,11 @@ class ProcessGroup {
   /// ConfigError, before any collective, for a value other than 0 or 1). iall_reduce_sum of
   /// exactly such a tensor's span is then done in place by loads and stores (each element
   /// summed in rank order, bitwise the same on every rank and in every run) instead of by
-  /// messages. Collective over this group, in the same order on every member; all members
-  /// get a window or none does.
+  /// messages, and checks every member's input as it sums it: the request's
+  /// first_non_finite_input() names this member's first NaN or ±inf, so a caller that wants
+  /// to know where a non-finite value came from need not read its buffer before posting.
+  /// Collective over this group, in the same order on every member; all members get a window
+  /// or none does (none when count ≥ 2³²).
   Tensor allocate_shared(std::int64_t count, MemCategory category);
   /// Non-blocking reduce_scatter_sum: in [size() · n] → out [n], out = Σ over ranks of in's
   /// slice [rank()·n, (rank()+1)·n). The same ring and the same additions as the blocking

@@ -29,26 +29,68 @@ void check(int code, const char* what) {
   throw CommError(fmt::format("{} failed: {}", what, std::string_view(text, length)));
 }
 
+// A float is NaN or ±inf exactly when its 8 exponent bits are all ones.
+constexpr std::uint32_t kExponent = 0x7f800000u;
+
+std::uint32_t bits_of(float x) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  return bits;
+}
+
+// True when x[0, n) holds no NaN or ±inf: the largest exponent field, vectorised as integer
+// max with no branch per element (as kernels::all_finite, which comm does not link:
+// docs/architecture.md).
+bool block_finite(const float* x, std::size_t n) noexcept {
+  std::uint32_t worst = 0;
+  for (std::size_t i = 0; i < n; ++i) worst = std::max(worst, bits_of(x[i]) & kExponent);
+  return worst != kExponent;
+}
+
+// Lowers `line` to x[i]'s (index << 32 | bits) for the first non-finite x[i], i in [0, n), whose
+// index in its buffer is at + i; one vectorised read pass when there is none, the common case.
+void note_first_non_finite(std::atomic<std::uint64_t>& line, const float* x, std::size_t n,
+                           std::size_t at) {
+  if (block_finite(x, n)) [[likely]]
+    return;
+  std::size_t i = 0;
+  while (i < n && (bits_of(x[i]) & kExponent) != kExponent) ++i;
+  const std::uint64_t mine = (std::uint64_t{at + i} << 32) | bits_of(x[i]);
+  std::uint64_t seen = line.load(std::memory_order_relaxed);
+  while (mine < seen && !line.compare_exchange_weak(seen, mine, std::memory_order_relaxed)) {
+  }
+}
+
 // Out = scale · (Σ_m buffers[m][i] in member order), stored into every buffer, for i in
 // [begin, end): the f32 sum, then one multiply (no FMA can form), bitwise a sum followed by a
-// separate scaling pass. The 2-member case is the one the dp = 2 runs take; its loop
-// vectorises without a scratch.
+// separate scaling pass. Each block of the inputs is checked for non-finite values before it
+// is overwritten (a second read of the block, from L1); member m's first one lowers
+// non_finite[m]. The 2-member case is the one the dp = 2 runs take; its loop vectorises
+// without a scratch.
 void sum_into_all(const std::vector<float*>& buffers, std::size_t begin, std::size_t end,
-                  float scale) {
+                  float scale, std::atomic<std::uint64_t>* const* non_finite) {
+  constexpr std::size_t kBlock = 512;
   if (buffers.size() == 2) {
     float* __restrict a = buffers[0];
     float* __restrict b = buffers[1];
-    for (std::size_t i = begin; i < end; ++i) {
-      const float s = (a[i] + b[i]) * scale;
-      a[i] = s;
-      b[i] = s;
+    for (std::size_t at = begin; at < end; at += kBlock) {
+      const std::size_t n = std::min(kBlock, end - at);
+      note_first_non_finite(*non_finite[0], a + at, n, at);
+      note_first_non_finite(*non_finite[1], b + at, n, at);
+      for (std::size_t i = at; i < at + n; ++i) {
+        const float s = (a[i] + b[i]) * scale;
+        a[i] = s;
+        b[i] = s;
+      }
     }
     return;
   }
-  constexpr std::size_t kBlock = 512;
   alignas(64) float acc[kBlock];
   for (std::size_t at = begin; at < end; at += kBlock) {
     const std::size_t n = std::min(kBlock, end - at);
+    for (std::size_t m = 0; m < buffers.size(); ++m) {
+      note_first_non_finite(*non_finite[m], buffers[m] + at, n, at);
+    }
     std::memcpy(acc, buffers[0] + at, n * sizeof(float));
     for (std::size_t m = 1; m < buffers.size(); ++m) {
       const float* __restrict in = buffers[m] + at;
@@ -91,6 +133,9 @@ class SharedAllReduce final : public CommRequest {
     while (!test()) backoff.pause();
   }
   bool test() override { return done_ || (done_ = window_.advance(epoch_, scale_)); }
+  std::optional<NonFiniteInput> first_non_finite_input() const override {
+    return done_ ? window_.first_non_finite_input() : std::nullopt;
+  }
 
  private:
   const SharedWindow& window_;
@@ -102,7 +147,13 @@ class SharedAllReduce final : public CommRequest {
 SharedWindow::SharedWindow(MPI_Comm node_comm, std::size_t count) : count_(count) {
   check(MPI_Comm_rank(node_comm, &rank_), "MPI_Comm_rank");
   check(MPI_Comm_size(node_comm, &size_), "MPI_Comm_size");
-  const std::size_t control = sizeof(Line) * static_cast<std::size_t>(2 + size_);
+  if (count >= (std::size_t{1} << 32)) {
+    throw CommError(
+        fmt::format("a shared-memory window of {} floats per member: at most 2^32 − 1 "
+                    "(non-finite inputs are noted by 32-bit index)",
+                    count));
+  }
+  const std::size_t control = sizeof(Line) * static_cast<std::size_t>(2 + 2 * size_);
   const std::size_t data = round_up(std::max<std::size_t>(count, 1) * sizeof(float), kPage);
   // Member 0's part holds the control words, a page of its own ahead of its buffer. Each part
   // is allocated apart (alloc_shared_noncontig), so a member's pages are first touched — and
@@ -132,9 +183,11 @@ SharedWindow::SharedWindow(MPI_Comm node_comm, std::size_t count) : count_(count
     }
     buffers_[static_cast<std::size_t>(m)] = reinterpret_cast<float*>(at);
   }
+  for (int m = 0; m < size_; ++m) non_finite_lines_.push_back(&non_finite(m).value);
   std::memset(buffers_[static_cast<std::size_t>(rank_)], 0, data);
   if (rank_ == 0) {
     for (int i = 0; i < 2 + size_; ++i) new (&control_[i]) Line{0};
+    for (int m = 0; m < size_; ++m) new (&non_finite(m)) Line{kAllFinite};
   }
   // Nobody reads a control word or posts before member 0 has set them.
   check(MPI_Barrier(node_comm), "MPI_Barrier");
@@ -152,7 +205,7 @@ std::size_t SharedWindow::chunks() const noexcept {
 
 void SharedWindow::reduce_chunk(std::size_t chunk, float scale) const noexcept {
   const std::size_t begin = chunk * kChunk;
-  sum_into_all(buffers_, begin, std::min(count_, begin + kChunk), scale);
+  sum_into_all(buffers_, begin, std::min(count_, begin + kChunk), scale, non_finite_lines_.data());
 }
 
 bool SharedWindow::advance(std::uint64_t epoch, float scale) const noexcept {
@@ -174,6 +227,17 @@ bool SharedWindow::advance(std::uint64_t epoch, float scale) const noexcept {
   return done().value.load(std::memory_order_acquire) >= through;
 }
 
+std::optional<NonFiniteInput> SharedWindow::first_non_finite_input() const noexcept {
+  // Every chunk's note was made before its done() increment (release), which the completed
+  // request has read (acquire); the next post of this member resets the line.
+  const std::uint64_t packed = non_finite(rank_).value.load(std::memory_order_relaxed);
+  if (packed == kAllFinite) return std::nullopt;
+  const auto bits = static_cast<std::uint32_t>(packed);
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return NonFiniteInput{.element = static_cast<std::int64_t>(packed >> 32), .value = value};
+}
+
 std::unique_ptr<CommRequest> SharedWindow::iall_reduce_sum(float scale) {
   if (done().value.load(std::memory_order_acquire) < epoch_ * chunks()) {
     // Posting now would let peers sum this buffer while the previous sum still writes it.
@@ -182,6 +246,9 @@ std::unique_ptr<CommRequest> SharedWindow::iall_reduce_sum(float scale) {
         "buffer completed; wait for (or test until done) the previous request first");
   }
   ++epoch_;
+  // No peer reads this line before the post below publishes it (release), and none can
+  // still be summing the previous post's chunks: they were all done (checked above).
+  non_finite(rank_).value.store(kAllFinite, std::memory_order_relaxed);
   posted(rank_).value.store(epoch_, std::memory_order_release);
   return std::make_unique<SharedAllReduce>(*this, epoch_, scale);
 }

@@ -20,8 +20,12 @@
 // finishes backward early does the reduction work instead of waiting for the late one. Each
 // element's sum is taken in member order (buffer 0 + buffer 1 + …) whoever computes it, and
 // stored into every member's buffer: the result is bitwise the same on every member, every run,
-// whatever the timing (for 2 members also bitwise MPI's). Control words live in the window
-// (member 0's part), as lock-free 64-bit atomics in cache lines of their own.
+// whatever the timing (for 2 members also bitwise MPI's). The chunk's inputs are checked for
+// NaN and ±inf before it is summed, in the same pass (one block in L1 at a time), and each
+// member's lowest non-finite index is kept: the sum spreads such a value to every member, so
+// only the inputs tell whose it was (non_finite_grads.h), and reading them here spares the
+// caller a pass of its own. Control words live in the window (member 0's part), as lock-free
+// 64-bit atomics in cache lines of their own.
 //
 // Used by MpiProcessGroup (allocate_shared, do_iall_reduce_sum); knows nothing of models.
 #pragma once
@@ -32,6 +36,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -59,7 +64,8 @@ class SharedWindow {
   /// in the same order and with the same scale; a member's next post must come after its
   /// previous request completed (else throws Error). The request's test() reduces claimable
   /// chunks and never blocks; wait() reduces and spins (yielding the core) until every chunk is
-  /// done.
+  /// done. Its first_non_finite_input() is this member's lowest-index NaN or ±inf of the post.
+  /// Requires count() < 2³² (the index shares a 64-bit word with the value).
   std::unique_ptr<CommRequest> iall_reduce_sum(float scale);
 
  private:
@@ -71,18 +77,25 @@ class SharedWindow {
   Line& claimed() const noexcept { return control_[0]; }
   Line& done() const noexcept { return control_[1]; }
   Line& posted(int member) const noexcept { return control_[2 + member]; }
+  /// Member's lowest non-finite input of its latest post, as (index << 32) | the value's bits;
+  /// kAllFinite when none. Reset by the member as it posts, lowered by whoever sums a chunk.
+  Line& non_finite(int member) const noexcept { return control_[2 + size_ + member]; }
+  static constexpr std::uint64_t kAllFinite = ~std::uint64_t{0};
   std::size_t chunks() const noexcept;
   void reduce_chunk(std::size_t chunk, float scale) const noexcept;
   /// Reduces chunks of post `epoch` (× scale) while there are unclaimed ones and every member
   /// has posted it; true when all of them are done.
   bool advance(std::uint64_t epoch, float scale) const noexcept;
+  /// This member's first non-finite input of its latest post; only once that post is done.
+  std::optional<NonFiniteInput> first_non_finite_input() const noexcept;
 
   MPI_Win win_ = MPI_WIN_NULL;
   int rank_ = 0;
   int size_ = 0;
   std::size_t count_ = 0;
   std::vector<float*> buffers_;  // every member's buffer, mapped into this process
-  Line* control_ = nullptr;      // claimed, done, posted[size]
+  std::vector<std::atomic<std::uint64_t>*> non_finite_lines_;  // &non_finite(m).value
+  Line* control_ = nullptr;      // claimed, done, posted[size], non_finite[size]
   std::uint64_t epoch_ = 0;      // this member's posts so far
 };
 

@@ -29,8 +29,9 @@ GradBuckets::GradBuckets(const ParameterList& params, ProcessGroup& dp, std::int
     // On one node the bucket lives in a shared-memory window, whose all-reduce is loads and
     // stores instead of messages (ProcessGroup::allocate_shared).
     Tensor buffer = dp_.allocate_shared(current_elements, MemCategory::grads);
-    if (!buffer.defined()) buffer = Tensor::zeros({current_elements}, MemCategory::grads);
-    Bucket bucket{current, std::move(buffer), nullptr, 0, 0};
+    const bool shared = buffer.defined();
+    if (!shared) buffer = Tensor::zeros({current_elements}, MemCategory::grads);
+    Bucket bucket{current, std::move(buffer), shared, nullptr, 0, 0};
     std::int64_t offset = 0;
     for (std::size_t i = 0; i < current.size(); ++i) {
       const std::int64_t n = shape_numel(shapes[i]);
@@ -66,7 +67,7 @@ void GradBuckets::enable_overlap(const std::function<int(const Parameter&)>& pas
 }
 
 void GradBuckets::post(Bucket& bucket) {
-  if (watch_ != nullptr) {
+  if (watch_ != nullptr && !bucket.shared) {  // a shared bucket's all-reduce checks as it sums
     for (const Parameter* p : bucket.params) {
       watch_->check(*p, p->grad.span_f32(), 0, GradReduction::replicas, "all-reduce", dp_);
     }
@@ -74,6 +75,22 @@ void GradBuckets::post(Bucket& bucket) {
   // The mean's 1/dp is taken as each sum is stored (one pass over the bucket fewer).
   bucket.request =
       dp_.iall_reduce_sum(bucket.buffer.span_f32(), 1.0f / static_cast<float>(dp_.size()));
+}
+
+void GradBuckets::note_non_finite_input(const Bucket& bucket) {
+  const std::optional<NonFiniteInput> bad = bucket.request->first_non_finite_input();
+  if (!bad) return;
+  // The bucket's element → the parameter whose gradient holds it (back to back, in order).
+  std::int64_t offset = 0;
+  for (const Parameter* p : bucket.params) {
+    const std::int64_t n = p->grad.numel();
+    if (bad->element < offset + n) {
+      watch_->note(*p, bad->element - offset, bad->value, GradReduction::replicas, "all-reduce",
+                   dp_);
+      return;
+    }
+    offset += n;
+  }
 }
 
 void GradBuckets::grad_ready(const Parameter& p) {
@@ -112,6 +129,7 @@ void GradBuckets::all_reduce_mean() {
   }
   for (Bucket& bucket : buckets_) {
     bucket.request->wait();
+    if (watch_ != nullptr && bucket.shared) note_non_finite_input(bucket);
     bucket.request.reset();
     bucket.waiting = bucket.tracked;
   }

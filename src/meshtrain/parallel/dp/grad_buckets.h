@@ -78,6 +78,7 @@ class GradBuckets {
   struct Bucket {
     std::vector<Parameter*> params;
     Tensor buffer;                         // [Σ numel] f32: the grads of `params`, back to back
+    bool shared = false;  // buffer from allocate_shared: its all-reduce checks its inputs
     std::unique_ptr<CommRequest> request;  // in flight (or done, not yet waited for)
     int tracked = 0;  // parameters with passes > 0 (overlap); all of them: may post early
     int waiting = 0;  // of them, still short of their last contribution this step
@@ -88,6 +89,8 @@ class GradBuckets {
     int done = 0;    // this step so far
   };
   void post(Bucket& bucket);
+  /// Hands a completed shared bucket's first non-finite input (if any) to the watch.
+  void note_non_finite_input(const Bucket& bucket);
 
   ProcessGroup& dp_;
   NonFiniteGradWatch* watch_;

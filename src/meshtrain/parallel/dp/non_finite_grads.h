@@ -7,8 +7,10 @@
 // scanning the reduced gradients blames whichever rank is looked at first. So each rank checks
 // what it contributes as it posts it, while the gradients are hot in cache (Megatron-LM's
 // check_for_nan_in_grad in its DDP start_grad_sync), and notes the first non-finite element;
-// after a non-finite grad norm the trainer gathers the notes. The check only reads: gradients
-// stay bit for bit what they were. Uses: kernels (all_finite), layers/parameter.h, comm/.
+// a dp all-reduce in a shared-memory window checks every member's input in the pass that sums
+// it instead, and the rank notes what it reports (note()). After a non-finite grad norm the
+// trainer gathers the notes. The check only reads: gradients stay bit for bit what they were.
+// Uses: kernels (all_finite), layers/parameter.h, comm/.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +45,11 @@ class NonFiniteGradWatch {
   /// note was taken already this step. One read pass (kernels::all_finite); none after a note.
   void check(const Parameter& p, std::span<const float> values, std::int64_t offset,
              GradReduction reduction, std::string_view op, const ProcessGroup& group);
+  /// Notes that element `element` of p's flattened local gradient was `value` (non-finite) as
+  /// this rank sent it into `op` over `group`, unless a note was taken already this step: for
+  /// a reduction that checked its own inputs (CommRequest::first_non_finite_input).
+  void note(const Parameter& p, std::int64_t element, float value, GradReduction reduction,
+            std::string_view op, const ProcessGroup& group);
   /// This step's note; empty when every checked gradient was finite.
   const std::optional<NonFiniteGrad>& first() const noexcept { return first_; }
   /// Forgets the note: the gradients were zeroed for the next step.
