@@ -1,41 +1,79 @@
 #include "meshtrain/core/stop_signal.h"
 
+#include <pthread.h>
+
 #include <atomic>
 #include <csignal>
 #include <cstring>
 #include <string>
+#include <thread>
 
 namespace meshtrain {
 namespace {
 
-// Read and written from a signal handler: must never take a lock.
 std::atomic<int> g_stop_signal{0};
-static_assert(std::atomic<int>::is_always_lock_free);
+std::atomic<int> g_stop_signals{0};
 
-extern "C" void record_stop_signal(int sig) {
+void record_stop_signal(int sig) {
   int none = 0;
   g_stop_signal.compare_exchange_strong(none, sig);  // the first one wins
+  g_stop_signals.fetch_add(1);
 }
 
-void install(int sig, int extra_flags) {
+sigset_t stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGUSR1);
+  sigaddset(&set, SIGINT);
+  return set;
+}
+
+// The second SIGINT: its default action, at once (the process ends killed by SIGINT).
+[[noreturn]] void die_of_sigint() {
   struct sigaction action = {};
-  action.sa_handler = record_stop_signal;
+  action.sa_handler = SIG_DFL;
   sigemptyset(&action.sa_mask);
-  // SA_RESTART: a thread interrupted in a system call (a checkpoint write, MPI's poll) resumes
-  // it instead of failing with EINTR.
-  action.sa_flags = SA_RESTART | extra_flags;
-  ::sigaction(sig, &action, nullptr);
+  ::sigaction(SIGINT, &action, nullptr);
+  sigset_t just;
+  sigemptyset(&just);
+  sigaddset(&just, SIGINT);
+  ::pthread_sigmask(SIG_UNBLOCK, &just, nullptr);
+  ::raise(SIGINT);
+  std::_Exit(128 + SIGINT);  // not reached
+}
+
+// Takes the stop signals one at a time, for the life of the process.
+void wait_for_stop_signals(sigset_t set) {
+  int interrupts = 0;
+  for (;;) {
+    int sig = 0;
+    if (::sigwait(&set, &sig) != 0) continue;
+    record_stop_signal(sig);
+    if (sig == SIGINT && ++interrupts == 2) die_of_sigint();
+  }
 }
 
 }  // namespace
 
 void install_stop_signal_handlers() {
-  install(SIGTERM, 0);
-  install(SIGUSR1, 0);
-  install(SIGINT, SA_RESETHAND);
+  const sigset_t set = stop_signals();
+  // Blocked here, so in every thread started after this one (MPI's, OpenMP's, the watchdog's):
+  // the signals wait for the thread below instead of interrupting a library call in the
+  // middle of a step. A stop signal delivered asynchronously to a computing rank was followed,
+  // rarely, by glibc aborting on a corrupted heap inside oneDNN's or meshtrain's frees
+  // (e2e.preemption, docs/resilience.md "Preemption and stop signals"); with the signals taken
+  // by sigwait on a thread of their own nothing else is ever interrupted.
+  // No handler is installed: a blocked signal stays pending for sigwait whatever its
+  // disposition, even SIG_IGN inherited from the parent (Linux queues a blocked signal rather
+  // than discard it; bash ignores SIGINT in background jobs).
+  ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread(wait_for_stop_signals, set).detach();
 }
 
 int stop_signal_received() noexcept { return g_stop_signal.load(); }
+
+int stop_signals_received() noexcept { return g_stop_signals.load(); }
 
 std::string signal_name(int sig) {
   const char* abbrev = sigabbrev_np(sig);  // glibc ≥ 2.32
