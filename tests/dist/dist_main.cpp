@@ -24,6 +24,7 @@ class FailurePrinter : public ::testing::EmptyTestEventListener {
   void OnTestStart(const ::testing::TestInfo& test) override {
     test_ = std::string(test.test_suite_name()) + "." + test.name();
   }
+  void OnTestEnd(const ::testing::TestInfo&) override { test_ = "(outside a test)"; }
   void OnTestPartResult(const ::testing::TestPartResult& result) override {
     if (!result.failed()) return;
     std::fprintf(stderr, "[rank %d] %s: %s:%d: Failure\n%s\n", rank_, test_.c_str(),
@@ -33,7 +34,7 @@ class FailurePrinter : public ::testing::EmptyTestEventListener {
 
  private:
   int rank_;
-  std::string test_;
+  std::string test_ = "(outside a test)";
 };
 }  // namespace
 }  // namespace meshtrain::test

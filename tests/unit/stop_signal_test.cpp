@@ -1,6 +1,6 @@
 // core/stop_signal.h: the first stop signal is recorded by the signal thread and the process
 // goes on; a second Ctrl-C ends it. Each case runs in a child process (a death test):
-// installing the handlers must not change how this test binary itself reacts to signals.
+// installing the signal thread must not change how this test binary itself reacts to signals.
 // Signals are sent to the process (kill), as Slurm and mpirun send them; the thread takes
 // them a moment later, so each case waits for the count (at most 10 s, then exit 101).
 #include "meshtrain/core/stop_signal.h"

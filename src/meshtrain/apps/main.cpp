@@ -304,8 +304,9 @@ int main(int argc, char** argv) {
   if (*export_cmd) return run_export(export_args);
   if (*plan_cmd) return run_plan(plan_args);
   train.overrides = train_cmd->remaining();
-  // Before MPI starts its threads, so they inherit nothing else and a signal that arrives
-  // during start-up is kept for the first step boundary rather than killing the rank.
+  // Before MPI starts its threads, so that they (and OpenMP's, and the watchdog's) inherit the
+  // stop signals blocked, and a signal that arrives during start-up is kept for the first step
+  // boundary rather than killing the rank (core/stop_signal.h).
   install_stop_signal_handlers();
   MpiRuntime runtime(&argc, &argv);
   return run_train(train, runtime);

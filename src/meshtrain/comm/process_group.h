@@ -66,9 +66,11 @@ class CommRequest {
   virtual void wait() = 0;
   /// True when the operation has completed (then wait() returns at once); never blocks.
   virtual bool test() = 0;
-  /// Once completed: the lowest-index non-finite element this member put in, for a request
+  /// The lowest-index non-finite element this member put into this operation, for a request
   /// that checks its inputs as it reduces them (iall_reduce_sum of an allocate_shared buffer);
-  /// nullopt when every input was finite, and always for a request that does not check.
+  /// nullopt when every input was finite, and always for a request that does not check. A
+  /// checking request must have completed and its buffer not been posted again (else throws
+  /// Error: the answer would be about another post).
   virtual std::optional<NonFiniteInput> first_non_finite_input() const { return std::nullopt; }
 };
 

@@ -134,7 +134,10 @@ class SharedAllReduce final : public CommRequest {
   }
   bool test() override { return done_ || (done_ = window_.advance(epoch_, scale_)); }
   std::optional<NonFiniteInput> first_non_finite_input() const override {
-    return done_ ? window_.first_non_finite_input() : std::nullopt;
+    MT_CHECK(done_, "first_non_finite_input: the all-reduce has not completed; wait() first");
+    MT_CHECK(window_.epoch_ == epoch_,
+             "first_non_finite_input: this member posted the buffer again since this request");
+    return window_.first_non_finite_input();
   }
 
  private:

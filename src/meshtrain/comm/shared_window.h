@@ -47,7 +47,8 @@ namespace meshtrain {
 class SharedWindow {
  public:
   /// Collective over `node_comm` (every member of which shares this node): allocates `count`
-  /// floats per member, zeroed. Throws CommError when MPI cannot.
+  /// floats per member, zeroed. Throws CommError when MPI cannot, or when count ≥ 2³² (the
+  /// non-finite report holds a 32-bit index).
   SharedWindow(MPI_Comm node_comm, std::size_t count);
   /// Collective (MPI_Win_free) on a normal exit; while an exception unwinds (ranks may be on
   /// different paths), the window is left to MPI_Finalize rather than risk a hang.

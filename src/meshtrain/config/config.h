@@ -254,7 +254,8 @@ struct TrainingConfig {
   double grad_clip = 1.0;  // global grad-norm clipping; 0 = off
   // Check each rank's gradients for a non-finite value before every reduction that would spread
   // it, so a non-finite grad norm names where it first appeared (Megatron-LM's
-  // --check-for-nan-in-loss-and-grad); false skips that read pass (docs/resilience.md).
+  // --check-for-nan-in-loss-and-grad); false skips that read pass (docs/resilience.md). A
+  // bucket in a shared-memory window is checked inside its all-reduce whatever this says.
   bool check_for_nan_in_grad = true;
   std::int64_t eval_interval = 250;  // steps between val evaluations; 0 = only at the end
   std::int64_t eval_batches = 20;    // global batches averaged for val loss

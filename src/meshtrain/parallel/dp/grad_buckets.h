@@ -18,8 +18,10 @@
 // paths use the same non-blocking all-reduce on the same buffers, so the reduced gradients are
 // bitwise the same whichever is chosen and whenever a bucket is posted.
 //
-// Before a bucket's all-reduce is posted, its gradients are checked for a non-finite value
-// (non_finite_grads.h), when a watch is given: after the all-reduce every rank would hold it.
+// Each bucket's gradients are checked for a non-finite value, when a watch is given
+// (non_finite_grads.h): after the all-reduce every rank would hold it. A bucket in plain memory
+// is read before its all-reduce is posted; one in a shared-memory window is checked by the
+// all-reduce itself as it sums it, and the request's report is noted after the wait.
 //
 // Every dp rank builds the same buckets and posts them in the same order (the order depends
 // only on the parameter list and the backward order of units, never on timing), or the
@@ -46,7 +48,8 @@ class GradBuckets {
   /// gradients, allocates each bucket once (MemCategory::grads, zeroed) and re-points every
   /// grad to its view of the bucket. Gradients must still be zero (built before any backward;
   /// MT_CHECK) or not allocated (DeferParameterStorage). With dp = 1 nothing changes.
-  /// `watch` (may be null) checks each bucket as it is posted.
+  /// `watch` (may be null) checks each bucket as it is posted, or notes what its shared-window
+  /// all-reduce reported when it completes.
   GradBuckets(const ParameterList& params, ProcessGroup& dp, std::int64_t bucket_bytes,
               NonFiniteGradWatch* watch = nullptr);
 
