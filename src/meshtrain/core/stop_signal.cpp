@@ -18,12 +18,6 @@ std::atomic<int> g_stop_signals{0};
 std::atomic<int> g_interrupts{0};                      // SIGINTs taken: the second ends the process
 static_assert(std::atomic<int>::is_always_lock_free);  // record_stop_signal may run as a handler
 
-extern "C" void record_stop_signal(int sig) {
-  int none = 0;
-  g_stop_signal.compare_exchange_strong(none, sig);  // the first one wins
-  g_stop_signals.fetch_add(1);
-}
-
 sigset_t stop_signals() {
   sigset_t set;
   sigemptyset(&set);
@@ -47,13 +41,22 @@ sigset_t stop_signals() {
   std::_Exit(128 + SIGINT);  // not reached
 }
 
+// Records a stop signal; the second SIGINT ends the process. The signal thread's one action,
+// and the safety-net handler's: async-signal-safe (lock-free atomics, sigaction,
+// pthread_sigmask, raise).
+extern "C" void record_stop_signal(int sig) {
+  int none = 0;
+  g_stop_signal.compare_exchange_strong(none, sig);  // the first one wins
+  g_stop_signals.fetch_add(1);
+  if (sig == SIGINT && g_interrupts.fetch_add(1) + 1 == 2) die_of_sigint();
+}
+
 // Takes the stop signals one at a time, for the life of the process.
 void wait_for_stop_signals(sigset_t set) {
   for (;;) {
     int sig = 0;
     if (::sigwait(&set, &sig) != 0) continue;
     record_stop_signal(sig);
-    if (sig == SIGINT && g_interrupts.fetch_add(1) + 1 == 2) die_of_sigint();
   }
 }
 
