@@ -5,11 +5,11 @@
 // from the inputs' formula.
 // The inputs mix magnitudes (2^-10 … 2^23) so that another order of the additions (at 4 and 8
 // ranks) would change the last bits. Also: several posts in a row, ranks posting seconds
-// apart (the early one tests, then waits; the work still completes), a post before the previous
-// one completed is refused, each rank learns its own first non-finite input, the counters count one
-// all_reduce of the tensor's bytes, the window's bytes are counted under the category asked for
-// while the tensor lives, a dp subgroup gets windows of its own, and MESHTRAIN_SHM_ALL_REDUCE=0
-// turns it off.
+// apart (the early one tests, then waits; the work still completes), the last rank to post
+// leaves the sum to those that waited, a post before the previous one completed is refused,
+// each rank learns its own first non-finite input, the counters count one all_reduce of the
+// tensor's bytes, the window's bytes are counted under the category asked for while the tensor
+// lives, a dp subgroup gets windows of its own, and MESHTRAIN_SHM_ALL_REDUCE=0 turns it off.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -102,6 +103,35 @@ TEST_P(SharedWindowPeers, AnEarlyRankTestsThenWaitsForLatePosts) {
   request->wait();
   EXPECT_TRUE(request->test());
   EXPECT_EQ(mismatches(t, world->size(), 7), 0);
+  world->barrier();
+}
+
+// The member whose post completes the set (the last to post) leaves the sum to the members
+// that were waiting: its test() claims nothing, while an earlier poster's test() does the whole
+// sum. Why: overlap_grad_reduce tests each bucket right after posting it, so the member that
+// is behind in backward used to sum every bucket there and fell further behind.
+TEST_P(SharedWindowPeers, TheLastToPostLeavesTheSumToTheMembersThatWaited) {
+  const auto world = test::runtime().world_group();
+  const int n = world->size();
+  const int last = n - 1;
+  Tensor t = world->allocate_shared(kCount, MemCategory::comm);
+  ASSERT_TRUE(t.defined());
+  fill(t, world->rank(), 4);
+  std::unique_ptr<CommRequest> request;
+  for (int turn = 0; turn < n; ++turn) {  // rank 0 posts first, rank n − 1 last
+    if (world->rank() == turn) request = world->iall_reduce_sum(t.span_f32());
+    world->barrier();
+  }
+  if (world->rank() == last) {
+    EXPECT_FALSE(request->test()) << "the last poster summed";
+  }
+  world->barrier();
+  if (world->rank() == 0) {
+    EXPECT_TRUE(request->test()) << "rank 0 posted first and tested";
+  }
+  world->barrier();
+  EXPECT_TRUE(request->test());
+  EXPECT_EQ(mismatches(t, n, 4), 0);
   world->barrier();
 }
 

@@ -125,14 +125,17 @@ class Backoff {
 
 class SharedAllReduce final : public CommRequest {
  public:
-  SharedAllReduce(const SharedWindow& window, std::uint64_t epoch, float scale)
-      : window_(window), epoch_(epoch), scale_(scale) {}
+  // `last`: this member's post completed the set (every member had posted when it did).
+  SharedAllReduce(const SharedWindow& window, std::uint64_t epoch, float scale, bool last)
+      : window_(window), epoch_(epoch), scale_(scale), last_(last) {}
   ~SharedAllReduce() override { wait(); }
   void wait() override {
     Backoff backoff;
-    while (!test()) backoff.pause();
+    while (!done_ && !(done_ = window_.advance(epoch_, scale_, /*claim=*/true))) backoff.pause();
   }
-  bool test() override { return done_ || (done_ = window_.advance(epoch_, scale_)); }
+  bool test() override {
+    return done_ || (done_ = window_.advance(epoch_, scale_, /*claim=*/!last_));
+  }
   std::optional<NonFiniteInput> first_non_finite_input() const override {
     MT_CHECK(done_, "first_non_finite_input: the all-reduce has not completed; wait() first");
     MT_CHECK(window_.epoch_ == epoch_,
@@ -144,6 +147,7 @@ class SharedAllReduce final : public CommRequest {
   const SharedWindow& window_;
   std::uint64_t epoch_;
   float scale_;
+  bool last_;
   bool done_ = false;
 };
 
@@ -211,13 +215,18 @@ void SharedWindow::reduce_chunk(std::size_t chunk, float scale) const noexcept {
   sum_into_all(buffers_, begin, std::min(count_, begin + kChunk), scale, non_finite_lines_.data());
 }
 
-bool SharedWindow::advance(std::uint64_t epoch, float scale) const noexcept {
-  const std::uint64_t per_post = chunks();
-  const std::uint64_t through = epoch * per_post;  // tickets of every post up to this one
-  if (done().value.load(std::memory_order_acquire) >= through) return true;
+bool SharedWindow::all_posted(std::uint64_t epoch) const noexcept {
   for (int m = 0; m < size_; ++m) {
     if (posted(m).value.load(std::memory_order_acquire) < epoch) return false;
   }
+  return true;
+}
+
+bool SharedWindow::advance(std::uint64_t epoch, float scale, bool claim) const noexcept {
+  const std::uint64_t per_post = chunks();
+  const std::uint64_t through = epoch * per_post;  // tickets of every post up to this one
+  if (done().value.load(std::memory_order_acquire) >= through) return true;
+  if (!claim || !all_posted(epoch)) return false;
   std::uint64_t ticket = claimed().value.load(std::memory_order_relaxed);
   while (ticket < through) {
     if (claimed().value.compare_exchange_weak(ticket, ticket + 1, std::memory_order_acq_rel,
@@ -253,7 +262,7 @@ std::unique_ptr<CommRequest> SharedWindow::iall_reduce_sum(float scale) {
   // still be summing the previous post's chunks: they were all done (checked above).
   non_finite(rank_).value.store(kAllFinite, std::memory_order_relaxed);
   posted(rank_).value.store(epoch_, std::memory_order_release);
-  return std::make_unique<SharedAllReduce>(*this, epoch_, scale);
+  return std::make_unique<SharedAllReduce>(*this, epoch_, scale, all_posted(epoch_));
 }
 
 }  // namespace meshtrain

@@ -16,8 +16,13 @@
 //
 // The all-reduce (iall_reduce_sum): a member posts by publishing its post count; when every
 // member has posted the same count, the buffer's chunks (64 Ki elements) are claimed one at a
-// time from a shared ticket counter by whichever members test or wait, so a member that
-// finishes backward early does the reduction work instead of waiting for the late one. Each
+// time from a shared ticket counter by the members that test or wait — except that the member
+// whose post completed the set (the last to post) claims none in test(), only in wait(). So
+// the work goes to the members that are ahead: with overlap_grad_reduce, buckets are tested
+// between backward's units, and the member that posted last — the one behind — used to sum
+// the whole bucket in the test() right after its post, while the others went on computing,
+// which put it further behind. A member that finishes backward early and waits does the work
+// left instead of waiting for the late one. Each
 // element's sum is taken in member order (buffer 0 + buffer 1 + …) whoever computes it, and
 // stored into every member's buffer: the result is bitwise the same on every member, every run,
 // whatever the timing (for 2 members also bitwise MPI's). The chunk's inputs are checked for
@@ -63,10 +68,12 @@ class SharedWindow {
   /// Posts x ← scale · Σ over members of x for every member's buffer (see the file comment;
   /// the product is taken of the f32 sum, in the pass that stores it). Every member must post,
   /// in the same order and with the same scale; a member's next post must come after its
-  /// previous request completed (else throws Error). The request's test() reduces claimable
-  /// chunks and never blocks; wait() reduces and spins (yielding the core) until every chunk is
-  /// done. Its first_non_finite_input() is this member's lowest-index NaN or ±inf of the post.
-  /// Requires count() < 2³² (the index shares a 64-bit word with the value).
+  /// previous request completed (else throws Error). The request's test() never blocks: it
+  /// reduces claimable chunks unless this member's post was the last of the set (then it
+  /// leaves them to the members that were waiting); wait() reduces claimable chunks and spins
+  /// (yielding the core) until every chunk is done. Its first_non_finite_input() is this member's
+  /// lowest-index NaN or ±inf of the post. Requires count() < 2³² (the index shares a 64-bit word
+  /// with the value).
   std::unique_ptr<CommRequest> iall_reduce_sum(float scale);
 
  private:
@@ -84,9 +91,11 @@ class SharedWindow {
   static constexpr std::uint64_t kAllFinite = ~std::uint64_t{0};
   std::size_t chunks() const noexcept;
   void reduce_chunk(std::size_t chunk, float scale) const noexcept;
+  /// True when every member has posted `epoch`.
+  bool all_posted(std::uint64_t epoch) const noexcept;
   /// Reduces chunks of post `epoch` (× scale) while there are unclaimed ones and every member
-  /// has posted it; true when all of them are done.
-  bool advance(std::uint64_t epoch, float scale) const noexcept;
+  /// has posted it (`claim` false: none); true when all of them are done.
+  bool advance(std::uint64_t epoch, float scale, bool claim) const noexcept;
   /// This member's first non-finite input of its latest post; only once that post is done.
   std::optional<NonFiniteInput> first_non_finite_input() const noexcept;
 
