@@ -9,12 +9,14 @@
 #   dp=2 on   2 processes × 1 thread (mpirun), micro-batch B/2, overlap_grad_reduce true
 #   dp=2 off  the same with overlap_grad_reduce false (every bucket reduced after backward)
 #   dp=1      1 process × 1 thread, micro-batch B
-#   pair      2 independent dp = 1 processes × 1 thread at once, micro-batch B/2 each: the
+#   pair      2 independent dp = 1 processes × 1 thread at once, micro-batch B/2 each: a
 #             dp = 2 step with no communication and no waiting for each other, so dp=1 ÷ pair
-#             is the most dp = 2 can reach on this machine at this moment (the two processes
-#             share its memory bandwidth and caches; a noisy host moves it from round to round)
-# Each round runs the 4 layouts one after the other (never two layouts at once: they share the
-# cores).
+#             estimates what dp = 2 could reach on this machine in that round (the two share
+#             its memory bandwidth and caches). An estimate, not a bound: a noisy host moves
+#             it from round to round, and at ZeRO stage ≥ 1 each dp rank steps half the
+#             AdamW that each pair process steps
+# Each round runs the 4 layouts one after the other, pair right after on (never two layouts at
+# once: they share the cores).
 # Reported per layout: the median step time over N steps after W warm-up steps (metrics
 # step_time_s; per round, and tokens/s from the median of the rounds), the speed-up over dp=1,
 # rank 0's seconds per step blocked in dp collectives (dp_comm_s) and waiting on the dp
@@ -22,8 +24,8 @@
 # (the dp=2 runs are bitwise the same model; dp=1 within float re-association; the pair's
 # processes each train on half the batch, so theirs differs). The pair's step is the slower of
 # its two processes' medians; its row's × dp=1 is the ceiling, and the last line gives dp=2
-# overlap on ÷ that ceiling per round (pair ms ÷ on ms, neighbours in time). Defaults N=10,
-# W=3, R=3, B=4: about 2–3 minutes here when the machine is otherwise idle. --zero-stage Z
+# overlap on ÷ that ceiling per round (pair ms ÷ on ms, run one after the other). Defaults
+# N=10, W=3, R=3, B=4: about 4 minutes here when the machine is otherwise idle. --zero-stage Z
 # runs both dp=2 layouts at parallel.zero_stage Z (0–3; default 0: the bucket all-reduces;
 # 1–3: the gradient reduce-scatters overlap, docs/data_parallel.md); dp=1 has no ZeRO.
 #
@@ -75,7 +77,7 @@ common=(--model.n_layer 6 --model.n_head 6 --model.n_embd 384 --model.block_size
         --training.max_steps $((steps + warmup)) --training.eval_interval 0
         --training.eval_batches 1 --training.log_interval 1000 --checkpoint.save_final false
         --training.threads 1 --data.dir "$data_dir")
-layouts=(on off one pair)
+layouts=(on pair off one)
 
 run() {  # run <layout> <round>: metrics to $work/<layout>.<round>.jsonl, stdout to .out
   local name=$1 out="$work/$1.$2"
@@ -95,7 +97,10 @@ run() {  # run <layout> <round>: metrics to $work/<layout>.<round>.jsonl, stdout
           --metrics "$out.$p.jsonl" >"$out.$p.out" &
         pids+=($!)
       done
-      wait "${pids[0]}" && wait "${pids[1]}" ;;
+      local rc=0  # wait for both, so that neither outlives the script's cleanup of $work
+      wait "${pids[0]}" || rc=$?
+      wait "${pids[1]}" || rc=$?
+      return "$rc" ;;
   esac >"$out.out"
 }
 
@@ -135,7 +140,8 @@ w = max(18, *(len(t) for t in per_round.values()))
 print(f"dp overlap on 2 cores: gpt2 6 layers × 384, block 256, global batch {batch} "
       f"({tokens} tokens/step), fp32; median step of {rounds} alternating rounds; dp=2: "
       f"2 processes × 1 thread, micro-batch {batch // 2}, ZeRO stage {zero}; "
-      f"dp=1: 1 process × 1 thread")
+      f"dp=1: 1 process × 1 thread; pair: 2 independent dp=1 processes at once, micro-batch "
+      f"{batch // 2} each (the slower one's step)")
 print(f"{'layout':<17} {'ms/step (rounds)':<{w}} {'tokens/s':>8} {'× dp=1':>7} "
       f"{'dp comm ms':>10} {'exposed ms':>10} {'loss':>8}")
 for name, rs in res.items():

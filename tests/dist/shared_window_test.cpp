@@ -6,7 +6,7 @@
 // The inputs mix magnitudes (2^-10 … 2^23) so that another order of the additions (at 4 and 8
 // ranks) would change the last bits. Also: several posts in a row, ranks posting seconds
 // apart (the early one tests, then waits; the work still completes), the last rank to post
-// leaves the sum to those that waited, a post before the previous one completed is refused,
+// pauses one test() for those that waited, a post before the previous one completed is refused,
 // each rank learns its own first non-finite input, the counters count one all_reduce of the
 // tensor's bytes, the window's bytes are counted under the category asked for while the tensor
 // lives, a dp subgroup gets windows of its own, and MESHTRAIN_SHM_ALL_REDUCE=0 turns it off.
@@ -106,33 +106,42 @@ TEST_P(SharedWindowPeers, AnEarlyRankTestsThenWaitsForLatePosts) {
   world->barrier();
 }
 
-// The member whose post completes the set (the last to post) leaves the sum to the members
-// that were waiting: its test() claims nothing, while an earlier poster's test() does the whole
-// sum. Why: overlap_grad_reduce tests each bucket right after posting it, so the member that
-// is behind in backward used to sum every bucket there and fell further behind.
-TEST_P(SharedWindowPeers, TheLastToPostLeavesTheSumToTheMembersThatWaited) {
+// The member whose post completes the set (the last to post) claims nothing in its first test()
+// after the post, so the members that were waiting sum the bucket; its next test() claims
+// again (a loop of test() calls alone completes). Why: overlap_grad_reduce tests each bucket
+// right after posting it, so the member that was behind in backward summed every bucket there
+// and fell further behind. Ranks post in turn (rank n − 1 last); an earlier poster's test(),
+// rank 0's at np 2 and a middle rank's at np 4 (not only the first poster claims), completes
+// the first post; in the second the last rank's two test() calls in a row complete it.
+TEST_P(SharedWindowPeers, TheLastToPostPausesOneTestForTheMembersThatWaited) {
   const auto world = test::runtime().world_group();
   const int n = world->size();
   const int last = n - 1;
+  const int helper = n > 2 ? 1 : 0;
   Tensor t = world->allocate_shared(kCount, MemCategory::comm);
   ASSERT_TRUE(t.defined());
-  fill(t, world->rank(), 4);
-  std::unique_ptr<CommRequest> request;
-  for (int turn = 0; turn < n; ++turn) {  // rank 0 posts first, rank n − 1 last
-    if (world->rank() == turn) request = world->iall_reduce_sum(t.span_f32());
+  for (int post = 4; post <= 5; ++post) {
+    fill(t, world->rank(), post);
+    std::unique_ptr<CommRequest> request;
+    for (int turn = 0; turn < n; ++turn) {
+      if (world->rank() == turn) request = world->iall_reduce_sum(t.span_f32());
+      world->barrier();
+    }
+    if (world->rank() == last) {
+      EXPECT_FALSE(request->test()) << "post " << post << ": the last poster's first test summed";
+      if (post == 5) {
+        EXPECT_TRUE(request->test()) << "its second test() did not complete the sum";
+      }
+    }
+    world->barrier();
+    if (post == 4 && world->rank() == helper) {
+      EXPECT_TRUE(request->test()) << "rank " << helper << " posted earlier and tested";
+    }
+    world->barrier();
+    EXPECT_TRUE(request->test()) << "post " << post;
+    EXPECT_EQ(mismatches(t, n, post), 0) << "post " << post;
     world->barrier();
   }
-  if (world->rank() == last) {
-    EXPECT_FALSE(request->test()) << "the last poster summed";
-  }
-  world->barrier();
-  if (world->rank() == 0) {
-    EXPECT_TRUE(request->test()) << "rank 0 posted first and tested";
-  }
-  world->barrier();
-  EXPECT_TRUE(request->test());
-  EXPECT_EQ(mismatches(t, n, 4), 0);
-  world->barrier();
 }
 
 // Posting again before the previous request completed would race with the peers' reads.

@@ -8,6 +8,7 @@
 #include <exception>
 #include <new>
 #include <thread>
+#include <utility>
 
 #include "meshtrain/core/error.h"
 
@@ -125,16 +126,17 @@ class Backoff {
 
 class SharedAllReduce final : public CommRequest {
  public:
-  // `last`: this member's post completed the set (every member had posted when it did).
+  // `last`: this member's post completed the set; its first test() then claims nothing.
   SharedAllReduce(const SharedWindow& window, std::uint64_t epoch, float scale, bool last)
-      : window_(window), epoch_(epoch), scale_(scale), last_(last) {}
+      : window_(window), epoch_(epoch), scale_(scale), pause_(last) {}
   ~SharedAllReduce() override { wait(); }
   void wait() override {
     Backoff backoff;
     while (!done_ && !(done_ = window_.advance(epoch_, scale_, /*claim=*/true))) backoff.pause();
   }
   bool test() override {
-    return done_ || (done_ = window_.advance(epoch_, scale_, /*claim=*/!last_));
+    const bool claim = !std::exchange(pause_, false);
+    return done_ || (done_ = window_.advance(epoch_, scale_, claim));
   }
   std::optional<NonFiniteInput> first_non_finite_input() const override {
     MT_CHECK(done_, "first_non_finite_input: the all-reduce has not completed; wait() first");
@@ -147,7 +149,7 @@ class SharedAllReduce final : public CommRequest {
   const SharedWindow& window_;
   std::uint64_t epoch_;
   float scale_;
-  bool last_;
+  bool pause_;
   bool done_ = false;
 };
 
@@ -160,7 +162,7 @@ SharedWindow::SharedWindow(MPI_Comm node_comm, std::size_t count) : count_(count
                     "(non-finite inputs are noted by 32-bit index)",
                     count));
   }
-  const std::size_t control = sizeof(Line) * static_cast<std::size_t>(2 + 2 * size_);
+  const std::size_t control = sizeof(Line) * static_cast<std::size_t>(kCounterLines + 2 * size_);
   const std::size_t data = round_up(std::max<std::size_t>(count, 1) * sizeof(float), kPage);
   // Member 0's part holds the control words, a page of its own ahead of its buffer. Each part
   // is allocated apart (alloc_shared_noncontig), so a member's pages are first touched — and
@@ -193,7 +195,7 @@ SharedWindow::SharedWindow(MPI_Comm node_comm, std::size_t count) : count_(count
   for (int m = 0; m < size_; ++m) non_finite_lines_.push_back(&non_finite(m).value);
   std::memset(buffers_[static_cast<std::size_t>(rank_)], 0, data);
   if (rank_ == 0) {
-    for (int i = 0; i < 2 + size_; ++i) new (&control_[i]) Line{0};
+    for (int i = 0; i < kCounterLines + size_; ++i) new (&control_[i]) Line{0};
     for (int m = 0; m < size_; ++m) new (&non_finite(m)) Line{kAllFinite};
   }
   // Nobody reads a control word or posts before member 0 has set them.
@@ -215,18 +217,14 @@ void SharedWindow::reduce_chunk(std::size_t chunk, float scale) const noexcept {
   sum_into_all(buffers_, begin, std::min(count_, begin + kChunk), scale, non_finite_lines_.data());
 }
 
-bool SharedWindow::all_posted(std::uint64_t epoch) const noexcept {
-  for (int m = 0; m < size_; ++m) {
-    if (posted(m).value.load(std::memory_order_acquire) < epoch) return false;
-  }
-  return true;
-}
-
 bool SharedWindow::advance(std::uint64_t epoch, float scale, bool claim) const noexcept {
   const std::uint64_t per_post = chunks();
   const std::uint64_t through = epoch * per_post;  // tickets of every post up to this one
   if (done().value.load(std::memory_order_acquire) >= through) return true;
-  if (!claim || !all_posted(epoch)) return false;
+  if (!claim) return false;
+  for (int m = 0; m < size_; ++m) {
+    if (posted(m).value.load(std::memory_order_acquire) < epoch) return false;
+  }
   std::uint64_t ticket = claimed().value.load(std::memory_order_relaxed);
   while (ticket < through) {
     if (claimed().value.compare_exchange_weak(ticket, ticket + 1, std::memory_order_acq_rel,
@@ -262,7 +260,11 @@ std::unique_ptr<CommRequest> SharedWindow::iall_reduce_sum(float scale) {
   // still be summing the previous post's chunks: they were all done (checked above).
   non_finite(rank_).value.store(kAllFinite, std::memory_order_relaxed);
   posted(rank_).value.store(epoch_, std::memory_order_release);
-  return std::make_unique<SharedAllReduce>(*this, epoch_, scale, all_posted(epoch_));
+  // Every member posts epoch e only after its post e − 1 completed, which needed every
+  // member's post e − 1: all arrivals of e − 1 come before any of e.
+  const std::uint64_t before = arrivals().value.fetch_add(1, std::memory_order_relaxed);
+  const bool last = size_ > 1 && before + 1 == epoch_ * static_cast<std::uint64_t>(size_);
+  return std::make_unique<SharedAllReduce>(*this, epoch_, scale, last);
 }
 
 }  // namespace meshtrain

@@ -16,18 +16,19 @@
 //
 // The all-reduce (iall_reduce_sum): a member posts by publishing its post count; when every
 // member has posted the same count, the buffer's chunks (64 Ki elements) are claimed one at a
-// time from a shared ticket counter by the members that test or wait — except that the member
-// whose post completed the set (the last to post) claims none in test(), only in wait(). So
-// the work goes to the members that are ahead: with overlap_grad_reduce, buckets are tested
-// between backward's units, and the member that posted last — the one behind — used to sum
-// the whole bucket in the test() right after its post, while the others went on computing,
-// which put it further behind. A member that finishes backward early and waits does the work
-// left instead of waiting for the late one. Each
-// element's sum is taken in member order (buffer 0 + buffer 1 + …) whoever computes it, and
-// stored into every member's buffer: the result is bitwise the same on every member, every run,
-// whatever the timing (for 2 members also bitwise MPI's). The chunk's inputs are checked for
-// NaN and ±inf before it is summed, in the same pass (one block in L1 at a time), and each
-// member's lowest non-finite index is kept: the sum spreads such a value to every member, so
+// time from a shared ticket counter by the members that test or wait — except in one call: the
+// member whose post completes the set (exactly one: an arrival counter decides) claims nothing
+// in its first test() after the post. overlap_grad_reduce tests a bucket right after posting
+// it, so without that pause the member that posts last — the one behind in backward — sums
+// the whole bucket at once while the others compute, and falls further behind; with it the
+// members that are ahead sum the bucket at their next test(), and the last one takes what is
+// left at its own next test() or wait() (so a loop of test() calls alone still completes). A
+// member that finishes backward early and waits does the work left instead of waiting for
+// the late one. Each element's sum is taken in member order (buffer 0 + buffer 1 + …) whoever
+// computes it, and stored into every member's buffer: the result is bitwise the same on every
+// member, every run, whatever the timing (for 2 members also bitwise MPI's). The chunk's inputs are
+// checked for NaN and ±inf before it is summed, in the same pass (one block in L1 at a time), and
+// each member's lowest non-finite index is kept: the sum spreads such a value to every member, so
 // only the inputs tell whose it was (non_finite_grads.h), and reading them here spares the
 // caller a pass of its own. Control words live in the window (member 0's part), as lock-free
 // 64-bit atomics in cache lines of their own.
@@ -68,10 +69,10 @@ class SharedWindow {
   /// Posts x ← scale · Σ over members of x for every member's buffer (see the file comment;
   /// the product is taken of the f32 sum, in the pass that stores it). Every member must post,
   /// in the same order and with the same scale; a member's next post must come after its
-  /// previous request completed (else throws Error). The request's test() never blocks: it
-  /// reduces claimable chunks unless this member's post was the last of the set (then it
-  /// leaves them to the members that were waiting); wait() reduces claimable chunks and spins
-  /// (yielding the core) until every chunk is done. Its first_non_finite_input() is this member's
+  /// previous request completed (else throws Error). The request's test() reduces claimable
+  /// chunks and never blocks — but the first test() of the member whose post completed the set
+  /// claims none (see the file comment); wait() reduces claimable chunks and spins (yielding
+  /// the core) until every chunk is done. Its first_non_finite_input() is this member's
   /// lowest-index NaN or ±inf of the post. Requires count() < 2³² (the index shares a 64-bit word
   /// with the value).
   std::unique_ptr<CommRequest> iall_reduce_sum(float scale);
@@ -84,15 +85,17 @@ class SharedWindow {
   static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
   Line& claimed() const noexcept { return control_[0]; }
   Line& done() const noexcept { return control_[1]; }
-  Line& posted(int member) const noexcept { return control_[2 + member]; }
+  /// Posts of all members so far: the member whose increment makes it epoch · size is the last
+  /// to post `epoch` (a read-modify-write, so exactly one member is).
+  Line& arrivals() const noexcept { return control_[2]; }
+  Line& posted(int member) const noexcept { return control_[3 + member]; }
   /// Member's lowest non-finite input of its latest post, as (index << 32) | the value's bits;
   /// kAllFinite when none. Reset by the member as it posts, lowered by whoever sums a chunk.
-  Line& non_finite(int member) const noexcept { return control_[2 + size_ + member]; }
+  Line& non_finite(int member) const noexcept { return control_[3 + size_ + member]; }
+  static constexpr int kCounterLines = 3;  // claimed, done, arrivals
   static constexpr std::uint64_t kAllFinite = ~std::uint64_t{0};
   std::size_t chunks() const noexcept;
   void reduce_chunk(std::size_t chunk, float scale) const noexcept;
-  /// True when every member has posted `epoch`.
-  bool all_posted(std::uint64_t epoch) const noexcept;
   /// Reduces chunks of post `epoch` (× scale) while there are unclaimed ones and every member
   /// has posted it (`claim` false: none); true when all of them are done.
   bool advance(std::uint64_t epoch, float scale, bool claim) const noexcept;
@@ -105,7 +108,7 @@ class SharedWindow {
   std::size_t count_ = 0;
   std::vector<float*> buffers_;  // every member's buffer, mapped into this process
   std::vector<std::atomic<std::uint64_t>*> non_finite_lines_;  // &non_finite(m).value
-  Line* control_ = nullptr;      // claimed, done, posted[size], non_finite[size]
+  Line* control_ = nullptr;      // claimed, done, arrivals, posted[size], non_finite[size]
   std::uint64_t epoch_ = 0;      // this member's posts so far
 };
 
