@@ -23,8 +23,8 @@
 # reduction after backward (dp_comm_exposed_s), medians over the rounds, and the final loss
 # (the dp=2 runs are bitwise the same model; dp=1 within float re-association; the pair's
 # processes each train on half the batch, so theirs differs). The pair's step is the slower of
-# its two processes' medians; its row's × dp=1 is the ceiling, and the last line gives dp=2
-# overlap on ÷ that ceiling per round (pair ms ÷ on ms, run one after the other). Defaults
+# its two processes' medians; its row's × dp=1 is the estimate, and the last line gives dp=2
+# overlap on ÷ that estimate per round (pair ms ÷ on ms, run one after the other). Defaults
 # N=10, W=3, R=3, B=4: about 4 minutes here when the machine is otherwise idle. --zero-stage Z
 # runs both dp=2 layouts at parallel.zero_stage Z (0–3; default 0: the bucket all-reduces;
 # 1–3: the gradient reduce-scatters overlap, docs/data_parallel.md); dp=1 has no ZeRO.
@@ -70,7 +70,9 @@ fi
 data_dir=data/prepared/shakespeare_char
 [[ -f $data_dir/meta.json ]] || "$bin" prepare data/tinyshakespeare.txt --out "$data_dir" >/dev/null
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# The pair's processes run in the background: stop them (they finish their step) before
+# their folder goes.
+trap 'kill $(jobs -p) 2>/dev/null || true; wait || true; rm -rf "$work"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 common=(--model.n_layer 6 --model.n_head 6 --model.n_embd 384 --model.block_size 256
@@ -150,7 +152,7 @@ for name, rs in res.items():
     print(f"{labels[name]:<17} {per_round[name]:<{w}} {tokens / med[name] * 1e3:>8.0f} "
           f"{med['one'] / med[name]:>7.3f} {dp_ms:>10.1f} {exposed:>10.1f} {rs[-1]['loss']:>8.5f}")
 print(f"overlap on vs off: {med['off'] / med['on']:.3f}× (step time off / on)")
-ceiling = [p["ms"] / o["ms"] for p, o in zip(res["pair"], res["on"])]
-print(f"dp=2 overlap on ÷ the pair's ceiling: {statistics.median(ceiling):.3f} (rounds "
-      + " / ".join("%.3f" % c for c in ceiling) + ")")
+estimate = [p["ms"] / o["ms"] for p, o in zip(res["pair"], res["on"])]
+print(f"dp=2 overlap on ÷ the pair's estimate: {statistics.median(estimate):.3f} (rounds "
+      + " / ".join("%.3f" % c for c in estimate) + ")")
 PY

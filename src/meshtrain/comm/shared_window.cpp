@@ -259,11 +259,12 @@ std::unique_ptr<CommRequest> SharedWindow::iall_reduce_sum(float scale) {
   // No peer reads this line before the post below publishes it (release), and none can
   // still be summing the previous post's chunks: they were all done (checked above).
   non_finite(rank_).value.store(kAllFinite, std::memory_order_relaxed);
-  posted(rank_).value.store(epoch_, std::memory_order_release);
-  // Every member posts epoch e only after its post e − 1 completed, which needed every
-  // member's post e − 1: all arrivals of e − 1 come before any of e.
+  // Arrive before publishing the post: post e − 1 completed only after every member's post
+  // e − 1 was published (acquired by whoever summed, released on through done()), so every
+  // arrival of e − 1 happens before any of e, and exactly one member's makes it e · size.
   const std::uint64_t before = arrivals().value.fetch_add(1, std::memory_order_relaxed);
   const bool last = size_ > 1 && before + 1 == epoch_ * static_cast<std::uint64_t>(size_);
+  posted(rank_).value.store(epoch_, std::memory_order_release);
   return std::make_unique<SharedAllReduce>(*this, epoch_, scale, last);
 }
 

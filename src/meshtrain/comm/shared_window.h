@@ -83,16 +83,16 @@ class SharedWindow {
     std::atomic<std::uint64_t> value;
   };
   static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+  static constexpr int kCounterLines = 3;  // claimed, done, arrivals; then posted, non_finite
   Line& claimed() const noexcept { return control_[0]; }
   Line& done() const noexcept { return control_[1]; }
   /// Posts of all members so far: the member whose increment makes it epoch · size is the last
   /// to post `epoch` (a read-modify-write, so exactly one member is).
   Line& arrivals() const noexcept { return control_[2]; }
-  Line& posted(int member) const noexcept { return control_[3 + member]; }
+  Line& posted(int member) const noexcept { return control_[kCounterLines + member]; }
   /// Member's lowest non-finite input of its latest post, as (index << 32) | the value's bits;
   /// kAllFinite when none. Reset by the member as it posts, lowered by whoever sums a chunk.
-  Line& non_finite(int member) const noexcept { return control_[3 + size_ + member]; }
-  static constexpr int kCounterLines = 3;  // claimed, done, arrivals
+  Line& non_finite(int member) const noexcept { return control_[kCounterLines + size_ + member]; }
   static constexpr std::uint64_t kAllFinite = ~std::uint64_t{0};
   std::size_t chunks() const noexcept;
   void reduce_chunk(std::size_t chunk, float scale) const noexcept;
