@@ -22,7 +22,11 @@
 #       torch threads × BLAS threads, fp32 and bf16 autocast — then meshtrain at
 #       `training.threads c` in fp32 and bf16; prints the speed-up PyTorch ms ÷ meshtrain ms
 #       per config, cores and precision (> 1: meshtrain faster), goals ≥ 2× (nanoGPT) and
-#       ≥ 1.6× (6L/384) in fp32 (issue 16). --peer-only runs (e) alone.
+#       ≥ 1.6× (6L/384) in fp32 (issue 16). Then gemm_bench c --model … on the same CPUs, and
+#       bench/fma_peak once on CPU 0, give each fp32 row two ceilings on its speed-up
+#       (bench/peer_table.py): PyTorch ms ÷ the step's GEMMs alone on oneDNN, and ÷ its GEMM
+#       FLOPs at c × the measured FMA peak — a goal above the latter cannot be met on this
+#       machine by any implementation of the same model. --peer-only runs (e) alone.
 # Every figure is the median over N timed steps after W warm-up steps (meshtrain: median
 # step_time_s of the metrics JSON lines with step > W). Defaults: N=60, W=10, T=nproc;
 # about 2–4 minutes here, most of it PyTorch, plus (e): --peer-steps (default 20 on nanoGPT,
@@ -34,6 +38,7 @@
 # Environment:
 #   MESHTRAIN_BIN    meshtrain binary (default build/src/meshtrain/meshtrain)
 #   GEMM_BENCH_BIN   gemm_bench binary (default: bench/gemm_bench in the same build tree)
+#   FMA_PEAK_BIN     fma_peak binary (default: next to gemm_bench)
 #   TORCH_PYTHON     a Python that imports torch (default /usr/bin/python3, Debian's
 #                    python3-torch)
 #   TORCH_BLAS_DIR   a directory holding the libblas.so.3 PyTorch should load (put first on
@@ -72,6 +77,7 @@ config=configs/shakespeare_char.toml
 data_dir=data/prepared/shakespeare_char
 bin=${MESHTRAIN_BIN:-build/src/meshtrain/meshtrain}
 gemm_bin=${GEMM_BENCH_BIN:-$(dirname "$(dirname "$(dirname "$bin")")")/bench/gemm_bench}
+fma_bin=${FMA_PEAK_BIN:-$(dirname "$gemm_bin")/fma_peak}
 python=${TORCH_PYTHON:-/usr/bin/python3}
 total_steps=$((steps + warmup))
 
@@ -135,15 +141,21 @@ mt_train() {  # mt_train <metrics> <log> <processes> <extra flags...>
 }
 
 peer_bench() {  # (e): PyTorch at its best and meshtrain on the same cores, both configs
-  local name overrides c p tsteps twarm cpus
+  local name overrides c p tsteps twarm cpus model b
+  for b in "$gemm_bin" "$fma_bin"; do
+    [[ -x $b ]] || { echo "run_bench.sh: (e) needs $b (cmake --build build --target" \
+                          "gemm_bench fma_peak, or set GEMM_BENCH_BIN / FMA_PEAK_BIN)" >&2; exit 2; }
+  done
+  taskset -c 0 "$fma_bin" --json > "$work/peak.json"
   for name in ${peer_configs//,/ }; do
-    if [[ $name == nanogpt ]]; then overrides=(); tsteps=$peer_steps twarm=5
+    if [[ $name == nanogpt ]]; then
+      overrides=() tsteps=$peer_steps twarm=5 model=4,128,512,65,768,64,4
     elif [[ $name != 6l384 ]]; then
       echo "run_bench.sh: --peer-configs '$name': expected nanogpt and/or 6l384" >&2; exit 2
     else
       overrides=(--model.n_layer 6 --model.n_head 6 --model.n_embd 384 --model.block_size 256
                  --training.micro_batch 4)
-      tsteps=$((peer_steps / 4 > 4 ? peer_steps / 4 : 4)) twarm=2
+      tsteps=$((peer_steps / 4 > 4 ? peer_steps / 4 : 4)) twarm=2 model=6l384
     fi
     echo "== (e) $name: PyTorch at its best (bench/torch_best.py, cores $peer_cores)"
     "$python" bench/torch_best.py --config "$config" --data "$data_dir" --cores "$peer_cores" \
@@ -160,37 +172,14 @@ peer_bench() {  # (e): PyTorch at its best and meshtrain on the same cores, both
           < /dev/null || { echo "run_bench.sh: meshtrain failed:" >&2
                            tail -20 "$work/peer_${name}_${c}_$p.log" >&2; exit 1; }
       done
+      echo "== (e) $name: gemm_bench $c --model $model on CPUs $cpus (the step's GEMMs alone)"
+      taskset -c "$cpus" "$gemm_bin" "$c" --json --dtypes f32 --model "$model" \
+        > "$work/gemm_${name}_$c.json" 2> "$work/gemm_${name}_$c.log" ||
+        { echo "run_bench.sh: gemm_bench failed:" >&2; tail -5 "$work/gemm_${name}_$c.log" >&2
+          exit 1; }
     done
   done
-  "$python" - "$work" "$peer_cores" "$peer_configs" "$peer_precisions" <<'PEER'
-import json, os, statistics, sys
-work, cores = sys.argv[1], [int(c) for c in sys.argv[2].split(",")]
-names, precisions = sys.argv[3].split(","), sys.argv[4].split(",")
-goal = {"nanogpt": 2.0, "6l384": 1.6}
-label = {"nanogpt": "nanoGPT 4L/128 T64 B12", "6l384": "GPT-2 6L/384 T256 B4"}
-print("\nPeer baseline, same cores (speed-up = PyTorch-at-its-best ms ÷ meshtrain ms):")
-print(f"  {'config':<24} {'cores':>5} {'prec':<5} {'meshtrain':>10} {'PyTorch':>9} "
-      f"{'speed-up':>8}  PyTorch setting")
-for name in names:
-    best = json.load(open(os.path.join(work, f"best_{name}.json")))
-    warm = best["args"]["warmup"]
-    for c in cores:
-        for p in precisions:
-            rows = [json.loads(l) for l in open(os.path.join(work, f"peer_{name}_{c}_{p}.jsonl"))
-                    if l.strip()]
-            mt = 1e3 * statistics.median(r["step_time_s"] for r in rows if r["step"] > warm)
-            b = next((x for x in best["best"] if x["cores"] == c and x["precision"] == p), None)
-            if b is None:
-                print(f"  {label[name]:<24} {c:>5} {p:<5} {mt:>10.2f} {'none':>9}")
-                continue
-            s = b["setting"]
-            ratio = b["ms_per_step"] / mt
-            verdict = "" if p != "fp32" else (
-                f"  goal ≥{goal[name]}×: {'meets' if ratio >= goal[name] else 'BELOW'}")
-            print(f"  {label[name]:<24} {c:>5} {p:<5} {mt:>10.2f} {b['ms_per_step']:>9.2f} "
-                  f"{ratio:>7.2f}×  {s['build']}/{s['coretype']}, torch {s['torch_threads']} "
-                  f"thr, BLAS {s['blas_threads']} thr{verdict}")
-PEER
+  "$python" bench/peer_table.py "$work" "$peer_cores" "$peer_configs" "$peer_precisions"
 }
 
 if ((peer_only)); then
