@@ -25,9 +25,11 @@ same arithmetic:
                  library and no fusion can pass it.
 A goal above the FMA-peak bound cannot be met on this machine by any implementation of the
 same model; the verdict says so. Goals (issue 16, fp32): ≥ 2× on nanoGPT, ≥ 1.6× on 6L/384.
-Exit 1 when an input is missing or malformed (the message names the file).
+Exit 1 when an input is missing or malformed (the message names the file and, where it is one,
+the field); exit 2 on bad arguments.
 """
 import json
+import math
 import os
 import statistics
 import sys
@@ -44,6 +46,17 @@ def load_json(path):
         sys.exit(f"peer_table.py: cannot read {path}: {e}")
 
 
+def number(obj, key, path, default=None):
+    """obj[key] as a finite float > 0 (or default where the key is absent); exits 1 naming path
+    and key otherwise."""
+    if isinstance(obj, dict) and key not in obj and default is not None:
+        return default
+    value = obj.get(key) if isinstance(obj, dict) else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf:
+        return float(value)
+    sys.exit(f"peer_table.py: {path}: '{key}' must be a number > 0, got {value!r}")
+
+
 def meshtrain_ms(path, warmup):
     """Median step_time_s (ms) over the steps after `warmup`."""
     try:
@@ -51,17 +64,21 @@ def meshtrain_ms(path, warmup):
             rows = [json.loads(line) for line in f if line.strip()]
     except (OSError, ValueError) as e:
         sys.exit(f"peer_table.py: cannot read {path}: {e}")
-    times = [r["step_time_s"] for r in rows if r.get("step", 0) > warmup and "step_time_s" in r]
+    times = [number(r, "step_time_s", path) for r in rows
+             if isinstance(r, dict) and "step_time_s" in r and number(r, "step", path) > warmup]
     if not times:
         sys.exit(f"peer_table.py: {path} has no step after warm-up {warmup}")
     return 1e3 * statistics.median(times)
 
 
-def bounds(gemm, f32_peak, cores):
-    """(oneDNN-bound ms, FMA-peak-bound ms) of one step from gemm_bench's and fma_peak's JSON."""
-    onednn_ms = 1e3 * (gemm["seconds_per_step"] + gemm.get("attention_seconds_per_step", 0.0))
-    flops = gemm["flops_per_step"] + gemm.get("attention_flops_per_step", 0)
-    return onednn_ms, 1e3 * flops / (cores * f32_peak)
+def bounds(gemm, path, f32_peak, cores):
+    """(oneDNN-bound ms, FMA-peak-bound ms) of one step from gemm_bench's JSON (read from path)
+    and fma_peak's f32 FLOP/s per core."""
+    seconds = number(gemm, "seconds_per_step", path) + number(
+        gemm, "attention_seconds_per_step", path, 0.0)
+    flops = number(gemm, "flops_per_step", path) + number(
+        gemm, "attention_flops_per_step", path, 0.0)
+    return 1e3 * seconds, 1e3 * flops / (cores * f32_peak)
 
 
 def verdict(ratio, goal, peak_bound):
@@ -73,31 +90,48 @@ def verdict(ratio, goal, peak_bound):
 
 
 def main(argv):
+    usage = __doc__.split("\n\n")[1]
     if len(argv) != 5:
-        sys.exit(__doc__.split("\n\n")[1])
+        sys.exit(usage)
     work = argv[1]
-    cores = [int(c) for c in argv[2].split(",")]
     names, precisions = argv[3].split(","), argv[4].split(",")
-    f32_peak = load_json(os.path.join(work, "peak.json"))["f32_flops"]
+    try:
+        cores = [int(c) for c in argv[2].split(",")]
+    except ValueError:
+        cores = []
+    if not cores or min(cores) < 1 or any(n not in GOAL for n in names):
+        print(f"peer_table.py: cores '{argv[2]}' must be integers ≥ 1 and configs '{argv[3]}' "
+              f"among {', '.join(GOAL)}\n{usage}", file=sys.stderr)
+        sys.exit(2)
+    peak_path = os.path.join(work, "peak.json")
+    f32_peak = number(load_json(peak_path), "f32_flops", peak_path)
     print("\nPeer baseline, same cores (speed-up = PyTorch-at-its-best ms ÷ meshtrain ms; the "
           "bounds: PyTorch ms ÷ the step's GEMMs on oneDNN, and ÷ its GEMM FLOPs at the FMA peak "
           f"of {f32_peak / 1e9:.1f} GFLOP/s per core):")
     print(f"  {'config':<24} {'cores':>5} {'prec':<5} {'meshtrain':>10} {'PyTorch':>9} "
           f"{'speed-up':>8} {'oneDNN bound':>12} {'FMA-peak bound':>14}  PyTorch setting; goal")
     for name in names:
-        best = load_json(os.path.join(work, f"best_{name}.json"))
-        warm = best["args"]["warmup"]
+        best_path = os.path.join(work, f"best_{name}.json")
+        best = load_json(best_path)
+        args = best.get("args") if isinstance(best, dict) else None
+        warm = args.get("warmup") if isinstance(args, dict) else None
+        if not isinstance(warm, int) or warm < 0 or not isinstance(best.get("best"), list):
+            sys.exit(f"peer_table.py: {best_path}: expected args.warmup (an integer ≥ 0) and a "
+                     "'best' list, as bench/torch_best.py --json writes")
         for c in cores:
-            gemm = load_json(os.path.join(work, f"gemm_{name}_{c}.json"))
-            onednn_ms, peak_ms = bounds(gemm, f32_peak, c)
+            gemm_path = os.path.join(work, f"gemm_{name}_{c}.json")
+            onednn_ms, peak_ms = bounds(load_json(gemm_path), gemm_path, f32_peak, c)
             for p in precisions:
                 mt = meshtrain_ms(os.path.join(work, f"peer_{name}_{c}_{p}.jsonl"), warm)
-                b = next((x for x in best["best"] if x["cores"] == c and x["precision"] == p),
-                         None)
+                b = next((x for x in best["best"] if isinstance(x, dict)
+                          and x.get("cores") == c and x.get("precision") == p), None)
                 if b is None:
                     print(f"  {LABEL[name]:<24} {c:>5} {p:<5} {mt:>10.2f} {'none':>9}")
                     continue
-                s, torch_ms = b["setting"], b["ms_per_step"]
+                s, torch_ms = b.get("setting"), number(b, "ms_per_step", best_path)
+                if not isinstance(s, dict) or not all(
+                        k in s for k in ("build", "coretype", "torch_threads", "blas_threads")):
+                    sys.exit(f"peer_table.py: {best_path}: a best entry without its setting")
                 ratio = torch_ms / mt
                 setting = (f"{s['build']}/{s['coretype']}, torch {s['torch_threads']} thr, "
                            f"BLAS {s['blas_threads']} thr")

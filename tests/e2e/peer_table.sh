@@ -3,7 +3,8 @@
 # inputs whose figures are known: the speed-up (PyTorch ms ÷ meshtrain's median step after the
 # warm-up), the two ceilings on it (÷ the step's GEMM seconds on oneDNN; ÷ its GEMM FLOPs at
 # cores × the FMA peak), the three verdicts ("meets", "BELOW", "BELOW; beyond the FMA-peak
-# bound"), no bounds on bf16 rows, and a missing input named with exit 1.
+# bound"), no bounds on bf16 rows; a missing or malformed input exits 1 naming the file (and the
+# field), bad arguments exit 2.
 #   peer_table.sh
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -67,4 +68,23 @@ rc=$?
 set -e
 [[ $rc == 1 ]] || fail "a missing gemm JSON: exit $rc, expected 1"
 grep -q 'cannot read .*gemm_6l384_1.json' "$tmp/out.txt" || fail "the missing file is not named"
+# A malformed input exits 1 naming the file and the field; bad arguments exit 2.
+expect_exit() {  # expect_exit <rc> <pattern> <args...>
+  local want=$1 pattern=$2 rc; shift 2
+  set +e
+  "$py" "$root/bench/peer_table.py" "$@" > "$tmp/out.txt" 2>&1
+  rc=$?
+  set -e
+  [[ $rc == "$want" ]] || fail "peer_table.py $*: exit $rc, expected $want"
+  grep -q -- "$pattern" "$tmp/out.txt" || fail "peer_table.py $*: no '$pattern' in its message"
+}
+echo '{"f32_flops": "fast"}' > "$tmp/peak.json"
+expect_exit 1 "peak.json: 'f32_flops' must be a number > 0, got 'fast'" "$tmp" 1 nanogpt fp32
+echo '{"f32_flops": 1e11}' > "$tmp/peak.json"
+echo '{"flops_per_step": 3e9, "seconds_per_step": NaN}' > "$tmp/gemm_nanogpt_1.json"
+expect_exit 1 "gemm_nanogpt_1.json: 'seconds_per_step' must be a number > 0" "$tmp" 1 nanogpt fp32
+echo '[1, 2]' > "$tmp/best_nanogpt.json"
+expect_exit 1 "best_nanogpt.json: expected args.warmup" "$tmp" 1 nanogpt fp32
+expect_exit 2 "must be integers ≥ 1" "$tmp" 0 nanogpt fp32
+expect_exit 2 "among nanogpt, 6l384" "$tmp" 1 gpt4 fp32
 echo "e2e.peer_table: OK"
