@@ -72,6 +72,10 @@ while (($#)); do
     *) echo "run_bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
+for name in ${peer_configs//,/ }; do  # checked before anything runs: each run takes minutes
+  [[ $name == nanogpt || $name == 6l384 ]] ||
+    { echo "run_bench.sh: --peer-configs '$name': expected nanogpt and/or 6l384" >&2; exit 2; }
+done
 
 config=configs/shakespeare_char.toml
 data_dir=data/prepared/shakespeare_char
@@ -150,9 +154,7 @@ peer_bench() {  # (e): PyTorch at its best and meshtrain on the same cores, both
   for name in ${peer_configs//,/ }; do
     if [[ $name == nanogpt ]]; then
       overrides=() tsteps=$peer_steps twarm=5 model=4,128,512,65,768,64,4
-    elif [[ $name != 6l384 ]]; then
-      echo "run_bench.sh: --peer-configs '$name': expected nanogpt and/or 6l384" >&2; exit 2
-    else
+    else  # 6l384 (the names were checked with the arguments)
       overrides=(--model.n_layer 6 --model.n_head 6 --model.n_embd 384 --model.block_size 256
                  --training.micro_batch 4)
       tsteps=$((peer_steps / 4 > 4 ? peer_steps / 4 : 4)) twarm=2 model=6l384
