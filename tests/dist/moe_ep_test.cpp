@@ -127,7 +127,7 @@ TEST_P(MoeExpertParallel, EachRankGetsTheOneRankLayerOnItsTokens) {
   const ParameterList mine = parallel.parameters();
   expect_close(mine.front()->grad, my_router_grad, "router gradient (this rank's tokens)");
   for (std::size_t i = 1; i < mine.size(); ++i) {
-    EXPECT_EQ(mine[i]->replicas, ReplicaGroup::expert) << mine[i]->name;
+    EXPECT_EQ(mine[i]->placement.replicas, ReplicaGroup::expert) << mine[i]->name;
     expect_close(mine[i]->grad, expert_grad_sum.at(mine[i]->name), mine[i]->name);
   }
   // Bytes (docs/moe.md, counted as each rank's input): the E counts, the rows this rank sends

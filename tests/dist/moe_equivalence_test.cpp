@@ -122,7 +122,7 @@ TEST_P(MoeEquivalence, MatchesOneProcess) {
       EXPECT_LE(max_abs_diff(got.grads_step1[i], want.grads_step1[j]), grad_rtol * scale)
           << mine[i]->name << " (max |g| " << scale << ")";
       ++compared;
-      experts += mine[i]->replicas == ReplicaGroup::expert ? 1 : 0;
+      experts += mine[i]->placement.replicas == ReplicaGroup::expert ? 1 : 0;
       break;
     }
   }

@@ -137,7 +137,7 @@ TEST_P(PipelineLayout, MatchesSingleProcessAtSameGlobalBatch) {
     pp.broadcast(std::as_writable_bytes(first.span_f32()), 0);
     if (pp.rank() == pp.size() - 1) {
       ASSERT_NE(mine, nullptr);
-      EXPECT_TRUE(mine->tied_copy);
+      EXPECT_TRUE(mine->placement.tied_copy);
       const Tensor last = gather_logical(*mine, mine->value, tp);
       EXPECT_EQ(std::memcmp(first.f32(), last.f32(), static_cast<std::size_t>(last.bytes())), 0)
           << "tied embedding copies drifted apart";

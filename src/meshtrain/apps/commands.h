@@ -101,6 +101,7 @@ struct PlanArgs {
   std::string cp = "1";  // context-parallel sizes searched: a number, or "auto" (every divisor)
   std::string cp_comm = "auto";  // with cp > 1: "p2p", "a2a", or "auto" (both searched)
   bool explain = false;
+  bool placements = false;  // with --layout: print the placement table (plan/placements.h)
   bool json = false;
   bool emit = false;         // print the layout as `meshtrain train` flags only (plan/emit.h)
   bool emit_sbatch = false;  // print a Slurm batch script that trains it

@@ -217,6 +217,9 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& plan_args) {
                    "context-parallel attention: p2p (ring), a2a (Ulysses) or auto (both)")
       ->default_val("auto");
   plan_cmd->add_flag("--explain", plan_args.explain, "print every term with its formula");
+  plan_cmd->add_flag("--placements", plan_args.placements,
+                     "with --layout: print where every tensor lives (per mesh axis, local "
+                     "shape, gradient reduction, ZeRO slice)");
   plan_cmd->add_flag("--json", plan_args.json, "print JSON instead of the table");
   plan_cmd->add_flag("--emit", plan_args.emit,
                      "print only the chosen layout as `meshtrain train` flags");

@@ -10,7 +10,9 @@
 #include "meshtrain/core/error.h"
 #include "meshtrain/plan/claims.h"
 #include "meshtrain/plan/emit.h"
+#include "meshtrain/mesh/placement.h"
 #include "meshtrain/plan/nearest.h"
+#include "meshtrain/plan/placements.h"
 #include "meshtrain/plan/presets.h"
 #include "meshtrain/plan/report.h"
 #include "meshtrain/plan/search.h"
@@ -77,6 +79,12 @@ void check_args(const PlanArgs& a) {
           "with --json, a claim or each other",
           "the emitted flags or script are the whole output, for a shell to use",
           "give --emit or --emit-sbatch alone");
+  require(!a.placements || !a.layout.empty(), "--placements", "without --layout",
+          "the placement table is of one layout", "add --layout, e.g. tp=8,pp=4,dp=2");
+  require(!a.placements || (!a.json && !a.emit && !a.emit_sbatch && !has_claim(a)),
+          "--placements", "with --json, --emit, --emit-sbatch or a claim",
+          "the placement table is printed after the layout's account, as text",
+          "give --placements with --layout alone");
   if (!issues.empty()) throw ConfigError("meshtrain plan arguments", std::move(issues));
 }
 
@@ -177,6 +185,10 @@ int plan_one(const plan::ModelPreset& model, const plan::ClusterSpec& cluster,
                cluster.devices());
   }
   if (args.explain) fmt::print("\n{}", plan::format_explain(p));
+  if (args.placements) {
+    fmt::print("\n{}", plan::format_placements(placement_table(p.config),
+                                               fmt::format("Placements of {}", model.name)));
+  }
   return 0;
 }
 

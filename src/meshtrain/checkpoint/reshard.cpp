@@ -6,15 +6,11 @@
 #include <limits>
 
 #include "meshtrain/checkpoint/sharded_checkpoint.h"
-#include "meshtrain/comm/device_mesh.h"
-#include "meshtrain/comm/single_rank_group.h"
 #include "meshtrain/config/load.h"
 #include "meshtrain/config/validate.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/core/staged_file.h"
-#include "meshtrain/layers/placement.h"
-#include "meshtrain/model/pipeline_stage.h"
-#include "meshtrain/parallel/dp/zero.h"
+#include "meshtrain/mesh/placement.h"
 
 namespace meshtrain {
 
@@ -27,13 +23,10 @@ std::filesystem::path reshard_checkpoint(const std::filesystem::path& src, const
                                        "leave the model settings as the checkpoint has them"}});
   }
   const ParallelConfig& par = target.parallel;
-  const MeshShape shape{.pp = static_cast<int>(par.pp),
-                        .dp = static_cast<int>(par.dp),
-                        .cp = static_cast<int>(par.cp),
-                        .tp = static_cast<int>(par.tp),
-                        .ep = static_cast<int>(par.ep)};
-  const int world = shape.world_size();  // ep is carved out of dp
+  const int world = static_cast<int>(par.pp * par.dp * par.cp * par.tp);  // ep is carved out of dp
   validate_or_throw(target, world);
+  const PlacementTable table = placement_table(target);
+  const MeshShape& shape = table.mesh();
 
   const std::int64_t step = reader.step();
   const std::filesystem::path target_dir = checkpoint_path(out_root, step);
@@ -56,26 +49,12 @@ std::filesystem::path reshard_checkpoint(const std::filesystem::path& src, const
                            .keep_last = std::numeric_limits<std::int64_t>::max(),
                            .async = false,
                            .finalize_timeout_s = 1.0});
-  const bool low = target.training.precision != Precision::fp32;
-  const int zero = static_cast<int>(par.zero_stage);
   nlohmann::json state = reader.state();
   state["mesh"] = checkpoint_mesh_json(par, world);
   try {
     // Rank 0 last: it completes the checkpoint once every other rank's manifest is written.
     for (int rank = world - 1; rank >= 0; --rank) {
       const MeshCoords c = shape.coords_of(rank);
-      // The rank's tp shards and (ep rank d mod ep, comm/device_mesh.h) its experts, from
-      // groups of the right size and rank that never communicate.
-      const auto tp = detached_group(c.tp, shape.tp, "tp");
-      const auto ep = detached_group(c.dp % shape.ep, shape.ep, "ep");
-      std::unique_ptr<PipelineStage> stage;
-      {
-        const DeferParameterStorage defer;  // shapes and shards only, no values
-        const ParallelGroups groups(TensorParallel{*tp, par.sequence_parallel}, ContextParallel{},
-                                    ExpertParallel{ep.get()});
-        stage = std::make_unique<PipelineStage>(
-            target, static_cast<std::uint64_t>(target.training.seed), groups, c.pp);
-      }
       RankSnapshot snapshot{.step = step,
                             .rank = rank,
                             .world = world,
@@ -83,14 +62,13 @@ std::filesystem::path reshard_checkpoint(const std::filesystem::path& src, const
                             .state = rank == 0 ? state : nlohmann::json::object(),
                             .config_toml = rank == 0 ? checkpoint_toml(target) : std::string()};
       const PlacementRanks ranks = placement_ranks(shape, rank);
-      for (const Parameter* p : stage->parameters()) {
+      // The rank's tensors, slices and ZeRO ranges from the placement table alone: no model.
+      for (const ParamPlacement* p : table.held_by(c)) {
         // The same rule as Trainer::save_checkpoint: one copy of every element.
-        if (!counts_this_copy(*p, ranks, zero >= 1)) continue;
-        const auto [begin, end] =
-            zero_owned_range(zero, shape_numel(p->local_shape()), ranks.replica(p->replicas),
-                             replica_count(shape, p->replicas), low);
+        if (!p->counts_copy(ranks)) continue;
+        const auto [begin, end] = p->zero_range(shape, c);
         if (begin == end) continue;
-        const ShardPiece piece{.slice = p->shard, .begin = begin, .end = end};
+        const ShardPiece piece{.slice = p->slice(shape, c), .begin = begin, .end = end};
         PieceState s{.name = p->name,
                      .piece = piece,
                      .master = Tensor::empty({end - begin}, MemCategory::other),

@@ -128,11 +128,7 @@ SparseMoeBlock::SparseMoeBlock(const std::string& prefix, const MoeShape& shape,
             InitKind::normal, shape.init_std),
       experts_(prefix + ".block_sparse_moe.experts", ep.rank() * (shape.moe_experts / ep.size()),
                shape.moe_experts / ep.size(), shape.n_embd, shape.moe_ffn_hidden, shape.init_std,
-               shape.proj_init_std) {
-  if (ep.size() > 1) {
-    for (Parameter* p : experts_.parameters()) p->replicas = ReplicaGroup::expert;
-  }
-}
+               shape.proj_init_std) {}
 
 Tensor SparseMoeBlock::run_experts(const Tensor& packed, EpExchange& exchange) {
   if (ep_.size() == 1) return experts_.forward(packed, saved_->dispatch.counts);

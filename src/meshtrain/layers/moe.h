@@ -22,8 +22,8 @@
 //                contributes 0: the token still passes through the block's residual).
 // Expert parallel (ep > 1) inserts its all-to-all between 2 and 3 (exchange counts, then rows)
 // and between 3 and 4 (rows back): layers/expert_parallel.h. Ep rank e then holds experts
-// [e·E/ep, (e+1)·E/ep) (their Parameters have replicas = ReplicaGroup::expert: reduced over
-// the expert-data-parallel group), the router is replicated, and each rank routes, drops and
+// [e·E/ep, (e+1)·E/ep) (their placements, mesh/placement.h: owned over ep, reduced over the
+// expert-data-parallel group), the router is replicated, and each rank routes, drops and
 // combines its own tokens (capacity from its own N, the same on every rank of a layout).
 #pragma once
 

@@ -12,67 +12,17 @@
 #include <vector>
 
 #include "meshtrain/core/tensor.h"
+#include "meshtrain/mesh/placement.h"
+#include "meshtrain/mesh/shard_slice.h"
 
 namespace meshtrain {
 
 enum class InitKind : std::uint8_t { normal, zeros, ones };
 
-/// Where a rank's tensor sits in the logical parameter. Dimension `dim` of the logical tensor
-/// is `parts` equal consecutive blocks (1 normally; 3 for GPT-2's fused c_attn [q; k; v], whose
-/// shard must hold the same heads of q, k and v). In every block the rank holds logical indices
-/// [offset, offset + length) and stores them as the first `length` of `stride` consecutive
-/// entries of its own dimension `dim`; entries [length, stride) are padding (a vocabulary not
-/// divisible by tp), always zero, never part of the logical tensor. Every other dimension is
-/// whole. Local shape = logical shape with dimension `dim` set to parts·stride.
-struct ShardSlice {
-  int dim = 0;
-  std::int64_t parts = 1;
-  std::int64_t offset = 0;
-  std::int64_t length = 0;
-  std::int64_t stride = 0;
-  Shape logical_shape;
-
-  bool operator==(const ShardSlice&) const = default;
-};
-
-/// The whole of `logical` (a parameter replicated over its group).
-ShardSlice whole(const Shape& logical);
-
-/// Megatron-LM's even split (Shoeybi et al. 2019, §3): each of the `parts` blocks of dimension
-/// `dim` (n entries each) is cut into `ranks` pieces of ceil(n / ranks); rank r holds
-/// [r·piece, min((r+1)·piece, n)) padded to `piece` entries. So every rank's tensor has the
-/// same shape, only the last ranks carry padding, and without padding it is the plain slice.
-/// MT_CHECKs 0 ≤ rank < ranks and that `parts` divides the dimension.
-ShardSlice even_shard(const Shape& logical, int dim, int rank, int ranks, std::int64_t parts = 1);
-
-/// A contiguous run of a shard's real (non-padding) elements: `count` elements starting at
-/// element `local` of the rank's tensor and at element `logical` of the logical tensor
-/// (row-major numbering of each).
-struct ShardRun {
-  std::int64_t local;
-  std::int64_t logical;
-  std::int64_t count;
-};
-/// Every run of `slice`, in increasing local order; together they cover each real element once.
-std::vector<ShardRun> runs_of(const ShardSlice& slice);
-
-/// The ranks that hold the same elements of a parameter and see different tokens: its gradient
-/// is reduced over them, its optimizer state ZeRO-sliced over them, and one of them counts its
-/// elements in the grad norm and saves them (layers/placement.h).
-enum class ReplicaGroup : std::uint8_t {
-  dense,   // dp × cp: every weight outside the experts (grad_reduction_group)
-  expert,  // expert data parallel, (dp·cp)/ep ranks: an expert's weights, which the other ep
-           // ranks of its dp × cp group do not hold (Megatron-core's expert data parallel)
-};
-std::string_view to_string(ReplicaGroup group);
-
-/// A parameter's placement on the device mesh, one entry per axis (as PyTorch DTensor's
-/// placements, Megatron-core's expert/allreduce parameter flags):
-///   tp      sharded along shard.dim (the even split) when is_sharded(), else replicated;
-///   ep      an expert's weights (replicas = expert) live on the one ep rank that holds the
-///           expert; every other parameter is replicated over ep;
-///   pp      held by the stage that builds it (tied_copy: gpt2's second copy on the last stage);
-///   dp, cp  replicated over its replica group, which reduces its gradient.
+/// A trainable tensor of this rank. Where it lives on the mesh is `placement`, its record of
+/// the placement table (mesh/placement.h), which the pipeline stage assigns after checking the
+/// layer's slice against it; every consumer (gradient reduction, ZeRO, the grad norm,
+/// checkpoints, export) reads the record.
 struct Parameter {
   std::string name;  // Hugging Face name, e.g. "transformer.h.0.attn.c_attn.weight"
   // f32, MemCategory::params, local shape of `shard`. Under mixed precision the trainer may
@@ -84,11 +34,9 @@ struct Parameter {
   float init_std = 0.0f;      // for InitKind::normal
   bool weight_decay = false;  // nanoGPT's rule: 2-D weights decay, biases and norms do not
   ShardSlice shard;           // this rank's slice of the logical tensor
-  // A second copy of a tied parameter on another pipeline stage (gpt2's LM head on the last
-  // stage, tied to the token embedding on the first): same name and values; its gradient is
-  // summed with the original's each step, and it is left out of the grad norm and checkpoints.
-  bool tied_copy = false;
-  ReplicaGroup replicas = ReplicaGroup::dense;  // see Placement above
+  // Its record of the placement table. Before the pipeline stage places it: name and logical
+  // shape, tp from `shard`, every other axis replicated, dense replicas, ZeRO stage 0.
+  ParamPlacement placement;
 
   /// The whole logical tensor of `shape`; value set by initialize(), grad zeroed.
   Parameter(std::string name, Shape shape, InitKind init, float init_std = 0.0f);
@@ -139,7 +87,7 @@ using ParameterList = std::vector<Parameter*>;
 /// parameter's flattened local tensor (its tp shard, row-major). Without ZeRO that is all of
 /// it; under ZeRO the data-parallel ranks split it (parallel/dp/zero.h).
 struct OptimizerShard {
-  Parameter* param = nullptr;  // name, weight decay, tp sharding, tied_copy
+  Parameter* param = nullptr;  // name, weight decay, tp sharding, placement
   std::int64_t begin = 0;
   std::int64_t end = 0;  // begin == end: this rank owns none of it
   Tensor master;         // f32 [end − begin]: the fp32 weights the optimizer steps

@@ -128,7 +128,6 @@ CausalLm::CausalLm(const ModelConfig& config, std::uint64_t seed, const Parallel
       // embedding's name and initial values, its gradient summed with the embedding's.
       lm_head_.emplace(vocab_shard_parameter(llama ? "lm_head.weight" : embedding_name(config),
                                              config.vocab_size, config.n_embd, init_std, tp.group));
-      lm_head_->tied_copy = !llama;
       params_.push_back(&*lm_head_);
     }
     head_ = std::make_unique<VocabParallelLmHead>(lm_head_ ? *lm_head_ : embed_->weight(), tp);

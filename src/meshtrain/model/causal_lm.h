@@ -15,7 +15,7 @@
 // Under pipeline parallelism one object holds one model chunk (ChunkLayout): a run of blocks,
 // plus the embeddings when it is the first chunk of the model and the final norm, LM head and
 // loss when it is the last. For gpt2 split over stages the last chunk holds its own copy of
-// the tied token embedding (same name, same initial values, Parameter::tied_copy); the trainer
+// the tied token embedding (same name, same initial values; its placement record is the tied copy); the trainer
 // sums the two copies' gradients each step so they stay identical.
 #pragma once
 

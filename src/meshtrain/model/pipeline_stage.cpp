@@ -2,6 +2,7 @@
 
 #include "meshtrain/config/pipeline_rules.h"
 #include "meshtrain/core/error.h"
+#include "meshtrain/mesh/placement.h"
 
 namespace meshtrain {
 
@@ -45,12 +46,38 @@ PipelineStage::PipelineStage(const Config& config, std::uint64_t seed, const Par
                                                  layer_recompute(config.training.recompute)));
     for (Parameter* p : chunks_.back()->parameters()) params_.push_back(p);
   }
+  place(config, groups);
   if (config.model.family == ModelFamily::gpt2 && last > 0) {
     // The embedding sits in global chunk 0 and its tied copy in the last; on different ranks
     // when pp > 1, in different chunks of one rank when only v > 1 (pp = 1).
     for (Parameter* p : params_) {
       if (p->name == "transformer.wte.weight") tied_.push_back(p);
     }
+  }
+}
+
+void PipelineStage::place(const Config& config, const ParallelGroups& groups) {
+  const PlacementTable table = placement_table(config);
+  // This rank as the table sees it: its pp, tp and ep coordinates (ep rank = d mod ep); dp and
+  // cp ranks hold the same tensors.
+  const MeshCoords c{.pp = pp_rank_, .dp = groups.ep.rank(), .cp = 0, .tp = groups.tp.group.rank()};
+  MT_CHECK(groups.tp.group.size() == table.mesh().tp && groups.ep.size() == table.mesh().ep,
+           "groups of tp {} and ep {} for a layout of {}", groups.tp.group.size(),
+           groups.ep.size(), table.mesh().to_string());
+  const std::vector<const ParamPlacement*> held = table.held_by(c);
+  MT_CHECK(held.size() == params_.size(), "stage {} built {} parameters, its placements list {}",
+           pp_rank_, params_.size(), held.size());
+  for (std::size_t i = 0; i < held.size(); ++i) {
+    Parameter& p = *params_[i];
+    const ParamPlacement& record = *held[i];
+    const ShardSlice want = record.slice(table.mesh(), c);
+    MT_CHECK(p.name == record.name && p.shard == want,
+             "stage {}: parameter {} ({}, dim {} [{}, +{})) differs from its placement {} ({}, "
+             "dim {} [{}, +{}))",
+             pp_rank_, p.name, to_string(p.shard.logical_shape), p.shard.dim, p.shard.offset,
+             p.shard.length, record.name, to_string(record.shape), want.dim, want.offset,
+             want.length);
+    p.placement = record;
   }
 }
 

@@ -52,6 +52,11 @@ class PipelineStage {
   std::vector<MoeLayerRef> moe_layers() const;
 
  private:
+  /// Gives every parameter its record of the placement table (mesh/placement.h), after
+  /// MT_CHECKing that the layers built exactly the table's tensors, in its order, with its
+  /// slices.
+  void place(const Config& config, const ParallelGroups& groups);
+
   int pp_, pp_rank_;
   std::vector<std::unique_ptr<CausalLm>> chunks_;
   ParameterList params_;

@@ -48,25 +48,25 @@ void AdamW::step(double lr, float grad_scale, bool zero_grads) {
 double global_grad_norm(const ParameterList& params) {
   double sum = 0.0;
   for (const Parameter* p : params) {
-    if (!p->tied_copy) sum += kernels::sum_squares(p->grad.f32(), p->grad.numel());
+    if (!p->placement.tied_copy) sum += kernels::sum_squares(p->grad.f32(), p->grad.numel());
   }
   return std::sqrt(sum);
 }
 
-double global_grad_norm(const OptimizerShards& shards, const PlacementGroups& groups,
-                        bool zero_sliced) {
+double global_grad_norm(const OptimizerShards& shards, const PlacementGroups& groups) {
   // Without ZeRO and without experts every dp × cp replica holds the same gradients, so each
   // counts them as replica 0 would and the all-reduce over dp × cp is skipped (it would add
   // zeros): the step's dp traffic stays exactly the gradient reduction.
   const bool replicas_differ =
-      zero_sliced || std::any_of(shards.begin(), shards.end(), [](const OptimizerShard& s) {
-        return s.param->replicas == ReplicaGroup::expert;
+      std::any_of(shards.begin(), shards.end(), [](const OptimizerShard& s) {
+        return s.param->placement.zero_stage >= 1 ||
+               s.param->placement.replicas == ReplicaGroup::expert;
       });
   PlacementRanks ranks = groups.ranks();
   if (!replicas_differ) ranks.dense = ranks.expert = 0;
   double sum = 0.0;
   for (const OptimizerShard& s : shards) {
-    if (counts_this_copy(*s.param, ranks, zero_sliced)) {
+    if (s.param->placement.counts_copy(ranks)) {
       sum += kernels::sum_squares(s.grad.f32(), s.grad.numel());
     }
   }

@@ -51,14 +51,13 @@ class AdamW {
 
 /// √(Σ over every logical parameter of Σ grad²), accumulated in double, counting each logical
 /// element once (Megatron-LM's rule, Shoeybi et al. 2019, generalised to any placement): each
-/// rank adds the squares of the shards whose copy counts (counts_this_copy,
-/// layers/placement.h), then all-reduces over dp × cp, tp and pp — together the world —
+/// rank adds the squares of the shards whose copy counts (ParamPlacement::counts_copy,
+/// mesh/placement.h), then all-reduces over dp × cp, tp and pp — together the world —
 /// add them up, so every rank gets the same number (the dp × cp one is skipped when every
 /// replica holds the same gradients: no ZeRO and no experts). Padding is zero and adds nothing.
-/// Gradients must already be reduced over their replica groups. `zero_sliced`: the shards are
-/// ZeRO slices (stage ≥ 1), each replica holding a disjoint part.
-double global_grad_norm(const OptimizerShards& shards, const PlacementGroups& groups,
-                        bool zero_sliced);
+/// Gradients must already be reduced over their replica groups. Under ZeRO (the placements'
+/// zero_stage ≥ 1) the shards are slices, each replica holding a disjoint part.
+double global_grad_norm(const OptimizerShards& shards, const PlacementGroups& groups);
 /// The same for whole parameters of one process (no sharding, no replicas).
 double global_grad_norm(const ParameterList& params);
 

@@ -67,8 +67,8 @@ ModelStage::ModelStage(const Config& config, const DeviceMesh& mesh,
   // Each stage holds its own parameters, each ep rank its own experts (once per ep group).
   double count = 0.0, experts = 0.0;
   for (const Parameter* p : stage_->parameters()) {
-    if (p->tied_copy) continue;
-    (p->replicas == ReplicaGroup::expert ? experts : count) +=
+    if (p->placement.tied_copy) continue;
+    (p->placement.replicas == ReplicaGroup::expert ? experts : count) +=
         static_cast<double>(p->logical_numel());
   }
   mesh.group(Axis::ep).all_reduce_sum(std::span<double>(&experts, 1));

@@ -75,7 +75,7 @@ OptimizerState::OptimizerState(const Config& config, const DeviceMesh& mesh, Pip
                          .hysteresis = t.loss_scale_hysteresis});
   }
   replicated_grads_ = std::make_unique<ReplicatedGradSum>(
-      zero_->shards(), mesh.group(Axis::tp), config.parallel.sequence_parallel, watch());
+      zero_->shards(), mesh.group(Axis::tp), watch());
   optimizer_ = std::make_unique<AdamW>(
       zero_->shards(),
       AdamWConfig{
@@ -148,7 +148,7 @@ bool OptimizerState::unscale_or_skip(ProcessGroup& world) {
 }
 
 double OptimizerState::grad_norm() {
-  return global_grad_norm(zero_->shards(), placement_groups(mesh_), zero_->stage() >= 1);
+  return global_grad_norm(zero_->shards(), placement_groups(mesh_));
 }
 
 double OptimizerState::apply_update(std::int64_t step, double grad_norm) {

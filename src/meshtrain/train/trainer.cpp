@@ -421,9 +421,9 @@ std::vector<NamedTensor> Trainer::logical_tensors() {
   std::vector<NamedTensor> mine;
   std::vector<bool> expert;
   for (const Parameter* p : model_->stage().parameters()) {
-    if (p->tied_copy) continue;
+    if (p->placement.tied_copy) continue;
     mine.push_back({p->name, gather_logical(*p, optim_->zero().gather_master(*p), tp)});
-    expert.push_back(p->replicas == ReplicaGroup::expert);
+    expert.push_back(p->placement.replicas == ReplicaGroup::expert);
   }
   if (ep.size() > 1) mine = with_every_expert(ep, std::move(mine), expert);
   if (pp.size() == 1) return mine;

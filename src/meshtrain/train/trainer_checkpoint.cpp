@@ -63,11 +63,10 @@ void Trainer::save_checkpoint(std::int64_t steps_done) {
                         .state = json::object(),
                         .config_toml = {}};
   const OptimizerShards& shards = optim_->shards();
-  const int zero_stage = optim_->zero().stage();
   for (std::size_t i = 0; i < shards.size(); ++i) {
     const OptimizerShard& s = shards[i];
-    // One copy of each element (layers/placement.h).
-    if (!counts_this_copy(*s.param, ranks, zero_stage >= 1) || s.end == s.begin) continue;
+    // One copy of each element (mesh/placement.h).
+    if (!s.param->placement.counts_copy(ranks) || s.end == s.begin) continue;
     snapshot.pieces.push_back(
         {.name = s.param->name,
          .piece = piece_of(s),

@@ -161,20 +161,6 @@ std::size_t ZeroSharding::buckets_posted_in_backward() const noexcept {
   return reducer_ ? reducer_->posted_in_backward() : 0;
 }
 
-std::int64_t zero_slice(int stage, std::int64_t numel, int ranks, bool low_precision) {
-  if (stage == 0) return numel;
-  std::int64_t slice = (numel + ranks - 1) / ranks;
-  if (low_precision && slice % 2 != 0) ++slice;  // whole 4-byte words per rank on the wire
-  return slice;
-}
-
-std::pair<std::int64_t, std::int64_t> zero_owned_range(int stage, std::int64_t numel, int rank,
-                                                       int ranks, bool low_precision) {
-  if (stage == 0) return {0, numel};
-  const std::int64_t slice = zero_slice(stage, numel, ranks, low_precision);
-  return {std::min(rank * slice, numel), std::min((rank + 1) * slice, numel)};
-}
-
 ZeroSharding::Slot& ZeroSharding::slot(const Parameter& p) {
   const auto it = index_.find(&p);
   MT_CHECK(it != index_.end(), "{} is not managed by ZeRO", p.name);

@@ -82,15 +82,7 @@ struct ZeroOptions {
   NonFiniteGradWatch* non_finite_watch = nullptr;
 };
 
-/// Elements per dp rank in ZeRO's communication buffers for a parameter of `numel` elements
-/// (its tp shard, flattened): numel at stage 0; otherwise ⌈numel / ranks⌉, rounded up to even
-/// under 16-bit compute (`low_precision`) so each rank's slice is whole 4-byte words.
-std::int64_t zero_slice(int stage, std::int64_t numel, int ranks, bool low_precision);
-/// The elements [begin, end) of that flattened tensor dp rank `rank` owns (its optimizer
-/// shard): all of them at stage 0, else [min(r·s, numel), min((r+1)·s, numel)) with s =
-/// zero_slice (the last ranks' may be empty).
-std::pair<std::int64_t, std::int64_t> zero_owned_range(int stage, std::int64_t numel, int rank,
-                                                       int ranks, bool low_precision);
+// zero_slice and zero_owned_range: mesh/placement.h (the table gives each rank its slice).
 
 class ZeroSharding final : public ParameterHooks {
  public:

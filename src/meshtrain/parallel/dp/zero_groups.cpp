@@ -11,7 +11,7 @@ namespace {
 ParameterList in_group(const ParameterList& params, ReplicaGroup g) {
   ParameterList out;
   std::copy_if(params.begin(), params.end(), std::back_inserter(out),
-               [g](const Parameter* p) { return p->replicas == g; });
+               [g](const Parameter* p) { return p->placement.replicas == g; });
   return out;
 }
 
@@ -48,9 +48,9 @@ const ParameterList* ZeroGroups::part(const ParameterList* unit, std::size_t i) 
 
 ZeroSharding& ZeroGroups::of(const Parameter& p) {
   for (Group& g : groups_) {
-    if (g.kind == p.replicas) return *g.zero;
+    if (g.kind == p.placement.replicas) return *g.zero;
   }
-  MT_CHECK(false, "{}: its replica group ({}) has no ZeRO state", p.name, to_string(p.replicas));
+  MT_CHECK(false, "{}: its replica group ({}) has no ZeRO state", p.name, to_string(p.placement.replicas));
   return *groups_.front().zero;  // not reached: MT_CHECK aborts
 }
 

@@ -31,7 +31,7 @@ struct ZeroGroup {
 class ZeroGroups final : public ParameterHooks {
  public:
   /// As ZeroSharding's constructor, for `params` of any replica groups: the parameters (and
-  /// each unit) are split by p.replicas, and the ZeroSharding of group g runs over
+  /// each unit) are split by p.placement.replicas, and the ZeroSharding of group g runs over
   /// `group_of(g).ranks`. Collective over each group that has parameters, dense first.
   ZeroGroups(const ParameterList& params, const std::vector<ParameterList>& units,
              const std::function<ZeroGroup(ReplicaGroup)>& group_of, const ZeroOptions& options);

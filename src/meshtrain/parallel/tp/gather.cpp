@@ -12,15 +12,13 @@ Tensor gather_logical(const Parameter& p, const Tensor& which, ProcessGroup& tp)
     std::memcpy(out.f32(), which.f32(), static_cast<std::size_t>(out.bytes()));
     return out;
   }
-  const ShardSlice& mine = p.shard;
-  MT_CHECK(mine == even_shard(mine.logical_shape, mine.dim, tp.rank(), tp.size(), mine.parts),
-           "{}: shard is not the even split over {}", p.name, tp.name());
+  MT_CHECK(p.shard == p.placement.tp_slice(tp.rank(), tp.size()),
+           "{}: shard is not its placement's slice over {}", p.name, tp.name());
   const std::int64_t local = which.numel();
   Tensor all = Tensor::empty({tp.size() * local}, MemCategory::other);
   tp.all_gather(which.span_f32(), all.span_f32());
   for (int r = 0; r < tp.size(); ++r) {
-    const ShardSlice slice = even_shard(mine.logical_shape, mine.dim, r, tp.size(), mine.parts);
-    for (const ShardRun& run : runs_of(slice)) {
+    for (const ShardRun& run : runs_of(p.placement.tp_slice(r, tp.size()))) {
       std::memcpy(out.f32() + run.logical, all.f32() + r * local + run.local,
                   static_cast<std::size_t>(run.count) * sizeof(float));
     }

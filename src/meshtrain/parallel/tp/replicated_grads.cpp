@@ -5,12 +5,11 @@
 namespace meshtrain {
 
 ReplicatedGradSum::ReplicatedGradSum(const OptimizerShards& shards, ProcessGroup& tp,
-                                     bool sequence_parallel, NonFiniteGradWatch* watch)
+                                     NonFiniteGradWatch* watch)
     : tp_(tp), watch_(watch) {
-  if (!sequence_parallel || tp.size() == 1) return;
   std::int64_t n = 0;
   for (const OptimizerShard& s : shards) {
-    if (!s.param->is_sharded()) {
+    if (s.param->placement.sum_over_tp) {
       picked_.push_back(s);
       n += s.grad.numel();
     }

@@ -22,12 +22,12 @@ namespace meshtrain {
 
 class ReplicatedGradSum {
  public:
-  /// Picks the optimizer shards of parameters that are not sharded over tp
-  /// (Parameter::is_sharded) and, when `sequence_parallel` and tp.size() > 1, allocates the
-  /// flat buffer once (MemCategory::comm). Works on the shards' gradients, so under ZeRO each
+  /// Picks the optimizer shards whose placement sums them over tp (ParamPlacement::sum_over_tp:
+  /// replicated over tp, under sequence parallelism, tp > 1) and allocates the flat buffer
+  /// once (MemCategory::comm). Works on the shards' gradients, so under ZeRO each
   /// rank sums only its dp slice (every tp rank of a dp rank owns the same slice). `watch`
   /// (may be null) checks the partial sums before each all-reduce.
-  ReplicatedGradSum(const OptimizerShards& shards, ProcessGroup& tp, bool sequence_parallel,
+  ReplicatedGradSum(const OptimizerShards& shards, ProcessGroup& tp,
                     NonFiniteGradWatch* watch = nullptr);
 
   /// grad ← Σ over tp ranks of grad for every picked shard: one all-reduce of bytes().
