@@ -19,7 +19,7 @@ out=$("$BIN" prepare "$ROOT/data/tinyshakespeare.txt" --tokenizer gpt2 --out "$W
 grep -qF "vocab 50257, 301966 train tokens, 36059 val tokens" <<<"$out" ||
   { echo "FAIL prepare: unexpected dataset: $out"; exit 1; }
 echo "ok   prepare: $out"
-# The reference losses the README and docs/performance.md quote for this dataset.
+# The reference losses docs/performance.md quotes for this dataset.
 out=$(/usr/bin/python3 "$ROOT/tools/token_baselines.py" "$WORK/data")
 grep -qE "unigram +6\.4749 " <<<"$out" && grep -qE "bigram \(λ 0\.5\) +5\.1605 " <<<"$out" ||
   { echo "FAIL token_baselines.py: not the documented 6.4749 / 5.1605"; echo "$out"; exit 1; }

@@ -80,12 +80,11 @@ std::int64_t process_minor_faults();
 /// a per-thread arena's whole 64 MiB heap once its top covers it, and explicit malloc_trim.
 /// For the trainer, whose step allocates and frees the same sizes every time: oneDNN's GEMMs
 /// at 2 threads allocate and free their packing buffers per call, and with glibc's defaults
-/// the heap's top was trimmed (strace: brk shrinking mid-run) and faulted in again: 6L/384 on
-/// 2 threads, steps 4–40, had 22, 0, 7 and 0 steps with faults in four runs (up to 708 per
-/// step; the metrics' minor_faults), and after this call one step with 4 faults in each of
-/// three runs (2026-12-07, Zen 3). The process's heap then stays at its peak. Process-wide
-/// and not undone. Returns whether malloc took both settings (false under AddressSanitizer,
-/// whose allocator answers mallopt with 0).
+/// the heap's top was trimmed (strace: brk shrinking mid-run) and faulted in again, hundreds of
+/// page faults in some steps (the metrics' minor_faults; the counts before and after:
+/// docs/performance.md, "Figures behind comments in the source"). The process's heap then
+/// stays at its peak. Process-wide and not undone. Returns whether malloc took both settings
+/// (false under AddressSanitizer, whose allocator answers mallopt with 0).
 bool keep_freed_heap_memory();
 
 }  // namespace meshtrain

@@ -1,8 +1,9 @@
 // src/meshtrain/layers/parallel_groups.h
 //
 // The groups a layer may use, passed as one collection (Megatron-core's ProcessGroupCollection
-// idea): tensor parallel (with sequence parallel) and context parallel; expert parallel joins
-// here later. A group of one rank makes every parallel layer the plain one.
+// idea): tensor parallel (with sequence parallel), context parallel and expert parallel, plus
+// the token group of a MoE layer's losses. A group of one rank makes every parallel layer the
+// plain one.
 //
 // Context parallel splits each sequence of T tokens into 2·cp chunks of T/(2·cp) and gives cp
 // rank c chunks c and 2·cp−1−c ("zigzag", Megatron-LM's load-balanced split for causal

@@ -27,14 +27,13 @@ constexpr std::int64_t kSumBlock = 8192;
 // goes to lane i mod 32, the tail to lane 0; the lanes are added in order at the end. A fixed
 // order without -ffast-math. 32 lanes are 32 / kChain chains of one native double vector
 // each (4 zmm with AVX-512, 8 ymm with AVX2): with one chain per 8 lanes the FMA latency, not
-// memory, bounded the pass (8 lanes, as before 2026-12-06: 2 floats per cycle, 30 GB/s on one
-// Zen 5 core; eltwise_bench `sum_squares`). The chains are exactly one register wide: a GCC
-// vector wider than the machine's (8 doubles on AVX2) is kept in memory and moved through
-// general registers every iteration (6.7 GB/s on one Zen 3 core, eltwise_bench `sum_squares`,
-// 2026-12-07). Which lane an element goes to does not depend on kChain, so neither does the
-// result. Each lane is one multiply-add per element: the body's v·v + acc is contracted into
-// an FMA (GCC's default -ffp-contract=fast, an FMA target as -march=native gives on every x86
-// CPU since Haswell); the tail spells std::fma.
+// memory, bounded the pass. The chains are exactly one register wide: a GCC vector wider than
+// the machine's (8 doubles on AVX2) is kept in memory and moved through general registers
+// every iteration (eltwise_bench `sum_squares`; the figures: docs/performance.md, "Figures
+// behind comments in the source"). Which lane an element goes to does not depend on kChain, so
+// neither does the result. Each lane is one multiply-add per element: the body's v·v + acc is
+// contracted into an FMA (GCC's default -ffp-contract=fast, an FMA target as -march=native
+// gives on every x86 CPU since Haswell); the tail spells std::fma.
 constexpr std::int64_t kSumLanes = 32;
 constexpr std::int64_t kChain = cpu::kLanes / 2;  // doubles per native vector register
 static_assert(kSumLanes % kChain == 0);

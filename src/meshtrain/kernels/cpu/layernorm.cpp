@@ -27,8 +27,8 @@ namespace {
 // registers (vec_transpose.h): each lane does exactly the float operations, in exactly the
 // order, of its row's scalar chain, so a row's result is that of the row alone. The scalar
 // loops serve a last partial group (and the columns past the whole blocks), with the same
-// order. Against scalar chains of 8 interleaved rows, on 1 Zen 5 core (eltwise_bench 1 --rows
-// 1024 --c 384): the forward 0.141 → 0.070 ms, the backward 0.24 → 0.15 ms.
+// order. About twice as fast as scalar chains of 8 interleaved rows (eltwise_bench; the
+// figures: docs/performance.md, "Figures behind comments in the source").
 using cpu::kLanes;
 using cpu::load_transposed;
 using cpu::load_vec;

@@ -61,8 +61,8 @@ inline V exp_reduced_polynomial(V x, V n) {
 
 /// x clamped to exp_approx's [−87.3, 88.3]; NaN stays NaN. On AVX vectors VMAXPS and VMINPS
 /// (which return their second operand when it is NaN), in place of the two compares and blends
-/// GCC makes of the portable form: 14.3 → 12.5 cycles per 8 floats (a loop of exps over 32 KiB,
-/// one Zen 3 core, 2026-12-07).
+/// GCC makes of the portable form, which are slower (docs/performance.md, "Figures behind
+/// comments in the source").
 template <typename V>
 inline V clamp_exp_argument(V x) {
 #if defined(__AVX__)
@@ -80,8 +80,8 @@ inline V clamp_exp_argument(V x) {
 /// polynomial. Written on vectors because GCC 12, vectorising the scalar form in a loop, turns
 /// the clamp into three branches and specialises the code after it for each (the GELU's loop
 /// divided twice per vector). On AVX-512 the product p·2ⁿ is one VSCALEFPS in place of the
-/// integer conversion and the exponent-field arithmetic (the GELU's loop 3.9 → 3.2 ns per 16
-/// floats, one Zen 5 core, operands in L2). n is rounded as the scalar form rounds it, from
+/// integer conversion and the exponent-field arithmetic (a faster GELU loop: docs/performance.md,
+/// "Figures behind comments in the source"). n is rounded as the scalar form rounds it, from
 /// one fused multiply-add of x·log2(e) and the rounding constant (the scalar form's multiply
 /// and add contract into that FMA under GCC's default -ffp-contract=fast on an FMA target), so
 /// the result is exp_approx's bit for bit (ExpApproxKernel test): the attention softmax and
@@ -113,8 +113,8 @@ inline V exp_approx_vec(V x) {
   using I [[gnu::vector_size(sizeof(V))]] = std::int32_t;
   x = detail::clamp_exp_argument(x);
   // t = 1.5·2²³ + n exactly (|n| ≤ 128 ≪ 2²²), so n as an integer is t's bit pattern minus
-  // that of 1.5·2²³: one integer subtract (folded into the +127) in place of a conversion
-  // (12.5 → 11.8 cycles per 8 floats, the same loop and core).
+  // that of 1.5·2²³: one integer subtract (folded into the +127) in place of a conversion,
+  // which is slower (docs/performance.md, "Figures behind comments in the source").
   constexpr float kRound = 12582912.0f;
   constexpr std::int32_t kRoundBits = std::bit_cast<std::int32_t>(kRound);
   const V t = x * 1.44269504088896341f + kRound;
