@@ -8,7 +8,8 @@
 #   3. --emit-sbatch: a bash script (bash -n) with the cluster's --nodes / --ntasks-per-node
 #      and the same flags as --emit (the Slurm test, slurm_job.sh, runs one);
 #   4. errors exit 2: --emit with --json; a layout that does not fit; --emit-sbatch of a
-#      layout using fewer devices than the cluster.
+#      layout using fewer devices than the cluster; --placements without --layout or with --json;
+#   5. --placements prints the placement table of a 70B layout (mesh/placement.h).
 # Usage: plan_emit.sh <meshtrain binary> <prepared data dir>
 set -euo pipefail
 BIN=$(realpath "$1")
@@ -88,5 +89,21 @@ expect_error "the layout does not fit in the device memory" --model llama3-70b -
   --layout tp=1,pp=1,dp=8 --emit
 expect_error "a batch script allocates them all" --model llama3-8b --cluster 8xH100-80GB \
   --layout tp=8,dp=1 --nodes 2 --emit-sbatch
-echo "ok   errors: 3 cases exit 2 with their message"
+expect_error "add --layout" --model llama3-8b --cluster 8xH100-80GB --placements
+expect_error "give --placements with --layout alone" --model llama3-8b --cluster 8xH100-80GB \
+  --layout tp=8,dp=1 --placements --json
+echo "ok   errors: 5 cases exit 2 with their message"
+
+# 5. --placements: the placement table of a 70B layout, row by row.
+out=$("$BIN" plan --model llama3-70b --cluster 8xH100-80GB --nodes 8 \
+  --layout tp=8,pp=4,dp=2,zero=1,mb=1,sp=true --placements)
+rows=$(grep -c '^model\.layers\.' <<<"$out" || true)
+((rows == 80 * 9)) || fail "--placements: $rows block rows, expected 80 blocks × 9 tensors"
+grep -qE '^model\.layers\.79\.mlp\.down_proj\.weight +8192×28672 +owned\(3\) +replicate +replicate +shard\(1\) +replicate +8192×3584 +dp +14680064 × dp·cp$' \
+  <<<"$out" || fail "--placements: the last down_proj row is not as expected: $(grep 'layers.79.mlp.down' <<<"$out")"
+grep -qE '^model\.norm\.weight +8192 +owned\(3\) .* 8192 +dp,tp +4096 × dp·cp$' <<<"$out" ||
+  fail "--placements: model.norm is not summed over tp under sequence parallelism"
+grep -qE '^lm_head\.weight +128256×8192 .* shard\(0\) .* 16032×8192 ' <<<"$out" ||
+  fail "--placements: lm_head is not the vocabulary split over tp 8"
+echo "ok   --placements: 720 block rows, shards, sums over tp and ZeRO slices as expected"
 echo "plan_emit: all passed"

@@ -190,7 +190,7 @@ Plan account(const ModelConfig& model, const Layout& layout, const TrainingSetti
                            {"tp", layout.tp, 1},
                            {"pp", layout.pp, layout.tp * layout.cp * layout.dp},
                            {"cp", layout.cp, layout.tp},
-                           // ep: consecutive dp ranks of a dp × cp group (layers/placement.h)
+                           // ep: consecutive dp ranks of a dp × cp group (mesh/placement.h)
                            {"ep", layout.ep, layout.tp * layout.cp}};
   double dp_s = 0.0, cp_s = 0.0, other_s = 0.0;
   for (const AxisSpec& a : axes) {

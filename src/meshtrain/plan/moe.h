@@ -4,7 +4,7 @@
 // blocks are MoE, total vs active parameters, the split of a rank's parameters into dense ones
 // (reduced and ZeRO-sliced over dp × cp) and expert ones (E/ep experts per MoE layer, whole on
 // every tp rank — expert tp = 1 in this version — reduced and sliced over the
-// expert-data-parallel group of (dp·cp)/ep ranks: layers/placement.h, parallel/dp/zero_groups.h),
+// expert-data-parallel group of (dp·cp)/ep ranks: mesh/placement.h, parallel/dp/zero_groups.h),
 // and the ep all-to-all traffic of layers/expert_parallel.h per step. Uses: config,
 // plan/accounting, plan/formulas.
 #pragma once
