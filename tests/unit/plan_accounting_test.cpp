@@ -231,7 +231,7 @@ TEST(PlanAccounting, StepTimeIsComputeOverBubblePlusExposedComm) {
   EXPECT_DOUBLE_EQ(p.step_s, p.compute_s / (1.0 - p.bubble) + p.exposed_comm_s);
   EXPECT_DOUBLE_EQ(p.bubble, 3.0 / 515.0);
   ASSERT_EQ(p.comm.size(), 3u);
-  EXPECT_EQ(p.comm[0].axis, "dp");
+  EXPECT_EQ(p.comm[0].axis, Axis::dp);
   EXPECT_EQ(p.comm[0].link, LinkKind::inter_node);  // stride 8: the dp peers sit on other nodes
   EXPECT_EQ(p.comm[1].link, LinkKind::intra_node);  // tp = 8 inside the node
   EXPECT_GT(p.mfu, 0.0);

@@ -198,9 +198,9 @@ TEST(PlanCp, SearchedWhenAllowedAndPlacedBetweenTpAndDp) {
       {.tp = 2, .pp = 2, .dp = 1, .cp = 4, .accumulation = 16, .recompute = RecomputeMode::full},
       longctx, a100);
   ASSERT_EQ(p.comm.size(), 4u);
-  EXPECT_EQ(p.comm[0].axis, "dp");
+  EXPECT_EQ(p.comm[0].axis, Axis::dp);
   EXPECT_EQ(p.comm[0].size, 4);  // dp × cp
-  EXPECT_EQ(p.comm[3].axis, "cp");
+  EXPECT_EQ(p.comm[3].axis, Axis::cp);
   EXPECT_EQ(p.comm[3].link, LinkKind::intra_node);
   EXPECT_EQ(p.comm[2].link, LinkKind::inter_node);  // pp at stride 8
   EXPECT_GT(p.comm[3].time_s, 0.0);

@@ -169,7 +169,7 @@ TEST(PlanMoe, AllToAllBytesAndTimeByHand) {
                          cluster_from("cpu-this-machine"));
   bool found = false;
   for (const AxisComm& a : p.comm) {
-    if (a.axis != "ep") continue;
+    if (a.axis != Axis::ep) continue;
     found = true;
     EXPECT_EQ(a.size, 2);
     EXPECT_EQ(a.bytes_per_step, 196704.0);

@@ -40,17 +40,17 @@ struct AxisCost {
   double bytes = 0.0, seconds = 0.0;
 };
 
-AxisCost axis_cost(const std::string& axis, const Config& c, const ParameterCounts& sp,
+AxisCost axis_cost(Axis axis, const Config& c, const ParameterCounts& sp,
                    const Link& link, const TimeSettings& time, const ClusterSpec& cluster) {
-  if (axis == "dp") return {dp_bytes_per_step_moe(c, sp), dp_time_per_step_moe(c, sp, link, time)};
-  if (axis == "ep") return {ep_bytes_per_step(c, sp), ep_time_per_step(c, sp, link)};
-  if (axis == "tp") return {tp_bytes_per_step(c, sp), tp_time_per_step(c, sp, link, time)};
-  if (axis == "cp") return {cp_bytes_per_step(c, sp), cp_time_per_step(c, sp, link, time)};
+  if (axis == Axis::dp) return {dp_bytes_per_step_moe(c, sp), dp_time_per_step_moe(c, sp, link, time)};
+  if (axis == Axis::ep) return {ep_bytes_per_step(c, sp), ep_time_per_step(c, sp, link)};
+  if (axis == Axis::tp) return {tp_bytes_per_step(c, sp), tp_time_per_step(c, sp, link, time)};
+  if (axis == Axis::cp) return {cp_bytes_per_step(c, sp), cp_time_per_step(c, sp, link, time)};
   return {pp_bytes_per_step(c, sp), pp_time_per_step(c, sp, link, time, cluster.intra_node)};
 }
 
-std::string axis_formula(const std::string& axis, const Config& c, const TimeSettings& time) {
-  if (axis == "dp") {
+std::string axis_formula(Axis axis, const Config& c, const TimeSettings& time) {
+  if (axis == Axis::dp) {
     const std::string dense = dp_time_formula(c.parallel.zero_stage, time.gradient_wire_bytes);
     return c.model.moe_experts > 0
                ? fmt::format("dense Ψ over dp·cp: {}; + the same for the experts' Ψ_e over the "
@@ -58,9 +58,9 @@ std::string axis_formula(const std::string& axis, const Config& c, const TimeSet
                              dense, expert_group_size(c))
                : dense;
   }
-  if (axis == "ep") return ep_time_formula(c);
-  if (axis == "cp") return cp_time_formula(c);
-  if (axis == "tp") {
+  if (axis == Axis::ep) return ep_time_formula(c);
+  if (axis == Axis::cp) return cp_time_formula(c);
+  if (axis == Axis::tp) {
     const char* k = c.training.recompute == RecomputeMode::full ? "6L+2" : "4L+2";
     const char* tokens = c.parallel.cp > 1 ? "b·(s/cp)" : "b·s";
     return c.parallel.sequence_parallel
@@ -183,15 +183,15 @@ Plan account(const ModelConfig& model, const Layout& layout, const TrainingSetti
   // Communication per axis (the slowest stage of each axis). Rank order (p, d, c, t): the
   // gradient group dp × cp is contiguous at stride tp, the cp ring sits between tp and dp.
   struct AxisSpec {
-    const char* axis;
+    Axis axis;
     std::int64_t size, stride;
   };
-  const AxisSpec axes[] = {{"dp", layout.dp * layout.cp, layout.tp},
-                           {"tp", layout.tp, 1},
-                           {"pp", layout.pp, layout.tp * layout.cp * layout.dp},
-                           {"cp", layout.cp, layout.tp},
+  const AxisSpec axes[] = {{Axis::dp, layout.dp * layout.cp, layout.tp},
+                           {Axis::tp, layout.tp, 1},
+                           {Axis::pp, layout.pp, layout.tp * layout.cp * layout.dp},
+                           {Axis::cp, layout.cp, layout.tp},
                            // ep: consecutive dp ranks of a dp × cp group (mesh/placement.h)
-                           {"ep", layout.ep, layout.tp * layout.cp}};
+                           {Axis::ep, layout.ep, layout.tp * layout.cp}};
   double dp_s = 0.0, cp_s = 0.0, other_s = 0.0;
   for (const AxisSpec& a : axes) {
     if (a.size <= 1) continue;
@@ -200,7 +200,7 @@ Plan account(const ModelConfig& model, const Layout& layout, const TrainingSetti
     // pipeline send, a ring-attention step) and an all-to-all's share of one rank go over that
     // rank's own NIC only (with pp_scatter_gather the tp ranks of a stage each send their part,
     // which pp_time_per_step accounts for).
-    const bool own_nic = ax.axis == "pp" || ax.axis == "cp" || ax.axis == "ep";
+    const bool own_nic = ax.axis == Axis::pp || ax.axis == Axis::cp || ax.axis == Axis::ep;
     const Link link = own_nic && ax.link == LinkKind::inter_node
                           ? cluster.inter_node
                           : link_of_group_bandwidth(a.size, a.stride, cluster);
@@ -209,14 +209,14 @@ Plan account(const ModelConfig& model, const Layout& layout, const TrainingSetti
       ax.bytes_per_step = std::max(ax.bytes_per_step, cost.bytes);
       ax.time_s = std::max(ax.time_s, cost.seconds);
     }
-    term(fmt::format("{} bytes per step", ax.axis), "as ProcessGroup counts them (max over stages)",
+    term(fmt::format("{} bytes per step", to_string(ax.axis)), "as ProcessGroup counts them (max over stages)",
          ax.bytes_per_step, "B");
-    term(fmt::format("{} time per step", ax.axis),
+    term(fmt::format("{} time per step", to_string(ax.axis)),
          fmt::format("{} on the {} link ({:.3g} GB/s, {:.3g} µs), N = {}",
                      axis_formula(ax.axis, c, time), link_name(ax.link),
                      link.bandwidth_bytes_per_s / 1e9, link.latency_s * 1e6, ax.size),
          ax.time_s, "s");
-    (ax.axis == "dp" ? dp_s : ax.axis == "cp" ? cp_s : other_s) += ax.time_s;
+    (ax.axis == Axis::dp ? dp_s : ax.axis == Axis::cp ? cp_s : other_s) += ax.time_s;
     plan.comm.push_back(ax);
   }
 

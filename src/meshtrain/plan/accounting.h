@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "meshtrain/config/config.h"
+#include "meshtrain/mesh/mesh_shape.h"
 #include "meshtrain/plan/cluster.h"
 #include "meshtrain/plan/layout.h"
 
@@ -79,7 +80,7 @@ struct MemoryBreakdown {
 
 /// Bytes per step one rank hands to the collectives of one axis, and their wire time.
 struct AxisComm {
-  std::string axis;       // "dp" (the dp × cp gradient group), "tp", "pp", "cp", "ep"
+  Axis axis = Axis::dp;   // the mesh axis (mesh/mesh_shape.h); dp: the dp × cp gradient group
   std::int64_t size = 1;  // ranks in the group (dp: dp·cp)
   LinkKind link = LinkKind::intra_node;
   double bytes_per_step = 0.0;  // as ProcessGroup counts them

@@ -11,7 +11,7 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-double axis_time(const Plan& p, const std::string& axis) {
+double axis_time(const Plan& p, Axis axis) {
   for (const AxisComm& a : p.comm) {
     if (a.axis == axis) return a.time_s;
   }
@@ -60,7 +60,7 @@ nlohmann::ordered_json plan_json(const Plan& p, const ClusterSpec& cluster) {
   j["fits"] = p.fits;
   nlohmann::ordered_json comm = nlohmann::ordered_json::array();
   for (const AxisComm& a : p.comm) {
-    comm.push_back({{"axis", a.axis},
+    comm.push_back({{"axis", to_string(a.axis)},
                     {"size", a.size},
                     {"link", a.link == LinkKind::intra_node ? "intra_node" : "inter_node"},
                     {"bytes_per_step", a.bytes_per_step},
@@ -111,9 +111,9 @@ std::string format_table(const std::vector<Plan>& plans, const ClusterSpec& clus
         "{:>3}  {:<{}} {:>10} {:>3.0f}% {:>8} {:>8} {:>8}{}{} {:>5.1f}% {:>8} {:>11.4g} "
         "{:>4.1f}%\n",
         i + 1, to_string(p.layout), width, bytes_text(p.peak.total()),
-        100.0 * p.peak.total() / cluster.memory_bytes, seconds(axis_time(p, "dp")),
-        seconds(axis_time(p, "tp")), seconds(axis_time(p, "pp")),
-        optional(cp, seconds(axis_time(p, "cp"))), optional(ep, seconds(axis_time(p, "ep"))),
+        100.0 * p.peak.total() / cluster.memory_bytes, seconds(axis_time(p, Axis::dp)),
+        seconds(axis_time(p, Axis::tp)), seconds(axis_time(p, Axis::pp)),
+        optional(cp, seconds(axis_time(p, Axis::cp))), optional(ep, seconds(axis_time(p, Axis::ep))),
         100.0 * p.bubble, seconds(p.step_s), p.tokens_per_s, 100.0 * p.mfu);
   }
   return out;
