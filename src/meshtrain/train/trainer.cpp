@@ -354,9 +354,9 @@ int Trainer::agreed_stop_signal() {
   // A signal reaches the ranks at different moments (mpirun forwards it one rank after the
   // other), or only one rank (`kill` of one pid): the max makes every rank stop after the
   // same step. 4 bytes once per step: µs against a step of ms or more (docs/resilience.md).
-  float sig = static_cast<float>(stop_signal_received());  // signal numbers are exact in f32
-  world_.all_reduce_max(std::span<float>(&sig, 1));
-  return static_cast<int>(sig);
+  std::int32_t sig = stop_signal_received();
+  world_.all_reduce_max(std::span<std::int32_t>(&sig, 1));
+  return sig;
 }
 
 std::vector<StepMetrics> Trainer::run() {
