@@ -59,6 +59,10 @@ class CausalSelfAttention final : public Module {
   Tensor backward(const Tensor& dy) override;
   ParameterList parameters() override;
   void discard() override;
+  /// Seconds this layer has spent in its attention core's kernels since it was built
+  /// (attention_core_forward; forwards, recomputes and backwards), for the step metrics'
+  /// attention_s.
+  double core_compute_seconds() const noexcept { return core_compute_s_; }
 
  private:
   struct State {
@@ -70,7 +74,7 @@ class CausalSelfAttention final : public Module {
     DType core_operands = DType::f32;  // attention_operands at forward time (recompute reuses it)
   };
   /// The attention core: s.qkv_out (q, k rotated) → fresh s.att_out and s.core.
-  void attend(State& s) const;
+  void attend(State& s);
   AttentionCoreShape core_shape(const State& s) const;
 
   AttentionShape shape_;
@@ -80,6 +84,7 @@ class CausalSelfAttention final : public Module {
   ColumnParallelLinear qkv_;
   RowParallelLinear out_;
   Saved<State> saved_;
+  double core_compute_s_ = 0.0;
 };
 
 }  // namespace meshtrain

@@ -80,4 +80,10 @@ std::vector<MoeLayerRef> PipelineStage::moe_layers() const {
   return out;
 }
 
+double PipelineStage::attention_core_seconds() const noexcept {
+  double sum = 0.0;
+  for (const auto& chunk : chunks_) sum += chunk->attention_core_seconds();
+  return sum;
+}
+
 }  // namespace meshtrain

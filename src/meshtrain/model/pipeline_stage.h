@@ -50,6 +50,8 @@ class PipelineStage {
   double flops_per_token(std::int64_t seq_len) const;
   /// Every MoE layer of every local chunk (none in a dense model).
   std::vector<MoeLayerRef> moe_layers() const;
+  /// Σ over every local chunk's attention layers of their core's kernel seconds so far.
+  double attention_core_seconds() const noexcept;
 
  private:
   int pp_, pp_rank_;

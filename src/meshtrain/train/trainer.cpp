@@ -313,7 +313,7 @@ StepMetrics Trainer::train_step(std::int64_t step) {
   const std::int64_t misses0 = TrackedAllocator::instance().misses();
   const std::int64_t faults0 = process_minor_faults();
   trace_->open_window();  // the window of the metrics' comm bytes
-  const CommSnapshot comm_before = comm_snapshot(*mesh_);
+  const CommSnapshot comm_before = comm_snapshot(*mesh_, model_->stage().attention_core_seconds());
   const double loss_scale = optim_->loss_scale();  // what this step's backward uses
   const double comm0 = report_->comm_seconds();
   const Gradients g = compute_gradients(step);
@@ -337,7 +337,7 @@ StepMetrics Trainer::train_step(std::int64_t step) {
   m.mfu = m.tokens_per_s * model_->stage().flops_per_token(config_.model.block_size) / peak_flops;
   m.bubble = model_->last_bubble();
   m.peak_bytes = TrackedAllocator::instance().total().peak_bytes;
-  set_comm_metrics(comm_before, comm_snapshot(*mesh_), m);
+  set_comm_metrics(comm_before, comm_snapshot(*mesh_, model_->stage().attention_core_seconds()), m);
   m.dp_comm_exposed_s = optim_->dp_exposed_seconds();
   trace_->close_window();
   // After the step's counters: the metrics' own reductions are not the step's traffic.
