@@ -38,12 +38,12 @@ struct AttentionShape {
 
 class CausalSelfAttention final : public Module {
  public:
-  /// `recompute`: Recompute::selective drops the attention core's output and log-sum-exp
+  /// `recompute`: RecomputeMode::selective drops the attention core's output and log-sum-exp
   /// after forward and recomputes them in backward (Korthikanti et al. 2022, §4.2's
   /// "selective activation recomputation" of the attention core); none and full keep them
   /// (under full the block discards the whole layer instead).
   CausalSelfAttention(const std::string& prefix, const AttentionShape& shape,
-                      const ParallelGroups& groups, Recompute recompute = Recompute::none);
+                      const ParallelGroups& groups, RecomputeMode recompute = RecomputeMode::none);
 
   /// x [tokens, C] (or [tokens/tp, C] under sequence parallelism; tokens = sequences ·
   /// T/cp) → same layout. Keeps, in the current activation slot, q, k, v (after rotation;
@@ -79,7 +79,7 @@ class CausalSelfAttention final : public Module {
 
   AttentionShape shape_;
   std::int64_t heads_, kv_heads_, head_dim_;  // heads on this rank
-  bool recompute_core_;                       // Recompute::selective
+  bool recompute_core_;                       // RecomputeMode::selective
   ContextParallel cp_;
   ColumnParallelLinear qkv_;
   RowParallelLinear out_;

@@ -414,7 +414,7 @@ AttentionCoreState attention_core_forward(const ContextParallel& cp, const QkvRo
   if (cp.size() > 1) {
     MT_CHECK(s.local_len % 2 == 0, "context parallel needs an even local length, got {}",
              s.local_len);
-    if (cp.comm == CpComm::a2a) return ulysses_forward(*cp.group, in, s, out, compute_s);
+    if (cp.comm == CpCommMode::a2a) return ulysses_forward(*cp.group, in, s, out, compute_s);
     return ring_forward(*cp.group, in, s, out, compute_s);
   }
   AttentionCoreState state;
@@ -431,7 +431,7 @@ void attention_core_backward(const ContextParallel& cp, const QkvRows& in, const
                              const QkvGradRows& grad, const AttentionCoreShape& s,
                              double& compute_s) {
   if (cp.size() > 1) {
-    if (cp.comm == CpComm::a2a) {
+    if (cp.comm == CpCommMode::a2a) {
       return ulysses_backward(*cp.group, dout, state, grad, s, compute_s);
     }
     return ring_backward(*cp.group, in, out, dout, state, grad, s, compute_s);

@@ -42,14 +42,14 @@ std::unique_ptr<SparseMoeBlock> moe_mlp(const ModelConfig& c, std::int64_t i,
                        .init_std = init_std,
                        .proj_init_std = proj_std};
   const MoeOptions options{.moe_capacity_factor = c.moe_capacity_factor,
-                           .moe_token_drop_policy = layer_moe_drop_policy(c.moe_token_drop_policy),
+                           .moe_token_drop_policy = c.moe_token_drop_policy,
                            .moe_aux_loss_coeff = c.moe_aux_loss_coeff,
                            .moe_z_loss_coeff = c.moe_z_loss_coeff};
   return std::make_unique<SparseMoeBlock>(prefix, shape, options, groups.ep, groups.moe_tokens);
 }
 
 std::unique_ptr<TransformerBlock> block(const ModelConfig& c, std::int64_t i,
-                                        const ParallelGroups& groups, Recompute recompute,
+                                        const ParallelGroups& groups, RecomputeMode recompute,
                                         std::vector<MoeLayerRef>& moe,
                                         std::vector<const CausalSelfAttention*>& attention) {
   const TensorParallel& tp = groups.tp;
@@ -99,7 +99,7 @@ std::unique_ptr<TransformerBlock> block(const ModelConfig& c, std::int64_t i,
 }  // namespace
 
 CausalLm::CausalLm(const ModelConfig& config, std::uint64_t seed, const ParallelGroups& groups,
-                   const ChunkLayout& layout, Recompute recompute)
+                   const ChunkLayout& layout, RecomputeMode recompute)
     : config_(config), tp_(groups.tp), cp_(groups.cp), layout_(layout) {
   const TensorParallel& tp = groups.tp;
   MT_CHECK(config.vocab_size > 0, "vocab_size must be known before building the model");

@@ -63,7 +63,7 @@ class CausalLm {
   /// backward (CausalSelfAttention); full, every block keeps only its input and recomputes
   /// itself (TransformerBlock).
   CausalLm(const ModelConfig& config, std::uint64_t seed, const ParallelGroups& groups,
-           const ChunkLayout& layout = {}, Recompute recompute = Recompute::none);
+           const ChunkLayout& layout = {}, RecomputeMode recompute = RecomputeMode::none);
 
   /// tokens, targets [batch, T] i32 (T ≤ block_size; the same on every tp rank; under context
   /// parallelism T is the local length T/cp and the rows are this cp rank's zigzag share) → mean

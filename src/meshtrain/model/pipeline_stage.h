@@ -16,12 +16,6 @@
 
 namespace meshtrain {
 
-// The config's choices as the layers' own enums (layers/ knows nothing of config/): the one
-// place each is mapped.
-Recompute layer_recompute(RecomputeMode mode);  // training.recompute
-CpComm layer_cp_comm(CpCommMode mode);          // parallel.cp_comm
-MoeTokenDropPolicy layer_moe_drop_policy(MoeDropPolicy policy);  // model.moe_token_drop_policy
-
 class PipelineStage {
  public:
   /// Builds and initialises the chunks of pipeline rank `pp_rank` (config validated, vocab

@@ -45,7 +45,7 @@ ModelStage::ModelStage(const Config& config, const DeviceMesh& mesh,
     const DeferParameterStorage defer;
     const ParallelGroups groups(
         TensorParallel{mesh.group(Axis::tp), config.parallel.sequence_parallel},
-        ContextParallel{&mesh.group(Axis::cp), layer_cp_comm(config.parallel.cp_comm)},
+        ContextParallel{&mesh.group(Axis::cp), config.parallel.cp_comm},
         ExpertParallel{&mesh.group(Axis::ep)}, moe_token_group(config, mesh));
     stage_ = std::make_unique<PipelineStage>(
         config, static_cast<std::uint64_t>(config.training.seed), groups, pp.rank());
