@@ -74,7 +74,7 @@ TEST_P(MoeExpertParallel, EachRankGetsTheOneRankLayerOnItsTokens) {
                        .init_std = 0.2f,
                        .proj_init_std = 0.2f};
   const MoeOptions options{.moe_capacity_factor = c.capacity_factor,
-                           .moe_token_drop_policy = MoeTokenDropPolicy::probs,
+                           .moe_token_drop_policy = MoeDropPolicy::probs,
                            .moe_aux_loss_coeff = 0.01,
                            .moe_z_loss_coeff = 0.001};
   SparseMoeBlock parallel("model.layers.0", shape, options, ExpertParallel{world.get()});

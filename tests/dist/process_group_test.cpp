@@ -154,6 +154,46 @@ TEST(ProcessGroup, CollectivesOnRankValuedInputs) {
   }
 }
 
+// Integers travel as integers: values above 2^24 (where f32 stops being exact: 2^24 + 1 rounds
+// to 2^24) and sums above 2^53 (f64's limit) come back exact, with 4 and 8 bytes per element
+// counted as for f32 and f64.
+TEST(ProcessGroup, IntegerCollectivesAreExactBeyondFloatPrecision) {
+  const auto world = test::runtime().world_group();
+  const int n = world->size();
+  const int r = world->rank();
+  constexpr std::int32_t kBig = (1 << 24) + 1;
+  ASSERT_NE(static_cast<std::int32_t>(static_cast<float>(kBig)), kBig) << "f32 would round it";
+
+  const std::int64_t bytes_before = world->counter(CommOp::all_reduce).bytes;
+  std::vector<std::int32_t> x{kBig + r, 3};
+  world->all_reduce_sum(std::span<std::int32_t>(x));
+  EXPECT_EQ(x[0], n * kBig + n * (n - 1) / 2);
+  EXPECT_EQ(x[1], 3 * n);
+  EXPECT_EQ(world->counter(CommOp::all_reduce).bytes - bytes_before, n > 1 ? 8 : 0);
+
+  constexpr std::int64_t kHuge = (std::int64_t{1} << 53) + 1;
+  std::vector<std::int64_t> y{kHuge + r};
+  world->all_reduce_sum(std::span<std::int64_t>(y));
+  EXPECT_EQ(y[0], n * kHuge + n * (n - 1) / 2);
+
+  std::vector<std::int32_t> m{kBig + 2 * r};
+  world->all_reduce_max(std::span<std::int32_t>(m));
+  EXPECT_EQ(m[0], kBig + 2 * (n - 1));
+
+  const std::int32_t mine = kBig + r;
+  std::vector<std::int32_t> all(static_cast<std::size_t>(n));
+  world->all_gather(std::span<const std::int32_t>(&mine, 1), std::span<std::int32_t>(all));
+  for (int q = 0; q < n; ++q) EXPECT_EQ(all[static_cast<std::size_t>(q)], kBig + q);
+
+  // all-to-all: rank r sends kBig + 100·r + q to rank q, so it receives kBig + 100·q + r.
+  std::vector<std::int32_t> in(static_cast<std::size_t>(n)), out(static_cast<std::size_t>(n));
+  for (int q = 0; q < n; ++q) in[static_cast<std::size_t>(q)] = kBig + 100 * r + q;
+  const std::int64_t a2a_before = world->counter(CommOp::all_to_all).bytes;
+  world->all_to_all(std::span<const std::int32_t>(in), std::span<std::int32_t>(out));
+  for (int q = 0; q < n; ++q) EXPECT_EQ(out[static_cast<std::size_t>(q)], kBig + 100 * q + r);
+  EXPECT_EQ(world->counter(CommOp::all_to_all).bytes - a2a_before, n > 1 ? 4 * n : 0);
+}
+
 TEST(DeviceMesh, DataParallelGroupOfTheWorldMatchesMeshShape) {
   const auto world = test::runtime().world_group();
   const MeshShape shape{.dp = world->size()};

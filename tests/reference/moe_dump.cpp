@@ -59,8 +59,8 @@ MoeOptions options_of(const std::string& variant) {
   if (variant == "losses") return {.moe_aux_loss_coeff = 1.0, .moe_z_loss_coeff = 0.1};
   if (variant == "capacity_probs" || variant == "capacity_position") {
     return {.moe_capacity_factor = 1.0,
-            .moe_token_drop_policy = variant == "capacity_probs" ? MoeTokenDropPolicy::probs
-                                                                 : MoeTokenDropPolicy::position,
+            .moe_token_drop_policy =
+                variant == "capacity_probs" ? MoeDropPolicy::probs : MoeDropPolicy::position,
             .moe_aux_loss_coeff = 0.01,
             .moe_z_loss_coeff = 0.001};
   }

@@ -16,7 +16,7 @@ using Counts = std::vector<std::int64_t>;
 
 MoeDispatch plan(const Rows& experts, const std::vector<float>& weights, std::int64_t tokens,
                  std::int64_t k, std::int64_t E, std::optional<std::int64_t> capacity,
-                 MoeTokenDropPolicy policy) {
+                 MoeDropPolicy policy) {
   return plan_moe_dispatch(experts, weights, tokens, k, E, capacity, policy);
 }
 
@@ -32,8 +32,8 @@ TEST(MoeRouting, CapacityIsCeilOfFactorTimesAssignmentsPerExpert) {
 }
 
 TEST(MoeRouting, DroplessPacksRowsByExpertInTokenOrder) {
-  const MoeDispatch d = plan({1, 0, 1, 0}, {1, 1, 1, 1}, 4, 1, 2, std::nullopt,
-                             MoeTokenDropPolicy::probs);
+  const MoeDispatch d =
+      plan({1, 0, 1, 0}, {1, 1, 1, 1}, 4, 1, 2, std::nullopt, MoeDropPolicy::probs);
   EXPECT_EQ(d.counts, (Counts{2, 2}));
   EXPECT_EQ(d.routed, (Counts{2, 2}));
   EXPECT_EQ(d.offsets, (Counts{0, 2, 4}));
@@ -44,8 +44,8 @@ TEST(MoeRouting, DroplessPacksRowsByExpertInTokenOrder) {
 
 // Top-1, expert 0 over-full (3 tokens for capacity 2).
 TEST(MoeRouting, ProbsPolicyKeepsTheHighestWeights) {
-  const MoeDispatch d = plan({0, 0, 0, 1}, {0.5f, 0.9f, 0.7f, 1.0f}, 4, 1, 2, 2,
-                             MoeTokenDropPolicy::probs);
+  const MoeDispatch d =
+      plan({0, 0, 0, 1}, {0.5f, 0.9f, 0.7f, 1.0f}, 4, 1, 2, 2, MoeDropPolicy::probs);
   EXPECT_EQ(d.routed, (Counts{3, 1}));
   EXPECT_EQ(d.counts, (Counts{2, 1}));
   EXPECT_EQ(d.assign_row, (Rows{-1, 0, 1, 2}));  // token 0 (0.5) dropped
@@ -54,15 +54,15 @@ TEST(MoeRouting, ProbsPolicyKeepsTheHighestWeights) {
 }
 
 TEST(MoeRouting, PositionPolicyKeepsTheEarliestTokens) {
-  const MoeDispatch d = plan({0, 0, 0, 1}, {0.5f, 0.9f, 0.7f, 1.0f}, 4, 1, 2, 2,
-                             MoeTokenDropPolicy::position);
+  const MoeDispatch d =
+      plan({0, 0, 0, 1}, {0.5f, 0.9f, 0.7f, 1.0f}, 4, 1, 2, 2, MoeDropPolicy::position);
   EXPECT_EQ(d.assign_row, (Rows{0, 1, -1, 2}));  // token 2 dropped
   EXPECT_EQ(d.row_token, (Rows{0, 1, 3}));
 }
 
 TEST(MoeRouting, ProbsPolicyBreaksTiesByTokenOrder) {
-  const MoeDispatch d = plan({0, 0, 0, 0}, {0.6f, 0.6f, 0.8f, 0.6f}, 4, 1, 1, 2,
-                             MoeTokenDropPolicy::probs);
+  const MoeDispatch d =
+      plan({0, 0, 0, 0}, {0.6f, 0.6f, 0.8f, 0.6f}, 4, 1, 1, 2, MoeDropPolicy::probs);
   EXPECT_EQ(d.assign_row, (Rows{0, -1, 1, -1}));  // 0.8, then the earliest 0.6
 }
 
@@ -73,32 +73,32 @@ TEST(MoeRouting, ProbsPolicyBreaksTiesByTokenOrder) {
 TEST(MoeRouting, TopTwoDropsPerExpertUnderBothPolicies) {
   const Rows experts{0, 1, 1, 0, 1, 2};
   const std::vector<float> weights{0.6f, 0.4f, 0.7f, 0.3f, 0.55f, 0.45f};
-  const MoeDispatch by_probs = plan(experts, weights, 3, 2, 3, 1, MoeTokenDropPolicy::probs);
+  const MoeDispatch by_probs = plan(experts, weights, 3, 2, 3, 1, MoeDropPolicy::probs);
   EXPECT_EQ(by_probs.routed, (Counts{2, 3, 1}));  // before dropping: what the aux loss counts
   EXPECT_EQ(by_probs.counts, (Counts{1, 1, 1}));
   EXPECT_EQ(by_probs.assign_row, (Rows{0, -1, 1, -1, -1, 2}));
   EXPECT_EQ(by_probs.row_token, (Rows{0, 1, 2}));
   EXPECT_EQ(by_probs.dropped(), 3);
-  const MoeDispatch by_position = plan(experts, weights, 3, 2, 3, 1, MoeTokenDropPolicy::position);
+  const MoeDispatch by_position = plan(experts, weights, 3, 2, 3, 1, MoeDropPolicy::position);
   EXPECT_EQ(by_position.assign_row, (Rows{0, 1, -1, -1, -1, 2}));
   EXPECT_EQ(by_position.row_token, (Rows{0, 0, 2}));
 }
 
 TEST(MoeRoutingDeathTest, RejectsBadRoutings) {
   // Broken invariants of the layer (MT_CHECK): the config rejects top_k > E first.
-  EXPECT_DEATH(plan({0, 3}, {1, 1}, 2, 1, 3, std::nullopt, MoeTokenDropPolicy::probs),
+  EXPECT_DEATH(plan({0, 3}, {1, 1}, 2, 1, 3, std::nullopt, MoeDropPolicy::probs),
                "assignment 1 names expert 3 of 3");
-  EXPECT_DEATH(plan({0}, {1, 1}, 2, 1, 3, std::nullopt, MoeTokenDropPolicy::probs),
+  EXPECT_DEATH(plan({0}, {1, 1}, 2, 1, 3, std::nullopt, MoeDropPolicy::probs),
                "1 experts and 2 weights");
-  EXPECT_DEATH(plan({0, 1}, {1, 1}, 1, 2, 1, std::nullopt, MoeTokenDropPolicy::probs),
+  EXPECT_DEATH(plan({0, 1}, {1, 1}, 1, 2, 1, std::nullopt, MoeDropPolicy::probs),
                "top_k=2 experts=1");
 }
 
 TEST(MoeRouting, DropPolicyNames) {
-  EXPECT_EQ(moe_token_drop_policy_from("probs"), MoeTokenDropPolicy::probs);
-  EXPECT_EQ(moe_token_drop_policy_from("position"), MoeTokenDropPolicy::position);
-  EXPECT_FALSE(moe_token_drop_policy_from("prob").has_value());
-  EXPECT_EQ(to_string(MoeTokenDropPolicy::position), "position");
+  EXPECT_EQ(parse_enum<MoeDropPolicy>("probs"), MoeDropPolicy::probs);
+  EXPECT_EQ(parse_enum<MoeDropPolicy>("position"), MoeDropPolicy::position);
+  EXPECT_FALSE(parse_enum<MoeDropPolicy>("prob").has_value());
+  EXPECT_EQ(to_string(MoeDropPolicy::position), "position");
 }
 
 // Uniform router probabilities: load balance E·Σ fᵢPᵢ = Σ fᵢ = 1 whatever the counts; z-loss

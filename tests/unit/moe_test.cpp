@@ -77,7 +77,7 @@ std::vector<std::vector<bool>> ref_kept(const RefMoe& m,
     for (std::int64_t n = 0; n < N; ++n)
       for (std::int64_t j = 0; j < k; ++j)
         if (chosen[n][j] == e) mine.push_back({n, j});
-    if (m.opt.moe_token_drop_policy == MoeTokenDropPolicy::probs) {
+    if (m.opt.moe_token_drop_policy == MoeDropPolicy::probs) {
       std::stable_sort(mine.begin(), mine.end(), [&](auto a, auto b) {
         return weight[a.first][a.second] > weight[b.first][b.second];
       });
@@ -241,12 +241,11 @@ void check_case(const Case& c, std::int64_t N = 12) {
 TEST(MoeLayer, ForwardAndEveryGradientMatchDoubleReference) {
   const MoeOptions dropless{};
   const MoeOptions losses{.moe_aux_loss_coeff = 0.1, .moe_z_loss_coeff = 0.01};
-  const MoeOptions probs{.moe_capacity_factor = 1.0,
-                         .moe_token_drop_policy = MoeTokenDropPolicy::probs};
+  const MoeOptions probs{.moe_capacity_factor = 1.0, .moe_token_drop_policy = MoeDropPolicy::probs};
   const MoeOptions position{.moe_capacity_factor = 1.0,
-                            .moe_token_drop_policy = MoeTokenDropPolicy::position};
+                            .moe_token_drop_policy = MoeDropPolicy::position};
   const MoeOptions all{.moe_capacity_factor = 0.75,
-                       .moe_token_drop_policy = MoeTokenDropPolicy::probs,
+                       .moe_token_drop_policy = MoeDropPolicy::probs,
                        .moe_aux_loss_coeff = 0.05,
                        .moe_z_loss_coeff = 0.02};
   for (const Case& c : {Case{"dropless top-2 of 4", small_shape(4, 2), dropless},
@@ -266,9 +265,8 @@ TEST(MoeLayer, ForwardAndEveryGradientMatchDoubleReference) {
 // dropped and give zero rows; both backwards are exact.
 TEST(MoeLayer, EveryTokenToOneExpert) {
   constexpr std::int64_t N = 12;
-  for (const MoeOptions& o :
-       {MoeOptions{}, MoeOptions{.moe_capacity_factor = 1.0,
-                                 .moe_token_drop_policy = MoeTokenDropPolicy::position}}) {
+  for (const MoeOptions& o : {MoeOptions{}, MoeOptions{.moe_capacity_factor = 1.0,
+                                            .moe_token_drop_policy = MoeDropPolicy::position}}) {
     SparseMoeBlock layer = make_layer(small_shape(4, 1), o);
     Tensor& wg = layer.parameters()[0]->value;
     wg.zero();

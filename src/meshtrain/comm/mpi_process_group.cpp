@@ -107,8 +107,17 @@ void MpiProcessGroup::do_all_reduce_sum(std::span<float> x) {
 void MpiProcessGroup::do_all_reduce_sum(std::span<double> x) {
   chunked_all_reduce(x, MPI_DOUBLE, MPI_SUM, comm_.get());
 }
+void MpiProcessGroup::do_all_reduce_sum(std::span<std::int32_t> x) {
+  chunked_all_reduce(x, MPI_INT32_T, MPI_SUM, comm_.get());
+}
+void MpiProcessGroup::do_all_reduce_sum(std::span<std::int64_t> x) {
+  chunked_all_reduce(x, MPI_INT64_T, MPI_SUM, comm_.get());
+}
 void MpiProcessGroup::do_all_reduce_max(std::span<float> x) {
   chunked_all_reduce(x, MPI_FLOAT, MPI_MAX, comm_.get());
+}
+void MpiProcessGroup::do_all_reduce_max(std::span<std::int32_t> x) {
+  chunked_all_reduce(x, MPI_INT32_T, MPI_MAX, comm_.get());
 }
 
 void MpiProcessGroup::do_broadcast(std::span<std::byte> x, int root) {
@@ -149,17 +158,37 @@ void MpiProcessGroup::do_reduce_scatter_sum(std::span<const float> in, std::span
   }
 }
 
+namespace {
+
+template <typename T>
+void all_gather_of(std::span<const T> in, std::span<T> out, MPI_Datatype type, MPI_Comm comm) {
+  check_mpi(MPI_Allgather(in.data(), count_of(in.size()), type, out.data(), count_of(in.size()),
+                          type, comm),
+            "MPI_Allgather", comm);
+}
+
+template <typename T>
+void all_to_all_of(std::span<const T> in, std::span<T> out, int ranks, MPI_Datatype type,
+                   MPI_Comm comm) {
+  const int per_rank = count_of(in.size() / static_cast<std::size_t>(ranks));
+  check_mpi(MPI_Alltoall(in.data(), per_rank, type, out.data(), per_rank, type, comm),
+            "MPI_Alltoall", comm);
+}
+
+}  // namespace
+
 void MpiProcessGroup::do_all_gather(std::span<const float> in, std::span<float> out) {
-  check_mpi(MPI_Allgather(in.data(), count_of(in.size()), MPI_FLOAT, out.data(),
-                          count_of(in.size()), MPI_FLOAT, comm_.get()),
-            "MPI_Allgather", comm_.get());
+  all_gather_of(in, out, MPI_FLOAT, comm_.get());
+}
+void MpiProcessGroup::do_all_gather(std::span<const std::int32_t> in, std::span<std::int32_t> out) {
+  all_gather_of(in, out, MPI_INT32_T, comm_.get());
 }
 
 void MpiProcessGroup::do_all_to_all(std::span<const float> in, std::span<float> out) {
-  const int per_rank = count_of(in.size() / static_cast<std::size_t>(size()));
-  check_mpi(
-      MPI_Alltoall(in.data(), per_rank, MPI_FLOAT, out.data(), per_rank, MPI_FLOAT, comm_.get()),
-      "MPI_Alltoall", comm_.get());
+  all_to_all_of(in, out, size(), MPI_FLOAT, comm_.get());
+}
+void MpiProcessGroup::do_all_to_all(std::span<const std::int32_t> in, std::span<std::int32_t> out) {
+  all_to_all_of(in, out, size(), MPI_INT32_T, comm_.get());
 }
 
 void MpiProcessGroup::do_all_to_allv(std::span<const float> in,

@@ -44,12 +44,17 @@ class MpiProcessGroup final : public ProcessGroup {
  private:
   void do_all_reduce_sum(std::span<float> x) override;
   void do_all_reduce_sum(std::span<double> x) override;
+  void do_all_reduce_sum(std::span<std::int32_t> x) override;
+  void do_all_reduce_sum(std::span<std::int64_t> x) override;
   void do_all_reduce_max(std::span<float> x) override;
+  void do_all_reduce_max(std::span<std::int32_t> x) override;
   void do_broadcast(std::span<std::byte> x, int root) override;
   void do_barrier() override;
   void do_reduce_scatter_sum(std::span<const float> in, std::span<float> out) override;
   void do_all_gather(std::span<const float> in, std::span<float> out) override;
+  void do_all_gather(std::span<const std::int32_t> in, std::span<std::int32_t> out) override;
   void do_all_to_all(std::span<const float> in, std::span<float> out) override;
+  void do_all_to_all(std::span<const std::int32_t> in, std::span<std::int32_t> out) override;
   void do_all_to_allv(std::span<const float> in, std::span<const std::int64_t> send_counts,
                       std::span<float> out, std::span<const std::int64_t> recv_counts) override;
   void do_send(std::span<const float> x, int peer, int tag) override;

@@ -153,7 +153,7 @@ namespace {
 std::atomic<bool> debug_checks_on{false};
 
 // The collectives OpGuard numbers, by the index it is given.
-constexpr std::array<std::string_view, 12> kCallNames = {"all_reduce_sum(f32)",
+constexpr std::array<std::string_view, 17> kCallNames = {"all_reduce_sum(f32)",
                                                          "all_reduce_sum(f64)",
                                                          "all_reduce_max(f32)",
                                                          "broadcast(bytes)",
@@ -164,7 +164,12 @@ constexpr std::array<std::string_view, 12> kCallNames = {"all_reduce_sum(f32)",
                                                          "iall_gather(f32)",
                                                          "all_to_allv(f32)",
                                                          "iall_reduce_sum(f32)",
-                                                         "ireduce_scatter_sum(f32)"};
+                                                         "ireduce_scatter_sum(f32)",
+                                                         "all_reduce_sum(i32)",
+                                                         "all_reduce_sum(i64)",
+                                                         "all_reduce_max(i32)",
+                                                         "all_gather(i32)",
+                                                         "all_to_all(i32)"};
 
 }  // namespace
 
@@ -206,23 +211,23 @@ void ProcessGroup::check_call(int call, std::size_t elements, int root) {
       name_, calls));
 }
 
-void ProcessGroup::all_reduce_sum(std::span<float> x) {
+template <bool Max, typename T>
+void ProcessGroup::reduce(std::span<T> x, int call) {
   if (size() == 1) return;
-  const OpGuard guard(*this, CommOp::all_reduce, 0, x.size(), x.size_bytes(), -1);
-  do_all_reduce_sum(x);
+  const OpGuard guard(*this, CommOp::all_reduce, call, x.size(), x.size_bytes(), -1);
+  if constexpr (Max) {
+    do_all_reduce_max(x);
+  } else {
+    do_all_reduce_sum(x);
+  }
 }
 
-void ProcessGroup::all_reduce_sum(std::span<double> x) {
-  if (size() == 1) return;
-  const OpGuard guard(*this, CommOp::all_reduce, 1, x.size(), x.size_bytes(), -1);
-  do_all_reduce_sum(x);
-}
-
-void ProcessGroup::all_reduce_max(std::span<float> x) {
-  if (size() == 1) return;
-  const OpGuard guard(*this, CommOp::all_reduce, 2, x.size(), x.size_bytes(), -1);
-  do_all_reduce_max(x);
-}
+void ProcessGroup::all_reduce_sum(std::span<float> x) { reduce<false>(x, 0); }
+void ProcessGroup::all_reduce_sum(std::span<double> x) { reduce<false>(x, 1); }
+void ProcessGroup::all_reduce_sum(std::span<std::int32_t> x) { reduce<false>(x, 12); }
+void ProcessGroup::all_reduce_sum(std::span<std::int64_t> x) { reduce<false>(x, 13); }
+void ProcessGroup::all_reduce_max(std::span<float> x) { reduce<true>(x, 2); }
+void ProcessGroup::all_reduce_max(std::span<std::int32_t> x) { reduce<true>(x, 14); }
 
 void ProcessGroup::broadcast(std::span<std::byte> x, int root) {
   MT_CHECK(root >= 0 && root < size(), "broadcast root {} outside {}", root, name_);
@@ -248,26 +253,42 @@ void ProcessGroup::reduce_scatter_sum(std::span<const float> in, std::span<float
   do_reduce_scatter_sum(in, out);
 }
 
-void ProcessGroup::all_gather(std::span<const float> in, std::span<float> out) {
+template <typename T>
+void ProcessGroup::gather(std::span<const T> in, std::span<T> out, int call) {
   MT_CHECK(out.size() == in.size() * static_cast<std::size_t>(size()),
            "all_gather on {}: input {} elements, output {}", name_, in.size(), out.size());
   if (size() == 1) {
     std::copy(in.begin(), in.end(), out.begin());
     return;
   }
-  const OpGuard guard(*this, CommOp::all_gather, 6, in.size(), in.size_bytes(), -1);
+  const OpGuard guard(*this, CommOp::all_gather, call, in.size(), in.size_bytes(), -1);
   do_all_gather(in, out);
 }
 
-void ProcessGroup::all_to_all(std::span<const float> in, std::span<float> out) {
+void ProcessGroup::all_gather(std::span<const float> in, std::span<float> out) {
+  gather(in, out, 6);
+}
+void ProcessGroup::all_gather(std::span<const std::int32_t> in, std::span<std::int32_t> out) {
+  gather(in, out, 15);
+}
+
+template <typename T>
+void ProcessGroup::exchange(std::span<const T> in, std::span<T> out, int call) {
   MT_CHECK(in.size() == out.size() && in.size() % static_cast<std::size_t>(size()) == 0,
            "all_to_all on {}: input {} elements, output {}", name_, in.size(), out.size());
   if (size() == 1) {
     std::copy(in.begin(), in.end(), out.begin());
     return;
   }
-  const OpGuard guard(*this, CommOp::all_to_all, 7, in.size(), in.size_bytes(), -1);
+  const OpGuard guard(*this, CommOp::all_to_all, call, in.size(), in.size_bytes(), -1);
   do_all_to_all(in, out);
+}
+
+void ProcessGroup::all_to_all(std::span<const float> in, std::span<float> out) {
+  exchange(in, out, 7);
+}
+void ProcessGroup::all_to_all(std::span<const std::int32_t> in, std::span<std::int32_t> out) {
+  exchange(in, out, 16);
 }
 
 void ProcessGroup::all_to_allv(std::span<const float> in, std::span<const std::int64_t> send_counts,

@@ -88,11 +88,15 @@ class ProcessGroup {
   /// e.g. "dp{0,2}", used in logs and error reports.
   const std::string& name() const noexcept { return name_; }
 
-  /// In place: x ← Σ over ranks of x. Element-wise; every rank passes the same size.
+  /// In place: x ← Σ over ranks of x. Element-wise; every rank passes the same size. Integers
+  /// travel as integers (exact; a sum beyond the type's range is undefined, as in MPI).
   void all_reduce_sum(std::span<float> x);
   void all_reduce_sum(std::span<double> x);
+  void all_reduce_sum(std::span<std::int32_t> x);
+  void all_reduce_sum(std::span<std::int64_t> x);
   /// In place: x ← max over ranks of x.
   void all_reduce_max(std::span<float> x);
+  void all_reduce_max(std::span<std::int32_t> x);
   /// In place: x ← root's x (bytes of any type).
   void broadcast(std::span<std::byte> x, int root);
   void barrier();
@@ -100,8 +104,10 @@ class ProcessGroup {
   void reduce_scatter_sum(std::span<const float> in, std::span<float> out);
   /// in [n] → out [size() · n], rank r's input at [r·n, (r+1)·n).
   void all_gather(std::span<const float> in, std::span<float> out);
+  void all_gather(std::span<const std::int32_t> in, std::span<std::int32_t> out);
   /// in [size() · n] → out [size() · n]: out's slice r is rank r's input slice rank().
   void all_to_all(std::span<const float> in, std::span<float> out);
+  void all_to_all(std::span<const std::int32_t> in, std::span<std::int32_t> out);
   /// Variable-size all-to-all (MPI_Alltoallv): `in` holds send_counts[r] elements for group
   /// rank r, back to back in rank order; `out` receives recv_counts[r] elements from rank r,
   /// back to back in rank order. recv_counts[r] must be rank r's send_counts[rank()] (exchange
@@ -199,12 +205,17 @@ class ProcessGroup {
   // Backend operations; called only when size() > 1, after counting.
   virtual void do_all_reduce_sum(std::span<float> x) = 0;
   virtual void do_all_reduce_sum(std::span<double> x) = 0;
+  virtual void do_all_reduce_sum(std::span<std::int32_t> x) = 0;
+  virtual void do_all_reduce_sum(std::span<std::int64_t> x) = 0;
   virtual void do_all_reduce_max(std::span<float> x) = 0;
+  virtual void do_all_reduce_max(std::span<std::int32_t> x) = 0;
   virtual void do_broadcast(std::span<std::byte> x, int root) = 0;
   virtual void do_barrier() = 0;
   virtual void do_reduce_scatter_sum(std::span<const float> in, std::span<float> out) = 0;
   virtual void do_all_gather(std::span<const float> in, std::span<float> out) = 0;
+  virtual void do_all_gather(std::span<const std::int32_t> in, std::span<std::int32_t> out) = 0;
   virtual void do_all_to_all(std::span<const float> in, std::span<float> out) = 0;
+  virtual void do_all_to_all(std::span<const std::int32_t> in, std::span<std::int32_t> out) = 0;
   virtual void do_all_to_allv(std::span<const float> in, std::span<const std::int64_t> send_counts,
                               std::span<float> out, std::span<const std::int64_t> recv_counts) = 0;
   virtual void do_send(std::span<const float> x, int peer, int tag) = 0;
@@ -247,6 +258,13 @@ class ProcessGroup {
   };
   // Compares the collective with the other ranks' in debug mode (see set_debug_checks).
   void check_call(int call, std::size_t elements, int root);
+  // The typed collectives' one body each: checks, counts (`call` as in OpGuard), runs.
+  template <bool Max, typename T>
+  void reduce(std::span<T> x, int call);
+  template <typename T>
+  void gather(std::span<const T> in, std::span<T> out, int call);
+  template <typename T>
+  void exchange(std::span<const T> in, std::span<T> out, int call);
   // all_to_allv's debug check: every rank's send counts against its peers' receive counts.
   void check_counts(std::span<const std::int64_t> send_counts,
                     std::span<const std::int64_t> recv_counts);

@@ -33,12 +33,21 @@ class DetachedGroup final : public ProcessGroup {
   }
   void do_all_reduce_sum(std::span<float>) override { unreachable(); }
   void do_all_reduce_sum(std::span<double>) override { unreachable(); }
+  void do_all_reduce_sum(std::span<std::int32_t>) override { unreachable(); }
+  void do_all_reduce_sum(std::span<std::int64_t>) override { unreachable(); }
   void do_all_reduce_max(std::span<float>) override { unreachable(); }
+  void do_all_reduce_max(std::span<std::int32_t>) override { unreachable(); }
   void do_broadcast(std::span<std::byte>, int) override { unreachable(); }
   void do_barrier() override { unreachable(); }
   void do_reduce_scatter_sum(std::span<const float>, std::span<float>) override { unreachable(); }
   void do_all_gather(std::span<const float>, std::span<float>) override { unreachable(); }
+  void do_all_gather(std::span<const std::int32_t>, std::span<std::int32_t>) override {
+    unreachable();
+  }
   void do_all_to_all(std::span<const float>, std::span<float>) override { unreachable(); }
+  void do_all_to_all(std::span<const std::int32_t>, std::span<std::int32_t>) override {
+    unreachable();
+  }
   void do_all_to_allv(std::span<const float>, std::span<const std::int64_t>, std::span<float>,
                       std::span<const std::int64_t>) override {
     unreachable();

@@ -16,18 +16,10 @@
 #include <string_view>
 #include <type_traits>
 
-namespace meshtrain {
+#include "meshtrain/config/enum_names.h"
+#include "meshtrain/config/layer_modes.h"
 
-// The settings that name one of a few choices are scoped enums, parsed from their names once
-// when the config is loaded (config/load.cpp). Each has ONE name table below: `to_string`,
-// `parse_enum` and the loader's "allowed names" all read it, and configs, checkpoints, logs
-// and metrics keep writing the names (never the numbers).
-template <typename E>
-struct EnumName {
-  E value;
-  std::string_view name;  // what TOML, the command line and every file write
-  std::string_view what;  // a few words for error messages
-};
+namespace meshtrain {
 
 // model.family
 enum class ModelFamily : std::uint8_t { gpt2, llama };
@@ -46,15 +38,6 @@ inline constexpr std::array<EnumName<LrScaling>, 3> kLrScalingNames{{
 }};
 constexpr const auto& enum_names(LrScaling) { return kLrScalingNames; }
 
-// training.recompute (the layers' own enum is layers/module.h's Recompute; model/ maps it)
-enum class RecomputeMode : std::uint8_t { none, selective, full };
-inline constexpr std::array<EnumName<RecomputeMode>, 3> kRecomputeModeNames{{
-    {RecomputeMode::none, "none", "keep every activation"},
-    {RecomputeMode::selective, "selective", "the attention core"},
-    {RecomputeMode::full, "full", "whole blocks"},
-}};
-constexpr const auto& enum_names(RecomputeMode) { return kRecomputeModeNames; }
-
 // training.precision
 enum class Precision : std::uint8_t { fp32, bf16, fp16 };
 inline constexpr std::array<EnumName<Precision>, 3> kPrecisionNames{{
@@ -63,23 +46,6 @@ inline constexpr std::array<EnumName<Precision>, 3> kPrecisionNames{{
     {Precision::fp16, "fp16", "mixed precision with a loss scaler"},
 }};
 constexpr const auto& enum_names(Precision) { return kPrecisionNames; }
-
-// parallel.cp_comm (the layers' own enum is layers/parallel_groups.h's CpComm; train/ maps it)
-enum class CpCommMode : std::uint8_t { p2p, a2a };
-inline constexpr std::array<EnumName<CpCommMode>, 2> kCpCommModeNames{{
-    {CpCommMode::p2p, "p2p", "ring attention"},
-    {CpCommMode::a2a, "a2a", "Ulysses all-to-all"},
-}};
-constexpr const auto& enum_names(CpCommMode) { return kCpCommModeNames; }
-
-// model.moe_token_drop_policy (the layers' own enum is layers/moe_routing.h's
-// MoeTokenDropPolicy; model/ maps it): which assignments an over-full expert keeps
-enum class MoeDropPolicy : std::uint8_t { probs, position };
-inline constexpr std::array<EnumName<MoeDropPolicy>, 2> kMoeDropPolicyNames{{
-    {MoeDropPolicy::probs, "probs", "the highest router weights"},
-    {MoeDropPolicy::position, "position", "the earliest tokens"},
-}};
-constexpr const auto& enum_names(MoeDropPolicy) { return kMoeDropPolicyNames; }
 
 // parallel.pp_schedule (docs/pipeline_parallel.md)
 enum class PipelineSchedule : std::uint8_t { gpipe, one_f_one_b, interleaved_1f1b, zb_h1 };
@@ -124,85 +90,14 @@ inline constexpr std::array<EnumName<FaultPhase>, 2> kFaultPhaseNames{{
 }};
 constexpr const auto& enum_names(FaultPhase) { return kFaultPhaseNames; }
 
-/// A config enum: one with a name table above.
-template <typename E>
-concept ConfigEnum = std::is_enum_v<E> && requires(E e) {
-  enum_names(e);
-};
-
-/// The name a setting's value is written as ("1f1b", "bf16", ...).
-template <ConfigEnum E>
-constexpr std::string_view to_string(E value) {
-  for (const auto& entry : enum_names(value)) {
-    if (entry.value == value) return entry.name;
-  }
-  return "?";  // unreachable: every enumerator has a row
-}
-
-/// The value named `name` (exact, case-sensitive), or nullopt.
-template <ConfigEnum E>
-constexpr std::optional<E> parse_enum(std::string_view name) {
-  for (const auto& entry : enum_names(E{})) {
-    if (entry.name == name) return entry.value;
-  }
-  return std::nullopt;
-}
-
-/// Streams write the name too (test messages, logs).
-template <ConfigEnum E>
-std::ostream& operator<<(std::ostream& out, E value) {
-  return out << to_string(value);
-}
-
-/// "p2p (ring attention), a2a (Ulysses all-to-all)" — the allowed names, for error messages.
-template <ConfigEnum E>
-std::string allowed_names() {
-  std::string out;
-  for (const auto& entry : enum_names(E{})) {
-    if (!out.empty()) out += ", ";
-    out += std::string(entry.name) + " (" + std::string(entry.what) + ")";
-  }
-  return out;
-}
-
-// nlohmann::json finds these by argument-dependent lookup, so a config enum put into JSON
-// (checkpoint metadata, metrics, dumps) is written and read as its name; without them nlohmann
-// would silently write the enumerator's number. One pair per enum: a template only on the JSON
-// type (config/ needs no JSON header) is more specialised than nlohmann's own enum conversion.
-template <typename Json, ConfigEnum E>
-void enum_to_json(Json& j, E value) {
-  j = std::string(to_string(value));
-}
-template <typename Json, ConfigEnum E>
-void enum_from_json(const Json& j, E& value) {
-  const std::string name = j.template get<std::string>();
-  const std::optional<E> parsed = parse_enum<E>(name);
-  if (!parsed) {
-    throw std::invalid_argument("unknown name \"" + name + "\"; allowed: " + allowed_names<E>());
-  }
-  value = *parsed;
-}
-#define MESHTRAIN_CONFIG_ENUM_JSON(E)       \
-  template <typename Json>                  \
-  void to_json(Json& j, E value) {          \
-    enum_to_json(j, value);                 \
-  }                                         \
-  template <typename Json>                  \
-  void from_json(const Json& j, E& value) { \
-    enum_from_json(j, value);               \
-  }
 MESHTRAIN_CONFIG_ENUM_JSON(ModelFamily)
 MESHTRAIN_CONFIG_ENUM_JSON(LrScaling)
-MESHTRAIN_CONFIG_ENUM_JSON(RecomputeMode)
 MESHTRAIN_CONFIG_ENUM_JSON(Precision)
-MESHTRAIN_CONFIG_ENUM_JSON(CpCommMode)
 MESHTRAIN_CONFIG_ENUM_JSON(PipelineSchedule)
-MESHTRAIN_CONFIG_ENUM_JSON(MoeDropPolicy)
 MESHTRAIN_CONFIG_ENUM_JSON(DataFormat)
 MESHTRAIN_CONFIG_ENUM_JSON(DataSampler)
 MESHTRAIN_CONFIG_ENUM_JSON(FaultValue)
 MESHTRAIN_CONFIG_ENUM_JSON(FaultPhase)
-#undef MESHTRAIN_CONFIG_ENUM_JSON
 
 struct ModelConfig {
   // "gpt2": LayerNorm, GELU MLP, learned positions, tied LM head (Radford et al. 2019).

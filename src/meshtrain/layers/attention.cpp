@@ -31,12 +31,12 @@ Rows rows_of(const std::vector<Tensor>& t, std::int64_t q_width, std::int64_t kv
 }  // namespace
 
 CausalSelfAttention::CausalSelfAttention(const std::string& prefix, const AttentionShape& shape,
-                                         const ParallelGroups& groups, Recompute recompute)
+                                         const ParallelGroups& groups, RecomputeMode recompute)
     : shape_(shape),
       heads_(shape.n_head / groups.tp.group.size()),
       kv_heads_(shape.n_kv_head / groups.tp.group.size()),
       head_dim_(shape.n_embd / shape.n_head),
-      recompute_core_(recompute == Recompute::selective),
+      recompute_core_(recompute == RecomputeMode::selective),
       cp_(groups.cp),
       qkv_(qkv_weights(prefix, shape), shape.n_embd, shape.bias, groups.tp),
       out_(prefix + (shape.fused_qkv ? ".c_proj" : ".o_proj"), shape.n_head * head_dim_,
@@ -86,12 +86,12 @@ AttentionCoreShape CausalSelfAttention::core_shape(const State& s) const {
   return {s.batch.sequences, s.batch.seq_len, heads_, kv_heads_, head_dim_, s.core_operands};
 }
 
-void CausalSelfAttention::attend(State& s) const {
+void CausalSelfAttention::attend(State& s) {
   const std::int64_t q_width = heads_ * head_dim_, kv_width = kv_heads_ * head_dim_;
   s.att_out = Tensor::empty({s.batch.tokens(), q_width}, MemCategory::activations);
   s.core = attention_core_forward(
       cp_, rows_of<const float*, kernels::QkvRows>(s.qkv_out, q_width, kv_width), core_shape(s),
-      s.att_out.f32());
+      s.att_out.f32(), core_compute_s_);
 }
 
 Tensor CausalSelfAttention::backward(const Tensor& dy) {
@@ -108,9 +108,9 @@ Tensor CausalSelfAttention::backward(const Tensor& dy) {
       grads.push_back(Tensor::empty(t.shape(), MemCategory::activations));
     const std::int64_t q_width = heads_ * head_dim_, kv_width = kv_heads_ * head_dim_;
     const auto d = rows_of<float*, kernels::QkvGradRows>(grads, q_width, kv_width);
-    attention_core_backward(cp_,
-                            rows_of<const float*, kernels::QkvRows>(s.qkv_out, q_width, kv_width),
-                            s.att_out.f32(), d_att.f32(), s.core, d, core_shape(s));
+    attention_core_backward(
+        cp_, rows_of<const float*, kernels::QkvRows>(s.qkv_out, q_width, kv_width), s.att_out.f32(),
+        d_att.f32(), s.core, d, core_shape(s), core_compute_s_);
     if (shape_.rope_theta > 0.0f) {  // the rotation is orthogonal: its backward rotates back
       const std::int64_t tokens = s.qkv_out[0].dim(0);
       kernels::rope_apply(d.dq, d.q_stride, s.positions.data(), tokens, heads_, head_dim_,

@@ -38,12 +38,12 @@ struct AttentionShape {
 
 class CausalSelfAttention final : public Module {
  public:
-  /// `recompute`: Recompute::selective drops the attention core's output and log-sum-exp
+  /// `recompute`: RecomputeMode::selective drops the attention core's output and log-sum-exp
   /// after forward and recomputes them in backward (Korthikanti et al. 2022, §4.2's
   /// "selective activation recomputation" of the attention core); none and full keep them
   /// (under full the block discards the whole layer instead).
   CausalSelfAttention(const std::string& prefix, const AttentionShape& shape,
-                      const ParallelGroups& groups, Recompute recompute = Recompute::none);
+                      const ParallelGroups& groups, RecomputeMode recompute = RecomputeMode::none);
 
   /// x [tokens, C] (or [tokens/tp, C] under sequence parallelism; tokens = sequences ·
   /// T/cp) → same layout. Keeps, in the current activation slot, q, k, v (after rotation;
@@ -59,6 +59,10 @@ class CausalSelfAttention final : public Module {
   Tensor backward(const Tensor& dy) override;
   ParameterList parameters() override;
   void discard() override;
+  /// Seconds this layer has spent in its attention core's kernels since it was built
+  /// (attention_core_forward; forwards, recomputes and backwards), for the step metrics'
+  /// attention_s.
+  double core_compute_seconds() const noexcept { return core_compute_s_; }
 
  private:
   struct State {
@@ -70,16 +74,17 @@ class CausalSelfAttention final : public Module {
     DType core_operands = DType::f32;  // attention_operands at forward time (recompute reuses it)
   };
   /// The attention core: s.qkv_out (q, k rotated) → fresh s.att_out and s.core.
-  void attend(State& s) const;
+  void attend(State& s);
   AttentionCoreShape core_shape(const State& s) const;
 
   AttentionShape shape_;
   std::int64_t heads_, kv_heads_, head_dim_;  // heads on this rank
-  bool recompute_core_;                       // Recompute::selective
+  bool recompute_core_;                       // RecomputeMode::selective
   ContextParallel cp_;
   ColumnParallelLinear qkv_;
   RowParallelLinear out_;
   Saved<State> saved_;
+  double core_compute_s_ = 0.0;
 };
 
 }  // namespace meshtrain

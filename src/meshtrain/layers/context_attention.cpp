@@ -16,21 +16,20 @@ using kernels::AttentionMask;
 using kernels::QkvGradRows;
 using kernels::QkvRows;
 
-double compute_seconds = 0.0;  // attention_core_compute_seconds()
-
-// Adds the scope's wall time to compute_seconds: the kernel work of the core, so that the
-// ring's transfer waits (the cp group's counters) can be set against it.
+// Adds the scope's wall time to the layer's compute seconds: the kernel work of the core, so
+// that the ring's transfer waits (the cp group's counters) can be set against it.
 class ComputeTimer {
  public:
-  ComputeTimer() : start_(std::chrono::steady_clock::now()) {}
+  explicit ComputeTimer(double& seconds)
+      : seconds_(seconds), start_(std::chrono::steady_clock::now()) {}
   ~ComputeTimer() {
-    compute_seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   }
   ComputeTimer(const ComputeTimer&) = delete;
   ComputeTimer& operator=(const ComputeTimer&) = delete;
 
  private:
+  double& seconds_;
   std::chrono::steady_clock::time_point start_;
 };
 
@@ -173,7 +172,7 @@ void ring_forward_step(const QkvRows& in, const Tensor& kv, Tensor& part, Tensor
 }
 
 AttentionCoreState ring_forward(ProcessGroup& g, const QkvRows& in, const AttentionCoreShape& s,
-                                float* out) {
+                                float* out, double& compute_s) {
   const std::int64_t hd = s.heads * s.head_dim;
   const int rank = g.rank(), size = g.size();
   AttentionCoreState state;
@@ -190,7 +189,7 @@ AttentionCoreState ring_forward(ProcessGroup& g, const QkvRows& in, const Attent
     Hop hop;
     if (step + 1 < size) hop = post_hop(g, kv, next_kv, kKvTag);  // hidden behind the compute
     {
-      const ComputeTimer timer;
+      const ComputeTimer timer(compute_s);
       ring_forward_step(in, kv, part, part_lse, out, lse, s, rank, src, size, hop);
     }
     hop.wait();
@@ -220,7 +219,7 @@ void ring_backward_step(const QkvRows& in, const float* dout, const float* lse, 
 
 void ring_backward(ProcessGroup& g, const QkvRows& in, const float* out, const float* dout,
                    const AttentionCoreState& state, const QkvGradRows& grad,
-                   const AttentionCoreShape& s) {
+                   const AttentionCoreShape& s, double& compute_s) {
   const std::int64_t hd = s.heads * s.head_dim, kvw = s.kv_heads * s.head_dim;
   const int rank = g.rank(), size = g.size();
   const float* lse = state.lse.f32();
@@ -247,7 +246,7 @@ void ring_backward(ProcessGroup& g, const QkvRows& in, const float* out, const f
     if (step > 0) dkv_recv = g.irecv(upstream.span_f32(), prev, kDkvTag);
     std::memset(dkv.f32(), 0, static_cast<std::size_t>(dkv.numel()) * sizeof(float));
     {
-      const ComputeTimer timer;
+      const ComputeTimer timer(compute_s);
       ring_backward_step(in, dout, lse, delta.f32(), kv, grad.dq, grad.q_stride, dkv, s, rank, src,
                          size, [&] {
                            hop.progress();
@@ -348,7 +347,7 @@ void to_sequences(ProcessGroup& g, const Tensor& src, const std::vector<std::int
 }
 
 AttentionCoreState ulysses_forward(ProcessGroup& g, const QkvRows& in, const AttentionCoreShape& s,
-                                   float* out) {
+                                   float* out, double& compute_s) {
   const int size = g.size();
   const std::int64_t heads = s.heads / size, kv_heads = s.kv_heads / size, d = s.head_dim;
   const std::int64_t T = s.local_len * size, rows = s.sequences * T;
@@ -371,7 +370,7 @@ AttentionCoreState ulysses_forward(ProcessGroup& g, const QkvRows& in, const Att
   const QkvRows whole{state.q.f32(), state.kv.f32(), state.kv.f32() + kv_heads * d, heads * d,
                       2 * kv_heads * d};
   {
-    const ComputeTimer timer;
+    const ComputeTimer timer(compute_s);
     kernels::attention_chunk_forward(
         whole, whole_dims(s.sequences, T, heads, kv_heads, d, s.operands), AttentionMask::causal,
         state.out.f32(), heads * d, state.lse.f32());
@@ -381,7 +380,7 @@ AttentionCoreState ulysses_forward(ProcessGroup& g, const QkvRows& in, const Att
 }
 
 void ulysses_backward(ProcessGroup& g, const float* dout, const AttentionCoreState& state,
-                      const QkvGradRows& grad, const AttentionCoreShape& s) {
+                      const QkvGradRows& grad, const AttentionCoreShape& s, double& compute_s) {
   const int size = g.size();
   const std::int64_t heads = s.heads / size, kv_heads = s.kv_heads / size, d = s.head_dim;
   const std::int64_t T = s.local_len * size, rows = s.sequences * T;
@@ -398,7 +397,7 @@ void ulysses_backward(ProcessGroup& g, const float* dout, const AttentionCoreSta
   const QkvGradRows grads{dqkv.f32(), dqkv.f32() + heads * d, dqkv.f32() + (heads + kv_heads) * d,
                           width, width};
   {
-    const ComputeTimer timer;
+    const ComputeTimer timer(compute_s);
     kernels::attention_chunk_backward(whole, dout_heads.f32(), heads * d, state.lse.f32(),
                                       delta.f32(), grads, dims, AttentionMask::causal,
                                       kernels::GradWrite::overwrite);
@@ -409,19 +408,18 @@ void ulysses_backward(ProcessGroup& g, const float* dout, const AttentionCoreSta
 
 }  // namespace
 
-double attention_core_compute_seconds() noexcept { return compute_seconds; }
-
 AttentionCoreState attention_core_forward(const ContextParallel& cp, const QkvRows& in,
-                                          const AttentionCoreShape& s, float* out) {
+                                          const AttentionCoreShape& s, float* out,
+                                          double& compute_s) {
   if (cp.size() > 1) {
     MT_CHECK(s.local_len % 2 == 0, "context parallel needs an even local length, got {}",
              s.local_len);
-    if (cp.comm == CpComm::a2a) return ulysses_forward(*cp.group, in, s, out);
-    return ring_forward(*cp.group, in, s, out);
+    if (cp.comm == CpCommMode::a2a) return ulysses_forward(*cp.group, in, s, out, compute_s);
+    return ring_forward(*cp.group, in, s, out, compute_s);
   }
   AttentionCoreState state;
   state.lse = Tensor::empty({s.sequences, s.heads, s.local_len}, MemCategory::activations);
-  const ComputeTimer timer;
+  const ComputeTimer timer(compute_s);
   kernels::attention_chunk_forward(
       in, whole_dims(s.sequences, s.local_len, s.heads, s.kv_heads, s.head_dim, s.operands),
       AttentionMask::causal, out, s.heads * s.head_dim, state.lse.f32());
@@ -430,16 +428,19 @@ AttentionCoreState attention_core_forward(const ContextParallel& cp, const QkvRo
 
 void attention_core_backward(const ContextParallel& cp, const QkvRows& in, const float* out,
                              const float* dout, const AttentionCoreState& state,
-                             const QkvGradRows& grad, const AttentionCoreShape& s) {
+                             const QkvGradRows& grad, const AttentionCoreShape& s,
+                             double& compute_s) {
   if (cp.size() > 1) {
-    if (cp.comm == CpComm::a2a) return ulysses_backward(*cp.group, dout, state, grad, s);
-    return ring_backward(*cp.group, in, out, dout, state, grad, s);
+    if (cp.comm == CpCommMode::a2a) {
+      return ulysses_backward(*cp.group, dout, state, grad, s, compute_s);
+    }
+    return ring_backward(*cp.group, in, out, dout, state, grad, s, compute_s);
   }
   const std::int64_t hd = s.heads * s.head_dim;
   const AttentionChunkDims dims =
       whole_dims(s.sequences, s.local_len, s.heads, s.kv_heads, s.head_dim, s.operands);
   Tensor delta = Tensor::empty(state.lse.shape(), MemCategory::activations);
-  const ComputeTimer timer;
+  const ComputeTimer timer(compute_s);
   kernels::attention_delta(out, dout, hd, dims, delta.f32());
   // One call over the whole sequence writes every head column of dq, dk, dv: no zeroing pass
   // first, and the kernel reads nothing of them.

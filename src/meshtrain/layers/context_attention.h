@@ -51,19 +51,21 @@ struct AttentionCoreState {
 /// in: q [tokens, heads·d], k, v [tokens, kv_heads·d] (row strides as QkvRows) →
 /// out [tokens, heads·d] (row stride heads·d) overwritten; returns the kept state. RoPE and
 /// positions are the caller's: q and k arrive rotated by their global positions. Collective
-/// over cp.group (every cp rank calls it for the same layer in the same order).
+/// over cp.group (every cp rank calls it for the same layer in the same order). Adds the
+/// seconds spent in the core's kernels (the tiled attention, merges, deltas; not the waits
+/// for K/V) to `compute_s`, the calling layer's counter: set against the cp group's wait
+/// seconds (ProcessGroup counters), it says how much of the transfer the compute hid
+/// (bench/cp_bench.sh).
 AttentionCoreState attention_core_forward(const ContextParallel& cp, const kernels::QkvRows& in,
-                                          const AttentionCoreShape& shape, float* out);
+                                          const AttentionCoreShape& shape, float* out,
+                                          double& compute_s);
 
 /// dout [tokens, heads·d] (stride heads·d), out and state from forward → dq, dk, dv of the
-/// local rows, OVERWRITTEN (head columns only). Collective over cp.group.
+/// local rows, OVERWRITTEN (head columns only). Collective over cp.group. Adds its kernel
+/// seconds to `compute_s` as forward does.
 void attention_core_backward(const ContextParallel& cp, const kernels::QkvRows& in,
                              const float* out, const float* dout, const AttentionCoreState& state,
-                             const kernels::QkvGradRows& grad, const AttentionCoreShape& shape);
-
-/// Seconds this process has spent in the core's kernels (the tiled attention, merges, deltas)
-/// since it started: set against the cp group's wait seconds (ProcessGroup counters), it says
-/// how much of the K/V transfer the compute hid (bench/cp_bench.sh).
-double attention_core_compute_seconds() noexcept;
+                             const kernels::QkvGradRows& grad, const AttentionCoreShape& shape,
+                             double& compute_s);
 
 }  // namespace meshtrain

@@ -1,6 +1,7 @@
 #include "meshtrain/layers/expert_parallel.h"
 
 #include <cstring>
+#include <limits>
 
 #include "meshtrain/core/error.h"
 
@@ -31,18 +32,19 @@ EpExchange plan_ep_exchange(ProcessGroup& ep, std::span<const std::int64_t> coun
                   .local_counts = std::vector<std::int64_t>(static_cast<std::size_t>(E / n), 0),
                   .to_expert_major = {}};
   const std::int64_t L = plan.local_experts;
-  std::vector<float> mine(static_cast<std::size_t>(E)), theirs(static_cast<std::size_t>(E));
+  // The counts travel as int32: 4 bytes each, and MPI's own element counts are ints.
+  std::vector<std::int32_t> mine(static_cast<std::size_t>(E)), theirs(static_cast<std::size_t>(E));
   for (std::int64_t e = 0; e < E; ++e) {
-    MT_CHECK(counts[e] >= 0 && counts[e] < (1 << 24), "expert {}: {} rows", e, counts[e]);
-    mine[static_cast<std::size_t>(e)] = static_cast<float>(counts[e]);
+    MT_CHECK(counts[e] >= 0 && counts[e] <= std::numeric_limits<std::int32_t>::max(),
+             "expert {}: {} rows", e, counts[e]);
+    mine[static_cast<std::size_t>(e)] = static_cast<std::int32_t>(counts[e]);
     plan.send_counts[static_cast<std::size_t>(e / L)] += counts[e];
   }
   // theirs[s·L + l]: rows source s sends to local expert l.
-  ep.all_to_all(mine, theirs);
+  ep.all_to_all(std::span<const std::int32_t>(mine), std::span<std::int32_t>(theirs));
   std::vector<std::int64_t> from(static_cast<std::size_t>(E));
   for (std::int64_t i = 0; i < E; ++i) {
-    from[static_cast<std::size_t>(i)] =
-        static_cast<std::int64_t>(theirs[static_cast<std::size_t>(i)]);
+    from[static_cast<std::size_t>(i)] = theirs[static_cast<std::size_t>(i)];
     plan.recv_counts[static_cast<std::size_t>(i / L)] += from[static_cast<std::size_t>(i)];
     plan.local_counts[static_cast<std::size_t>(i % L)] += from[static_cast<std::size_t>(i)];
   }

@@ -40,8 +40,8 @@ struct EpExchange {
 };
 
 /// Exchanges `counts` [E] (rows per expert in this rank's packed buffer; E % ep.size() == 0,
-/// MT_CHECKed) over `ep` and plans the moves. Collective over ep (one all_to_all of E floats:
-/// counts must stay below 2^24, MT_CHECKed).
+/// MT_CHECKed) over `ep` and plans the moves. Collective over ep (one all_to_all of E int32
+/// counts).
 EpExchange plan_ep_exchange(ProcessGroup& ep, std::span<const std::int64_t> counts);
 
 /// rows [Σ send_counts, C] f32 in this rank's packed order → [rows_received, C] f32,

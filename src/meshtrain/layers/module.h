@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "meshtrain/config/layer_modes.h"
 #include "meshtrain/layers/parameter.h"
 
 namespace meshtrain {
@@ -17,16 +18,6 @@ struct SequenceBatch {
   std::int64_t sequences;
   std::int64_t seq_len;
   std::int64_t tokens() const { return sequences * seq_len; }
-};
-
-/// Activation recompute (training.recompute; Korthikanti et al. 2022, §5): what a forward
-/// drops and its backward computes again. Every mode runs the same kernels on the same values
-/// in the same order, so losses and gradients are bitwise those of `none`.
-enum class Recompute {
-  none,       // keep everything backward needs
-  selective,  // drop the attention core's output and log-sum-exp; recompute them from the kept
-              // q, k, v (CausalSelfAttention)
-  full,       // keep only each block's input; run the whole block again (TransformerBlock)
 };
 
 class Module {

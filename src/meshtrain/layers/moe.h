@@ -55,7 +55,7 @@ struct MoeOptions {
   /// 0 = dropless; else each expert keeps at most moe_expert_capacity(N, k, E, factor)
   /// assignments of the N tokens of a forward (moe_routing.h).
   double moe_capacity_factor = 0.0;
-  MoeTokenDropPolicy moe_token_drop_policy = MoeTokenDropPolicy::probs;
+  MoeDropPolicy moe_token_drop_policy = MoeDropPolicy::probs;
   double moe_aux_loss_coeff = 0.0;  // Switch load-balancing loss coefficient
   double moe_z_loss_coeff = 0.0;    // ST-MoE router z-loss coefficient
 };

@@ -7,16 +7,6 @@
 
 namespace meshtrain {
 
-std::string_view to_string(MoeTokenDropPolicy policy) {
-  return policy == MoeTokenDropPolicy::probs ? "probs" : "position";
-}
-
-std::optional<MoeTokenDropPolicy> moe_token_drop_policy_from(std::string_view name) {
-  if (name == "probs") return MoeTokenDropPolicy::probs;
-  if (name == "position") return MoeTokenDropPolicy::position;
-  return std::nullopt;
-}
-
 std::optional<std::int64_t> moe_expert_capacity(std::int64_t tokens, std::int64_t top_k,
                                                 std::int64_t experts, double capacity_factor) {
   MT_CHECK(tokens >= 0 && top_k >= 1 && experts >= 1 && capacity_factor >= 0.0,
@@ -33,11 +23,11 @@ namespace {
 // expert's assignments in token order (a stable bucket of the routing).
 std::vector<std::int64_t> kept_assignments(std::vector<std::int64_t> mine,
                                            std::optional<std::int64_t> capacity,
-                                           MoeTokenDropPolicy policy,
+                                           MoeDropPolicy policy,
                                            std::span<const float> top_weight) {
   if (!capacity || static_cast<std::int64_t>(mine.size()) <= *capacity) return mine;
   const auto cap = static_cast<std::size_t>(*capacity);
-  if (policy == MoeTokenDropPolicy::probs) {
+  if (policy == MoeDropPolicy::probs) {
     // Highest weight first; stable, so equal weights keep token order (earlier token wins).
     std::stable_sort(mine.begin(), mine.end(), [&](std::int64_t a, std::int64_t b) {
       return top_weight[static_cast<std::size_t>(a)] > top_weight[static_cast<std::size_t>(b)];
@@ -53,7 +43,7 @@ std::vector<std::int64_t> kept_assignments(std::vector<std::int64_t> mine,
 MoeDispatch plan_moe_dispatch(std::span<const std::int32_t> top_expert,
                               std::span<const float> top_weight, std::int64_t tokens,
                               std::int64_t top_k, std::int64_t experts,
-                              std::optional<std::int64_t> capacity, MoeTokenDropPolicy policy) {
+                              std::optional<std::int64_t> capacity, MoeDropPolicy policy) {
   const auto assignments = static_cast<std::size_t>(tokens * top_k);
   MT_CHECK(tokens >= 0 && top_k >= 1 && experts >= 1 && top_k <= experts &&
                top_expert.size() == assignments && top_weight.size() == assignments,

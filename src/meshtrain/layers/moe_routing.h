@@ -18,18 +18,9 @@
 #include <string_view>
 #include <vector>
 
-namespace meshtrain {
+#include "meshtrain/config/layer_modes.h"
 
-/// model.moe_token_drop_policy: which assignments an over-full expert keeps (Megatron-LM's
-/// `moe_token_drop_policy`, moe_utils.topk_softmax_with_capacity).
-enum class MoeTokenDropPolicy : std::uint8_t {
-  probs,     // the `capacity` assignments of highest combine weight (the renormalised top-k
-             // probability the token would be weighted by); ties: the earlier token
-  position,  // the first `capacity` assignments in token order
-};
-std::string_view to_string(MoeTokenDropPolicy policy);
-/// "probs" / "position" → the policy; anything else → nullopt (the config loader reports it).
-std::optional<MoeTokenDropPolicy> moe_token_drop_policy_from(std::string_view name);
+namespace meshtrain {
 
 /// Expert capacity (Switch Transformer, Fedus et al. 2021, §2.2 eq. 3 "expert capacity =
 /// (tokens per batch / number of experts) × capacity factor", with tokens counted as
@@ -56,12 +47,12 @@ struct MoeDispatch {
 };
 
 /// The dispatch of a routing: top_expert [N·k] (distinct experts per token, each in [0, E)),
-/// top_weight [N·k] (read by MoeTokenDropPolicy::probs only), capacity from
+/// top_weight [N·k] (read by MoeDropPolicy::probs only), capacity from
 /// moe_expert_capacity. MT_CHECKs the sizes and the expert indices.
 MoeDispatch plan_moe_dispatch(std::span<const std::int32_t> top_expert,
                               std::span<const float> top_weight, std::int64_t tokens,
                               std::int64_t top_k, std::int64_t experts,
-                              std::optional<std::int64_t> capacity, MoeTokenDropPolicy policy);
+                              std::optional<std::int64_t> capacity, MoeDropPolicy policy);
 
 /// The router losses of one forward, from probs [N, E] (the full softmax) and lse [N].
 ///   load balance (Switch Transformer §2.2 eq. 4–6; Megatron-LM switch_load_balancing_loss_func):

@@ -16,20 +16,15 @@
 #include <cstdint>
 
 #include "meshtrain/comm/process_group.h"
+#include "meshtrain/config/layer_modes.h"
 #include "meshtrain/layers/tp_regions.h"
 
 namespace meshtrain {
 
-/// parallel.cp_comm: how attention sees the other cp ranks' keys and values.
-enum class CpComm : std::uint8_t {
-  p2p,  // ring attention: K and V rotate around the cp ring (layers/context_attention.h)
-  a2a,  // Ulysses: all-to-all from sequence-sharded to head-sharded and back
-};
-
 /// The context-parallel group a layer's sequences are split over (nullptr: cp = 1).
 struct ContextParallel {
   ProcessGroup* group = nullptr;
-  CpComm comm = CpComm::p2p;
+  CpCommMode comm = CpCommMode::p2p;  // parallel.cp_comm
 
   int size() const noexcept { return group ? group->size() : 1; }
   int rank() const noexcept { return group ? group->rank() : 0; }

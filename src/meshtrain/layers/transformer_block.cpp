@@ -19,12 +19,12 @@ Tensor norm_backward(Module* norm, ResidualNorm* fused, const Tensor& dy,
 
 TransformerBlock::TransformerBlock(std::unique_ptr<Module> norm_1, std::unique_ptr<Module> attn,
                                    std::unique_ptr<Module> norm_2, std::unique_ptr<Module> mlp,
-                                   Recompute recompute)
+                                   RecomputeMode recompute)
     : norm_1_(std::move(norm_1)),
       attn_(std::move(attn)),
       norm_2_(std::move(norm_2)),
       mlp_(std::move(mlp)),
-      full_recompute_(recompute == Recompute::full) {
+      full_recompute_(recompute == RecomputeMode::full) {
   residual_norm_1_ = dynamic_cast<ResidualNorm*>(norm_1_.get());
   residual_norm_2_ = dynamic_cast<ResidualNorm*>(norm_2_.get());
 }

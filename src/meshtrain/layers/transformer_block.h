@@ -15,7 +15,7 @@ class ResidualNorm;
 
 class TransformerBlock final : public Module {
  public:
-  /// `recompute` = Recompute::full: activation recompute (Chen et al. 2016; Korthikanti et
+  /// `recompute` = RecomputeMode::full: activation recompute (Chen et al. 2016; Korthikanti et
   /// al. 2022, §5, "full"): forward keeps only the block's input and drops everything its
   /// parts kept; backward runs the forward again from that input, then the backward. The
   /// recomputed forward does the same arithmetic on the same values, so gradients are bitwise
@@ -24,7 +24,7 @@ class TransformerBlock final : public Module {
   /// with the same mode).
   TransformerBlock(std::unique_ptr<Module> norm_1, std::unique_ptr<Module> attn,
                    std::unique_ptr<Module> norm_2, std::unique_ptr<Module> mlp,
-                   Recompute recompute = Recompute::none);
+                   RecomputeMode recompute = RecomputeMode::none);
 
   Tensor forward(const Tensor& x, const SequenceBatch& batch) override;
   Tensor backward(const Tensor& dy) override;

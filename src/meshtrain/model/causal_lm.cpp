@@ -42,15 +42,16 @@ std::unique_ptr<SparseMoeBlock> moe_mlp(const ModelConfig& c, std::int64_t i,
                        .init_std = init_std,
                        .proj_init_std = proj_std};
   const MoeOptions options{.moe_capacity_factor = c.moe_capacity_factor,
-                           .moe_token_drop_policy = layer_moe_drop_policy(c.moe_token_drop_policy),
+                           .moe_token_drop_policy = c.moe_token_drop_policy,
                            .moe_aux_loss_coeff = c.moe_aux_loss_coeff,
                            .moe_z_loss_coeff = c.moe_z_loss_coeff};
   return std::make_unique<SparseMoeBlock>(prefix, shape, options, groups.ep, groups.moe_tokens);
 }
 
 std::unique_ptr<TransformerBlock> block(const ModelConfig& c, std::int64_t i,
-                                        const ParallelGroups& groups, Recompute recompute,
-                                        std::vector<MoeLayerRef>& moe) {
+                                        const ParallelGroups& groups, RecomputeMode recompute,
+                                        std::vector<MoeLayerRef>& moe,
+                                        std::vector<const CausalSelfAttention*>& attention) {
   const TensorParallel& tp = groups.tp;
   const bool llama = is_llama(c);
   const auto init_std = static_cast<float>(c.init_std);
@@ -72,6 +73,11 @@ std::unique_ptr<TransformerBlock> block(const ModelConfig& c, std::int64_t i,
                      .bias = c.bias,
                      .init_std = init_std,
                      .proj_init_std = proj_std};
+  auto attention_of = [&](const std::string& name) {
+    auto layer = std::make_unique<CausalSelfAttention>(name, attn, groups, recompute);
+    attention.push_back(layer.get());
+    return layer;
+  };
   if (llama) {
     const std::string p = fmt::format("model.layers.{}", i);
     std::unique_ptr<Module> ffn = moe_mlp(c, i, p, groups, init_std, proj_std);
@@ -81,21 +87,19 @@ std::unique_ptr<TransformerBlock> block(const ModelConfig& c, std::int64_t i,
       ffn = std::make_unique<SwiGluMlp>(p + ".mlp", mlp, tp);
     }
     return std::make_unique<TransformerBlock>(
-        norm(c, p + ".input_layernorm"),
-        std::make_unique<CausalSelfAttention>(p + ".self_attn", attn, groups, recompute),
+        norm(c, p + ".input_layernorm"), attention_of(p + ".self_attn"),
         norm(c, p + ".post_attention_layernorm"), std::move(ffn), recompute);
   }
   const std::string p = fmt::format("transformer.h.{}", i);
   return std::make_unique<TransformerBlock>(
-      norm(c, p + ".ln_1"),
-      std::make_unique<CausalSelfAttention>(p + ".attn", attn, groups, recompute),
-      norm(c, p + ".ln_2"), std::make_unique<GeluMlp>(p + ".mlp", mlp, tp), recompute);
+      norm(c, p + ".ln_1"), attention_of(p + ".attn"), norm(c, p + ".ln_2"),
+      std::make_unique<GeluMlp>(p + ".mlp", mlp, tp), recompute);
 }
 
 }  // namespace
 
 CausalLm::CausalLm(const ModelConfig& config, std::uint64_t seed, const ParallelGroups& groups,
-                   const ChunkLayout& layout, Recompute recompute)
+                   const ChunkLayout& layout, RecomputeMode recompute)
     : config_(config), tp_(groups.tp), cp_(groups.cp), layout_(layout) {
   const TensorParallel& tp = groups.tp;
   MT_CHECK(config.vocab_size > 0, "vocab_size must be known before building the model");
@@ -117,7 +121,7 @@ CausalLm::CausalLm(const ModelConfig& config, std::uint64_t seed, const Parallel
     }
   }
   for (std::int64_t i = layout_.first_layer; i < layout_.first_layer + layout_.num_layers; ++i) {
-    blocks_.push_back(block(config, i, groups, recompute, moe_));
+    blocks_.push_back(block(config, i, groups, recompute, moe_, attention_));
     for (Parameter* p : blocks_.back()->parameters()) params_.push_back(p);
   }
   if (layout_.has_head) {
@@ -323,6 +327,12 @@ double CausalLm::flops_per_token(std::int64_t seq_len) const {
   const double n = static_cast<double>(config_.n_layer) * (attn + mlp + 2.0 * norm) +
                    moe_blocks * moe_delta + norm + V * C;
   return 6.0 * n + 12.0 * static_cast<double>(config_.n_layer) * C * static_cast<double>(seq_len);
+}
+
+double CausalLm::attention_core_seconds() const noexcept {
+  double sum = 0.0;
+  for (const CausalSelfAttention* a : attention_) sum += a->core_compute_seconds();
+  return sum;
 }
 
 }  // namespace meshtrain

@@ -35,6 +35,8 @@
 
 namespace meshtrain {
 
+class CausalSelfAttention;
+
 /// Which part of the model a CausalLm holds: blocks [first_layer, first_layer + num_layers),
 /// the embeddings when has_embedding (the first chunk), the final norm and LM head when
 /// has_head (the last chunk). num_layers = -1: every layer (a whole model).
@@ -61,7 +63,7 @@ class CausalLm {
   /// backward (CausalSelfAttention); full, every block keeps only its input and recomputes
   /// itself (TransformerBlock).
   CausalLm(const ModelConfig& config, std::uint64_t seed, const ParallelGroups& groups,
-           const ChunkLayout& layout = {}, Recompute recompute = Recompute::none);
+           const ChunkLayout& layout = {}, RecomputeMode recompute = RecomputeMode::none);
 
   /// tokens, targets [batch, T] i32 (T ≤ block_size; the same on every tp rank; under context
   /// parallelism T is the local length T/cp and the rows are this cp rank's zigzag share) → mean
@@ -108,6 +110,9 @@ class CausalLm {
   const std::vector<ParameterList>& units() const noexcept { return units_; }
   /// The MoE feed-forwards of this chunk's blocks, in block order (empty: a dense model).
   const std::vector<MoeLayerRef>& moe_layers() const noexcept { return moe_; }
+  /// Σ over this chunk's attention layers of their core's kernel seconds so far
+  /// (CausalSelfAttention::core_compute_seconds).
+  double attention_core_seconds() const noexcept;
   /// Called around every unit from now on (nullptr: none). The hooks must outlive the model's
   /// use of them.
   void set_hooks(ParameterHooks* hooks) noexcept { hooks_ = hooks; }
@@ -132,6 +137,7 @@ class CausalLm {
   std::optional<Parameter> wpe_;  // gpt2: [block_size, C], replicated over tp
   std::vector<std::unique_ptr<TransformerBlock>> blocks_;
   std::vector<MoeLayerRef> moe_;  // the MoE feed-forwards inside blocks_
+  std::vector<const CausalSelfAttention*> attention_;  // the attention layers inside blocks_
   std::unique_ptr<Module> final_norm_;
   std::optional<Parameter> lm_head_;  // llama: [V, C]; gpt2 on a later stage: the tied copy
   std::unique_ptr<VocabParallelLmHead> head_;

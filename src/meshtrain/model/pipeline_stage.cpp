@@ -6,27 +6,6 @@
 
 namespace meshtrain {
 
-Recompute layer_recompute(RecomputeMode mode) {
-  switch (mode) {
-    case RecomputeMode::full:
-      return Recompute::full;
-    case RecomputeMode::selective:
-      return Recompute::selective;
-    case RecomputeMode::none:
-      break;
-  }
-  return Recompute::none;
-}
-
-CpComm layer_cp_comm(CpCommMode mode) {
-  return mode == CpCommMode::a2a ? CpComm::a2a : CpComm::p2p;
-}
-
-MoeTokenDropPolicy layer_moe_drop_policy(MoeDropPolicy policy) {
-  return policy == MoeDropPolicy::position ? MoeTokenDropPolicy::position
-                                           : MoeTokenDropPolicy::probs;
-}
-
 PipelineStage::PipelineStage(const Config& config, std::uint64_t seed, const ParallelGroups& groups,
                              int pp_rank)
     : pp_(static_cast<int>(config.parallel.pp)), pp_rank_(pp_rank) {
@@ -42,8 +21,8 @@ PipelineStage::PipelineStage(const Config& config, std::uint64_t seed, const Par
                              .num_layers = counts[static_cast<std::size_t>(g)],
                              .has_embedding = g == 0,
                              .has_head = g == last};
-    chunks_.push_back(std::make_unique<CausalLm>(config.model, seed, groups, layout,
-                                                 layer_recompute(config.training.recompute)));
+    chunks_.push_back(
+        std::make_unique<CausalLm>(config.model, seed, groups, layout, config.training.recompute));
     for (Parameter* p : chunks_.back()->parameters()) params_.push_back(p);
   }
   place(config, groups);
@@ -105,6 +84,12 @@ std::vector<MoeLayerRef> PipelineStage::moe_layers() const {
     for (const MoeLayerRef& m : chunk->moe_layers()) out.push_back(m);
   }
   return out;
+}
+
+double PipelineStage::attention_core_seconds() const noexcept {
+  double sum = 0.0;
+  for (const auto& chunk : chunks_) sum += chunk->attention_core_seconds();
+  return sum;
 }
 
 }  // namespace meshtrain

@@ -16,12 +16,6 @@
 
 namespace meshtrain {
 
-// The config's choices as the layers' own enums (layers/ knows nothing of config/): the one
-// place each is mapped.
-Recompute layer_recompute(RecomputeMode mode);  // training.recompute
-CpComm layer_cp_comm(CpCommMode mode);          // parallel.cp_comm
-MoeTokenDropPolicy layer_moe_drop_policy(MoeDropPolicy policy);  // model.moe_token_drop_policy
-
 class PipelineStage {
  public:
   /// Builds and initialises the chunks of pipeline rank `pp_rank` (config validated, vocab
@@ -50,6 +44,8 @@ class PipelineStage {
   double flops_per_token(std::int64_t seq_len) const;
   /// Every MoE layer of every local chunk (none in a dense model).
   std::vector<MoeLayerRef> moe_layers() const;
+  /// Σ over every local chunk's attention layers of their core's kernel seconds so far.
+  double attention_core_seconds() const noexcept;
 
  private:
   /// Gives every parameter its record of the placement table (mesh/placement.h), after

@@ -24,17 +24,17 @@ std::string broadcast_string(ProcessGroup& group, const std::string& text, int r
 }  // namespace
 
 bool on_any_rank(ProcessGroup& group, bool local) {
-  float any = local ? 1.0f : 0.0f;
-  group.all_reduce_max(std::span<float>(&any, 1));
-  return any > 0.0f;
+  std::int32_t any = local ? 1 : 0;
+  group.all_reduce_max(std::span<std::int32_t>(&any, 1));
+  return any > 0;
 }
 
 std::string first_error(ProcessGroup& group, const std::string& local_error) {
   // The max of (size − rank) over failing ranks names the lowest failing rank.
-  float failing = local_error.empty() ? 0.0f : static_cast<float>(group.size() - group.rank());
-  group.all_reduce_max(std::span<float>(&failing, 1));
-  if (failing == 0.0f) return "";
-  const int root = group.size() - static_cast<int>(failing);
+  std::int32_t failing = local_error.empty() ? 0 : group.size() - group.rank();
+  group.all_reduce_max(std::span<std::int32_t>(&failing, 1));
+  if (failing == 0) return "";
+  const int root = group.size() - failing;
   const std::string message = broadcast_string(group, local_error, root);
   return fmt::format("rank {}: {}", group.world_ranks()[static_cast<std::size_t>(root)], message);
 }
@@ -48,14 +48,14 @@ void check_environment_for_all(ProcessGroup& group) {
 
 HighestReports reports_of_highest(ProcessGroup& group, int priority, const std::string& text,
                                   int limit) {
-  std::vector<float> all(static_cast<std::size_t>(group.size()));
-  const float mine = static_cast<float>(std::max(priority, 0));  // small integers: exact
-  group.all_gather(std::span<const float>(&mine, 1), all);
+  std::vector<std::int32_t> all(static_cast<std::size_t>(group.size()));
+  const std::int32_t mine = std::max(priority, 0);
+  group.all_gather(std::span<const std::int32_t>(&mine, 1), std::span<std::int32_t>(all));
   HighestReports out;
-  out.priority = static_cast<int>(*std::max_element(all.begin(), all.end()));
+  out.priority = *std::max_element(all.begin(), all.end());
   if (out.priority == 0) return out;
   for (int r = 0; r < group.size(); ++r) {
-    if (static_cast<int>(all[static_cast<std::size_t>(r)]) != out.priority) continue;
+    if (all[static_cast<std::size_t>(r)] != out.priority) continue;
     if (out.count++ >= limit) continue;
     out.reports.push_back(
         {group.world_ranks()[static_cast<std::size_t>(r)], broadcast_string(group, text, r)});

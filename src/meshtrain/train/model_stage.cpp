@@ -45,7 +45,7 @@ ModelStage::ModelStage(const Config& config, const DeviceMesh& mesh,
     const DeferParameterStorage defer;
     const ParallelGroups groups(
         TensorParallel{mesh.group(Axis::tp), config.parallel.sequence_parallel},
-        ContextParallel{&mesh.group(Axis::cp), layer_cp_comm(config.parallel.cp_comm)},
+        ContextParallel{&mesh.group(Axis::cp), config.parallel.cp_comm},
         ExpertParallel{&mesh.group(Axis::ep)}, moe_token_group(config, mesh));
     stage_ = std::make_unique<PipelineStage>(
         config, static_cast<std::uint64_t>(config.training.seed), groups, pp.rank());
@@ -65,16 +65,15 @@ ModelStage::ModelStage(const Config& config, const DeviceMesh& mesh,
     tied_group_ = pp.split(ends ? 0 : 1, pp.rank(), "embedding");
   }
   // Each stage holds its own parameters, each ep rank its own experts (once per ep group).
-  double count = 0.0, experts = 0.0;
+  std::int64_t count = 0, experts = 0;
   for (const Parameter* p : stage_->parameters()) {
     if (p->placement.tied_copy) continue;
-    (p->placement.replicas == ReplicaGroup::expert ? experts : count) +=
-        static_cast<double>(p->logical_numel());
+    (p->placement.replicas == ReplicaGroup::expert ? experts : count) += p->logical_numel();
   }
-  mesh.group(Axis::ep).all_reduce_sum(std::span<double>(&experts, 1));
+  mesh.group(Axis::ep).all_reduce_sum(std::span<std::int64_t>(&experts, 1));
   count += experts;
-  pp.all_reduce_sum(std::span<double>(&count, 1));
-  logical_parameters_ = static_cast<std::int64_t>(count);
+  pp.all_reduce_sum(std::span<std::int64_t>(&count, 1));
+  logical_parameters_ = count;
 }
 
 std::vector<pp::ExecutedAction> ModelStage::run_step(std::int64_t step, float loss_scale) {

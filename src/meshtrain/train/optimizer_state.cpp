@@ -136,10 +136,10 @@ bool OptimizerState::unscale_or_skip(ProcessGroup& world) {
   if (!scaler_) return false;
   // Every rank must skip the same step: the flag is the MAX over the whole world (seed 000,
   // §3.3), not over one group.
-  float found = first_non_finite_grad() != nullptr ? 1.0f : 0.0f;
-  world.all_reduce_max(std::span<float>(&found, 1));
+  std::int32_t found = first_non_finite_grad() != nullptr ? 1 : 0;
+  world.all_reduce_max(std::span<std::int32_t>(&found, 1));
   const float scale = static_cast<float>(scaler_->scale());
-  skipped_ = scaler_->update(found > 0.0f);
+  skipped_ = scaler_->update(found > 0);
   if (skipped_) return true;
   for (OptimizerShard& s : zero_->shards()) {
     kernels::scale_inplace(s.grad.f32(), 1.0f / scale, s.grad.numel());

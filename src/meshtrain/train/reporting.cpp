@@ -14,7 +14,6 @@
 #include "meshtrain/core/allocator.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/core/system.h"
-#include "meshtrain/layers/context_attention.h"
 
 namespace meshtrain {
 namespace {
@@ -86,7 +85,7 @@ std::string tensorboard_tag(const std::string& key) {
 
 }  // namespace
 
-CommSnapshot comm_snapshot(const DeviceMesh& mesh) {
+CommSnapshot comm_snapshot(const DeviceMesh& mesh, double attention_s) {
   CommCounter dp = comm_total(mesh.group(Axis::dp));
   if (&mesh.dp_cp_group() != &mesh.group(Axis::dp)) {  // cp > 1: the gradient reduction
     const CommCounter dp_cp = comm_total(mesh.dp_cp_group());
@@ -98,7 +97,7 @@ CommSnapshot comm_snapshot(const DeviceMesh& mesh) {
           .dp = dp,
           .cp = comm_total(mesh.group(Axis::cp)),
           .ep = comm_total(mesh.group(Axis::ep)),
-          .attention_s = attention_core_compute_seconds()};
+          .attention_s = attention_s};
 }
 
 void set_comm_metrics(const CommSnapshot& before, const CommSnapshot& after, StepMetrics& m) {

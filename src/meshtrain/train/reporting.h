@@ -32,9 +32,11 @@ namespace meshtrain {
 /// Bytes and seconds of every operation of each group that StepMetrics reports, so far.
 struct CommSnapshot {
   CommCounter tp, dp, cp, ep;  // dp: the dp group and, under cp, the dp × cp group
-  double attention_s = 0.0;    // attention_core_compute_seconds()
+  double attention_s = 0.0;    // this rank's attention layers' core kernel seconds
 };
-CommSnapshot comm_snapshot(const DeviceMesh& mesh);
+/// The counters of `mesh`'s groups, with `attention_s` as given (the caller sums its
+/// attention layers' counters: PipelineStage::attention_core_seconds).
+CommSnapshot comm_snapshot(const DeviceMesh& mesh, double attention_s);
 /// StepMetrics' *_comm_bytes and *_comm_s: what happened between `before` and `after`.
 void set_comm_metrics(const CommSnapshot& before, const CommSnapshot& after, StepMetrics& m);
 

@@ -313,7 +313,7 @@ StepMetrics Trainer::train_step(std::int64_t step) {
   const std::int64_t misses0 = TrackedAllocator::instance().misses();
   const std::int64_t faults0 = process_minor_faults();
   trace_->open_window();  // the window of the metrics' comm bytes
-  const CommSnapshot comm_before = comm_snapshot(*mesh_);
+  const CommSnapshot comm_before = comm_snapshot(*mesh_, model_->stage().attention_core_seconds());
   const double loss_scale = optim_->loss_scale();  // what this step's backward uses
   const double comm0 = report_->comm_seconds();
   const Gradients g = compute_gradients(step);
@@ -337,7 +337,7 @@ StepMetrics Trainer::train_step(std::int64_t step) {
   m.mfu = m.tokens_per_s * model_->stage().flops_per_token(config_.model.block_size) / peak_flops;
   m.bubble = model_->last_bubble();
   m.peak_bytes = TrackedAllocator::instance().total().peak_bytes;
-  set_comm_metrics(comm_before, comm_snapshot(*mesh_), m);
+  set_comm_metrics(comm_before, comm_snapshot(*mesh_, model_->stage().attention_core_seconds()), m);
   m.dp_comm_exposed_s = optim_->dp_exposed_seconds();
   trace_->close_window();
   // After the step's counters: the metrics' own reductions are not the step's traffic.
@@ -354,9 +354,9 @@ int Trainer::agreed_stop_signal() {
   // A signal reaches the ranks at different moments (mpirun forwards it one rank after the
   // other), or only one rank (`kill` of one pid): the max makes every rank stop after the
   // same step. 4 bytes once per step: µs against a step of ms or more (docs/resilience.md).
-  float sig = static_cast<float>(stop_signal_received());  // signal numbers are exact in f32
-  world_.all_reduce_max(std::span<float>(&sig, 1));
-  return static_cast<int>(sig);
+  std::int32_t sig = stop_signal_received();
+  world_.all_reduce_max(std::span<std::int32_t>(&sig, 1));
+  return sig;
 }
 
 std::vector<StepMetrics> Trainer::run() {

@@ -129,13 +129,13 @@ void Trainer::save_checkpoint(std::int64_t steps_done) {
 void Trainer::stop_for_signal(int sig, std::int64_t steps_done, bool saved) {
   // Who received it, for the message: a user who signalled one rank sees that it was heard.
   const bool mine = stop_signal_received() != 0;
-  float count = mine ? 1.0f : 0.0f;
-  float lowest = mine ? static_cast<float>(world_.size() - world_.rank()) : 0.0f;
-  world_.all_reduce_sum(std::span<float>(&count, 1));
-  world_.all_reduce_max(std::span<float>(&lowest, 1));
+  std::int32_t count = mine ? 1 : 0;
+  std::int32_t lowest = mine ? world_.size() - world_.rank() : 0;
+  world_.all_reduce_sum(std::span<std::int32_t>(&count, 1));
+  world_.all_reduce_max(std::span<std::int32_t>(&lowest, 1));
   Stop stop{.signal = sig,
-            .ranks_signalled = static_cast<int>(count),
-            .first_rank = world_.size() - static_cast<int>(lowest),
+            .ranks_signalled = count,
+            .first_rank = world_.size() - lowest,
             .step = steps_done,
             .checkpoint = {}};
   // checkpoint.dir was checked writable at start-up exactly when one of these is set.
