@@ -69,7 +69,7 @@ Tensor imported_logits(const std::filesystem::path& dir, ProcessGroup& group,
     tokens[i] = i % 3 == 0 ? static_cast<std::int32_t>(kVocab - 1 - i)
                            : static_cast<std::int32_t>(philox_u64(9, 9, i) % kVocab);
   }
-  return model.logits(tokens.data(), kBatch, mc.block_size).clone(MemCategory::other);
+  return model.logits(tokens.data(), kBatch, mc.block_size, {}).clone(MemCategory::other);
 }
 
 TEST(HfImportTp, Gpt2VocabularyFromABf16FilePadsAndMatchesTp1) {

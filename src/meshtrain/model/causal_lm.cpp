@@ -168,10 +168,10 @@ void CausalLm::after_backward(int unit) {
 }
 
 Tensor CausalLm::forward_blocks(const std::int32_t* tokens, const Tensor& x_in, std::int64_t batch,
-                                std::int64_t seq_len) {
+                                std::int64_t seq_len, const MicroBatchContext& ctx) {
   MT_CHECK(seq_len >= 1 && seq_len * cp_.size() <= config_.block_size,
            "sequence length {} × cp {} outside [1, {}]", seq_len, cp_.size(), config_.block_size);
-  State& state = *saved_;
+  State& state = saved_.at(ctx.slot);
   state.batch = SequenceBatch{batch, seq_len};
   Tensor x = x_in;
   if (layout_.has_embedding) {
@@ -181,7 +181,7 @@ Tensor CausalLm::forward_blocks(const std::int32_t* tokens, const Tensor& x_in, 
       MT_CHECK(tokens[i] >= 0 && tokens[i] < config_.vocab_size, "token {} at {} outside vocab {}",
                tokens[i], i, config_.vocab_size);
     }
-    x = embed_->forward(tokens, rows);  // [rows, C], or this rank's rows under SP
+    x = embed_->forward(tokens, rows, ctx);  // [rows, C], or this rank's rows under SP
     if (wpe_) {
       // Under sequence parallelism this rank holds rows [r·rows/tp, (r+1)·rows/tp) of its
       // cp share; a row's position is global (the zigzag split, parallel_groups.h).
@@ -205,35 +205,38 @@ Tensor CausalLm::forward_blocks(const std::int32_t* tokens, const Tensor& x_in, 
     {
       const trace::Scope traced(trace::Kind::block_forward, -1, -1,
                                 static_cast<int>(layout_.first_layer) + static_cast<int>(i));
-      x = blocks_[i]->forward(x, state.batch);
+      x = blocks_[i]->forward(x, state.batch, ctx);
     }
     after_forward(unit);
   }
   return x;
 }
 
-float CausalLm::forward_head(const Tensor& h, const std::int32_t* targets) {
+float CausalLm::forward_head(const Tensor& h, const std::int32_t* targets,
+                             const MicroBatchContext& ctx) {
   MT_CHECK(layout_.has_head, "forward_head on a chunk without the head");
-  State& state = *saved_;
+  State& state = saved_.at(ctx.slot);
   state.forwarded = true;
   const int unit = static_cast<int>(units_.size()) - 1;
   before_forward(unit);
-  const float loss = head_->forward(final_norm_->forward(h, state.batch), targets);
+  const float loss =
+      head_->forward(final_norm_->forward(h, state.batch, ctx), targets, ctx);
   after_forward(unit);
   return loss;
 }
 
-Tensor CausalLm::backward_head(float loss_scale) {
-  MT_CHECK(layout_.has_head && saved_->forwarded, "backward without a forward");
-  saved_->forwarded = false;
+Tensor CausalLm::backward_head(float loss_scale, const MicroBatchContext& ctx) {
+  State& state = saved_.at(ctx.slot);
+  MT_CHECK(layout_.has_head && state.forwarded, "backward without a forward");
+  state.forwarded = false;
   const int unit = static_cast<int>(units_.size()) - 1;
   before_backward(unit);
-  Tensor dh = final_norm_->backward(head_->backward(loss_scale));
+  Tensor dh = final_norm_->backward(head_->backward(loss_scale, ctx), ctx);
   after_backward(unit);
   return dh;
 }
 
-Tensor CausalLm::backward_blocks(const Tensor& dh) {
+Tensor CausalLm::backward_blocks(const Tensor& dh, const MicroBatchContext& ctx) {
   Tensor dx = dh;
   for (std::size_t i = blocks_.size(); i-- > 0;) {
     const int unit = first_block_unit_ + static_cast<int>(i);
@@ -241,54 +244,58 @@ Tensor CausalLm::backward_blocks(const Tensor& dh) {
     {
       const trace::Scope traced(trace::Kind::block_backward, -1, -1,
                                 static_cast<int>(layout_.first_layer) + static_cast<int>(i));
-      dx = blocks_[i]->backward(dx);
+      dx = blocks_[i]->backward(dx, ctx);
     }
     after_backward(unit);
   }
   if (!layout_.has_embedding) {
-    saved_.release();
+    saved_.release(ctx.slot);
     return dx;
   }
   before_backward(0);
-  embed_->backward(dx);
+  embed_->backward(dx, ctx);
   if (wpe_) {
-    const State& state = *saved_;
+    const State& state = saved_.at(ctx.slot);
     kernels::embedding_shard_backward(state.positions.data(), dx.f32(), 0, config_.block_size,
                                       wpe_->grad.f32(), dx.dim(0), config_.n_embd);
   }
   after_backward(0);
-  saved_.release();
+  saved_.release(ctx.slot);
   return Tensor();
 }
 
 float CausalLm::forward(const std::int32_t* tokens, const std::int32_t* targets, std::int64_t batch,
-                        std::int64_t seq_len) {
+                        std::int64_t seq_len, const MicroBatchContext& ctx) {
   MT_CHECK(layout_.has_embedding && layout_.has_head, "forward of a whole model on a chunk");
-  return forward_head(forward_blocks(tokens, Tensor(), batch, seq_len), targets);
+  return forward_head(forward_blocks(tokens, Tensor(), batch, seq_len, ctx), targets, ctx);
 }
 
-void CausalLm::backward(float loss_scale) { backward_blocks(backward_head(loss_scale)); }
+void CausalLm::backward(float loss_scale, const MicroBatchContext& ctx) {
+  backward_blocks(backward_head(loss_scale, ctx), ctx);
+}
 
-Tensor CausalLm::logits(const std::int32_t* tokens, std::int64_t batch, std::int64_t seq_len) {
+Tensor CausalLm::logits(const std::int32_t* tokens, std::int64_t batch, std::int64_t seq_len,
+                        const MicroBatchContext& ctx) {
   MT_CHECK(layout_.has_embedding && layout_.has_head, "logits of a whole model on a chunk");
   MT_CHECK(!tp_.sequence_parallel || (batch * seq_len) % tp_.group.size() == 0,
            "{} tokens cannot be split over {} sequence-parallel ranks", batch * seq_len,
            tp_.group.size());
-  const Tensor h = forward_blocks(tokens, Tensor(), batch, seq_len);
+  const Tensor h = forward_blocks(tokens, Tensor(), batch, seq_len, ctx);
   const int unit = static_cast<int>(units_.size()) - 1;
   before_forward(unit);
-  const Tensor logits = head_->logits(final_norm_->forward(h, saved_->batch));
+  State& state = saved_.at(ctx.slot);
+  const Tensor logits = head_->logits(final_norm_->forward(h, state.batch, ctx));
   after_forward(unit);
-  saved_->forwarded = false;
+  state.forwarded = false;
   return logits;
 }
 
-void CausalLm::discard() {
-  if (embed_) embed_->discard();
-  for (auto& b : blocks_) b->discard();
-  if (final_norm_) final_norm_->discard();
-  if (head_) head_->discard();
-  saved_.release();
+void CausalLm::discard(const MicroBatchContext& ctx) {
+  if (embed_) embed_->discard(ctx);
+  for (auto& b : blocks_) b->discard(ctx);
+  if (final_norm_) final_norm_->discard(ctx);
+  if (head_) head_->discard(ctx);
+  saved_.release(ctx.slot);
 }
 
 void CausalLm::zero_grad() {

@@ -53,7 +53,7 @@ ModelStage::ModelStage(const Config& config, const DeviceMesh& mesh,
   const pp::ScheduleSpec schedule = schedule_of(config);
   executor_ = std::make_unique<pp::PipelineExecutor>(schedule, pp);
   predicted_bubble_ = pp::simulate(schedule).bubble_fraction;
-  runner_ = std::make_unique<StageRunner>(*stage_, train, batching_, *executor_);
+  runner_ = std::make_unique<StageRunner>(*stage_, train, batching_);
   pp::ScheduleSpec eval = schedule;
   eval.pass = pp::Pass::eval;
   eval_executor_ = std::make_unique<pp::PipelineExecutor>(eval, pp);
