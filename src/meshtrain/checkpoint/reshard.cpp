@@ -70,11 +70,11 @@ std::filesystem::path reshard_checkpoint(const std::filesystem::path& src, const
       const auto ep = detached_group(c.dp % shape.ep, shape.ep, "ep");
       std::unique_ptr<PipelineStage> stage;
       {
-        const DeferParameterStorage defer;  // shapes and shards only, no values
         const ParallelGroups groups(TensorParallel{*tp, par.sequence_parallel}, ContextParallel{},
                                     ExpertParallel{ep.get()});
-        stage = std::make_unique<PipelineStage>(
-            target, static_cast<std::uint64_t>(target.training.seed), groups, c.pp);
+        stage = std::make_unique<PipelineStage>(  // shapes and shards only, no values
+            target, static_cast<std::uint64_t>(target.training.seed), groups, c.pp,
+            ParameterStorage::deferred);
       }
       RankSnapshot snapshot{.step = step,
                             .rank = rank,

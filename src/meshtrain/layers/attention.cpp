@@ -31,16 +31,17 @@ Rows rows_of(const std::vector<Tensor>& t, std::int64_t q_width, std::int64_t kv
 }  // namespace
 
 CausalSelfAttention::CausalSelfAttention(const std::string& prefix, const AttentionShape& shape,
-                                         const ParallelGroups& groups, Recompute recompute)
+                                         const ParallelGroups& groups, Recompute recompute,
+                                         ParameterStorage storage)
     : shape_(shape),
       heads_(shape.n_head / groups.tp.group.size()),
       kv_heads_(shape.n_kv_head / groups.tp.group.size()),
       head_dim_(shape.n_embd / shape.n_head),
       recompute_core_(recompute == Recompute::selective),
       cp_(groups.cp),
-      qkv_(qkv_weights(prefix, shape), shape.n_embd, shape.bias, groups.tp),
+      qkv_(qkv_weights(prefix, shape), shape.n_embd, shape.bias, groups.tp, storage),
       out_(prefix + (shape.fused_qkv ? ".c_proj" : ".o_proj"), shape.n_head * head_dim_,
-           shape.n_embd, shape.bias, shape.proj_init_std, groups.tp) {
+           shape.n_embd, shape.bias, shape.proj_init_std, groups.tp, storage) {
   const TensorParallel& tp = groups.tp;
   MT_CHECK(shape.n_head % tp.group.size() == 0 && shape.n_kv_head % tp.group.size() == 0 &&
                shape.n_head % shape.n_kv_head == 0 &&

@@ -43,7 +43,8 @@ class CausalSelfAttention final : public Module {
   /// "selective activation recomputation" of the attention core); none and full keep them
   /// (under full the block discards the whole layer instead).
   CausalSelfAttention(const std::string& prefix, const AttentionShape& shape,
-                      const ParallelGroups& groups, Recompute recompute = Recompute::none);
+                      const ParallelGroups& groups, Recompute recompute = Recompute::none,
+                      ParameterStorage storage = ParameterStorage::allocated);
 
   /// x [tokens, C] (or [tokens/tp, C] under sequence parallelism; tokens = sequences ·
   /// T/cp) → same layout. Keeps, in slot ctx.slot, q, k, v (after rotation;

@@ -26,7 +26,8 @@ struct MlpShape {
 
 class GeluMlp final : public Module {
  public:
-  GeluMlp(const std::string& prefix, const MlpShape& shape, const TensorParallel& tp);
+  GeluMlp(const std::string& prefix, const MlpShape& shape, const TensorParallel& tp,
+          ParameterStorage storage = ParameterStorage::allocated);
   /// x [tokens(/tp), C] → same layout; keeps the pre-activation [tokens, F/tp] in slot
   /// ctx.slot (plus what its linears keep).
   Tensor forward(const Tensor& x, const SequenceBatch& batch,
@@ -47,7 +48,8 @@ class GeluMlp final : public Module {
 
 class SwiGluMlp final : public Module {
  public:
-  SwiGluMlp(const std::string& prefix, const MlpShape& shape, const TensorParallel& tp);
+  SwiGluMlp(const std::string& prefix, const MlpShape& shape, const TensorParallel& tp,
+            ParameterStorage storage = ParameterStorage::allocated);
   /// x [tokens(/tp), C] → same layout; keeps gate and up, [tokens, F/tp] each, in slot
   /// ctx.slot (plus what its linears keep).
   Tensor forward(const Tensor& x, const SequenceBatch& batch,

@@ -16,17 +16,20 @@ namespace meshtrain {
 
 GroupedSwiGluExperts::GroupedSwiGluExperts(const std::string& prefix, std::int64_t first,
                                            std::int64_t count, std::int64_t n_embd,
-                                           std::int64_t hidden, float init_std, float proj_init_std)
+                                           std::int64_t hidden, float init_std, float proj_init_std,
+                                           ParameterStorage storage)
     : n_embd_(n_embd), hidden_(hidden) {
   MT_CHECK(first >= 0 && count >= 1 && n_embd >= 1 && hidden >= 1,
            "{}: experts [{}, +{}) of C={} F={}", prefix, first, count, n_embd, hidden);
   experts_.reserve(static_cast<std::size_t>(count));
   for (std::int64_t j = first; j < first + count; ++j) {
     const std::string e = fmt::format("{}.{}", prefix, j);
-    experts_.push_back(Expert{
-        .w1 = Parameter(e + ".w1.weight", Shape{hidden, n_embd}, InitKind::normal, init_std),
-        .w3 = Parameter(e + ".w3.weight", Shape{hidden, n_embd}, InitKind::normal, init_std),
-        .w2 = Parameter(e + ".w2.weight", Shape{n_embd, hidden}, InitKind::normal, proj_init_std)});
+    experts_.push_back(Expert{.w1 = Parameter(e + ".w1.weight", Shape{hidden, n_embd},
+                                              InitKind::normal, init_std, storage),
+                              .w3 = Parameter(e + ".w3.weight", Shape{hidden, n_embd},
+                                              InitKind::normal, init_std, storage),
+                              .w2 = Parameter(e + ".w2.weight", Shape{n_embd, hidden},
+                                              InitKind::normal, proj_init_std, storage)});
   }
 }
 
@@ -82,8 +85,7 @@ Tensor GroupedSwiGluExperts::backward(const Tensor& d_out, const MicroBatchConte
     Tensor gate = s.gate.rows(begin, end), up = s.up.rows(begin, end);
     kernels::swiglu_backward(gate.f32(), up.f32(), d_act.f32(), gate.f32(), up.f32(), gate.numel());
     Tensor dx = d_packed.rows(begin, end);
-    linear_backward_or_defer(s.x_in[e], ex.w1, gate, dx.f32(), nullptr, {n, n_embd_, hidden_},
-                             ctx);
+    linear_backward_or_defer(s.x_in[e], ex.w1, gate, dx.f32(), nullptr, {n, n_embd_, hidden_}, ctx);
     Tensor dx_up = Tensor::empty({n, n_embd_}, MemCategory::activations);
     linear_backward_or_defer(s.x_in[e], ex.w3, up, dx_up.f32(), nullptr, {n, n_embd_, hidden_},
                              ctx);
@@ -122,16 +124,17 @@ const MoeShape& checked(const std::string& prefix, const MoeShape& s, const MoeO
 }  // namespace
 
 SparseMoeBlock::SparseMoeBlock(const std::string& prefix, const MoeShape& shape,
-                               const MoeOptions& options, ExpertParallel ep, MoeTokenGroup tokens)
+                               const MoeOptions& options, ExpertParallel ep, MoeTokenGroup tokens,
+                               ParameterStorage storage)
     : shape_(checked(prefix, shape, options, ep)),
       options_(options),
       ep_(ep),
       tokens_(tokens),
       gate_(prefix + ".block_sparse_moe.gate.weight", Shape{shape.moe_experts, shape.n_embd},
-            InitKind::normal, shape.init_std),
+            InitKind::normal, shape.init_std, storage),
       experts_(prefix + ".block_sparse_moe.experts", ep.rank() * (shape.moe_experts / ep.size()),
                shape.moe_experts / ep.size(), shape.n_embd, shape.moe_ffn_hidden, shape.init_std,
-               shape.proj_init_std) {
+               shape.proj_init_std, storage) {
   if (ep.size() > 1) {
     for (Parameter* p : experts_.parameters()) p->replicas = ReplicaGroup::expert;
   }

@@ -81,7 +81,7 @@ class GroupedSwiGluExperts {
  public:
   GroupedSwiGluExperts(const std::string& prefix, std::int64_t first, std::int64_t count,
                        std::int64_t n_embd, std::int64_t hidden, float init_std,
-                       float proj_init_std);
+                       float proj_init_std, ParameterStorage storage = ParameterStorage::allocated);
 
   /// packed [rows, C] f32, counts [count] rows per expert (Σ = rows) → [rows, C] f32. Keeps
   /// the rows as each expert's matmul reads them, gate and up [rows, F] f32 and the activation
@@ -129,7 +129,8 @@ class SparseMoeBlock final : public Module {
   /// config reports them first as ConfigErrors. This rank builds experts of its ep rank only.
   /// `tokens`: the ranks sharing this layer's micro-batches (its aux and z losses are theirs).
   SparseMoeBlock(const std::string& prefix, const MoeShape& shape, const MoeOptions& options,
-                 ExpertParallel ep = {}, MoeTokenGroup tokens = {});
+                 ExpertParallel ep = {}, MoeTokenGroup tokens = {},
+                 ParameterStorage storage = ParameterStorage::allocated);
 
   /// x [N, C] f32 → y [N, C] f32. Keeps x, the router's probs [N, E], lse [N], top-k experts
   /// and weights [N, k], the dispatch plan and the experts' packed outputs [rows, C] in the

@@ -17,18 +17,20 @@ void check_same(const Tensor& a, const Tensor& b, const std::string& name, const
 }
 }  // namespace
 
-LayerNorm::LayerNorm(const std::string& prefix, std::int64_t features, bool bias, float eps)
-    : features_(features), eps_(eps), weight_(prefix + ".weight", Shape{features}, InitKind::ones) {
-  if (bias) bias_.emplace(prefix + ".bias", Shape{features}, InitKind::zeros);
+LayerNorm::LayerNorm(const std::string& prefix, std::int64_t features, bool bias, float eps,
+                     ParameterStorage storage)
+    : features_(features),
+      eps_(eps),
+      weight_(prefix + ".weight", Shape{features}, InitKind::ones, 0.0f, storage) {
+  if (bias) bias_.emplace(prefix + ".bias", Shape{features}, InitKind::zeros, 0.0f, storage);
 }
 
 Tensor LayerNorm::forward(const Tensor& x, const SequenceBatch& /*batch*/,
-                        const MicroBatchContext& ctx) {
+                          const MicroBatchContext& ctx) {
   return run_forward(x, nullptr, ctx);
 }
 
-Tensor LayerNorm::forward_residual(Tensor& branch, const Tensor& x,
-                                 const MicroBatchContext& ctx) {
+Tensor LayerNorm::forward_residual(Tensor& branch, const Tensor& x, const MicroBatchContext& ctx) {
   check_same(branch, x, weight_.name, "residual branch");
   return run_forward(x, &branch, ctx);
 }
@@ -62,13 +64,13 @@ Tensor LayerNorm::backward(const Tensor& dy, const MicroBatchContext& ctx) {
 }
 
 Tensor LayerNorm::backward_residual(const Tensor& dy, const Tensor& d_residual,
-                                  const MicroBatchContext& ctx) {
+                                    const MicroBatchContext& ctx) {
   check_same(d_residual, dy, weight_.name, "residual grad");
   return run_backward(dy, &d_residual, ctx);
 }
 
 Tensor LayerNorm::run_backward(const Tensor& dy, const Tensor* d_residual,
-                              const MicroBatchContext& ctx) {
+                               const MicroBatchContext& ctx) {
   const State s = saved_.take(ctx.slot, weight_.name);  // freed on return
   MT_CHECK(dy.shape() == s.x.shape(), "{}: grad {} expected {}", weight_.name,
            to_string(dy.shape()), to_string(s.x.shape()));
@@ -86,18 +88,18 @@ ParameterList LayerNorm::parameters() {
   return out;
 }
 
-RmsNorm::RmsNorm(const std::string& prefix, std::int64_t features, float eps)
+RmsNorm::RmsNorm(const std::string& prefix, std::int64_t features, float eps,
+                 ParameterStorage storage)
     : features_(features),
       eps_(eps),
-      weight_(prefix + ".weight", Shape{features}, InitKind::ones) {}
+      weight_(prefix + ".weight", Shape{features}, InitKind::ones, 0.0f, storage) {}
 
 Tensor RmsNorm::forward(const Tensor& x, const SequenceBatch& /*batch*/,
                         const MicroBatchContext& ctx) {
   return run_forward(x, nullptr, ctx);
 }
 
-Tensor RmsNorm::forward_residual(Tensor& branch, const Tensor& x,
-                                 const MicroBatchContext& ctx) {
+Tensor RmsNorm::forward_residual(Tensor& branch, const Tensor& x, const MicroBatchContext& ctx) {
   check_same(branch, x, weight_.name, "residual branch");
   return run_forward(x, &branch, ctx);
 }
@@ -132,7 +134,7 @@ Tensor RmsNorm::backward_residual(const Tensor& dy, const Tensor& d_residual,
 }
 
 Tensor RmsNorm::run_backward(const Tensor& dy, const Tensor* d_residual,
-                              const MicroBatchContext& ctx) {
+                             const MicroBatchContext& ctx) {
   const State s = saved_.take(ctx.slot, weight_.name);  // freed on return
   MT_CHECK(dy.shape() == s.x.shape(), "{}: grad {} expected {}", weight_.name,
            to_string(dy.shape()), to_string(s.x.shape()));

@@ -31,7 +31,8 @@ class ResidualNorm : public Module {
 class LayerNorm final : public ResidualNorm {
  public:
   /// `<prefix>.weight` [C] = 1 and, with bias, `<prefix>.bias` [C] = 0.
-  LayerNorm(const std::string& prefix, std::int64_t features, bool bias, float eps);
+  LayerNorm(const std::string& prefix, std::int64_t features, bool bias, float eps,
+            ParameterStorage storage = ParameterStorage::allocated);
 
   /// x [rows, C] → [rows, C]; keeps x, mean and rstd [rows] in slot ctx.slot.
   Tensor forward(const Tensor& x, const SequenceBatch& batch,
@@ -59,7 +60,8 @@ class LayerNorm final : public ResidualNorm {
 class RmsNorm final : public ResidualNorm {
  public:
   /// `<prefix>.weight` [C] = 1 (Hugging Face LlamaRMSNorm).
-  RmsNorm(const std::string& prefix, std::int64_t features, float eps);
+  RmsNorm(const std::string& prefix, std::int64_t features, float eps,
+          ParameterStorage storage = ParameterStorage::allocated);
 
   /// x [rows, C] → [rows, C]; keeps x and rstd [rows] in slot ctx.slot.
   Tensor forward(const Tensor& x, const SequenceBatch& batch,

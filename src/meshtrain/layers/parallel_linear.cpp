@@ -9,7 +9,7 @@ namespace meshtrain {
 
 ColumnParallelLinear::ColumnParallelLinear(std::vector<ColumnWeight> weights,
                                            std::int64_t in_features, bool bias,
-                                           const TensorParallel& tp)
+                                           const TensorParallel& tp, ParameterStorage storage)
     : in_(in_features), tp_(tp) {
   const int r = tp.group.rank(), n = tp.group.size();
   for (const ColumnWeight& w : weights) {
@@ -19,11 +19,11 @@ ColumnParallelLinear::ColumnParallelLinear(std::vector<ColumnWeight> weights,
     Shard s{.out_local = w.out_features / n,
             .weight = Parameter(w.prefix + ".weight",
                                 even_shard({w.out_features, in_features}, 0, r, n, w.parts),
-                                InitKind::normal, w.init_std),
+                                InitKind::normal, w.init_std, storage),
             .bias = std::nullopt};
     if (bias) {
       s.bias.emplace(w.prefix + ".bias", even_shard({w.out_features}, 0, r, n, w.parts),
-                     InitKind::zeros);
+                     InitKind::zeros, 0.0f, storage);
     }
     shards_.push_back(std::move(s));
   }
@@ -94,21 +94,22 @@ ParameterList ColumnParallelLinear::parameters() {
 
 RowParallelLinear::RowParallelLinear(const std::string& prefix, std::int64_t in_features,
                                      std::int64_t out_features, bool bias, float init_std,
-                                     const TensorParallel& tp)
+                                     const TensorParallel& tp, ParameterStorage storage)
     : in_local_(in_features / tp.group.size()),
       out_(out_features),
       tp_(tp),
       weight_(prefix + ".weight",
               even_shard({out_features, in_features}, 1, tp.group.rank(), tp.group.size()),
-              InitKind::normal, init_std) {
+              InitKind::normal, init_std, storage) {
   MT_CHECK(in_features % tp.group.size() == 0,
            "{}: {} input features cannot be split over {} ranks of {}", prefix, in_features,
            tp.group.size(), tp.group.name());
-  if (bias) bias_.emplace(prefix + ".bias", Shape{out_features}, InitKind::zeros);
+  if (bias) bias_.emplace(prefix + ".bias", Shape{out_features}, InitKind::zeros, 0.0f, storage);
 }
 
 void RowParallelLinear::keep_input(const Tensor& x, const MicroBatchContext& ctx) {
-  saved_.at(ctx.slot).x = matmul_input(x, weight_);  // as forward keeps it (16-bit under mixed precision)
+  // As forward keeps it (16-bit under mixed precision).
+  saved_.at(ctx.slot).x = matmul_input(x, weight_);
 }
 
 Tensor RowParallelLinear::forward(const Tensor& x, const MicroBatchContext& ctx) {
@@ -129,7 +130,8 @@ Tensor RowParallelLinear::forward(const Tensor& x, const MicroBatchContext& ctx)
 }
 
 Tensor RowParallelLinear::backward(const Tensor& dy, const MicroBatchContext& ctx) {
-  const Tensor x = saved_.take(ctx.slot, weight_.name).x;  // freed on return, unless a W task keeps it
+  // Freed on return, unless a W task keeps it.
+  const Tensor x = saved_.take(ctx.slot, weight_.name).x;
   if (bias_) {  // from dY as this rank holds it (all tokens, or its own under SP)
     for (std::int64_t t = 0; t < dy.dim(0); ++t) {
       kernels::add_inplace(bias_->grad.f32(), dy.f32() + t * out_, out_);

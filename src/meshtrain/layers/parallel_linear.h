@@ -44,7 +44,8 @@ struct ColumnWeight {
 class ColumnParallelLinear {
  public:
   ColumnParallelLinear(std::vector<ColumnWeight> weights, std::int64_t in_features, bool bias,
-                       const TensorParallel& tp);
+                       const TensorParallel& tp,
+                       ParameterStorage storage = ParameterStorage::allocated);
 
   /// x [tokens, in] replicated over tp, or [tokens/tp, in] under sequence parallelism → one
   /// output per weight, [tokens, out_i/tp] (this rank's features of each part, part by part).
@@ -88,7 +89,8 @@ class RowParallelLinear {
   /// `<prefix>.weight` shard [out, in/tp] = columns [r·in/tp, (r+1)·in/tp) of the logical
   /// weight; `<prefix>.bias` [out] replicated over tp (added once, after the reduction).
   RowParallelLinear(const std::string& prefix, std::int64_t in_features, std::int64_t out_features,
-                    bool bias, float init_std, const TensorParallel& tp);
+                    bool bias, float init_std, const TensorParallel& tp,
+                    ParameterStorage storage = ParameterStorage::allocated);
 
   /// x [tokens, in/tp] (this rank's input features) → [tokens, out] replicated over tp, or
   /// [tokens/tp, out] (this rank's rows) under sequence parallelism. Keeps x for backward, in

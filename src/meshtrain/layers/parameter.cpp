@@ -71,24 +71,19 @@ std::vector<ShardRun> runs_of(const ShardSlice& s) {
   return out;
 }
 
-Parameter::Parameter(std::string name_, Shape shape, InitKind init_, float init_std_)
-    : Parameter(std::move(name_), whole(shape), init_, init_std_) {}
+Parameter::Parameter(std::string name_, Shape shape, InitKind init_, float init_std_,
+                     ParameterStorage storage)
+    : Parameter(std::move(name_), whole(shape), init_, init_std_, storage) {}
 
-namespace {
-thread_local int deferred_scopes = 0;
-}  // namespace
-
-DeferParameterStorage::DeferParameterStorage() { ++deferred_scopes; }
-DeferParameterStorage::~DeferParameterStorage() { --deferred_scopes; }
-
-Parameter::Parameter(std::string name_, ShardSlice shard_, InitKind init_, float init_std_)
+Parameter::Parameter(std::string name_, ShardSlice shard_, InitKind init_, float init_std_,
+                     ParameterStorage storage)
     : name(std::move(name_)),
       init(init_),
       init_std(init_std_),
       weight_decay(shard_.logical_shape.size() >= 2),
       shard(std::move(shard_)) {
   const Shape shape = checked_local_shape(shard);
-  if (deferred_scopes > 0) return;
+  if (storage == ParameterStorage::deferred) return;
   value = Tensor::zeros(shape, MemCategory::params);
   grad = Tensor::zeros(shape, MemCategory::grads);
 }

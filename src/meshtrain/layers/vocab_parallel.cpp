@@ -11,15 +11,15 @@
 namespace meshtrain {
 
 Parameter vocab_shard_parameter(const std::string& name, std::int64_t vocab, std::int64_t n_embd,
-                                float init_std, const ProcessGroup& tp) {
+                                float init_std, const ProcessGroup& tp, ParameterStorage storage) {
   return Parameter(name, even_shard({vocab, n_embd}, 0, tp.rank(), tp.size()), InitKind::normal,
-                   init_std);
+                   init_std, storage);
 }
 
 VocabParallelEmbedding::VocabParallelEmbedding(const std::string& name, std::int64_t vocab,
                                                std::int64_t n_embd, float init_std,
-                                               const TensorParallel& tp)
-    : tp_(tp), weight_(vocab_shard_parameter(name, vocab, n_embd, init_std, tp.group)) {}
+                                               const TensorParallel& tp, ParameterStorage storage)
+    : tp_(tp), weight_(vocab_shard_parameter(name, vocab, n_embd, init_std, tp.group, storage)) {}
 
 Tensor VocabParallelEmbedding::forward(const std::int32_t* ids, std::int64_t tokens,
                                        const MicroBatchContext& ctx) {

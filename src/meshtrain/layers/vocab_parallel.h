@@ -22,12 +22,14 @@ namespace meshtrain {
 
 /// The [V, C] table parameter `name` as this rank's padded shard [ceil(V/tp), C], N(0, std²).
 Parameter vocab_shard_parameter(const std::string& name, std::int64_t vocab, std::int64_t n_embd,
-                                float init_std, const ProcessGroup& tp);
+                                float init_std, const ProcessGroup& tp,
+                                ParameterStorage storage = ParameterStorage::allocated);
 
 class VocabParallelEmbedding {
  public:
   VocabParallelEmbedding(const std::string& name, std::int64_t vocab, std::int64_t n_embd,
-                         float init_std, const TensorParallel& tp);
+                         float init_std, const TensorParallel& tp,
+                         ParameterStorage storage = ParameterStorage::allocated);
 
   /// ids [tokens] i32 in [0, V), the same on every tp rank → [tokens, C], or this rank's rows
   /// [tokens/tp, C] under sequence parallelism: each rank looks up the ids of its shard (zero

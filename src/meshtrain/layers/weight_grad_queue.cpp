@@ -54,8 +54,7 @@ void linear_backward_or_defer(const Tensor& x, Parameter& weight, const Tensor& 
   if (dtype == DType::f32) {
     kernels::linear_backward(x.f32(), weight.value.f32(), dy.f32(), dx, dw, db, dims);
     if (queue != nullptr) {
-      queue->push(ctx.slot,
-                  WeightGradTask{.x = x, .dy = dy, .weight = &weight, .dims = dims});
+      queue->push(ctx.slot, WeightGradTask{.x = x, .dy = dy, .weight = &weight, .dims = dims});
     }
     return;
   }
@@ -65,8 +64,7 @@ void linear_backward_or_defer(const Tensor& x, Parameter& weight, const Tensor& 
   const Tensor dy_16 = dy.to(dtype, MemCategory::activations);
   kernels::linear_backward_16bit(x.u16(), weight.value.u16(), dy_16.u16(), dx, dw, dims, dtype);
   if (queue != nullptr) {
-    queue->push(ctx.slot,
-                WeightGradTask{.x = x, .dy = dy_16, .weight = &weight, .dims = dims});
+    queue->push(ctx.slot, WeightGradTask{.x = x, .dy = dy_16, .weight = &weight, .dims = dims});
   }
 }
 

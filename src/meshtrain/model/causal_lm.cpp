@@ -24,16 +24,17 @@ std::string embedding_name(const ModelConfig& c) {
   return is_llama(c) ? "model.embed_tokens.weight" : "transformer.wte.weight";
 }
 
-std::unique_ptr<Module> norm(const ModelConfig& c, const std::string& prefix) {
+std::unique_ptr<Module> norm(const ModelConfig& c, const std::string& prefix,
+                             ParameterStorage storage) {
   const auto eps = static_cast<float>(c.norm_eps);
-  if (is_llama(c)) return std::make_unique<RmsNorm>(prefix, c.n_embd, eps);
-  return std::make_unique<LayerNorm>(prefix, c.n_embd, c.bias, eps);
+  if (is_llama(c)) return std::make_unique<RmsNorm>(prefix, c.n_embd, eps, storage);
+  return std::make_unique<LayerNorm>(prefix, c.n_embd, c.bias, eps, storage);
 }
 
 // Block i's MoE feed-forward (Mixtral names under `prefix`), or nullptr when block i is dense.
 std::unique_ptr<SparseMoeBlock> moe_mlp(const ModelConfig& c, std::int64_t i,
                                         const std::string& prefix, const ParallelGroups& groups,
-                                        float init_std, float proj_std) {
+                                        float init_std, float proj_std, ParameterStorage storage) {
   if (c.moe_experts < 1 || i % c.moe_layer_freq != 0) return nullptr;
   const MoeShape shape{.n_embd = c.n_embd,
                        .moe_experts = c.moe_experts,
@@ -45,12 +46,13 @@ std::unique_ptr<SparseMoeBlock> moe_mlp(const ModelConfig& c, std::int64_t i,
                            .moe_token_drop_policy = layer_moe_drop_policy(c.moe_token_drop_policy),
                            .moe_aux_loss_coeff = c.moe_aux_loss_coeff,
                            .moe_z_loss_coeff = c.moe_z_loss_coeff};
-  return std::make_unique<SparseMoeBlock>(prefix, shape, options, groups.ep, groups.moe_tokens);
+  return std::make_unique<SparseMoeBlock>(prefix, shape, options, groups.ep, groups.moe_tokens,
+                                          storage);
 }
 
 std::unique_ptr<TransformerBlock> block(const ModelConfig& c, std::int64_t i,
                                         const ParallelGroups& groups, Recompute recompute,
-                                        std::vector<MoeLayerRef>& moe) {
+                                        ParameterStorage storage, std::vector<MoeLayerRef>& moe) {
   const TensorParallel& tp = groups.tp;
   const bool llama = is_llama(c);
   const auto init_std = static_cast<float>(c.init_std);
@@ -74,28 +76,29 @@ std::unique_ptr<TransformerBlock> block(const ModelConfig& c, std::int64_t i,
                      .proj_init_std = proj_std};
   if (llama) {
     const std::string p = fmt::format("model.layers.{}", i);
-    std::unique_ptr<Module> ffn = moe_mlp(c, i, p, groups, init_std, proj_std);
+    std::unique_ptr<Module> ffn = moe_mlp(c, i, p, groups, init_std, proj_std, storage);
     if (ffn) {
       moe.push_back({i, static_cast<SparseMoeBlock*>(ffn.get())});
     } else {
-      ffn = std::make_unique<SwiGluMlp>(p + ".mlp", mlp, tp);
+      ffn = std::make_unique<SwiGluMlp>(p + ".mlp", mlp, tp, storage);
     }
     return std::make_unique<TransformerBlock>(
-        norm(c, p + ".input_layernorm"),
-        std::make_unique<CausalSelfAttention>(p + ".self_attn", attn, groups, recompute),
-        norm(c, p + ".post_attention_layernorm"), std::move(ffn), recompute);
+        norm(c, p + ".input_layernorm", storage),
+        std::make_unique<CausalSelfAttention>(p + ".self_attn", attn, groups, recompute, storage),
+        norm(c, p + ".post_attention_layernorm", storage), std::move(ffn), recompute);
   }
   const std::string p = fmt::format("transformer.h.{}", i);
   return std::make_unique<TransformerBlock>(
-      norm(c, p + ".ln_1"),
-      std::make_unique<CausalSelfAttention>(p + ".attn", attn, groups, recompute),
-      norm(c, p + ".ln_2"), std::make_unique<GeluMlp>(p + ".mlp", mlp, tp), recompute);
+      norm(c, p + ".ln_1", storage),
+      std::make_unique<CausalSelfAttention>(p + ".attn", attn, groups, recompute, storage),
+      norm(c, p + ".ln_2", storage), std::make_unique<GeluMlp>(p + ".mlp", mlp, tp, storage),
+      recompute);
 }
 
 }  // namespace
 
 CausalLm::CausalLm(const ModelConfig& config, std::uint64_t seed, const ParallelGroups& groups,
-                   const ChunkLayout& layout, Recompute recompute)
+                   const ChunkLayout& layout, Recompute recompute, ParameterStorage storage)
     : config_(config), tp_(groups.tp), cp_(groups.cp), layout_(layout) {
   const TensorParallel& tp = groups.tp;
   MT_CHECK(config.vocab_size > 0, "vocab_size must be known before building the model");
@@ -108,26 +111,27 @@ CausalLm::CausalLm(const ModelConfig& config, std::uint64_t seed, const Parallel
   const auto init_std = static_cast<float>(config.init_std);
   if (layout_.has_embedding) {
     embed_ = std::make_unique<VocabParallelEmbedding>(embedding_name(config), config.vocab_size,
-                                                      config.n_embd, init_std, tp);
+                                                      config.n_embd, init_std, tp, storage);
     params_.push_back(&embed_->weight());
     if (!llama) {
       wpe_.emplace("transformer.wpe.weight", Shape{config.block_size, config.n_embd},
-                   InitKind::normal, init_std);
+                   InitKind::normal, init_std, storage);
       params_.push_back(&*wpe_);
     }
   }
   for (std::int64_t i = layout_.first_layer; i < layout_.first_layer + layout_.num_layers; ++i) {
-    blocks_.push_back(block(config, i, groups, recompute, moe_));
+    blocks_.push_back(block(config, i, groups, recompute, storage, moe_));
     for (Parameter* p : blocks_.back()->parameters()) params_.push_back(p);
   }
   if (layout_.has_head) {
-    final_norm_ = norm(config, llama ? "model.norm" : "transformer.ln_f");
+    final_norm_ = norm(config, llama ? "model.norm" : "transformer.ln_f", storage);
     for (Parameter* p : final_norm_->parameters()) params_.push_back(p);
     if (llama || !layout_.has_embedding) {
       // llama's own head, or gpt2's tied embedding on a later pipeline stage: a copy with the
       // embedding's name and initial values, its gradient summed with the embedding's.
       lm_head_.emplace(vocab_shard_parameter(llama ? "lm_head.weight" : embedding_name(config),
-                                             config.vocab_size, config.n_embd, init_std, tp.group));
+                                             config.vocab_size, config.n_embd, init_std, tp.group,
+                                             storage));
       lm_head_->tied_copy = !llama;
       params_.push_back(&*lm_head_);
     }
@@ -219,8 +223,7 @@ float CausalLm::forward_head(const Tensor& h, const std::int32_t* targets,
   state.forwarded = true;
   const int unit = static_cast<int>(units_.size()) - 1;
   before_forward(unit);
-  const float loss =
-      head_->forward(final_norm_->forward(h, state.batch, ctx), targets, ctx);
+  const float loss = head_->forward(final_norm_->forward(h, state.batch, ctx), targets, ctx);
   after_forward(unit);
   return loss;
 }

@@ -59,9 +59,11 @@ class CausalLm {
   /// the residual projections c_proj (GPT-2 §2.3); zeros for biases, ones for norm weights.
   /// `recompute` (training.recompute): selective, every attention recomputes its core in
   /// backward (CausalSelfAttention); full, every block keeps only its input and recomputes
-  /// itself (TransformerBlock).
+  /// itself (TransformerBlock). `storage` deferred: the parameters get neither values nor
+  /// gradients (ZeRO-3 materialises each rank's slice; a parameter table needs none).
   CausalLm(const ModelConfig& config, std::uint64_t seed, const ParallelGroups& groups,
-           const ChunkLayout& layout = {}, Recompute recompute = Recompute::none);
+           const ChunkLayout& layout = {}, Recompute recompute = Recompute::none,
+           ParameterStorage storage = ParameterStorage::allocated);
 
   /// tokens, targets [batch, T] i32 (T ≤ block_size; the same on every tp rank; under context
   /// parallelism T is the local length T/cp and the rows are this cp rank's zigzag share) → mean

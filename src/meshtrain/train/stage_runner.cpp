@@ -138,8 +138,8 @@ Tensor EvalRunner::forward(int microbatch, int chunk, int slot, const Tensor& in
   return h;
 }
 
-Tensor EvalRunner::backward(int microbatch, int chunk, int /*slot*/,
-                            const Tensor& /*grad_output*/, bool /*weight_grads*/) {
+Tensor EvalRunner::backward(int microbatch, int chunk, int /*slot*/, const Tensor& /*grad_output*/,
+                            bool /*weight_grads*/) {
   MT_CHECK(false, "evaluation runs no backward (asked for micro-batch {}, chunk {})", microbatch,
            chunk);
   return Tensor();

@@ -86,7 +86,8 @@ std::vector<ExecutedAction> PipelineExecutor::run_step(StageRunner& runner) {
         const Key in{false, a.microbatch, a.chunk};
         const Tensor input = inputs.count(in) ? inputs[in] : Tensor();
         inputs.erase(in);
-        outputs[{false, a.microbatch, a.chunk}] = runner.forward(a.microbatch, a.chunk, slot, input);
+        outputs[{false, a.microbatch, a.chunk}] =
+            runner.forward(a.microbatch, a.chunk, slot, input);
         break;
       }
       case ActionKind::backward:
