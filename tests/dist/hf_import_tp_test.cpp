@@ -69,7 +69,7 @@ Tensor imported_logits(const std::filesystem::path& dir, ProcessGroup& group,
     tokens[i] = i % 3 == 0 ? static_cast<std::int32_t>(kVocab - 1 - i)
                            : static_cast<std::int32_t>(philox_u64(9, 9, i) % kVocab);
   }
-  return model.logits(tokens.data(), kBatch, mc.block_size).clone(MemCategory::other);
+  return model.logits(tokens.data(), kBatch, mc.block_size, {}).clone(MemCategory::other);
 }
 
 TEST(HfImportTp, Gpt2VocabularyFromABf16FilePadsAndMatchesTp1) {
@@ -91,8 +91,8 @@ TEST(HfImportTp, Gpt2VocabularyFromABf16FilePadsAndMatchesTp1) {
   ASSERT_EQ(shard.size(), 1u);
   ASSERT_EQ(shard[0].shape(), (Shape{rows, 16}));
   HfImport whole(dir, narrow_gpt2());
-  const DeferParameterStorage defer;
-  const Parameter logical("transformer.wte.weight", Shape{kVocab, 16}, InitKind::zeros);
+  const Parameter logical("transformer.wte.weight", Shape{kVocab, 16}, InitKind::zeros, 0.0f,
+                          ParameterStorage::deferred);
   std::vector<float> file(static_cast<std::size_t>(kVocab * 16));
   whole.fill(logical, 0, kVocab * 16, file.data());
   std::int64_t mismatched = 0, padding_nonzero = 0;

@@ -41,8 +41,8 @@ Result run_bf16(ModelFamily family, ProcessGroup& group, bool sequence_parallel)
     targets[i] = static_cast<std::int32_t>((tokens[i] * 5 + 1) % 65);
   }
   Result r;
-  r.loss = model.forward(tokens.data(), targets.data(), kBatch, T);
-  model.backward(1.0f);
+  r.loss = model.forward(tokens.data(), targets.data(), kBatch, T, {});
+  model.backward(1.0f, {});
   for (Parameter* p : model.parameters()) {
     // Under SP a replicated parameter's gradient is this rank's tokens' part (the trainer sums
     // it over tp once per step).

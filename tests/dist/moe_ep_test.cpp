@@ -91,9 +91,9 @@ TEST_P(MoeExpertParallel, EachRankGetsTheOneRankLayerOnItsTokens) {
   const Tensor x = tokens_of(me, c.skewed);
   Tensor dy = tokens_of(me + 100, false);
   world->reset_counters();
-  const Tensor y = parallel.forward(x, batch);
+  const Tensor y = parallel.forward(x, batch, {});
   const std::int64_t forward_bytes = world->counter(CommOp::all_to_all).bytes;
-  const Tensor dx = parallel.backward(dy);
+  const Tensor dx = parallel.backward(dy, {});
   const std::int64_t backward_bytes = world->counter(CommOp::all_to_all).bytes - forward_bytes;
 
   // The reference: the one-rank layer on each rank's tokens in turn; its expert gradients
@@ -105,8 +105,8 @@ TEST_P(MoeExpertParallel, EachRankGetsTheOneRankLayerOnItsTokens) {
   const std::int64_t L = kE / ep;
   for (int r = 0; r < ep; ++r) {
     for (Parameter* p : single.parameters()) p->grad.fill(0.0f);
-    const Tensor ry = single.forward(tokens_of(r, c.skewed), batch);
-    const Tensor rdx = single.backward(tokens_of(r + 100, false));
+    const Tensor ry = single.forward(tokens_of(r, c.skewed), batch, {});
+    const Tensor rdx = single.backward(tokens_of(r + 100, false), {});
     for (std::int64_t e = me * L; e < (me + 1) * L; ++e) {
       to_my_experts += single.stats().tokens_per_expert[static_cast<std::size_t>(e)];
     }

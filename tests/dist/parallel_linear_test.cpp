@@ -67,8 +67,8 @@ struct Reference {
       initialize(*p, kSeed);
       if (p->init == InitKind::zeros) p->value.fill(0.5f);
     }
-    y = linear.forward(x)[0];
-    dx = linear.backward(std::span<const Tensor>(&dy, 1));
+    y = linear.forward(x, {})[0];
+    dx = linear.backward(std::span<const Tensor>(&dy, 1), {});
   }
 };
 
@@ -87,10 +87,10 @@ TEST_P(ParallelLinear, ColumnParallelMatchesPlainLayer) {
   expect_bitwise(params[0]->value, ref.weight().value.rows(o0, o1), "weight shard = slice");
   params[1]->value.fill(0.5f);
 
-  const Tensor y = layer.forward(sp ? ref.x.rows(t0, t1) : ref.x)[0];
+  const Tensor y = layer.forward(sp ? ref.x.rows(t0, t1) : ref.x, {})[0];
   expect_near(y, cols(ref.y, o0, o1), "y");
   const Tensor dy = cols(ref.dy, o0, o1);
-  const Tensor dx = layer.backward(std::span<const Tensor>(&dy, 1));
+  const Tensor dx = layer.backward(std::span<const Tensor>(&dy, 1), {});
   expect_near(dx, sp ? ref.dx.rows(t0, t1) : ref.dx, "dx");
   expect_near(params[0]->grad, ref.weight().grad.rows(o0, o1), "dW");
   expect_near(params[1]->grad, ref.bias().grad.rows(o0, o1), "db");
@@ -109,9 +109,9 @@ TEST_P(ParallelLinear, RowParallelMatchesPlainLayer) {
   expect_bitwise(params[0]->value, cols(ref.weight().value, i0, i1), "weight shard = slice");
   params[1]->value.fill(0.5f);
 
-  const Tensor y = layer.forward(cols(ref.x, i0, i1));
+  const Tensor y = layer.forward(cols(ref.x, i0, i1), {});
   expect_near(y, sp ? ref.y.rows(t0, t1) : ref.y, "y");
-  const Tensor dx = layer.backward(sp ? ref.dy.rows(t0, t1) : ref.dy);
+  const Tensor dx = layer.backward(sp ? ref.dy.rows(t0, t1) : ref.dy, {});
   expect_near(dx, cols(ref.dx, i0, i1), "dx");
   expect_near(params[0]->grad, cols(ref.weight().grad, i0, i1), "dW");
   // The replicated bias: full without SP; under SP this rank's tokens only (summed over tp
@@ -135,10 +135,10 @@ TEST_P(ParallelLinear, ColumnParallelWithPartsAndTwoWeightsMatchesPlainLayers) {
   for (Parameter* p : plain.parameters()) initialize(*p, kSeed);
   for (Parameter* p : layer.parameters()) initialize(*p, kSeed);
   const Tensor x = random({kTokens, kIn}, "x");
-  const std::vector<Tensor> ys_full = plain.forward(x);
+  const std::vector<Tensor> ys_full = plain.forward(x, {});
   const std::vector<Tensor> dys_full{random({kTokens, kOut}, "dy0"),
                                      random({kTokens, kOut}, "dy1")};
-  const Tensor dx_full = plain.backward(dys_full);
+  const Tensor dx_full = plain.backward(dys_full, {});
 
   // The rows of this rank: per part of `block` rows, [r·block/n, (r+1)·block/n).
   auto shard_rows = [&](const Tensor& t, std::int64_t parts, bool transpose_cols) {
@@ -167,11 +167,11 @@ TEST_P(ParallelLinear, ColumnParallelWithPartsAndTwoWeightsMatchesPlainLayers) {
                  "fused shard = per-part slice");
   expect_bitwise(mine[1]->value, shard_rows(ref[1]->value, 1, false), "other shard = slice");
 
-  const std::vector<Tensor> ys = layer.forward(sp ? x.rows(t0, t1) : x);
+  const std::vector<Tensor> ys = layer.forward(sp ? x.rows(t0, t1) : x, {});
   expect_near(ys[0], shard_rows(ys_full[0], 3, true), "y fused");
   expect_near(ys[1], shard_rows(ys_full[1], 1, true), "y other");
   const std::vector<Tensor> dys{shard_rows(dys_full[0], 3, true), shard_rows(dys_full[1], 1, true)};
-  const Tensor dx = layer.backward(dys);
+  const Tensor dx = layer.backward(dys, {});
   expect_near(dx, sp ? dx_full.rows(t0, t1) : dx_full, "dx (sum of both weights' dX)");
   expect_near(mine[0]->grad, shard_rows(ref[0]->grad, 3, false), "dW fused");
   expect_near(mine[1]->grad, shard_rows(ref[1]->grad, 1, false), "dW other");

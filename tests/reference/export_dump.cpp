@@ -77,7 +77,7 @@ int run(const std::filesystem::path& out, const std::string& variant) {
         static_cast<std::int32_t>(philox_u64(kSeed, stream, static_cast<std::uint64_t>(i)) %
                                   static_cast<std::uint64_t>(mc.vocab_size));
   }
-  const Tensor logits = model.logits(tokens.i32(), kBatch, T).clone(MemCategory::other);
+  const Tensor logits = model.logits(tokens.i32(), kBatch, T, {}).clone(MemCategory::other);
 
   std::filesystem::create_directories(out / "ckpt");
   write_safetensors(out / "ckpt" / "model.safetensors", params, {{"format", "meshtrain-model-v1"}});

@@ -69,7 +69,7 @@ int run(const Args& args) {
         static_cast<std::int32_t>(philox_u64(kSeed, stream, static_cast<std::uint64_t>(i)) %
                                   static_cast<std::uint64_t>(mc.vocab_size));
   }
-  const Tensor logits = model.logits(tokens.i32(), kBatch, T).clone(MemCategory::other);
+  const Tensor logits = model.logits(tokens.i32(), kBatch, T, {}).clone(MemCategory::other);
   write_safetensors(out, {{"tokens", tokens}, {"logits", logits}},
                     {{"init_from", init_from}, {"generator", "tests/reference/hf_init_dump.cpp"}});
   if (!args.checkpoint_dir.empty()) {

@@ -82,10 +82,10 @@ int run(const std::string& out_path, const std::string& variant) {
   const Tensor R = random({kTokens, shape.n_embd}, "moe_reference.R");
   out.push_back({"x", x});
   out.push_back({"R", R});
-  out.push_back({"out", layer.forward(x, {kBatch, kSeqLen}).clone(MemCategory::other)});
+  out.push_back({"out", layer.forward(x, {kBatch, kSeqLen}, {}).clone(MemCategory::other)});
   out.push_back({"logits", layer.last_logits().clone(MemCategory::other)});
   const MoeStats stats = layer.stats();
-  out.push_back({"grad.x", layer.backward(R).clone(MemCategory::other)});
+  out.push_back({"grad.x", layer.backward(R, {}).clone(MemCategory::other)});
   for (const Parameter* p : layer.parameters()) {
     out.push_back({"grad." + p->name, p->grad.clone(MemCategory::other)});
   }

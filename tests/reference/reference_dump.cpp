@@ -109,14 +109,14 @@ int run(const std::string& out_path, const std::string& variant, ProcessGroup& s
   out.push_back({"targets", targets});
 
   // logits() before forward(): both run the trunk, and backward needs forward's state.
-  out.push_back({"logits", model.logits(tokens.i32(), kBatch, T).clone(MemCategory::other)});
+  out.push_back({"logits", model.logits(tokens.i32(), kBatch, T, {}).clone(MemCategory::other)});
 
   AdamW optimizer(model.parameters(), oc);
   std::vector<double> losses, norms, coefs;
   for (int k = 1; k <= kSteps; ++k) {
     model.zero_grad();
-    const float loss = model.forward(tokens.i32(), targets.i32(), kBatch, T);
-    model.backward(1.0f);
+    const float loss = model.forward(tokens.i32(), targets.i32(), kBatch, T, {});
+    model.backward(1.0f, {});
     const double norm = global_grad_norm(model.parameters());
     for (const Parameter* p : model.parameters()) {
       if (k == 1) out.push_back({"grad." + p->name, p->grad.clone(MemCategory::other)});

@@ -24,7 +24,6 @@
 #include <random>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "meshtrain/comm/single_rank_group.h"
@@ -39,21 +38,10 @@
 namespace meshtrain {
 namespace {
 
-TEST(ActivationSlots, ScopesSetNestAndRestoreThePerThreadSlot) {
-  EXPECT_EQ(current_activation_slot(), 0);
-  {
-    const ActivationSlotScope outer(3);
-    EXPECT_EQ(current_activation_slot(), 3);
-    {
-      const ActivationSlotScope inner(5);
-      EXPECT_EQ(current_activation_slot(), 5);
-      int other_thread = -1;
-      std::thread([&other_thread] { other_thread = current_activation_slot(); }).join();
-      EXPECT_EQ(other_thread, 0) << "the slot is per thread";
-    }
-    EXPECT_EQ(current_activation_slot(), 3);
-  }
-  EXPECT_EQ(current_activation_slot(), 0);
+TEST(ActivationSlots, TheDefaultContextIsSlotZeroWithAFusedBackward) {
+  const MicroBatchContext ctx;
+  EXPECT_EQ(ctx.slot, 0);
+  EXPECT_EQ(ctx.defer_weight_grads, nullptr);
 }
 
 TEST(ActivationSlots, SavedKeepsOneStatePerSlot) {
@@ -61,41 +49,27 @@ TEST(ActivationSlots, SavedKeepsOneStatePerSlot) {
     int value = 7;
   };
   Saved<State> saved;
-  EXPECT_FALSE(saved.has());
-  EXPECT_EQ(saved->value, 7) << "default-constructed on first use";
-  saved->value = 1;
-  {
-    const ActivationSlotScope slot(1);
-    EXPECT_FALSE(saved.has());
-    (*saved).value = 2;
-    EXPECT_EQ(saved.live_slots(), 2U);
-  }
-  EXPECT_EQ(saved->value, 1);
-  EXPECT_EQ(saved.take().value, 1);
-  EXPECT_FALSE(saved.has());
-  const ActivationSlotScope slot(1);
-  EXPECT_TRUE(saved.has());
-  EXPECT_EQ(saved->value, 2);
-  saved.release();
-  EXPECT_FALSE(saved.has());
+  EXPECT_FALSE(saved.has(0));
+  EXPECT_EQ(saved.at(0).value, 7) << "default-constructed on first use";
+  saved.at(0).value = 1;
+  EXPECT_FALSE(saved.has(1));
+  saved.at(1).value = 2;
+  EXPECT_EQ(saved.live_slots(), 2U);
+  EXPECT_EQ(saved.at(0).value, 1);
+  EXPECT_EQ(saved.take(0).value, 1);
+  EXPECT_FALSE(saved.has(0));
+  EXPECT_TRUE(saved.has(1));
+  EXPECT_EQ(saved.at(1).value, 2);
+  saved.release(1);
+  EXPECT_FALSE(saved.has(1));
   EXPECT_EQ(saved.live_slots(), 0U);
 }
 
-TEST(ActivationSlots, DeferWeightGradsScopesNest) {
-  EXPECT_EQ(DeferWeightGrads::active(), nullptr);
-  WeightGradQueue a, b;
-  {
-    const DeferWeightGrads defer_a(a);
-    EXPECT_EQ(DeferWeightGrads::active(), &a);
-    {
-      const DeferWeightGrads defer_b(b);
-      EXPECT_EQ(DeferWeightGrads::active(), &b);
-    }
-    EXPECT_EQ(DeferWeightGrads::active(), &a);
-  }
-  EXPECT_EQ(DeferWeightGrads::active(), nullptr);
+TEST(ActivationSlots, AnEmptyWeightGradQueueRunsNothing) {
+  WeightGradQueue a;
   EXPECT_EQ(a.pending(), 0U);
   a.run(4);  // nothing pending: nothing to do
+  EXPECT_EQ(a.pending(4), 0U);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -180,21 +154,23 @@ struct TinyLm {
   }
   bool tied(const Parameter* p) const { return !lm_head && p == &embed.weight(); }
 
+  // Micro-batch mb in activation slot mb.
   float forward(int mb) {
-    const ActivationSlotScope slot(mb);
-    Tensor x = embed.forward(tokens[static_cast<std::size_t>(mb)].data(), kTokens);
+    const MicroBatchContext ctx{.slot = mb};
+    Tensor x = embed.forward(tokens[static_cast<std::size_t>(mb)].data(), kTokens, ctx);
     const SequenceBatch batch{kSequences, kSeqLen};
-    for (auto& b : blocks) x = b->forward(x, batch);
-    return head->forward(final_norm->forward(x, batch),
-                         targets[static_cast<std::size_t>(mb)].data());
+    for (auto& b : blocks) x = b->forward(x, batch, ctx);
+    return head->forward(final_norm->forward(x, batch, ctx),
+                         targets[static_cast<std::size_t>(mb)].data(), ctx);
   }
 
-  // Returns the gradient of the loss with respect to the first block's input.
-  std::vector<float> backward(int mb) {
-    const ActivationSlotScope slot(mb);
-    Tensor dx = final_norm->backward(head->backward(kLossScale));
-    for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) dx = (*it)->backward(dx);
-    embed.backward(dx);
+  // Returns the gradient of the loss with respect to the first block's input. With `queue` the
+  // matmul weights' gradients are deferred into it.
+  std::vector<float> backward(int mb, WeightGradQueue* queue = nullptr) {
+    const MicroBatchContext ctx{.slot = mb, .defer_weight_grads = queue};
+    Tensor dx = final_norm->backward(head->backward(kLossScale, ctx), ctx);
+    for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) dx = (*it)->backward(dx, ctx);
+    embed.backward(dx, ctx);
     return {dx.f32(), dx.f32() + dx.numel()};
   }
 
@@ -215,8 +191,8 @@ struct Result {
   std::vector<float> losses;                    // per micro-batch
 };
 
-// Runs `order`, e.g. "F0 F1 B0 B1 W0 W1", from zero gradients. Bs run inside a DeferWeightGrads
-// scope when `queue` is given; W<m> runs queue->run(m).
+// Runs `order`, e.g. "F0 F1 B0 B1 W0 W1", from zero gradients. Bs defer their weight gradients
+// into `queue` when it is given; W<m> runs queue->run(m).
 Result run(TinyLm& lm, const std::string& order, WeightGradQueue* queue = nullptr) {
   for (Parameter* p : lm.params) p->grad.zero();
   Result r;
@@ -230,9 +206,7 @@ Result run(TinyLm& lm, const std::string& order, WeightGradQueue* queue = nullpt
     if (step[0] == 'F') {
       r.losses[i] = lm.forward(mb);
     } else if (step[0] == 'B') {
-      std::optional<DeferWeightGrads> defer;
-      if (queue != nullptr) defer.emplace(*queue);
-      r.input_grads[i] = lm.backward(mb);
+      r.input_grads[i] = lm.backward(mb, queue);
     } else {
       queue->run(mb);
     }
@@ -333,13 +307,10 @@ TEST_P(SlotsTest, DeferredWeightGradientsEqualTheFusedBackward) {
   for (Parameter* p : lm_.params) p->grad.zero();
   lm_.forward(0);
   lm_.forward(1);
-  {
-    const DeferWeightGrads defer(queue);
-    lm_.backward(0);
-    EXPECT_EQ(queue.pending(0), deferred_per_backward());
-    EXPECT_EQ(queue.pending(1), 0U);
-    lm_.backward(1);
-  }
+  lm_.backward(0, &queue);
+  EXPECT_EQ(queue.pending(0), deferred_per_backward());
+  EXPECT_EQ(queue.pending(1), 0U);
+  lm_.backward(1, &queue);
   EXPECT_EQ(queue.pending(1), deferred_per_backward());
   EXPECT_EQ(queue.pending(), 2 * deferred_per_backward());
   for (const Parameter* p : lm_.params) {  // before W, the matmul weights' gradients are zero
@@ -384,11 +355,8 @@ TEST_P(SlotsTest, BackwardAndWeightGradientsFreeEverySlotsActivations) {
   WeightGradQueue queue;
   lm_.forward(0);
   lm_.forward(1);
-  {
-    const DeferWeightGrads defer(queue);
-    lm_.backward(0);
-    lm_.backward(1);
-  }
+  lm_.backward(0, &queue);
+  lm_.backward(1, &queue);
   const std::int64_t pending_w = live();
   EXPECT_GT(pending_w, before) << "the queue keeps the inputs and output gradients of W";
   queue.run(1);

@@ -406,18 +406,19 @@ TEST(ZeroAll, ClearsEverySpanAndNothingElseWithAnyThreadCount) {
 class Affine final : public Module {
  public:
   Affine(float scale, float shift) : scale_(scale), shift_(shift) {}
-  Tensor forward(const Tensor& x, const SequenceBatch& /*batch*/) override {
+  Tensor forward(const Tensor& x, const SequenceBatch& /*batch*/,
+                 const MicroBatchContext& /*ctx*/) override {
     Tensor y = Tensor::empty(x.shape(), MemCategory::activations);
     for (std::int64_t i = 0; i < x.numel(); ++i) y.f32()[i] = scale_ * x.f32()[i] + shift_;
     return y;
   }
-  Tensor backward(const Tensor& dy) override {
+  Tensor backward(const Tensor& dy, const MicroBatchContext& /*ctx*/) override {
     Tensor dx = Tensor::empty(dy.shape(), MemCategory::activations);
     for (std::int64_t i = 0; i < dy.numel(); ++i) dx.f32()[i] = scale_ * dy.f32()[i];
     return dx;
   }
   ParameterList parameters() override { return {}; }
-  void discard() override {}
+  void discard(const MicroBatchContext& /*ctx*/) override {}
 
  private:
   float scale_, shift_;
@@ -427,12 +428,15 @@ class Affine final : public Module {
 class Opaque final : public Module {
  public:
   explicit Opaque(std::unique_ptr<Module> inner) : inner_(std::move(inner)) {}
-  Tensor forward(const Tensor& x, const SequenceBatch& batch) override {
-    return inner_->forward(x, batch);
+  Tensor forward(const Tensor& x, const SequenceBatch& batch,
+                 const MicroBatchContext& ctx) override {
+    return inner_->forward(x, batch, ctx);
   }
-  Tensor backward(const Tensor& dy) override { return inner_->backward(dy); }
+  Tensor backward(const Tensor& dy, const MicroBatchContext& ctx) override {
+    return inner_->backward(dy, ctx);
+  }
   ParameterList parameters() override { return inner_->parameters(); }
-  void discard() override { inner_->discard(); }
+  void discard(const MicroBatchContext& ctx) override { inner_->discard(ctx); }
 
  private:
   std::unique_ptr<Module> inner_;
@@ -471,8 +475,8 @@ BlockRun run_block(bool rms, bool fused, std::int64_t rows, std::int64_t C) {
   std::memcpy(x.f32(), xv.data(), n * sizeof(float));
   Tensor dy = Tensor::empty({rows, C}, MemCategory::activations);
   std::memcpy(dy.f32(), dyv.data(), n * sizeof(float));
-  const Tensor y = block.forward(x, SequenceBatch{1, rows});
-  const Tensor dx = block.backward(dy);
+  const Tensor y = block.forward(x, SequenceBatch{1, rows}, {});
+  const Tensor dx = block.backward(dy, {});
   BlockRun out{{y.f32(), y.f32() + n}, {dx.f32(), dx.f32() + n}, {}};
   for (Parameter* p : block.parameters()) {
     out.grads.emplace_back(p->grad.f32(), p->grad.f32() + p->grad.numel());

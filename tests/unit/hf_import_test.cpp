@@ -94,8 +94,7 @@ void expect_refused(const fs::path& path, const ModelConfig& model,
 std::vector<float> filled(HfImport& import, const ModelConfig& m, const std::string& name) {
   for (const HfTensor& spec : hf_tensors(m)) {
     if (spec.name != name) continue;
-    const DeferParameterStorage defer;
-    const Parameter p(name, spec.shape, InitKind::zeros);
+    const Parameter p(name, spec.shape, InitKind::zeros, 0.0f, ParameterStorage::deferred);
     std::vector<float> out(static_cast<std::size_t>(shape_numel(spec.shape)));
     import.fill(p, 0, static_cast<std::int64_t>(out.size()), out.data());
     return out;

@@ -312,20 +312,19 @@ TEST(MixedPrecisionLayers, DeferredWeightGradsEqualFusedWithBf16Weights) {
     }
     Tensor x = Tensor::empty({kTokens, kIn}, MemCategory::other);
     fill_normal(x.span_f32(), 9, 1, 0, 0.0f, 1.0f);
-    const std::vector<Tensor> ys = col.forward(x);
+    const std::vector<Tensor> ys = col.forward(x, {});
     Tensor h = Tensor::empty(ys[0].shape(), MemCategory::activations);
     kernels::add(ys[0].f32(), ys[1].f32(), h.f32(), h.numel());
-    const Tensor y = row.forward(h);
+    const Tensor y = row.forward(h, {});
     Tensor dy = Tensor::empty(y.shape(), MemCategory::other);
     fill_normal(dy.span_f32(), 9, 2, 0, 0.0f, 1.0f);
     WeightGradQueue queue;
     Tensor dx;
     {
-      std::optional<DeferWeightGrads> scope;
-      if (defer) scope.emplace(queue);
-      const Tensor dh = row.backward(dy);
+      const MicroBatchContext ctx{.slot = 0, .defer_weight_grads = defer ? &queue : nullptr};
+      const Tensor dh = row.backward(dy, ctx);
       const std::vector<Tensor> dhs{dh, dh};
-      dx = col.backward(dhs);
+      dx = col.backward(dhs, ctx);
     }
     EXPECT_EQ(queue.pending(0), defer ? 3U : 0U);
     queue.run(0);
@@ -388,8 +387,8 @@ ModelRun run_model(ModelFamily family, DType dtype, float loss_scale) {
       tokens[i] = static_cast<std::int32_t>(philox_u64(1, 2 + mb, i) % 65);
       targets[i] = static_cast<std::int32_t>((tokens[i] * 7 + 3) % 65);
     }
-    run.loss += model.forward(tokens.data(), targets.data(), kBatch, T) / 2.0;
-    model.backward(loss_scale / 2.0f);
+    run.loss += model.forward(tokens.data(), targets.data(), kBatch, T, {}) / 2.0;
+    model.backward(loss_scale / 2.0f, {});
   }
   run.activation_peak = alloc.stats(MemCategory::activations).peak_bytes - before;
   for (const Parameter* p : model.parameters()) {

@@ -217,7 +217,7 @@ void check_case(const Case& c, std::int64_t N = 12) {
   SparseMoeBlock layer = make_layer(c.shape, c.options);
   const Tensor x = random_tensor({N, c.shape.n_embd}, "moe.x");
   const Tensor R = random_tensor({N, c.shape.n_embd}, "moe.R");
-  const Tensor y = layer.forward(x, {1, N});
+  const Tensor y = layer.forward(x, {1, N}, {});
   RefMoe ref = ref_of(layer);
   const Vec xv = to_vec(x), Rv = to_vec(R);
   const RefOut expected = ref_forward(ref, xv, N);
@@ -228,7 +228,7 @@ void check_case(const Case& c, std::int64_t N = 12) {
   if (c.expect_drops) {
     EXPECT_GT(expected.dropped, 0);
   }
-  const Tensor dx = layer.backward(R);
+  const Tensor dx = layer.backward(R, {});
   Vec x_copy = xv;
   EXPECT_LT(max_rel(to_vec(dx), numeric_grad(ref, x_copy, x_copy, Rv, N)), 1e-4) << "dx";
   const ParameterList ps = layer.parameters();
@@ -273,7 +273,7 @@ TEST(MoeLayer, EveryTokenToOneExpert) {
     wg.f32()[0] = 20.0f;  // expert 0 reads feature 0
     Tensor x = random_tensor({N, 8}, "moe.x");
     for (std::int64_t n = 0; n < N; ++n) x.f32()[n * 8] = 1.0f + 0.1f * static_cast<float>(n);
-    const Tensor y = layer.forward(x, {1, N});
+    const Tensor y = layer.forward(x, {1, N}, {});
     const MoeStats& s = layer.stats();
     EXPECT_EQ(s.routed_per_expert, (std::vector<std::int64_t>{N, 0, 0, 0}));
     const std::int64_t kept = o.moe_capacity_factor > 0 ? 3 : N;  // ⌈12·1/4⌉ = 3
@@ -282,7 +282,7 @@ TEST(MoeLayer, EveryTokenToOneExpert) {
     for (std::int64_t i = kept * 8; i < N * 8; ++i) EXPECT_EQ(y.f32()[i], 0.0f);
     const RefOut ref = ref_forward(ref_of(layer), to_vec(x), N);
     EXPECT_LT(max_rel(to_vec(y), ref.y), 1e-5);
-    layer.backward(random_tensor({N, 8}, "moe.R"));
+    layer.backward(random_tensor({N, 8}, "moe.R"), {});
     for (std::size_t i = 4; i < 13; ++i) {  // experts 1–3 saw no token
       EXPECT_EQ(kernels::sum_squares(layer.parameters()[i]->grad.f32(), 96), 0.0);
     }
@@ -301,12 +301,12 @@ TEST(MoeLayer, AuxAndZLossHandValuesAndGradients) {
   for (Parameter* p : layer.parameters()) p->value.zero();
   layer.set_loss_grad_scale(2.0);  // multiplies only the gradients
   const Tensor x = random_tensor({N, 8}, "moe.x");
-  layer.forward(x, {1, N});
+  layer.forward(x, {1, N}, {});
   const MoeRouterLosses& l = layer.stats().losses;
   EXPECT_NEAR(l.load_balance, 1.0, 1e-7);
   EXPECT_NEAR(l.aux_loss, c, 1e-8);
   EXPECT_NEAR(l.z_loss, cz * std::log(4.0) * std::log(4.0), 1e-7);
-  layer.backward(random_tensor({N, 8}, "moe.R"));
+  layer.backward(random_tensor({N, 8}, "moe.R"), {});
   const Tensor& g = layer.parameters()[0]->grad;  // [E, C] = dlogitsᵀ·x
   for (std::int64_t i = 0; i < 4; ++i) {
     const double aux = (i < 2 ? c / 4 : -c / 4) / N;
@@ -331,8 +331,8 @@ TEST(MoeLayer, SingleExpertIsTheSwiGluMlp) {
   const ParameterList mp = mlp.parameters(), ep = moe.parameters();  // gate, up, down / wg, w1, w3, w2
   for (int i = 0; i < 3; ++i) mp[static_cast<std::size_t>(i)]->value.copy_from(ep[1 + i]->value);
   const Tensor x = random_tensor({N, 8}, "moe.x"), R = random_tensor({N, 8}, "moe.R");
-  EXPECT_LT(max_rel(to_vec(moe.forward(x, {1, N})), to_vec(mlp.forward(x, {1, N}))), 1e-6);
-  EXPECT_LT(max_rel(to_vec(moe.backward(R)), to_vec(mlp.backward(R))), 1e-6);
+  EXPECT_LT(max_rel(to_vec(moe.forward(x, {1, N}, {})), to_vec(mlp.forward(x, {1, N}, {}))), 1e-6);
+  EXPECT_LT(max_rel(to_vec(moe.backward(R, {})), to_vec(mlp.backward(R, {}))), 1e-6);
   for (int i = 0; i < 3; ++i) {
     EXPECT_LT(max_rel(to_vec(ep[1 + i]->grad), to_vec(mp[static_cast<std::size_t>(i)]->grad)),
               1e-6);
@@ -340,7 +340,7 @@ TEST(MoeLayer, SingleExpertIsTheSwiGluMlp) {
   EXPECT_EQ(kernels::sum_squares(ep[0]->grad.f32(), 8), 0.0);
 }
 
-// Zero-bubble schedules: inside DeferWeightGrads the experts' weight gradients are queued and
+// Zero-bubble schedules: with a queue in the context the experts' weight gradients are queued and
 // WeightGradQueue::run gives bitwise the fused gradients (the same GEMMs, later); two
 // micro-batches in different activation slots keep their own state.
 TEST(MoeLayer, DeferredWeightGradsAndSlotsMatchFused) {
@@ -349,18 +349,19 @@ TEST(MoeLayer, DeferredWeightGradsAndSlotsMatchFused) {
   SparseMoeBlock fused = make_layer(small_shape(4, 2), o), deferred = make_layer(small_shape(4, 2), o);
   const Tensor x0 = random_tensor({N, 8}, "moe.x"), x1 = random_tensor({N, 8}, "moe.x1");
   const Tensor r0 = random_tensor({N, 8}, "moe.R"), r1 = random_tensor({N, 8}, "moe.R1");
-  fused.forward(x0, {1, N});
-  const Tensor dx0 = fused.backward(r0);
-  fused.forward(x1, {1, N});
-  const Tensor dx1 = fused.backward(r1);
+  fused.forward(x0, {1, N}, {});
+  const Tensor dx0 = fused.backward(r0, {});
+  fused.forward(x1, {1, N}, {});
+  const Tensor dx1 = fused.backward(r1, {});
   WeightGradQueue queue;
   Tensor dd0, dd1;
   {
-    DeferWeightGrads scope(queue);
-    { ActivationSlotScope s(0); deferred.forward(x0, {1, N}); }
-    { ActivationSlotScope s(1); deferred.forward(x1, {1, N}); }
-    { ActivationSlotScope s(0); dd0 = deferred.backward(r0); }
-    { ActivationSlotScope s(1); dd1 = deferred.backward(r1); }
+    const MicroBatchContext slot0{.slot = 0, .defer_weight_grads = &queue};
+    const MicroBatchContext slot1{.slot = 1, .defer_weight_grads = &queue};
+    deferred.forward(x0, {1, N}, slot0);
+    deferred.forward(x1, {1, N}, slot1);
+    dd0 = deferred.backward(r0, slot0);
+    dd1 = deferred.backward(r1, slot1);
   }
   EXPECT_GT(queue.pending(), 0U);
   queue.run(0);
@@ -384,10 +385,10 @@ TEST(MoeLayer, Bf16WeightsFollowTheAutocastRule) {
     a[i]->value = b[i]->value.to(DType::f32, MemCategory::params);
   }
   const Tensor x = random_tensor({N, 8}, "moe.x"), R = random_tensor({N, 8}, "moe.R");
-  EXPECT_LT(max_rel(to_vec(bf16.forward(x, {1, N})), to_vec(f32.forward(x, {1, N}))), 2e-2);
+  EXPECT_LT(max_rel(to_vec(bf16.forward(x, {1, N}, {})), to_vec(f32.forward(x, {1, N}, {}))), 2e-2);
   EXPECT_EQ(bf16.stats().tokens_per_expert, f32.stats().tokens_per_expert);
   EXPECT_EQ(to_vec(bf16.last_logits()), to_vec(f32.last_logits()));  // the router is f32
-  EXPECT_LT(max_rel(to_vec(bf16.backward(R)), to_vec(f32.backward(R))), 3e-2);
+  EXPECT_LT(max_rel(to_vec(bf16.backward(R, {})), to_vec(f32.backward(R, {}))), 3e-2);
   for (std::size_t i = 0; i < a.size(); ++i) {
     EXPECT_EQ(b[i]->grad.dtype(), DType::f32);
     EXPECT_LT(max_rel(to_vec(b[i]->grad), to_vec(a[i]->grad)), 3e-2) << a[i]->name;

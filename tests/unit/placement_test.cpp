@@ -197,11 +197,11 @@ TEST_P(PlacementTableLayouts, TheModelEachRankBuildsIsItsPartOfTheTable) {
       for (int ep = 0; ep < mesh.ep; ++ep) {
         const auto tp_group = detached_group(tp, mesh.tp, "tp");
         const auto ep_group = detached_group(ep, mesh.ep, "ep");
-        const DeferParameterStorage defer;
         const ParallelGroups groups(TensorParallel{*tp_group, config_.parallel.sequence_parallel},
                                     ContextParallel{}, ExpertParallel{ep_group.get()});
         std::unique_ptr<PipelineStage> stage;
-        ASSERT_NO_THROW(stage = std::make_unique<PipelineStage>(config_, 1, groups, pp));
+        ASSERT_NO_THROW(stage = std::make_unique<PipelineStage>(config_, 1, groups, pp,
+                                                                ParameterStorage::deferred));
         const MeshCoords c{.pp = pp, .dp = ep, .cp = 0, .tp = tp};
         const std::vector<const ParamPlacement*> held = table.held_by(c);
         ASSERT_EQ(stage->parameters().size(), held.size());

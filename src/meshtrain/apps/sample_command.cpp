@@ -180,7 +180,7 @@ int run_sample(const SampleArgs& args) {
     for (std::int64_t i = 0; i < args.tokens; ++i) {
       const std::int64_t T =
           std::min<std::int64_t>(static_cast<std::int64_t>(ids.size()), config.model.block_size);
-      const Tensor logits = model.logits(ids.data() + ids.size() - T, 1, T);
+      const Tensor logits = model.logits(ids.data() + ids.size() - T, 1, T, MicroBatchContext{});
       const std::span<const float> last(logits.f32() + (T - 1) * config.model.vocab_size, vocab);
       const double u =
           static_cast<double>(philox_u64(seed, stream, static_cast<std::uint64_t>(i)) >> 11) *

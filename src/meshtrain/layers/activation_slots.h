@@ -8,11 +8,11 @@
 // F, B, F, B; instead every layer keeps its saved state in a Saved<State>, one State per
 // *activation slot*.
 //
-// The current slot is a per-thread int, 0 unless an ActivationSlotScope says otherwise. The
-// pipeline executor sets it to the micro-batch index around each F, B and W of that
-// micro-batch; outside pipelines everything runs in slot 0, so a plain forward/backward
-// behaves exactly as with one copy. A forward in a slot overwrites what an earlier forward in
-// the same slot kept (an evaluation forward without backward leaves nothing extra behind);
+// The slot is the `slot` of the MicroBatchContext (micro_batch_context.h) each forward,
+// backward and discard receives. The pipeline executor gives every (micro-batch, chunk) its
+// own; outside pipelines everything runs in slot 0, so a plain forward/backward behaves
+// exactly as with one copy. A forward in a slot overwrites what an earlier forward in the
+// same slot kept (an evaluation forward without backward leaves nothing extra behind);
 // backward takes the slot's state and frees it.
 //
 // Different model chunks of one rank (interleaved schedules) are different layer objects, so
@@ -26,42 +26,25 @@
 #include <utility>
 
 #include "meshtrain/core/error.h"
+#include "meshtrain/layers/micro_batch_context.h"
 
 namespace meshtrain {
-
-/// This thread's current activation slot (≥ 0; 0 unless an ActivationSlotScope is alive).
-int current_activation_slot() noexcept;
-
-/// Sets this thread's activation slot for its lifetime and restores the previous one when it
-/// ends (scopes nest). MT_CHECKs slot ≥ 0.
-class ActivationSlotScope {
- public:
-  explicit ActivationSlotScope(int slot);
-  ~ActivationSlotScope();
-  ActivationSlotScope(const ActivationSlotScope&) = delete;
-  ActivationSlotScope& operator=(const ActivationSlotScope&) = delete;
-
- private:
-  int previous_;
-};
 
 /// What a layer keeps between forward and backward, one State per activation slot. State is a
 /// plain struct of the layer's saved tensors (and small host data); its destructor frees them.
 template <typename State>
 class Saved {
  public:
-  /// The current slot's State, default-constructed on first use.
-  State& operator*() { return by_slot_[current_activation_slot()]; }
-  State* operator->() { return &**this; }
+  /// Slot `slot`'s State, default-constructed on first use.
+  State& at(int slot) { return by_slot_[slot]; }
 
-  /// True when the current slot holds a State (a forward ran in it and no backward took it).
-  bool has() const { return by_slot_.contains(current_activation_slot()); }
+  /// True when `slot` holds a State (a forward ran in it and no backward took it).
+  bool has(int slot) const { return by_slot_.contains(slot); }
 
-  /// Moves the current slot's State out and drops the slot: the tensors are freed when the
-  /// returned State is destroyed (at the end of the backward that took it). MT_CHECKs that
-  /// the slot holds one ("backward without a forward").
-  State take(std::string_view who = "layer") {
-    const int slot = current_activation_slot();
+  /// Moves `slot`'s State out and drops the slot: the tensors are freed when the returned
+  /// State is destroyed (at the end of the backward that took it). MT_CHECKs that the slot
+  /// holds one ("backward without a forward").
+  State take(int slot, std::string_view who = "layer") {
     auto it = by_slot_.find(slot);
     MT_CHECK(it != by_slot_.end(), "{}: backward without a forward in activation slot {}", who,
              slot);
@@ -70,8 +53,8 @@ class Saved {
     return state;
   }
 
-  /// Drops the current slot's State (frees its tensors); nothing when it holds none.
-  void release() { by_slot_.erase(current_activation_slot()); }
+  /// Drops `slot`'s State (frees its tensors); nothing when it holds none.
+  void release(int slot) { by_slot_.erase(slot); }
 
   /// Slots holding a State.
   std::size_t live_slots() const { return by_slot_.size(); }

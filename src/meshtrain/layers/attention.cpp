@@ -31,16 +31,17 @@ Rows rows_of(const std::vector<Tensor>& t, std::int64_t q_width, std::int64_t kv
 }  // namespace
 
 CausalSelfAttention::CausalSelfAttention(const std::string& prefix, const AttentionShape& shape,
-                                         const ParallelGroups& groups, RecomputeMode recompute)
+                                         const ParallelGroups& groups, RecomputeMode recompute,
+                                         ParameterStorage storage)
     : shape_(shape),
       heads_(shape.n_head / groups.tp.group.size()),
       kv_heads_(shape.n_kv_head / groups.tp.group.size()),
       head_dim_(shape.n_embd / shape.n_head),
       recompute_core_(recompute == RecomputeMode::selective),
       cp_(groups.cp),
-      qkv_(qkv_weights(prefix, shape), shape.n_embd, shape.bias, groups.tp),
+      qkv_(qkv_weights(prefix, shape), shape.n_embd, shape.bias, groups.tp, storage),
       out_(prefix + (shape.fused_qkv ? ".c_proj" : ".o_proj"), shape.n_head * head_dim_,
-           shape.n_embd, shape.bias, shape.proj_init_std, groups.tp) {
+           shape.n_embd, shape.bias, shape.proj_init_std, groups.tp, storage) {
   const TensorParallel& tp = groups.tp;
   MT_CHECK(shape.n_head % tp.group.size() == 0 && shape.n_kv_head % tp.group.size() == 0 &&
                shape.n_head % shape.n_kv_head == 0 &&
@@ -49,10 +50,11 @@ CausalSelfAttention::CausalSelfAttention(const std::string& prefix, const Attent
            shape.n_kv_head, tp.group.size());
 }
 
-Tensor CausalSelfAttention::forward(const Tensor& x, const SequenceBatch& batch) {
-  State& s = *saved_;
+Tensor CausalSelfAttention::forward(const Tensor& x, const SequenceBatch& batch,
+                                    const MicroBatchContext& ctx) {
+  State& s = saved_.at(ctx.slot);
   s.batch = batch;
-  s.qkv_out = qkv_.forward(x);
+  s.qkv_out = qkv_.forward(x, ctx);
   s.core_operands = attention_operands(*qkv_.parameters().front());
   const std::int64_t tokens = s.qkv_out[0].dim(0);
   MT_CHECK(tokens == batch.tokens(), "attention input has {} rows, expected {} × {}", tokens,
@@ -71,13 +73,13 @@ Tensor CausalSelfAttention::forward(const Tensor& x, const SequenceBatch& batch)
                         shape_.rope_theta, false);
   }
   attend(s);
-  Tensor y = out_.forward(s.att_out);
+  Tensor y = out_.forward(s.att_out, ctx);
   if (recompute_core_) {
     // The output and lse are the only per-layer activations the core adds (the kernel never
     // stores the T×T scores); the output projection holds the output too, so both let go.
     s.att_out = Tensor();
     s.core = AttentionCoreState();
-    out_.discard();
+    out_.discard(ctx);
   }
   return y;
 }
@@ -94,16 +96,16 @@ void CausalSelfAttention::attend(State& s) {
       s.att_out.f32(), core_compute_s_);
 }
 
-Tensor CausalSelfAttention::backward(const Tensor& dy) {
+Tensor CausalSelfAttention::backward(const Tensor& dy, const MicroBatchContext& ctx) {
   std::vector<Tensor> grads;
   {
     // Freed before the q/k/v projection's backward, with the attention-output gradient.
-    State s = saved_.take(parameters().front()->name);
+    State s = saved_.take(ctx.slot, parameters().front()->name);
     if (recompute_core_) {
       attend(s);  // the forward's kernel on the forward's q, k, v: the same bits
-      out_.keep_input(s.att_out);
+      out_.keep_input(s.att_out, ctx);
     }
-    const Tensor d_att = out_.backward(dy);
+    const Tensor d_att = out_.backward(dy, ctx);
     for (const Tensor& t : s.qkv_out)
       grads.push_back(Tensor::empty(t.shape(), MemCategory::activations));
     const std::int64_t q_width = heads_ * head_dim_, kv_width = kv_heads_ * head_dim_;
@@ -119,13 +121,13 @@ Tensor CausalSelfAttention::backward(const Tensor& dy) {
                           shape_.rope_theta, true);
     }
   }
-  return qkv_.backward(grads);
+  return qkv_.backward(grads, ctx);
 }
 
-void CausalSelfAttention::discard() {
-  saved_.release();
-  qkv_.discard();
-  out_.discard();
+void CausalSelfAttention::discard(const MicroBatchContext& ctx) {
+  saved_.release(ctx.slot);
+  qkv_.discard(ctx);
+  out_.discard(ctx);
 }
 
 ParameterList CausalSelfAttention::parameters() {

@@ -43,22 +43,24 @@ class CausalSelfAttention final : public Module {
   /// "selective activation recomputation" of the attention core); none and full keep them
   /// (under full the block discards the whole layer instead).
   CausalSelfAttention(const std::string& prefix, const AttentionShape& shape,
-                      const ParallelGroups& groups, RecomputeMode recompute = RecomputeMode::none);
+                      const ParallelGroups& groups, RecomputeMode recompute = RecomputeMode::none,
+                      ParameterStorage storage = ParameterStorage::allocated);
 
   /// x [tokens, C] (or [tokens/tp, C] under sequence parallelism; tokens = sequences ·
-  /// T/cp) → same layout. Keeps, in the current activation slot, q, k, v (after rotation;
+  /// T/cp) → same layout. Keeps, in slot ctx.slot, q, k, v (after rotation;
   /// [tokens, H/tp·d], [tokens, Hkv/tp·d] each, or the fused [tokens, 3C/tp]), the positions,
   /// and, unless selective, the attention output [tokens, H/tp·d] f32 (also the output
   /// projection's kept input) and the core's state: log-sum-exp [batch, H/tp, T/cp] f32
   /// (Ulysses: the head-sharded whole sequences, AttentionCoreState), plus what the q/k/v
   /// projection keeps.
-  Tensor forward(const Tensor& x, const SequenceBatch& batch) override;
+  Tensor forward(const Tensor& x, const SequenceBatch& batch,
+                 const MicroBatchContext& ctx) override;
   /// Selective: first recomputes the attention output and log-sum-exp from the kept q, k, v
   /// with the forward's kernel (the same bits). Frees the slot's state (what deferred weight
   /// gradients need stays with their queue).
-  Tensor backward(const Tensor& dy) override;
+  Tensor backward(const Tensor& dy, const MicroBatchContext& ctx) override;
   ParameterList parameters() override;
-  void discard() override;
+  void discard(const MicroBatchContext& ctx) override;
   /// Seconds this layer has spent in its attention core's kernels since it was built
   /// (attention_core_forward; forwards, recomputes and backwards), for the step metrics'
   /// attention_s.

@@ -26,14 +26,16 @@ struct MlpShape {
 
 class GeluMlp final : public Module {
  public:
-  GeluMlp(const std::string& prefix, const MlpShape& shape, const TensorParallel& tp);
-  /// x [tokens(/tp), C] → same layout; keeps the pre-activation [tokens, F/tp] in the current
-  /// activation slot (plus what its linears keep).
-  Tensor forward(const Tensor& x, const SequenceBatch& batch) override;
+  GeluMlp(const std::string& prefix, const MlpShape& shape, const TensorParallel& tp,
+          ParameterStorage storage = ParameterStorage::allocated);
+  /// x [tokens(/tp), C] → same layout; keeps the pre-activation [tokens, F/tp] in slot
+  /// ctx.slot (plus what its linears keep).
+  Tensor forward(const Tensor& x, const SequenceBatch& batch,
+                 const MicroBatchContext& ctx) override;
   /// Frees the slot's state.
-  Tensor backward(const Tensor& dy) override;
+  Tensor backward(const Tensor& dy, const MicroBatchContext& ctx) override;
   ParameterList parameters() override;
-  void discard() override;
+  void discard(const MicroBatchContext& ctx) override;
 
  private:
   ColumnParallelLinear fc_;
@@ -46,15 +48,17 @@ class GeluMlp final : public Module {
 
 class SwiGluMlp final : public Module {
  public:
-  SwiGluMlp(const std::string& prefix, const MlpShape& shape, const TensorParallel& tp);
-  /// x [tokens(/tp), C] → same layout; keeps gate and up, [tokens, F/tp] each, in the current
-  /// activation slot (plus what its linears keep).
-  Tensor forward(const Tensor& x, const SequenceBatch& batch) override;
+  SwiGluMlp(const std::string& prefix, const MlpShape& shape, const TensorParallel& tp,
+            ParameterStorage storage = ParameterStorage::allocated);
+  /// x [tokens(/tp), C] → same layout; keeps gate and up, [tokens, F/tp] each, in slot
+  /// ctx.slot (plus what its linears keep).
+  Tensor forward(const Tensor& x, const SequenceBatch& batch,
+                 const MicroBatchContext& ctx) override;
   /// Frees the slot's state; gate and up are overwritten by their gradients (which deferred
   /// weight gradients of gate_proj and up_proj keep until W).
-  Tensor backward(const Tensor& dy) override;
+  Tensor backward(const Tensor& dy, const MicroBatchContext& ctx) override;
   ParameterList parameters() override;
-  void discard() override;
+  void discard(const MicroBatchContext& ctx) override;
 
  private:
   ColumnParallelLinear gate_up_;

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "meshtrain/config/layer_modes.h"
+#include "meshtrain/layers/micro_batch_context.h"
 #include "meshtrain/layers/parameter.h"
 
 namespace meshtrain {
@@ -24,17 +25,18 @@ class Module {
  public:
   virtual ~Module() = default;
   /// x [tokens, C] (or [tokens/tp, C] under sequence parallelism) → same layout. Keeps what
-  /// backward needs in the current activation slot (replacing what an earlier forward in that
+  /// backward needs in activation slot ctx.slot (replacing what an earlier forward in that
   /// slot kept).
-  virtual Tensor forward(const Tensor& x, const SequenceBatch& batch) = 0;
-  /// dy in forward's output layout → dx in its input layout, for the forward of the current
-  /// activation slot, whose state it frees; ACCUMULATES parameter gradients (inside a
-  /// DeferWeightGrads scope the matmul weights' are queued instead, weight_grad_queue.h).
-  virtual Tensor backward(const Tensor& dy) = 0;
+  virtual Tensor forward(const Tensor& x, const SequenceBatch& batch,
+                         const MicroBatchContext& ctx) = 0;
+  /// dy in forward's output layout → dx in its input layout, for the forward of slot
+  /// ctx.slot, whose state it frees; ACCUMULATES parameter gradients (when ctx names a
+  /// weight-gradient queue the matmul weights' are queued there instead, weight_grad_queue.h).
+  virtual Tensor backward(const Tensor& dy, const MicroBatchContext& ctx) = 0;
   virtual ParameterList parameters() = 0;
-  /// Drops what the current activation slot's forward kept (activation recompute: the block
-  /// runs forward again before its backward).
-  virtual void discard() = 0;
+  /// Drops what slot ctx.slot's forward kept (activation recompute: the block runs forward
+  /// again before its backward).
+  virtual void discard(const MicroBatchContext& ctx) = 0;
 };
 
 }  // namespace meshtrain

@@ -16,25 +16,29 @@ namespace meshtrain {
 
 GroupedSwiGluExperts::GroupedSwiGluExperts(const std::string& prefix, std::int64_t first,
                                            std::int64_t count, std::int64_t n_embd,
-                                           std::int64_t hidden, float init_std, float proj_init_std)
+                                           std::int64_t hidden, float init_std, float proj_init_std,
+                                           ParameterStorage storage)
     : n_embd_(n_embd), hidden_(hidden) {
   MT_CHECK(first >= 0 && count >= 1 && n_embd >= 1 && hidden >= 1,
            "{}: experts [{}, +{}) of C={} F={}", prefix, first, count, n_embd, hidden);
   experts_.reserve(static_cast<std::size_t>(count));
   for (std::int64_t j = first; j < first + count; ++j) {
     const std::string e = fmt::format("{}.{}", prefix, j);
-    experts_.push_back(Expert{
-        .w1 = Parameter(e + ".w1.weight", Shape{hidden, n_embd}, InitKind::normal, init_std),
-        .w3 = Parameter(e + ".w3.weight", Shape{hidden, n_embd}, InitKind::normal, init_std),
-        .w2 = Parameter(e + ".w2.weight", Shape{n_embd, hidden}, InitKind::normal, proj_init_std)});
+    experts_.push_back(Expert{.w1 = Parameter(e + ".w1.weight", Shape{hidden, n_embd},
+                                              InitKind::normal, init_std, storage),
+                              .w3 = Parameter(e + ".w3.weight", Shape{hidden, n_embd},
+                                              InitKind::normal, init_std, storage),
+                              .w2 = Parameter(e + ".w2.weight", Shape{n_embd, hidden},
+                                              InitKind::normal, proj_init_std, storage)});
   }
 }
 
-Tensor GroupedSwiGluExperts::forward(const Tensor& packed, std::span<const std::int64_t> counts) {
+Tensor GroupedSwiGluExperts::forward(const Tensor& packed, std::span<const std::int64_t> counts,
+                                     const MicroBatchContext& ctx) {
   MT_CHECK(packed.ndim() == 2 && packed.dim(1) == n_embd_ && counts.size() == experts_.size(),
            "{}: packed {} with {} counts for {} experts of C={}", experts_.front().w1.name,
            to_string(packed.shape()), counts.size(), experts_.size(), n_embd_);
-  State& s = *saved_;
+  State& s = saved_.at(ctx.slot);
   s.offsets.assign(1, 0);
   for (const std::int64_t c : counts) s.offsets.push_back(s.offsets.back() + c);
   const std::int64_t rows = packed.dim(0);
@@ -62,8 +66,8 @@ Tensor GroupedSwiGluExperts::forward(const Tensor& packed, std::span<const std::
   return out;
 }
 
-Tensor GroupedSwiGluExperts::backward(const Tensor& d_out) {
-  State s = saved_.take(experts_.front().w1.name);
+Tensor GroupedSwiGluExperts::backward(const Tensor& d_out, const MicroBatchContext& ctx) {
+  State s = saved_.take(ctx.slot, experts_.front().w1.name);
   const std::int64_t rows = s.offsets.back();
   MT_CHECK(d_out.ndim() == 2 && d_out.dim(0) == rows && d_out.dim(1) == n_embd_,
            "{}: gradient {} for [{}, {}]", experts_.front().w1.name, to_string(d_out.shape()), rows,
@@ -75,15 +79,16 @@ Tensor GroupedSwiGluExperts::backward(const Tensor& d_out) {
     Expert& ex = experts_[e];
     Tensor d_act = Tensor::empty({n, hidden_}, MemCategory::activations);
     linear_backward_or_defer(s.act_in[e], ex.w2, d_out.rows(begin, end), d_act.f32(), nullptr,
-                             {n, hidden_, n_embd_});
+                             {n, hidden_, n_embd_}, ctx);
     // In place, as SwiGluMlp: gate and up become their gradients (a deferred w1/w3 gradient
     // keeps them until W).
     Tensor gate = s.gate.rows(begin, end), up = s.up.rows(begin, end);
     kernels::swiglu_backward(gate.f32(), up.f32(), d_act.f32(), gate.f32(), up.f32(), gate.numel());
     Tensor dx = d_packed.rows(begin, end);
-    linear_backward_or_defer(s.x_in[e], ex.w1, gate, dx.f32(), nullptr, {n, n_embd_, hidden_});
+    linear_backward_or_defer(s.x_in[e], ex.w1, gate, dx.f32(), nullptr, {n, n_embd_, hidden_}, ctx);
     Tensor dx_up = Tensor::empty({n, n_embd_}, MemCategory::activations);
-    linear_backward_or_defer(s.x_in[e], ex.w3, up, dx_up.f32(), nullptr, {n, n_embd_, hidden_});
+    linear_backward_or_defer(s.x_in[e], ex.w3, up, dx_up.f32(), nullptr, {n, n_embd_, hidden_},
+                             ctx);
     kernels::add_inplace(dx.f32(), dx_up.f32(), dx.numel());
   }
   return d_packed;
@@ -119,37 +124,42 @@ const MoeShape& checked(const std::string& prefix, const MoeShape& s, const MoeO
 }  // namespace
 
 SparseMoeBlock::SparseMoeBlock(const std::string& prefix, const MoeShape& shape,
-                               const MoeOptions& options, ExpertParallel ep, MoeTokenGroup tokens)
+                               const MoeOptions& options, ExpertParallel ep, MoeTokenGroup tokens,
+                               ParameterStorage storage)
     : shape_(checked(prefix, shape, options, ep)),
       options_(options),
       ep_(ep),
       tokens_(tokens),
       gate_(prefix + ".block_sparse_moe.gate.weight", Shape{shape.moe_experts, shape.n_embd},
-            InitKind::normal, shape.init_std),
+            InitKind::normal, shape.init_std, storage),
       experts_(prefix + ".block_sparse_moe.experts", ep.rank() * (shape.moe_experts / ep.size()),
                shape.moe_experts / ep.size(), shape.n_embd, shape.moe_ffn_hidden, shape.init_std,
-               shape.proj_init_std) {}
+               shape.proj_init_std, storage) {}
 
-Tensor SparseMoeBlock::run_experts(const Tensor& packed, EpExchange& exchange) {
-  if (ep_.size() == 1) return experts_.forward(packed, saved_->dispatch.counts);
-  exchange = plan_ep_exchange(*ep_.group, saved_->dispatch.counts);
+Tensor SparseMoeBlock::run_experts(const Tensor& packed, EpExchange& exchange,
+                                   const MicroBatchContext& ctx) {
+  const std::vector<std::int64_t>& counts = saved_.at(ctx.slot).dispatch.counts;
+  if (ep_.size() == 1) return experts_.forward(packed, counts, ctx);
+  exchange = plan_ep_exchange(*ep_.group, counts);
   const Tensor local = ep_dispatch(*ep_.group, exchange, packed);
-  return ep_combine(*ep_.group, exchange, experts_.forward(local, exchange.local_counts));
+  return ep_combine(*ep_.group, exchange, experts_.forward(local, exchange.local_counts, ctx));
 }
 
-Tensor SparseMoeBlock::experts_backward(const Tensor& d_out, const EpExchange& exchange) {
-  if (ep_.size() == 1) return experts_.backward(d_out);
+Tensor SparseMoeBlock::experts_backward(const Tensor& d_out, const EpExchange& exchange,
+                                        const MicroBatchContext& ctx) {
+  if (ep_.size() == 1) return experts_.backward(d_out, ctx);
   const Tensor d_local = ep_dispatch(*ep_.group, exchange, d_out);
-  return ep_combine(*ep_.group, exchange, experts_.backward(d_local));
+  return ep_combine(*ep_.group, exchange, experts_.backward(d_local, ctx));
 }
 
-Tensor SparseMoeBlock::forward(const Tensor& x, const SequenceBatch& /*batch*/) {
+Tensor SparseMoeBlock::forward(const Tensor& x, const SequenceBatch& /*batch*/,
+                               const MicroBatchContext& ctx) {
   const std::int64_t C = shape_.n_embd, E = shape_.moe_experts, k = shape_.moe_top_k;
   MT_CHECK(x.ndim() == 2 && x.dim(1) == C && x.dtype() == DType::f32,
            "{}: input {} {} expected [tokens, {}] f32", gate_.name, to_string(x.shape()),
            to_string(x.dtype()), C);
   const std::int64_t N = x.dim(0);
-  State& s = *saved_;
+  State& s = saved_.at(ctx.slot);
   s.x = x;
   // 1. Route, in f32 whatever the router weight's dtype (the router is not a matmul autocast
   // rounds: top-k choices are discontinuous in the logits).
@@ -179,7 +189,7 @@ Tensor SparseMoeBlock::forward(const Tensor& x, const SequenceBatch& /*batch*/) 
   kernels::moe_gather_rows(x.f32(), s.dispatch.row_token.data(), packed.f32(), s.dispatch.rows(),
                            C);
   // 3. Experts, 4. combine.
-  s.expert_out = run_experts(packed, s.exchange);
+  s.expert_out = run_experts(packed, s.exchange, ctx);
   Tensor y = Tensor::empty({N, C}, MemCategory::activations);
   kernels::moe_combine_forward(s.expert_out.f32(), s.dispatch.assign_row.data(), s.top_weight.f32(),
                                y.f32(), N, k, C);
@@ -195,9 +205,9 @@ Tensor SparseMoeBlock::forward(const Tensor& x, const SequenceBatch& /*batch*/) 
   return y;
 }
 
-Tensor SparseMoeBlock::backward(const Tensor& dy) {
+Tensor SparseMoeBlock::backward(const Tensor& dy, const MicroBatchContext& ctx) {
   const std::int64_t C = shape_.n_embd, E = shape_.moe_experts, k = shape_.moe_top_k;
-  State s = saved_.take(gate_.name);
+  State s = saved_.take(ctx.slot, gate_.name);
   const std::int64_t N = s.x.dim(0);
   MT_CHECK(dy.ndim() == 2 && dy.dim(0) == N && dy.dim(1) == C, "{}: gradient {} for [{}, {}]",
            gate_.name, to_string(dy.shape()), N, C);
@@ -224,7 +234,7 @@ Tensor SparseMoeBlock::backward(const Tensor& dy) {
   kernels::linear_backward(s.x.f32(), wg.f32(), dlogits.f32(), dx.f32(), gate_.grad.f32(), nullptr,
                            {N, C, E});
   // Experts, then the un-permutation of their input gradients onto the tokens.
-  const Tensor d_packed = experts_backward(d_out, s.exchange);
+  const Tensor d_packed = experts_backward(d_out, s.exchange, ctx);
   kernels::moe_scatter_add_rows(d_packed.f32(), d.assign_row.data(), dx.f32(), N, k, C);
   return dx;
 }
@@ -259,9 +269,9 @@ ParameterList SparseMoeBlock::parameters() {
   return out;
 }
 
-void SparseMoeBlock::discard() {
-  saved_.release();
-  experts_.discard();
+void SparseMoeBlock::discard(const MicroBatchContext& ctx) {
+  saved_.release(ctx.slot);
+  experts_.discard(ctx);
 }
 
 }  // namespace meshtrain

@@ -81,16 +81,18 @@ class GroupedSwiGluExperts {
  public:
   GroupedSwiGluExperts(const std::string& prefix, std::int64_t first, std::int64_t count,
                        std::int64_t n_embd, std::int64_t hidden, float init_std,
-                       float proj_init_std);
+                       float proj_init_std, ParameterStorage storage = ParameterStorage::allocated);
 
   /// packed [rows, C] f32, counts [count] rows per expert (Σ = rows) → [rows, C] f32. Keeps
   /// the rows as each expert's matmul reads them, gate and up [rows, F] f32 and the activation
-  /// in the current activation slot.
-  Tensor forward(const Tensor& packed, std::span<const std::int64_t> counts);
+  /// in slot ctx.slot.
+  Tensor forward(const Tensor& packed, std::span<const std::int64_t> counts,
+                 const MicroBatchContext& ctx);
   /// d_out [rows, C] → d_packed [rows, C] (overwritten); accumulates every expert's weight
-  /// gradients (deferred inside DeferWeightGrads); frees the slot's state.
-  Tensor backward(const Tensor& d_out);
-  void discard() { saved_.release(); }
+  /// gradients (deferred to ctx's weight-gradient queue when it names one); frees the slot's
+  /// state.
+  Tensor backward(const Tensor& d_out, const MicroBatchContext& ctx);
+  void discard(const MicroBatchContext& ctx) { saved_.release(ctx.slot); }
   ParameterList parameters();
 
  private:
@@ -127,18 +129,20 @@ class SparseMoeBlock final : public Module {
   /// config reports them first as ConfigErrors. This rank builds experts of its ep rank only.
   /// `tokens`: the ranks sharing this layer's micro-batches (its aux and z losses are theirs).
   SparseMoeBlock(const std::string& prefix, const MoeShape& shape, const MoeOptions& options,
-                 ExpertParallel ep = {}, MoeTokenGroup tokens = {});
+                 ExpertParallel ep = {}, MoeTokenGroup tokens = {},
+                 ParameterStorage storage = ParameterStorage::allocated);
 
   /// x [N, C] f32 → y [N, C] f32. Keeps x, the router's probs [N, E], lse [N], top-k experts
   /// and weights [N, k], the dispatch plan and the experts' packed outputs [rows, C] in the
-  /// current activation slot (plus the experts' own state); updates stats().
-  Tensor forward(const Tensor& x, const SequenceBatch& batch) override;
+  /// slot ctx.slot (plus the experts' own state); updates stats().
+  Tensor forward(const Tensor& x, const SequenceBatch& batch,
+                 const MicroBatchContext& ctx) override;
   /// dy [N, C] → dx [N, C]. Accumulates the router's and experts' gradients, including those
   /// of the aux and z losses (scaled by loss_grad_scale()), exactly; frees the slot's state.
-  Tensor backward(const Tensor& dy) override;
+  Tensor backward(const Tensor& dy, const MicroBatchContext& ctx) override;
   /// Router, then this rank's experts in index order as w1, w3, w2 each.
   ParameterList parameters() override;
-  void discard() override;
+  void discard(const MicroBatchContext& ctx) override;
 
   /// The aux and z losses are added to the model's loss: their gradients enter backward
   /// multiplied by this factor, which the trainer sets to what multiplies the main loss's
@@ -150,7 +154,7 @@ class SparseMoeBlock final : public Module {
   MoeStepStats take_step_stats();
   const MoeShape& shape() const { return shape_; }
   const MoeOptions& options() const { return options_; }
-  /// Router logits [N, E] of the last forward in the current slot (tests and the reference).
+  /// Router logits [N, E] of the last forward (tests and the reference).
   const Tensor& last_logits() const { return last_logits_; }
 
  private:
@@ -158,9 +162,10 @@ class SparseMoeBlock final : public Module {
   void count_step(const MoeDispatch& d, const MoeRouterLosses& losses);
   /// Steps 3 (and the exchange around it, ep > 1): packed rows → their experts' outputs, in
   /// this rank's packed order; `exchange` receives the plan backward reuses.
-  Tensor run_experts(const Tensor& packed, EpExchange& exchange);
+  Tensor run_experts(const Tensor& packed, EpExchange& exchange, const MicroBatchContext& ctx);
   /// d_out in packed order → d_packed in packed order, through the owners' experts.
-  Tensor experts_backward(const Tensor& d_out, const EpExchange& exchange);
+  Tensor experts_backward(const Tensor& d_out, const EpExchange& exchange,
+                          const MicroBatchContext& ctx);
 
   MoeShape shape_;
   MoeOptions options_;

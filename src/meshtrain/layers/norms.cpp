@@ -17,26 +17,30 @@ void check_same(const Tensor& a, const Tensor& b, const std::string& name, const
 }
 }  // namespace
 
-LayerNorm::LayerNorm(const std::string& prefix, std::int64_t features, bool bias, float eps)
-    : features_(features), eps_(eps), weight_(prefix + ".weight", Shape{features}, InitKind::ones) {
-  if (bias) bias_.emplace(prefix + ".bias", Shape{features}, InitKind::zeros);
+LayerNorm::LayerNorm(const std::string& prefix, std::int64_t features, bool bias, float eps,
+                     ParameterStorage storage)
+    : features_(features),
+      eps_(eps),
+      weight_(prefix + ".weight", Shape{features}, InitKind::ones, 0.0f, storage) {
+  if (bias) bias_.emplace(prefix + ".bias", Shape{features}, InitKind::zeros, 0.0f, storage);
 }
 
-Tensor LayerNorm::forward(const Tensor& x, const SequenceBatch& /*batch*/) {
-  return run_forward(x, nullptr);
+Tensor LayerNorm::forward(const Tensor& x, const SequenceBatch& /*batch*/,
+                          const MicroBatchContext& ctx) {
+  return run_forward(x, nullptr, ctx);
 }
 
-Tensor LayerNorm::forward_residual(Tensor& branch, const Tensor& x) {
+Tensor LayerNorm::forward_residual(Tensor& branch, const Tensor& x, const MicroBatchContext& ctx) {
   check_same(branch, x, weight_.name, "residual branch");
-  return run_forward(x, &branch);
+  return run_forward(x, &branch, ctx);
 }
 
 // branch == nullptr: y = LN(x). Otherwise h = *branch + x is written into *branch and
 // y = LN(h) (the kept input is h).
-Tensor LayerNorm::run_forward(const Tensor& x, Tensor* branch) {
+Tensor LayerNorm::run_forward(const Tensor& x, Tensor* branch, const MicroBatchContext& ctx) {
   check_input(x, features_, weight_.name);
   const std::int64_t rows = x.dim(0);
-  State& s = *saved_;
+  State& s = saved_.at(ctx.slot);
   s.x = branch != nullptr ? *branch : x;
   s.mean = Tensor::empty({rows}, MemCategory::activations);
   s.rstd = Tensor::empty({rows}, MemCategory::activations);
@@ -55,15 +59,19 @@ Tensor LayerNorm::run_forward(const Tensor& x, Tensor* branch) {
   return y;
 }
 
-Tensor LayerNorm::backward(const Tensor& dy) { return run_backward(dy, nullptr); }
-
-Tensor LayerNorm::backward_residual(const Tensor& dy, const Tensor& d_residual) {
-  check_same(d_residual, dy, weight_.name, "residual grad");
-  return run_backward(dy, &d_residual);
+Tensor LayerNorm::backward(const Tensor& dy, const MicroBatchContext& ctx) {
+  return run_backward(dy, nullptr, ctx);
 }
 
-Tensor LayerNorm::run_backward(const Tensor& dy, const Tensor* d_residual) {
-  const State s = saved_.take(weight_.name);  // freed on return
+Tensor LayerNorm::backward_residual(const Tensor& dy, const Tensor& d_residual,
+                                    const MicroBatchContext& ctx) {
+  check_same(d_residual, dy, weight_.name, "residual grad");
+  return run_backward(dy, &d_residual, ctx);
+}
+
+Tensor LayerNorm::run_backward(const Tensor& dy, const Tensor* d_residual,
+                               const MicroBatchContext& ctx) {
+  const State s = saved_.take(ctx.slot, weight_.name);  // freed on return
   MT_CHECK(dy.shape() == s.x.shape(), "{}: grad {} expected {}", weight_.name,
            to_string(dy.shape()), to_string(s.x.shape()));
   Tensor dx = Tensor::empty(s.x.shape(), MemCategory::activations);
@@ -80,24 +88,26 @@ ParameterList LayerNorm::parameters() {
   return out;
 }
 
-RmsNorm::RmsNorm(const std::string& prefix, std::int64_t features, float eps)
+RmsNorm::RmsNorm(const std::string& prefix, std::int64_t features, float eps,
+                 ParameterStorage storage)
     : features_(features),
       eps_(eps),
-      weight_(prefix + ".weight", Shape{features}, InitKind::ones) {}
+      weight_(prefix + ".weight", Shape{features}, InitKind::ones, 0.0f, storage) {}
 
-Tensor RmsNorm::forward(const Tensor& x, const SequenceBatch& /*batch*/) {
-  return run_forward(x, nullptr);
+Tensor RmsNorm::forward(const Tensor& x, const SequenceBatch& /*batch*/,
+                        const MicroBatchContext& ctx) {
+  return run_forward(x, nullptr, ctx);
 }
 
-Tensor RmsNorm::forward_residual(Tensor& branch, const Tensor& x) {
+Tensor RmsNorm::forward_residual(Tensor& branch, const Tensor& x, const MicroBatchContext& ctx) {
   check_same(branch, x, weight_.name, "residual branch");
-  return run_forward(x, &branch);
+  return run_forward(x, &branch, ctx);
 }
 
 // As LayerNorm::run_forward: with a branch, h = *branch + x is written into *branch and kept.
-Tensor RmsNorm::run_forward(const Tensor& x, Tensor* branch) {
+Tensor RmsNorm::run_forward(const Tensor& x, Tensor* branch, const MicroBatchContext& ctx) {
   check_input(x, features_, weight_.name);
-  State& s = *saved_;
+  State& s = saved_.at(ctx.slot);
   s.x = branch != nullptr ? *branch : x;
   s.rstd = Tensor::empty({x.dim(0)}, MemCategory::activations);
   Tensor y = Tensor::empty(x.shape(), MemCategory::activations);
@@ -113,15 +123,19 @@ Tensor RmsNorm::run_forward(const Tensor& x, Tensor* branch) {
   return y;
 }
 
-Tensor RmsNorm::backward(const Tensor& dy) { return run_backward(dy, nullptr); }
-
-Tensor RmsNorm::backward_residual(const Tensor& dy, const Tensor& d_residual) {
-  check_same(d_residual, dy, weight_.name, "residual grad");
-  return run_backward(dy, &d_residual);
+Tensor RmsNorm::backward(const Tensor& dy, const MicroBatchContext& ctx) {
+  return run_backward(dy, nullptr, ctx);
 }
 
-Tensor RmsNorm::run_backward(const Tensor& dy, const Tensor* d_residual) {
-  const State s = saved_.take(weight_.name);  // freed on return
+Tensor RmsNorm::backward_residual(const Tensor& dy, const Tensor& d_residual,
+                                  const MicroBatchContext& ctx) {
+  check_same(d_residual, dy, weight_.name, "residual grad");
+  return run_backward(dy, &d_residual, ctx);
+}
+
+Tensor RmsNorm::run_backward(const Tensor& dy, const Tensor* d_residual,
+                             const MicroBatchContext& ctx) {
+  const State s = saved_.take(ctx.slot, weight_.name);  // freed on return
   MT_CHECK(dy.shape() == s.x.shape(), "{}: grad {} expected {}", weight_.name,
            to_string(dy.shape()), to_string(s.x.shape()));
   Tensor dx = Tensor::empty(s.x.shape(), MemCategory::activations);

@@ -20,32 +20,37 @@ class ResidualNorm : public Module {
  public:
   /// branch, x [rows, C]: branch becomes h = branch + x in place (the residual stream), and the
   /// norm of h is returned; keeps what forward() keeps.
-  virtual Tensor forward_residual(Tensor& branch, const Tensor& x) = 0;
+  virtual Tensor forward_residual(Tensor& branch, const Tensor& x,
+                                  const MicroBatchContext& ctx) = 0;
   /// backward(dy) + d_residual [rows, C]: the residual stream's gradient added to the norm's
   /// input gradient in the same pass.
-  virtual Tensor backward_residual(const Tensor& dy, const Tensor& d_residual) = 0;
+  virtual Tensor backward_residual(const Tensor& dy, const Tensor& d_residual,
+                                   const MicroBatchContext& ctx) = 0;
 };
 
 class LayerNorm final : public ResidualNorm {
  public:
   /// `<prefix>.weight` [C] = 1 and, with bias, `<prefix>.bias` [C] = 0.
-  LayerNorm(const std::string& prefix, std::int64_t features, bool bias, float eps);
+  LayerNorm(const std::string& prefix, std::int64_t features, bool bias, float eps,
+            ParameterStorage storage = ParameterStorage::allocated);
 
-  /// x [rows, C] → [rows, C]; keeps x, mean and rstd [rows] in the current activation slot.
-  Tensor forward(const Tensor& x, const SequenceBatch& batch) override;
-  Tensor backward(const Tensor& dy) override;
-  Tensor forward_residual(Tensor& branch, const Tensor& x) override;
-  Tensor backward_residual(const Tensor& dy, const Tensor& d_residual) override;
+  /// x [rows, C] → [rows, C]; keeps x, mean and rstd [rows] in slot ctx.slot.
+  Tensor forward(const Tensor& x, const SequenceBatch& batch,
+                 const MicroBatchContext& ctx) override;
+  Tensor backward(const Tensor& dy, const MicroBatchContext& ctx) override;
+  Tensor forward_residual(Tensor& branch, const Tensor& x, const MicroBatchContext& ctx) override;
+  Tensor backward_residual(const Tensor& dy, const Tensor& d_residual,
+                           const MicroBatchContext& ctx) override;
   ParameterList parameters() override;
-  void discard() override { saved_.release(); }
+  void discard(const MicroBatchContext& ctx) override { saved_.release(ctx.slot); }
 
  private:
   std::int64_t features_;
   float eps_;
   Parameter weight_;
   std::optional<Parameter> bias_;
-  Tensor run_forward(const Tensor& x, Tensor* branch);
-  Tensor run_backward(const Tensor& dy, const Tensor* d_residual);
+  Tensor run_forward(const Tensor& x, Tensor* branch, const MicroBatchContext& ctx);
+  Tensor run_backward(const Tensor& dy, const Tensor* d_residual, const MicroBatchContext& ctx);
   struct State {
     Tensor x, mean, rstd;
   };
@@ -55,22 +60,25 @@ class LayerNorm final : public ResidualNorm {
 class RmsNorm final : public ResidualNorm {
  public:
   /// `<prefix>.weight` [C] = 1 (Hugging Face LlamaRMSNorm).
-  RmsNorm(const std::string& prefix, std::int64_t features, float eps);
+  RmsNorm(const std::string& prefix, std::int64_t features, float eps,
+          ParameterStorage storage = ParameterStorage::allocated);
 
-  /// x [rows, C] → [rows, C]; keeps x and rstd [rows] in the current activation slot.
-  Tensor forward(const Tensor& x, const SequenceBatch& batch) override;
-  Tensor backward(const Tensor& dy) override;
-  Tensor forward_residual(Tensor& branch, const Tensor& x) override;
-  Tensor backward_residual(const Tensor& dy, const Tensor& d_residual) override;
+  /// x [rows, C] → [rows, C]; keeps x and rstd [rows] in slot ctx.slot.
+  Tensor forward(const Tensor& x, const SequenceBatch& batch,
+                 const MicroBatchContext& ctx) override;
+  Tensor backward(const Tensor& dy, const MicroBatchContext& ctx) override;
+  Tensor forward_residual(Tensor& branch, const Tensor& x, const MicroBatchContext& ctx) override;
+  Tensor backward_residual(const Tensor& dy, const Tensor& d_residual,
+                           const MicroBatchContext& ctx) override;
   ParameterList parameters() override;
-  void discard() override { saved_.release(); }
+  void discard(const MicroBatchContext& ctx) override { saved_.release(ctx.slot); }
 
  private:
   std::int64_t features_;
   float eps_;
   Parameter weight_;
-  Tensor run_forward(const Tensor& x, Tensor* branch);
-  Tensor run_backward(const Tensor& dy, const Tensor* d_residual);
+  Tensor run_forward(const Tensor& x, Tensor* branch, const MicroBatchContext& ctx);
+  Tensor run_backward(const Tensor& dy, const Tensor* d_residual, const MicroBatchContext& ctx);
   struct State {
     Tensor x, rstd;
   };

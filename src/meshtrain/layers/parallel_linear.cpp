@@ -9,7 +9,7 @@ namespace meshtrain {
 
 ColumnParallelLinear::ColumnParallelLinear(std::vector<ColumnWeight> weights,
                                            std::int64_t in_features, bool bias,
-                                           const TensorParallel& tp)
+                                           const TensorParallel& tp, ParameterStorage storage)
     : in_(in_features), tp_(tp) {
   const int r = tp.group.rank(), n = tp.group.size();
   for (const ColumnWeight& w : weights) {
@@ -19,24 +19,27 @@ ColumnParallelLinear::ColumnParallelLinear(std::vector<ColumnWeight> weights,
     Shard s{.out_local = w.out_features / n,
             .weight = Parameter(w.prefix + ".weight",
                                 even_shard({w.out_features, in_features}, 0, r, n, w.parts),
-                                InitKind::normal, w.init_std),
+                                InitKind::normal, w.init_std, storage),
             .bias = std::nullopt};
     if (bias) {
       s.bias.emplace(w.prefix + ".bias", even_shard({w.out_features}, 0, r, n, w.parts),
-                     InitKind::zeros);
+                     InitKind::zeros, 0.0f, storage);
     }
     shards_.push_back(std::move(s));
   }
 }
 
-std::vector<Tensor> ColumnParallelLinear::forward(const Tensor& x) { return forward(x, true); }
+std::vector<Tensor> ColumnParallelLinear::forward(const Tensor& x, const MicroBatchContext& ctx) {
+  return forward(x, true, ctx);
+}
 
-std::vector<Tensor> ColumnParallelLinear::forward(const Tensor& x, bool add_bias) {
+std::vector<Tensor> ColumnParallelLinear::forward(const Tensor& x, bool add_bias,
+                                                  const MicroBatchContext& ctx) {
   const Tensor x_full = EnterTpRegion::forward(x, tp_);
   MT_CHECK(x_full.ndim() == 2 && x_full.dim(1) == in_, "{}: input {} expected [tokens, {}]",
            shards_.front().weight.name, to_string(x_full.shape()), in_);
   // One rounded input serves every weight: they share a dtype (the trainer casts them alike).
-  Tensor& kept = saved_->x_full;
+  Tensor& kept = saved_.at(ctx.slot).x_full;
   kept = matmul_input(x_full, shards_.front().weight);
   const std::int64_t tokens = x_full.dim(0);
   std::vector<Tensor> ys;
@@ -51,12 +54,15 @@ std::vector<Tensor> ColumnParallelLinear::forward(const Tensor& x, bool add_bias
   return ys;
 }
 
-Tensor ColumnParallelLinear::backward(std::span<const Tensor> dys) { return backward(dys, true); }
+Tensor ColumnParallelLinear::backward(std::span<const Tensor> dys, const MicroBatchContext& ctx) {
+  return backward(dys, true, ctx);
+}
 
-Tensor ColumnParallelLinear::backward(std::span<const Tensor> dys, bool bias_grads) {
+Tensor ColumnParallelLinear::backward(std::span<const Tensor> dys, bool bias_grads,
+                                      const MicroBatchContext& ctx) {
   MT_CHECK(dys.size() == shards_.size(), "{}: {} gradients for {} weights",
            shards_.front().weight.name, dys.size(), shards_.size());
-  Tensor x_full = saved_.take(shards_.front().weight.name).x_full;
+  Tensor x_full = saved_.take(ctx.slot, shards_.front().weight.name).x_full;
   const std::int64_t tokens = x_full.dim(0);
   Tensor dx = Tensor::empty(x_full.shape(), MemCategory::activations);
   Tensor dx_part;
@@ -70,7 +76,7 @@ Tensor ColumnParallelLinear::backward(std::span<const Tensor> dys, bool bias_gra
     float* out = i == 0 ? dx.f32() : dx_part.f32();
     linear_backward_or_defer(x_full, s.weight, dys[i], out,
                              s.bias && bias_grads ? s.bias->grad.f32() : nullptr,
-                             {tokens, in_, s.out_local});
+                             {tokens, in_, s.out_local}, ctx);
     if (i > 0) kernels::add_inplace(dx.f32(), dx_part.f32(), dx.numel());
   }
   x_full = dx_part = Tensor();  // freed before the region's backward, unless a W task keeps it
@@ -88,29 +94,31 @@ ParameterList ColumnParallelLinear::parameters() {
 
 RowParallelLinear::RowParallelLinear(const std::string& prefix, std::int64_t in_features,
                                      std::int64_t out_features, bool bias, float init_std,
-                                     const TensorParallel& tp)
+                                     const TensorParallel& tp, ParameterStorage storage)
     : in_local_(in_features / tp.group.size()),
       out_(out_features),
       tp_(tp),
       weight_(prefix + ".weight",
               even_shard({out_features, in_features}, 1, tp.group.rank(), tp.group.size()),
-              InitKind::normal, init_std) {
+              InitKind::normal, init_std, storage) {
   MT_CHECK(in_features % tp.group.size() == 0,
            "{}: {} input features cannot be split over {} ranks of {}", prefix, in_features,
            tp.group.size(), tp.group.name());
-  if (bias) bias_.emplace(prefix + ".bias", Shape{out_features}, InitKind::zeros);
+  if (bias) bias_.emplace(prefix + ".bias", Shape{out_features}, InitKind::zeros, 0.0f, storage);
 }
 
-void RowParallelLinear::keep_input(const Tensor& x) {
-  saved_->x = matmul_input(x, weight_);  // as forward keeps it (16-bit under mixed precision)
+void RowParallelLinear::keep_input(const Tensor& x, const MicroBatchContext& ctx) {
+  // As forward keeps it (16-bit under mixed precision).
+  saved_.at(ctx.slot).x = matmul_input(x, weight_);
 }
 
-Tensor RowParallelLinear::forward(const Tensor& x) {
+Tensor RowParallelLinear::forward(const Tensor& x, const MicroBatchContext& ctx) {
   MT_CHECK(x.ndim() == 2 && x.dim(1) == in_local_, "{}: input {} expected [tokens, {}]",
            weight_.name, to_string(x.shape()), in_local_);
-  saved_->x = matmul_input(x, weight_);
+  Tensor& kept = saved_.at(ctx.slot).x;
+  kept = matmul_input(x, weight_);
   Tensor partial = Tensor::empty({x.dim(0), out_}, MemCategory::activations);
-  autocast_linear_forward(saved_->x, weight_, nullptr, partial);
+  autocast_linear_forward(kept, weight_, nullptr, partial);
   Tensor y = ExitTpRegion::forward(partial, tp_);
   if (bias_) {  // once, after the sum: adding it on every rank before would count it tp times
     const Tensor b = value_f32(*bias_);
@@ -121,8 +129,9 @@ Tensor RowParallelLinear::forward(const Tensor& x) {
   return y;
 }
 
-Tensor RowParallelLinear::backward(const Tensor& dy) {
-  const Tensor x = saved_.take(weight_.name).x;  // freed on return, unless a W task keeps it
+Tensor RowParallelLinear::backward(const Tensor& dy, const MicroBatchContext& ctx) {
+  // Freed on return, unless a W task keeps it.
+  const Tensor x = saved_.take(ctx.slot, weight_.name).x;
   if (bias_) {  // from dY as this rank holds it (all tokens, or its own under SP)
     for (std::int64_t t = 0; t < dy.dim(0); ++t) {
       kernels::add_inplace(bias_->grad.f32(), dy.f32() + t * out_, out_);
@@ -132,7 +141,8 @@ Tensor RowParallelLinear::backward(const Tensor& dy) {
   MT_CHECK(dy_full.dim(0) == x.dim(0) && dy_full.dim(1) == out_, "{}: grad {} expected [{}, {}]",
            weight_.name, to_string(dy_full.shape()), x.dim(0), out_);
   Tensor dx = Tensor::empty(x.shape(), MemCategory::activations);
-  linear_backward_or_defer(x, weight_, dy_full, dx.f32(), nullptr, {x.dim(0), in_local_, out_});
+  linear_backward_or_defer(x, weight_, dy_full, dx.f32(), nullptr, {x.dim(0), in_local_, out_},
+                           ctx);
   return dx;
 }
 

@@ -10,9 +10,10 @@
 // logical [out, in] tensor, initialised from the same (seed, name, index) as the unsharded
 // weight. With a tp group of one rank they compute exactly what a plain nn.Linear computes.
 //
-// What backward needs is kept per activation slot (activation_slots.h). Inside a
-// DeferWeightGrads scope (weight_grad_queue.h) backward computes the input and bias gradients
-// only and queues the weight gradients under the current slot.
+// What backward needs is kept per activation slot (activation_slots.h), the context's
+// (micro_batch_context.h). When the context names a weight-gradient queue (weight_grad_queue.h)
+// backward computes the input and bias gradients only and queues the weight gradients there
+// under the context's slot.
 #pragma once
 
 #include <optional>
@@ -43,27 +44,29 @@ struct ColumnWeight {
 class ColumnParallelLinear {
  public:
   ColumnParallelLinear(std::vector<ColumnWeight> weights, std::int64_t in_features, bool bias,
-                       const TensorParallel& tp);
+                       const TensorParallel& tp,
+                       ParameterStorage storage = ParameterStorage::allocated);
 
   /// x [tokens, in] replicated over tp, or [tokens/tp, in] under sequence parallelism → one
   /// output per weight, [tokens, out_i/tp] (this rank's features of each part, part by part).
-  /// Keeps the entered (full) input [tokens, in] for backward, in the current activation slot
-  /// (rounded to the weights' dtype when they are 16-bit: layers/autocast.h).
-  std::vector<Tensor> forward(const Tensor& x);
+  /// Keeps the entered (full) input [tokens, in] for backward, in slot ctx.slot (rounded to
+  /// the weights' dtype when they are 16-bit: layers/autocast.h).
+  std::vector<Tensor> forward(const Tensor& x, const MicroBatchContext& ctx);
   /// With `add_bias` false the outputs are x·Wᵀ alone and the caller adds the biases
   /// (bias(i)) in its own element-wise pass (GeluMlp's bias + GELU), and backward(dys, false)
   /// leaves the bias gradients to it as well.
-  std::vector<Tensor> forward(const Tensor& x, bool add_bias);
+  std::vector<Tensor> forward(const Tensor& x, bool add_bias, const MicroBatchContext& ctx);
   /// Shard i's bias (nullptr without biases).
   Parameter* bias(std::size_t i) { return shards_.at(i).bias ? &*shards_.at(i).bias : nullptr; }
-  /// Drops the current slot's kept input (activation recompute).
-  void discard() { saved_.release(); }
+  /// Drops slot ctx.slot's kept input (activation recompute).
+  void discard(const MicroBatchContext& ctx) { saved_.release(ctx.slot); }
   /// dys (one per weight, as forward's outputs) → dx in forward's input layout; frees the
   /// slot's state. Accumulates every shard's weight and bias gradients (the weights' deferred
-  /// inside DeferWeightGrads: the queue then keeps the full input and the dys until W).
-  Tensor backward(std::span<const Tensor> dys);
-  /// `bias_grads` false: the bias gradients are the caller's (see forward(x, false)).
-  Tensor backward(std::span<const Tensor> dys, bool bias_grads);
+  /// to ctx's queue when it names one: the queue then keeps the full input and the dys until
+  /// W).
+  Tensor backward(std::span<const Tensor> dys, const MicroBatchContext& ctx);
+  /// `bias_grads` false: the bias gradients are the caller's (see forward(x, false, ctx)).
+  Tensor backward(std::span<const Tensor> dys, bool bias_grads, const MicroBatchContext& ctx);
   ParameterList parameters();
 
  private:
@@ -86,24 +89,25 @@ class RowParallelLinear {
   /// `<prefix>.weight` shard [out, in/tp] = columns [r·in/tp, (r+1)·in/tp) of the logical
   /// weight; `<prefix>.bias` [out] replicated over tp (added once, after the reduction).
   RowParallelLinear(const std::string& prefix, std::int64_t in_features, std::int64_t out_features,
-                    bool bias, float init_std, const TensorParallel& tp);
+                    bool bias, float init_std, const TensorParallel& tp,
+                    ParameterStorage storage = ParameterStorage::allocated);
 
   /// x [tokens, in/tp] (this rank's input features) → [tokens, out] replicated over tp, or
   /// [tokens/tp, out] (this rank's rows) under sequence parallelism. Keeps x for backward, in
-  /// the current activation slot (rounded to the weight's dtype when it is 16-bit).
-  Tensor forward(const Tensor& x);
-  /// Drops the current slot's kept input (activation recompute).
-  void discard() { saved_.release(); }
-  /// Keeps x [tokens, in/tp] as the current slot's input, as forward(x) does, without
+  /// slot ctx.slot (rounded to the weight's dtype when it is 16-bit).
+  Tensor forward(const Tensor& x, const MicroBatchContext& ctx);
+  /// Drops slot ctx.slot's kept input (activation recompute).
+  void discard(const MicroBatchContext& ctx) { saved_.release(ctx.slot); }
+  /// Keeps x [tokens, in/tp] as slot ctx.slot's input, as forward(x, ctx) does, without
   /// computing anything: selective recompute drops the attention output this layer reads
-  /// (discard() after forward) and hands it back, recomputed, before backward.
-  void keep_input(const Tensor& x);
+  /// (discard(ctx) after forward) and hands it back, recomputed, before backward.
+  void keep_input(const Tensor& x, const MicroBatchContext& ctx);
   /// dy in forward's output layout → dx [tokens, in/tp]; frees the slot's state. The bias
   /// gradient comes from dY as held here: identical on every rank without sequence
   /// parallelism, a partial sum over this rank's tokens with it (summed over tp once per step
-  /// by the trainer). The weight gradient is deferred inside DeferWeightGrads (the queue then
-  /// keeps x and the full dY until W).
-  Tensor backward(const Tensor& dy);
+  /// by the trainer). The weight gradient is deferred to ctx's queue when it names one (the
+  /// queue then keeps x and the full dY until W).
+  Tensor backward(const Tensor& dy, const MicroBatchContext& ctx);
   ParameterList parameters();
 
  private:

@@ -25,17 +25,12 @@ Shape checked_local_shape(const ShardSlice& s) {
 
 }  // namespace
 
-Parameter::Parameter(std::string name_, Shape shape, InitKind init_, float init_std_)
-    : Parameter(std::move(name_), whole(shape), init_, init_std_) {}
+Parameter::Parameter(std::string name_, Shape shape, InitKind init_, float init_std_,
+                     ParameterStorage storage)
+    : Parameter(std::move(name_), whole(shape), init_, init_std_, storage) {}
 
-namespace {
-thread_local int deferred_scopes = 0;
-}  // namespace
-
-DeferParameterStorage::DeferParameterStorage() { ++deferred_scopes; }
-DeferParameterStorage::~DeferParameterStorage() { --deferred_scopes; }
-
-Parameter::Parameter(std::string name_, ShardSlice shard_, InitKind init_, float init_std_)
+Parameter::Parameter(std::string name_, ShardSlice shard_, InitKind init_, float init_std_,
+                     ParameterStorage storage)
     : name(std::move(name_)),
       init(init_),
       init_std(init_std_),
@@ -48,7 +43,7 @@ Parameter::Parameter(std::string name_, ShardSlice shard_, InitKind init_, float
     placement.axes[static_cast<std::size_t>(Axis::tp)] = {
         .kind = PlacementKind::shard, .dim = shard.dim, .parts = shard.parts};
   }
-  if (deferred_scopes > 0) return;
+  if (storage == ParameterStorage::deferred) return;
   value = Tensor::zeros(shape, MemCategory::params);
   grad = Tensor::zeros(shape, MemCategory::grads);
 }

@@ -19,6 +19,13 @@ namespace meshtrain {
 
 enum class InitKind : std::uint8_t { normal, zeros, ones };
 
+/// Whether a new Parameter allocates its value and grad. Deferred: neither, and initialize()
+/// leaves it alone; ZeRO-3 then materialises only each rank's slice (initialize_range), so no
+/// rank ever holds the whole model (PyTorch's meta-device initialisation for FSDP plays the
+/// same role), and a parameter table (names, shapes, shards) costs no values. An explicit
+/// build option of the layers, CausalLm and PipelineStage.
+enum class ParameterStorage : std::uint8_t { allocated, deferred };
+
 /// A trainable tensor of this rank. Where it lives on the mesh is `placement`, its record of
 /// the placement table (mesh/placement.h), which the pipeline stage assigns after checking the
 /// layer's slice against it; every consumer (gradient reduction, ZeRO, the grad norm,
@@ -38,10 +45,14 @@ struct Parameter {
   // shape, tp from `shard`, every other axis replicated, dense replicas, ZeRO stage 0.
   ParamPlacement placement;
 
-  /// The whole logical tensor of `shape`; value set by initialize(), grad zeroed.
-  Parameter(std::string name, Shape shape, InitKind init, float init_std = 0.0f);
-  /// A shard (see ShardSlice); value set by initialize(), grad zeroed. MT_CHECKs the slice.
-  Parameter(std::string name, ShardSlice shard, InitKind init, float init_std = 0.0f);
+  /// The whole logical tensor of `shape`; value set by initialize(), grad zeroed (neither
+  /// allocated when `storage` is deferred).
+  Parameter(std::string name, Shape shape, InitKind init, float init_std = 0.0f,
+            ParameterStorage storage = ParameterStorage::allocated);
+  /// A shard (see ShardSlice); value set by initialize(), grad zeroed (neither allocated when
+  /// `storage` is deferred). MT_CHECKs the slice.
+  Parameter(std::string name, ShardSlice shard, InitKind init, float init_std = 0.0f,
+            ParameterStorage storage = ParameterStorage::allocated);
 
   /// True when this rank holds less than the whole logical tensor (sharded over tp); false
   /// for a parameter replicated over tp, whose copies must stay bit-identical (or, under
@@ -51,18 +62,6 @@ struct Parameter {
   std::int64_t logical_numel() const;
   /// The shape of this rank's tensor (value's shape when allocated).
   Shape local_shape() const;
-};
-
-/// While one is alive on this thread, new Parameters allocate neither value nor grad and
-/// initialize() leaves them alone: ZeRO-3 then materialises only each rank's slice
-/// (initialize_range), so no rank ever holds the whole model (PyTorch's meta-device
-/// initialisation for FSDP plays the same role).
-class DeferParameterStorage {
- public:
-  DeferParameterStorage();
-  ~DeferParameterStorage();
-  DeferParameterStorage(const DeferParameterStorage&) = delete;
-  DeferParameterStorage& operator=(const DeferParameterStorage&) = delete;
 };
 
 /// Sets p.value from (seed, p.name, global element index in the logical tensor), so a shard's

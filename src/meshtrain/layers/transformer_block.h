@@ -26,14 +26,15 @@ class TransformerBlock final : public Module {
                    std::unique_ptr<Module> norm_2, std::unique_ptr<Module> mlp,
                    RecomputeMode recompute = RecomputeMode::none);
 
-  Tensor forward(const Tensor& x, const SequenceBatch& batch) override;
-  Tensor backward(const Tensor& dy) override;
+  Tensor forward(const Tensor& x, const SequenceBatch& batch,
+                 const MicroBatchContext& ctx) override;
+  Tensor backward(const Tensor& dy, const MicroBatchContext& ctx) override;
   /// norm_1, attn, norm_2, mlp parameters, in that order.
   ParameterList parameters() override;
-  void discard() override;
+  void discard(const MicroBatchContext& ctx) override;
 
  private:
-  Tensor run(const Tensor& x, const SequenceBatch& batch);
+  Tensor run(const Tensor& x, const SequenceBatch& batch, const MicroBatchContext& ctx);
 
   std::unique_ptr<Module> norm_1_, attn_, norm_2_, mlp_;
   // The norms as ResidualNorm when they are one (LayerNorm, RmsNorm): the residual adds around

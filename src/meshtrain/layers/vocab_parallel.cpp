@@ -11,27 +11,28 @@
 namespace meshtrain {
 
 Parameter vocab_shard_parameter(const std::string& name, std::int64_t vocab, std::int64_t n_embd,
-                                float init_std, const ProcessGroup& tp) {
+                                float init_std, const ProcessGroup& tp, ParameterStorage storage) {
   return Parameter(name, even_shard({vocab, n_embd}, 0, tp.rank(), tp.size()), InitKind::normal,
-                   init_std);
+                   init_std, storage);
 }
 
 VocabParallelEmbedding::VocabParallelEmbedding(const std::string& name, std::int64_t vocab,
                                                std::int64_t n_embd, float init_std,
-                                               const TensorParallel& tp)
-    : tp_(tp), weight_(vocab_shard_parameter(name, vocab, n_embd, init_std, tp.group)) {}
+                                               const TensorParallel& tp, ParameterStorage storage)
+    : tp_(tp), weight_(vocab_shard_parameter(name, vocab, n_embd, init_std, tp.group, storage)) {}
 
-Tensor VocabParallelEmbedding::forward(const std::int32_t* ids, std::int64_t tokens) {
+Tensor VocabParallelEmbedding::forward(const std::int32_t* ids, std::int64_t tokens,
+                                       const MicroBatchContext& ctx) {
   const std::int64_t C = weight_.value.dim(1);
-  saved_->ids.assign(ids, ids + tokens);
+  saved_.at(ctx.slot).ids.assign(ids, ids + tokens);
   Tensor partial = Tensor::empty({tokens, C}, MemCategory::activations);
   embedding_lookup(ids, weight_.value, weight_.shard.offset, weight_.shard.length, partial.f32(),
                    tokens);
   return ExitTpRegion::forward(partial, tp_);
 }
 
-void VocabParallelEmbedding::backward(const Tensor& dy) {
-  const std::vector<std::int32_t> ids = saved_.take(weight_.name).ids;
+void VocabParallelEmbedding::backward(const Tensor& dy, const MicroBatchContext& ctx) {
+  const std::vector<std::int32_t> ids = saved_.take(ctx.slot, weight_.name).ids;
   const Tensor dy_full = ExitTpRegion::backward(dy, tp_);
   const std::int64_t tokens = static_cast<std::int64_t>(ids.size());
   MT_CHECK(dy_full.dim(0) == tokens, "{}: grad {} for {} tokens", weight_.name,
@@ -53,8 +54,9 @@ Tensor VocabParallelLmHead::local_logits(const Tensor& h_in) const {
   return logits;
 }
 
-float VocabParallelLmHead::forward(const Tensor& h, const std::int32_t* targets) {
-  State& s = *saved_;
+float VocabParallelLmHead::forward(const Tensor& h, const std::int32_t* targets,
+                                   const MicroBatchContext& ctx) {
+  State& s = saved_.at(ctx.slot);
   s.h_full = matmul_input(EnterTpRegion::forward(h, tp_), weight_);
   s.logits = local_logits(s.h_full);
   const std::int64_t tokens = s.logits.dim(0), v_local = s.logits.dim(1);
@@ -91,8 +93,8 @@ float VocabParallelLmHead::forward(const Tensor& h, const std::int32_t* targets)
   return static_cast<float>(loss_sum / static_cast<double>(tokens));
 }
 
-Tensor VocabParallelLmHead::backward(float scale) {
-  State s = saved_.take(weight_.name);
+Tensor VocabParallelLmHead::backward(float scale, const MicroBatchContext& ctx) {
+  State s = saved_.take(ctx.slot, weight_.name);
   const std::int64_t tokens = s.logits.dim(0), v_local = s.logits.dim(1);
   const std::int64_t C = s.h_full.dim(1);
   // dlogits overwrites the logits: nothing reads them after this. Padding columns get 0, so
@@ -101,7 +103,8 @@ Tensor VocabParallelLmHead::backward(float scale) {
       s.logits.f32(), s.lse.f32(), s.targets.data(), weight_.shard.offset,
       scale / static_cast<float>(tokens), s.logits.f32(), tokens, v_local, weight_.shard.length);
   Tensor dh = Tensor::empty(s.h_full.shape(), MemCategory::activations);
-  linear_backward_or_defer(s.h_full, weight_, s.logits, dh.f32(), nullptr, {tokens, C, v_local});
+  linear_backward_or_defer(s.h_full, weight_, s.logits, dh.f32(), nullptr, {tokens, C, v_local},
+                           ctx);
   s = State();  // freed before the region's backward, unless a W task keeps h and dlogits
   return EnterTpRegion::backward(dh, tp_);
 }

@@ -22,23 +22,26 @@ namespace meshtrain {
 
 /// The [V, C] table parameter `name` as this rank's padded shard [ceil(V/tp), C], N(0, std²).
 Parameter vocab_shard_parameter(const std::string& name, std::int64_t vocab, std::int64_t n_embd,
-                                float init_std, const ProcessGroup& tp);
+                                float init_std, const ProcessGroup& tp,
+                                ParameterStorage storage = ParameterStorage::allocated);
 
 class VocabParallelEmbedding {
  public:
   VocabParallelEmbedding(const std::string& name, std::int64_t vocab, std::int64_t n_embd,
-                         float init_std, const TensorParallel& tp);
+                         float init_std, const TensorParallel& tp,
+                         ParameterStorage storage = ParameterStorage::allocated);
 
   /// ids [tokens] i32 in [0, V), the same on every tp rank → [tokens, C], or this rank's rows
   /// [tokens/tp, C] under sequence parallelism: each rank looks up the ids of its shard (zero
   /// rows for the others) and the partial sums leave through ExitTpRegion. Keeps a copy of
-  /// the ids in the current activation slot.
-  Tensor forward(const std::int32_t* ids, std::int64_t tokens);
-  /// Drops what the current activation slot's forward kept (a forward with no backward).
-  void discard() { saved_.release(); }
-  /// dy in forward's output layout; accumulates the shard's gradient at once (also inside
-  /// DeferWeightGrads: a lookup's backward is a cheap scatter-add) and frees the slot's ids.
-  void backward(const Tensor& dy);
+  /// the ids in slot ctx.slot.
+  Tensor forward(const std::int32_t* ids, std::int64_t tokens, const MicroBatchContext& ctx);
+  /// Drops what slot ctx.slot's forward kept (a forward with no backward).
+  void discard(const MicroBatchContext& ctx) { saved_.release(ctx.slot); }
+  /// dy in forward's output layout; accumulates the shard's gradient at once (also when ctx
+  /// names a weight-gradient queue: a lookup's backward is a cheap scatter-add) and frees the
+  /// slot's ids.
+  void backward(const Tensor& dy, const MicroBatchContext& ctx);
   Parameter& weight() { return weight_; }
   const Parameter& weight() const { return weight_; }
 
@@ -58,18 +61,17 @@ class VocabParallelLmHead {
   VocabParallelLmHead(Parameter& weight, const TensorParallel& tp);
 
   /// h [tokens, C] (or [tokens/tp, C] under sequence parallelism), targets [tokens] in [0, V)
-  /// → mean cross-entropy over the tokens, the same number on every tp rank. Keeps, in the
-  /// current activation slot, the entered h [tokens, C] (rounded to the weight's dtype when it
-  /// is 16-bit), the local logits [tokens, Vp/tp] f32, their log-sum-exp [tokens] and the
-  /// targets.
-  float forward(const Tensor& h, const std::int32_t* targets);
+  /// → mean cross-entropy over the tokens, the same number on every tp rank. Keeps, in slot
+  /// ctx.slot, the entered h [tokens, C] (rounded to the weight's dtype when it is 16-bit),
+  /// the local logits [tokens, Vp/tp] f32, their log-sum-exp [tokens] and the targets.
+  float forward(const Tensor& h, const std::int32_t* targets, const MicroBatchContext& ctx);
   /// Backward of `scale` × the slot's forward loss → dh in h's layout; accumulates the
-  /// weight's gradient (real rows only), or inside DeferWeightGrads queues it (the queue then
-  /// keeps h and the logits' gradient, which overwrote the logits, until W). Frees the slot's
-  /// state.
-  Tensor backward(float scale);
-  /// Drops what the current activation slot's forward kept (a forward with no backward).
-  void discard() { saved_.release(); }
+  /// weight's gradient (real rows only), or queues it in ctx's weight-gradient queue when it
+  /// names one (the queue then keeps h and the logits' gradient, which overwrote the logits,
+  /// until W). Frees the slot's state.
+  Tensor backward(float scale, const MicroBatchContext& ctx);
+  /// Drops what slot ctx.slot's forward kept (a forward with no backward).
+  void discard(const MicroBatchContext& ctx) { saved_.release(ctx.slot); }
   /// h as in forward → full logits [tokens, V] on every rank (gathered over tp, padding
   /// dropped). For sampling and tests; nothing kept for backward.
   Tensor logits(const Tensor& h);

@@ -3,13 +3,8 @@
 #include <utility>
 
 #include "meshtrain/core/error.h"
-#include "meshtrain/layers/activation_slots.h"
 
 namespace meshtrain {
-namespace {
-thread_local WeightGradQueue* t_defer_queue = nullptr;
-}  // namespace
-
 void WeightGradQueue::push(int slot, WeightGradTask task) {
   MT_CHECK(task.weight != nullptr && task.x.defined() && task.dy.defined(),
            "weight-gradient task without weight, input or gradient");
@@ -50,24 +45,16 @@ std::size_t WeightGradQueue::pending() const {
 
 void WeightGradQueue::clear() { by_slot_.clear(); }
 
-DeferWeightGrads::DeferWeightGrads(WeightGradQueue& queue) : previous_(t_defer_queue) {
-  t_defer_queue = &queue;
-}
-
-DeferWeightGrads::~DeferWeightGrads() { t_defer_queue = previous_; }
-
-WeightGradQueue* DeferWeightGrads::active() noexcept { return t_defer_queue; }
-
 void linear_backward_or_defer(const Tensor& x, Parameter& weight, const Tensor& dy, float* dx,
-                              float* db, const kernels::LinearDims& dims) {
-  WeightGradQueue* queue = DeferWeightGrads::active();
+                              float* db, const kernels::LinearDims& dims,
+                              const MicroBatchContext& ctx) {
+  WeightGradQueue* queue = ctx.defer_weight_grads;
   float* dw = queue != nullptr ? nullptr : weight.grad.f32();
   const DType dtype = weight.value.dtype();
   if (dtype == DType::f32) {
     kernels::linear_backward(x.f32(), weight.value.f32(), dy.f32(), dx, dw, db, dims);
     if (queue != nullptr) {
-      queue->push(current_activation_slot(),
-                  WeightGradTask{.x = x, .dy = dy, .weight = &weight, .dims = dims});
+      queue->push(ctx.slot, WeightGradTask{.x = x, .dy = dy, .weight = &weight, .dims = dims});
     }
     return;
   }
@@ -77,8 +64,7 @@ void linear_backward_or_defer(const Tensor& x, Parameter& weight, const Tensor& 
   const Tensor dy_16 = dy.to(dtype, MemCategory::activations);
   kernels::linear_backward_16bit(x.u16(), weight.value.u16(), dy_16.u16(), dx, dw, dims, dtype);
   if (queue != nullptr) {
-    queue->push(current_activation_slot(),
-                WeightGradTask{.x = x, .dy = dy_16, .weight = &weight, .dims = dims});
+    queue->push(ctx.slot, WeightGradTask{.x = x, .dy = dy_16, .weight = &weight, .dims = dims});
   }
 }
 

@@ -5,12 +5,13 @@
 // stage waits for, and W, the weight gradient dW += dYᵀ·X that nobody waits for and can fill
 // the pipeline's bubbles later.
 //
-// Inside a DeferWeightGrads scope (per thread) the matmul layers — ColumnParallelLinear,
-// RowParallelLinear and VocabParallelLmHead — compute only dX (and their biases' gradients)
-// in backward and push their weight-gradient GEMMs into the scope's queue under the current
-// activation slot (activation_slots.h); WeightGradQueue::run(slot) computes them later. All
-// other gradients (norms, embeddings, biases) are cheap and computed at once as without the
-// scope. Without a scope nothing changes: backward is fused.
+// When a backward's MicroBatchContext names a queue (defer_weight_grads, micro_batch_context.h)
+// the matmul layers — ColumnParallelLinear, RowParallelLinear and VocabParallelLmHead —
+// compute only dX (and their biases' gradients) and push their weight-gradient GEMMs into
+// that queue under the context's activation slot (activation_slots.h);
+// WeightGradQueue::run(slot) computes them later. All other gradients (norms, embeddings,
+// biases) are cheap and computed at once as without a queue. Without one nothing changes:
+// backward is fused.
 //
 // B + W gives bitwise the gradients of the fused backward: kernels::linear_backward computes
 // dX and dW with two separate GEMMs anyway, so B is the same dX GEMM and W the same dW GEMM
@@ -35,6 +36,7 @@
 
 #include "meshtrain/core/tensor.h"
 #include "meshtrain/kernels/kernels.h"
+#include "meshtrain/layers/micro_batch_context.h"
 #include "meshtrain/layers/parameter.h"
 
 namespace meshtrain {
@@ -71,31 +73,16 @@ class WeightGradQueue {
   std::map<int, std::vector<WeightGradTask>> by_slot_;
 };
 
-/// While alive, the matmul layers' backwards on this thread defer their weight gradients into
-/// `queue` (see above). Scopes nest; the innermost one wins, and its end restores the previous.
-class DeferWeightGrads {
- public:
-  explicit DeferWeightGrads(WeightGradQueue& queue);
-  ~DeferWeightGrads();
-  DeferWeightGrads(const DeferWeightGrads&) = delete;
-  DeferWeightGrads& operator=(const DeferWeightGrads&) = delete;
-
-  /// The queue of this thread's innermost live scope, or nullptr (fused backward).
-  static WeightGradQueue* active() noexcept;
-
- private:
-  WeightGradQueue* previous_;
-};
-
 /// The matmul layers' backward of y = x·Wᵀ (+ b): dx = dy·W (overwritten; nullptr: not
 /// computed) and db += Σ dy (nullptr: no bias) at once; weight.grad += dyᵀ·x at once, or,
-/// inside a DeferWeightGrads scope, queued under the current activation slot.
+/// when ctx names a queue (ctx.defer_weight_grads), queued there under ctx.slot.
 /// dy is f32; x is what forward kept, matmul_input(x, weight) (layers/autocast.h). With a
 /// 16-bit weight both GEMMs run in its dtype with f32 accumulation: dy is rounded to it (a new
 /// tensor, which a deferred task keeps instead of dy; under f16 an |dy| above 65504 becomes
 /// inf, for the loss scaler to find in the gradients), dx comes out f32 and dW accumulates
 /// into the f32 grad. db is summed from the f32 dy.
 void linear_backward_or_defer(const Tensor& x, Parameter& weight, const Tensor& dy, float* dx,
-                              float* db, const kernels::LinearDims& dims);
+                              float* db, const kernels::LinearDims& dims,
+                              const MicroBatchContext& ctx);
 
 }  // namespace meshtrain

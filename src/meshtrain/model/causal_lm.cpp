@@ -24,16 +24,17 @@ std::string embedding_name(const ModelConfig& c) {
   return is_llama(c) ? "model.embed_tokens.weight" : "transformer.wte.weight";
 }
 
-std::unique_ptr<Module> norm(const ModelConfig& c, const std::string& prefix) {
+std::unique_ptr<Module> norm(const ModelConfig& c, const std::string& prefix,
+                             ParameterStorage storage) {
   const auto eps = static_cast<float>(c.norm_eps);
-  if (is_llama(c)) return std::make_unique<RmsNorm>(prefix, c.n_embd, eps);
-  return std::make_unique<LayerNorm>(prefix, c.n_embd, c.bias, eps);
+  if (is_llama(c)) return std::make_unique<RmsNorm>(prefix, c.n_embd, eps, storage);
+  return std::make_unique<LayerNorm>(prefix, c.n_embd, c.bias, eps, storage);
 }
 
 // Block i's MoE feed-forward (Mixtral names under `prefix`), or nullptr when block i is dense.
 std::unique_ptr<SparseMoeBlock> moe_mlp(const ModelConfig& c, std::int64_t i,
                                         const std::string& prefix, const ParallelGroups& groups,
-                                        float init_std, float proj_std) {
+                                        float init_std, float proj_std, ParameterStorage storage) {
   if (c.moe_experts < 1 || i % c.moe_layer_freq != 0) return nullptr;
   const MoeShape shape{.n_embd = c.n_embd,
                        .moe_experts = c.moe_experts,
@@ -45,12 +46,13 @@ std::unique_ptr<SparseMoeBlock> moe_mlp(const ModelConfig& c, std::int64_t i,
                            .moe_token_drop_policy = c.moe_token_drop_policy,
                            .moe_aux_loss_coeff = c.moe_aux_loss_coeff,
                            .moe_z_loss_coeff = c.moe_z_loss_coeff};
-  return std::make_unique<SparseMoeBlock>(prefix, shape, options, groups.ep, groups.moe_tokens);
+  return std::make_unique<SparseMoeBlock>(prefix, shape, options, groups.ep, groups.moe_tokens,
+                                          storage);
 }
 
 std::unique_ptr<TransformerBlock> block(const ModelConfig& c, std::int64_t i,
                                         const ParallelGroups& groups, RecomputeMode recompute,
-                                        std::vector<MoeLayerRef>& moe,
+                                        ParameterStorage storage, std::vector<MoeLayerRef>& moe,
                                         std::vector<const CausalSelfAttention*>& attention) {
   const TensorParallel& tp = groups.tp;
   const bool llama = is_llama(c);
@@ -74,32 +76,32 @@ std::unique_ptr<TransformerBlock> block(const ModelConfig& c, std::int64_t i,
                      .init_std = init_std,
                      .proj_init_std = proj_std};
   auto attention_of = [&](const std::string& name) {
-    auto layer = std::make_unique<CausalSelfAttention>(name, attn, groups, recompute);
+    auto layer = std::make_unique<CausalSelfAttention>(name, attn, groups, recompute, storage);
     attention.push_back(layer.get());
     return layer;
   };
   if (llama) {
     const std::string p = fmt::format("model.layers.{}", i);
-    std::unique_ptr<Module> ffn = moe_mlp(c, i, p, groups, init_std, proj_std);
+    std::unique_ptr<Module> ffn = moe_mlp(c, i, p, groups, init_std, proj_std, storage);
     if (ffn) {
       moe.push_back({i, static_cast<SparseMoeBlock*>(ffn.get())});
     } else {
-      ffn = std::make_unique<SwiGluMlp>(p + ".mlp", mlp, tp);
+      ffn = std::make_unique<SwiGluMlp>(p + ".mlp", mlp, tp, storage);
     }
     return std::make_unique<TransformerBlock>(
-        norm(c, p + ".input_layernorm"), attention_of(p + ".self_attn"),
-        norm(c, p + ".post_attention_layernorm"), std::move(ffn), recompute);
+        norm(c, p + ".input_layernorm", storage), attention_of(p + ".self_attn"),
+        norm(c, p + ".post_attention_layernorm", storage), std::move(ffn), recompute);
   }
   const std::string p = fmt::format("transformer.h.{}", i);
   return std::make_unique<TransformerBlock>(
-      norm(c, p + ".ln_1"), attention_of(p + ".attn"), norm(c, p + ".ln_2"),
-      std::make_unique<GeluMlp>(p + ".mlp", mlp, tp), recompute);
+      norm(c, p + ".ln_1", storage), attention_of(p + ".attn"), norm(c, p + ".ln_2", storage),
+      std::make_unique<GeluMlp>(p + ".mlp", mlp, tp, storage), recompute);
 }
 
 }  // namespace
 
 CausalLm::CausalLm(const ModelConfig& config, std::uint64_t seed, const ParallelGroups& groups,
-                   const ChunkLayout& layout, RecomputeMode recompute)
+                   const ChunkLayout& layout, RecomputeMode recompute, ParameterStorage storage)
     : config_(config), tp_(groups.tp), cp_(groups.cp), layout_(layout) {
   const TensorParallel& tp = groups.tp;
   MT_CHECK(config.vocab_size > 0, "vocab_size must be known before building the model");
@@ -112,26 +114,27 @@ CausalLm::CausalLm(const ModelConfig& config, std::uint64_t seed, const Parallel
   const auto init_std = static_cast<float>(config.init_std);
   if (layout_.has_embedding) {
     embed_ = std::make_unique<VocabParallelEmbedding>(embedding_name(config), config.vocab_size,
-                                                      config.n_embd, init_std, tp);
+                                                      config.n_embd, init_std, tp, storage);
     params_.push_back(&embed_->weight());
     if (!llama) {
       wpe_.emplace("transformer.wpe.weight", Shape{config.block_size, config.n_embd},
-                   InitKind::normal, init_std);
+                   InitKind::normal, init_std, storage);
       params_.push_back(&*wpe_);
     }
   }
   for (std::int64_t i = layout_.first_layer; i < layout_.first_layer + layout_.num_layers; ++i) {
-    blocks_.push_back(block(config, i, groups, recompute, moe_, attention_));
+    blocks_.push_back(block(config, i, groups, recompute, storage, moe_, attention_));
     for (Parameter* p : blocks_.back()->parameters()) params_.push_back(p);
   }
   if (layout_.has_head) {
-    final_norm_ = norm(config, llama ? "model.norm" : "transformer.ln_f");
+    final_norm_ = norm(config, llama ? "model.norm" : "transformer.ln_f", storage);
     for (Parameter* p : final_norm_->parameters()) params_.push_back(p);
     if (llama || !layout_.has_embedding) {
       // llama's own head, or gpt2's tied embedding on a later pipeline stage: a copy with the
       // embedding's name and initial values, its gradient summed with the embedding's.
       lm_head_.emplace(vocab_shard_parameter(llama ? "lm_head.weight" : embedding_name(config),
-                                             config.vocab_size, config.n_embd, init_std, tp.group));
+                                             config.vocab_size, config.n_embd, init_std, tp.group,
+                                             storage));
       params_.push_back(&*lm_head_);
     }
     head_ = std::make_unique<VocabParallelLmHead>(lm_head_ ? *lm_head_ : embed_->weight(), tp);
@@ -171,10 +174,10 @@ void CausalLm::after_backward(int unit) {
 }
 
 Tensor CausalLm::forward_blocks(const std::int32_t* tokens, const Tensor& x_in, std::int64_t batch,
-                                std::int64_t seq_len) {
+                                std::int64_t seq_len, const MicroBatchContext& ctx) {
   MT_CHECK(seq_len >= 1 && seq_len * cp_.size() <= config_.block_size,
            "sequence length {} × cp {} outside [1, {}]", seq_len, cp_.size(), config_.block_size);
-  State& state = *saved_;
+  State& state = saved_.at(ctx.slot);
   state.batch = SequenceBatch{batch, seq_len};
   Tensor x = x_in;
   if (layout_.has_embedding) {
@@ -184,7 +187,7 @@ Tensor CausalLm::forward_blocks(const std::int32_t* tokens, const Tensor& x_in, 
       MT_CHECK(tokens[i] >= 0 && tokens[i] < config_.vocab_size, "token {} at {} outside vocab {}",
                tokens[i], i, config_.vocab_size);
     }
-    x = embed_->forward(tokens, rows);  // [rows, C], or this rank's rows under SP
+    x = embed_->forward(tokens, rows, ctx);  // [rows, C], or this rank's rows under SP
     if (wpe_) {
       // Under sequence parallelism this rank holds rows [r·rows/tp, (r+1)·rows/tp) of its
       // cp share; a row's position is global (the zigzag split, parallel_groups.h).
@@ -208,35 +211,37 @@ Tensor CausalLm::forward_blocks(const std::int32_t* tokens, const Tensor& x_in, 
     {
       const trace::Scope traced(trace::Kind::block_forward, -1, -1,
                                 static_cast<int>(layout_.first_layer) + static_cast<int>(i));
-      x = blocks_[i]->forward(x, state.batch);
+      x = blocks_[i]->forward(x, state.batch, ctx);
     }
     after_forward(unit);
   }
   return x;
 }
 
-float CausalLm::forward_head(const Tensor& h, const std::int32_t* targets) {
+float CausalLm::forward_head(const Tensor& h, const std::int32_t* targets,
+                             const MicroBatchContext& ctx) {
   MT_CHECK(layout_.has_head, "forward_head on a chunk without the head");
-  State& state = *saved_;
+  State& state = saved_.at(ctx.slot);
   state.forwarded = true;
   const int unit = static_cast<int>(units_.size()) - 1;
   before_forward(unit);
-  const float loss = head_->forward(final_norm_->forward(h, state.batch), targets);
+  const float loss = head_->forward(final_norm_->forward(h, state.batch, ctx), targets, ctx);
   after_forward(unit);
   return loss;
 }
 
-Tensor CausalLm::backward_head(float loss_scale) {
-  MT_CHECK(layout_.has_head && saved_->forwarded, "backward without a forward");
-  saved_->forwarded = false;
+Tensor CausalLm::backward_head(float loss_scale, const MicroBatchContext& ctx) {
+  State& state = saved_.at(ctx.slot);
+  MT_CHECK(layout_.has_head && state.forwarded, "backward without a forward");
+  state.forwarded = false;
   const int unit = static_cast<int>(units_.size()) - 1;
   before_backward(unit);
-  Tensor dh = final_norm_->backward(head_->backward(loss_scale));
+  Tensor dh = final_norm_->backward(head_->backward(loss_scale, ctx), ctx);
   after_backward(unit);
   return dh;
 }
 
-Tensor CausalLm::backward_blocks(const Tensor& dh) {
+Tensor CausalLm::backward_blocks(const Tensor& dh, const MicroBatchContext& ctx) {
   Tensor dx = dh;
   for (std::size_t i = blocks_.size(); i-- > 0;) {
     const int unit = first_block_unit_ + static_cast<int>(i);
@@ -244,54 +249,58 @@ Tensor CausalLm::backward_blocks(const Tensor& dh) {
     {
       const trace::Scope traced(trace::Kind::block_backward, -1, -1,
                                 static_cast<int>(layout_.first_layer) + static_cast<int>(i));
-      dx = blocks_[i]->backward(dx);
+      dx = blocks_[i]->backward(dx, ctx);
     }
     after_backward(unit);
   }
   if (!layout_.has_embedding) {
-    saved_.release();
+    saved_.release(ctx.slot);
     return dx;
   }
   before_backward(0);
-  embed_->backward(dx);
+  embed_->backward(dx, ctx);
   if (wpe_) {
-    const State& state = *saved_;
+    const State& state = saved_.at(ctx.slot);
     kernels::embedding_shard_backward(state.positions.data(), dx.f32(), 0, config_.block_size,
                                       wpe_->grad.f32(), dx.dim(0), config_.n_embd);
   }
   after_backward(0);
-  saved_.release();
+  saved_.release(ctx.slot);
   return Tensor();
 }
 
 float CausalLm::forward(const std::int32_t* tokens, const std::int32_t* targets, std::int64_t batch,
-                        std::int64_t seq_len) {
+                        std::int64_t seq_len, const MicroBatchContext& ctx) {
   MT_CHECK(layout_.has_embedding && layout_.has_head, "forward of a whole model on a chunk");
-  return forward_head(forward_blocks(tokens, Tensor(), batch, seq_len), targets);
+  return forward_head(forward_blocks(tokens, Tensor(), batch, seq_len, ctx), targets, ctx);
 }
 
-void CausalLm::backward(float loss_scale) { backward_blocks(backward_head(loss_scale)); }
+void CausalLm::backward(float loss_scale, const MicroBatchContext& ctx) {
+  backward_blocks(backward_head(loss_scale, ctx), ctx);
+}
 
-Tensor CausalLm::logits(const std::int32_t* tokens, std::int64_t batch, std::int64_t seq_len) {
+Tensor CausalLm::logits(const std::int32_t* tokens, std::int64_t batch, std::int64_t seq_len,
+                        const MicroBatchContext& ctx) {
   MT_CHECK(layout_.has_embedding && layout_.has_head, "logits of a whole model on a chunk");
   MT_CHECK(!tp_.sequence_parallel || (batch * seq_len) % tp_.group.size() == 0,
            "{} tokens cannot be split over {} sequence-parallel ranks", batch * seq_len,
            tp_.group.size());
-  const Tensor h = forward_blocks(tokens, Tensor(), batch, seq_len);
+  const Tensor h = forward_blocks(tokens, Tensor(), batch, seq_len, ctx);
   const int unit = static_cast<int>(units_.size()) - 1;
   before_forward(unit);
-  const Tensor logits = head_->logits(final_norm_->forward(h, saved_->batch));
+  State& state = saved_.at(ctx.slot);
+  const Tensor logits = head_->logits(final_norm_->forward(h, state.batch, ctx));
   after_forward(unit);
-  saved_->forwarded = false;
+  state.forwarded = false;
   return logits;
 }
 
-void CausalLm::discard() {
-  if (embed_) embed_->discard();
-  for (auto& b : blocks_) b->discard();
-  if (final_norm_) final_norm_->discard();
-  if (head_) head_->discard();
-  saved_.release();
+void CausalLm::discard(const MicroBatchContext& ctx) {
+  if (embed_) embed_->discard(ctx);
+  for (auto& b : blocks_) b->discard(ctx);
+  if (final_norm_) final_norm_->discard(ctx);
+  if (head_) head_->discard(ctx);
+  saved_.release(ctx.slot);
 }
 
 void CausalLm::zero_grad() {

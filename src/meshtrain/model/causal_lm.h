@@ -61,42 +61,47 @@ class CausalLm {
   /// the residual projections c_proj (GPT-2 §2.3); zeros for biases, ones for norm weights.
   /// `recompute` (training.recompute): selective, every attention recomputes its core in
   /// backward (CausalSelfAttention); full, every block keeps only its input and recomputes
-  /// itself (TransformerBlock).
+  /// itself (TransformerBlock). `storage` deferred: the parameters get neither values nor
+  /// gradients (ZeRO-3 materialises each rank's slice; a parameter table needs none).
   CausalLm(const ModelConfig& config, std::uint64_t seed, const ParallelGroups& groups,
-           const ChunkLayout& layout = {}, RecomputeMode recompute = RecomputeMode::none);
+           const ChunkLayout& layout = {}, RecomputeMode recompute = RecomputeMode::none,
+           ParameterStorage storage = ParameterStorage::allocated);
 
   /// tokens, targets [batch, T] i32 (T ≤ block_size; the same on every tp rank; under context
   /// parallelism T is the local length T/cp and the rows are this cp rank's zigzag share) → mean
-  /// cross-entropy over batch·T tokens, the same on every tp rank. Keeps what backward needs.
+  /// cross-entropy over batch·T tokens, the same on every tp rank. Keeps what backward needs
+  /// in activation slot ctx.slot (micro_batch_context.h; {} for one micro-batch at a time).
   float forward(const std::int32_t* tokens, const std::int32_t* targets, std::int64_t batch,
-                std::int64_t seq_len);
-  /// Backward of `loss_scale` × the last forward's loss: gradients are ACCUMULATED into every
-  /// Parameter::grad (pass 1/accumulation for gradient accumulation). Under sequence
-  /// parallelism the gradients of parameters replicated over tp are partial sums over this
-  /// rank's tokens; the trainer sums them over tp once per step.
-  void backward(float loss_scale);
-  /// tokens [batch, T] → logits [batch·T, vocab] (gathered over tp; nothing kept for backward).
-  /// Whole models only.
-  Tensor logits(const std::int32_t* tokens, std::int64_t batch, std::int64_t seq_len);
+                std::int64_t seq_len, const MicroBatchContext& ctx);
+  /// Backward of `loss_scale` × slot ctx.slot's forward loss: gradients are ACCUMULATED into
+  /// every Parameter::grad (pass 1/accumulation for gradient accumulation; the matmul weights'
+  /// are queued instead when ctx names a weight-gradient queue). Under sequence parallelism
+  /// the gradients of parameters replicated over tp are partial sums over this rank's tokens;
+  /// the trainer sums them over tp once per step.
+  void backward(float loss_scale, const MicroBatchContext& ctx);
+  /// tokens [batch, T] → logits [batch·T, vocab] (gathered over tp; nothing kept for backward
+  /// beyond what a forward in slot ctx.slot keeps). Whole models only.
+  Tensor logits(const std::int32_t* tokens, std::int64_t batch, std::int64_t seq_len,
+                const MicroBatchContext& ctx);
 
-  // One chunk of a pipeline, one micro-batch (the layers keep its activations in the current
-  // activation slot). `x` and the returned activations are [batch·T, C], or [batch·T/tp, C]
+  // One chunk of a pipeline, one micro-batch (the layers keep its activations in activation
+  // slot ctx.slot). `x` and the returned activations are [batch·T, C], or [batch·T/tp, C]
   // under sequence parallelism: the residual stream between chunks.
   /// tokens [batch·T] when has_embedding (x ignored), else x = the previous chunk's output →
   /// the residual stream after this chunk's blocks.
   Tensor forward_blocks(const std::int32_t* tokens, const Tensor& x, std::int64_t batch,
-                        std::int64_t seq_len);
+                        std::int64_t seq_len, const MicroBatchContext& ctx);
   /// has_head: residual stream h, targets [batch·T] → mean loss (final norm, head, loss).
-  float forward_head(const Tensor& h, const std::int32_t* targets);
+  float forward_head(const Tensor& h, const std::int32_t* targets, const MicroBatchContext& ctx);
   /// has_head: backward of loss_scale × the loss → dh.
-  Tensor backward_head(float loss_scale);
+  Tensor backward_head(float loss_scale, const MicroBatchContext& ctx);
   /// dh (this chunk's output gradient) → the input gradient to send to the previous chunk, or
   /// an empty tensor when has_embedding (the embeddings' gradients are accumulated instead).
-  Tensor backward_blocks(const Tensor& dh);
+  Tensor backward_blocks(const Tensor& dh, const MicroBatchContext& ctx);
   const ChunkLayout& layout() const noexcept { return layout_; }
-  /// Drops everything the current activation slot's forward kept, in every layer of this
-  /// chunk (evaluation: a forward with no backward must not hold its activations).
-  void discard();
+  /// Drops everything slot ctx.slot's forward kept, in every layer of this chunk (evaluation:
+  /// a forward with no backward must not hold its activations).
+  void discard(const MicroBatchContext& ctx);
 
   /// This rank's parameters, each once (gpt2's tied head is transformer.wte.weight), in
   /// construction order: embeddings, blocks 0 …, final norm, (llama) lm_head.

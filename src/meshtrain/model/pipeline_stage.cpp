@@ -7,7 +7,7 @@
 namespace meshtrain {
 
 PipelineStage::PipelineStage(const Config& config, std::uint64_t seed, const ParallelGroups& groups,
-                             int pp_rank)
+                             int pp_rank, ParameterStorage storage)
     : pp_(static_cast<int>(config.parallel.pp)), pp_rank_(pp_rank) {
   const std::vector<std::int64_t> counts = layers_per_chunk(config);
   MT_CHECK(!counts.empty(), "invalid pipeline split (the config was not validated)");
@@ -21,8 +21,8 @@ PipelineStage::PipelineStage(const Config& config, std::uint64_t seed, const Par
                              .num_layers = counts[static_cast<std::size_t>(g)],
                              .has_embedding = g == 0,
                              .has_head = g == last};
-    chunks_.push_back(
-        std::make_unique<CausalLm>(config.model, seed, groups, layout, config.training.recompute));
+    chunks_.push_back(std::make_unique<CausalLm>(config.model, seed, groups, layout,
+                                                 config.training.recompute, storage));
     for (Parameter* p : chunks_.back()->parameters()) params_.push_back(p);
   }
   place(config, groups);

@@ -20,9 +20,10 @@ class PipelineStage {
  public:
   /// Builds and initialises the chunks of pipeline rank `pp_rank` (config validated, vocab
   /// known). Every chunk's parameters are initialised from (seed, name, index) as in the whole
-  /// model, so the union over stages is exactly the pp = 1 model.
-  PipelineStage(const Config& config, std::uint64_t seed, const ParallelGroups& groups,
-                int pp_rank);
+  /// model, so the union over stages is exactly the pp = 1 model. `storage` deferred: no
+  /// parameter gets values or gradients (CausalLm).
+  PipelineStage(const Config& config, std::uint64_t seed, const ParallelGroups& groups, int pp_rank,
+                ParameterStorage storage = ParameterStorage::allocated);
 
   int num_chunks() const { return static_cast<int>(chunks_.size()); }
   CausalLm& chunk(int local) { return *chunks_[static_cast<std::size_t>(local)]; }

@@ -42,18 +42,19 @@ ModelStage::ModelStage(const Config& config, const DeviceMesh& mesh,
     : config_(config), mesh_(mesh), batching_(micro_batching(config, mesh)) {
   ProcessGroup& pp = mesh.group(Axis::pp);
   {
-    const DeferParameterStorage defer;
     const ParallelGroups groups(
         TensorParallel{mesh.group(Axis::tp), config.parallel.sequence_parallel},
         ContextParallel{&mesh.group(Axis::cp), config.parallel.cp_comm},
         ExpertParallel{&mesh.group(Axis::ep)}, moe_token_group(config, mesh));
-    stage_ = std::make_unique<PipelineStage>(
-        config, static_cast<std::uint64_t>(config.training.seed), groups, pp.rank());
+    // No storage: ZeroSharding allocates and initialises what this rank keeps (zero.h).
+    stage_ =
+        std::make_unique<PipelineStage>(config, static_cast<std::uint64_t>(config.training.seed),
+                                        groups, pp.rank(), ParameterStorage::deferred);
   }
   const pp::ScheduleSpec schedule = schedule_of(config);
   executor_ = std::make_unique<pp::PipelineExecutor>(schedule, pp);
   predicted_bubble_ = pp::simulate(schedule).bubble_fraction;
-  runner_ = std::make_unique<StageRunner>(*stage_, train, batching_, *executor_);
+  runner_ = std::make_unique<StageRunner>(*stage_, train, batching_);
   pp::ScheduleSpec eval = schedule;
   eval.pass = pp::Pass::eval;
   eval_executor_ = std::make_unique<pp::PipelineExecutor>(eval, pp);

@@ -65,7 +65,7 @@ Shape boundary_shape_of(PipelineStage& stage, const MicroBatching& batching);
 class StageRunner final : public pp::StageRunner {
  public:
   StageRunner(PipelineStage& stage, const data::GlobalBatchSampler& sampler,
-              const MicroBatching& batching, const pp::PipelineExecutor& executor);
+              const MicroBatching& batching);
 
   /// Reads global batch `step` from now on and clears the loss sum.
   void begin_step(std::int64_t step);
@@ -80,18 +80,18 @@ class StageRunner final : public pp::StageRunner {
   /// on (a slow rank sleeps there; train/fault_injector.h). Not owned.
   void set_faults(FaultInjector* faults) { faults_ = faults; }
 
-  Tensor forward(int microbatch, int chunk, const Tensor& input) override;
-  Tensor backward(int microbatch, int chunk, const Tensor& grad_output, bool weight_grads) override;
-  void backward_weight(int microbatch, int chunk) override;
+  Tensor forward(int microbatch, int chunk, int slot, const Tensor& input) override;
+  Tensor backward(int microbatch, int chunk, int slot, const Tensor& grad_output,
+                  bool weight_grads) override;
+  void backward_weight(int microbatch, int chunk, int slot) override;
   Shape boundary_shape() const override;
 
  private:
-  Tensor backward_untimed(int chunk, const Tensor& grad_output, bool weight_grads);
+  Tensor backward_untimed(int chunk, int slot, const Tensor& grad_output, bool weight_grads);
 
   PipelineStage& stage_;
   MicroBatching batching_;
   MicroBatchReader reader_;
-  const pp::PipelineExecutor& executor_;
   WeightGradQueue weight_grads_;
   double loss_sum_ = 0.0;
   float loss_scale_ = 1.0f;
@@ -115,9 +115,10 @@ class EvalRunner final : public pp::StageRunner {
   /// stage only), in the order they were computed; clears it.
   double take_loss_sum() { return std::exchange(loss_sum_, 0.0); }
 
-  Tensor forward(int microbatch, int chunk, const Tensor& input) override;
-  Tensor backward(int microbatch, int chunk, const Tensor& grad_output, bool weight_grads) override;
-  void backward_weight(int microbatch, int chunk) override;
+  Tensor forward(int microbatch, int chunk, int slot, const Tensor& input) override;
+  Tensor backward(int microbatch, int chunk, int slot, const Tensor& grad_output,
+                  bool weight_grads) override;
+  void backward_weight(int microbatch, int chunk, int slot) override;
   Shape boundary_shape() const override;
 
  private:

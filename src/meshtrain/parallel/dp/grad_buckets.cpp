@@ -18,7 +18,7 @@ GradBuckets::GradBuckets(const ParameterList& params, ProcessGroup& dp, std::int
     // MemCategory::grads is one copy of the gradients, not two.
     std::vector<Shape> shapes;
     for (Parameter* p : current) {
-      if (p->grad.defined()) {  // undefined: built under DeferParameterStorage
+      if (p->grad.defined()) {  // undefined: built with deferred storage
         for (const float v : p->grad.span_f32()) {
           MT_CHECK(v == 0.0f, "{}: GradBuckets must be built before any backward", p->name);
         }

@@ -47,7 +47,7 @@ class GradBuckets {
   /// own; ProcessGroup chunks large messages). When dp.size() > 1, frees the parameters' own
   /// gradients, allocates each bucket once (MemCategory::grads, zeroed) and re-points every
   /// grad to its view of the bucket. Gradients must still be zero (built before any backward;
-  /// MT_CHECK) or not allocated (DeferParameterStorage). With dp = 1 nothing changes.
+  /// MT_CHECK) or not allocated (ParameterStorage::deferred). With dp = 1 nothing changes.
   /// `watch` (may be null) checks each bucket as it is posted, or notes what its shared-window
   /// all-reduce reported when it completes.
   GradBuckets(const ParameterList& params, ProcessGroup& dp, std::int64_t bucket_bytes,

@@ -60,7 +60,7 @@ ZeroSharding::ZeroSharding(const ParameterList& params, std::vector<ParameterLis
     }
   };
   for (Parameter* p : params) {
-    // Built under DeferParameterStorage: stages 0 and 1 keep full gradients, so they get them
+    // Built with deferred storage: stages 0 and 1 keep full gradients, so they get them
     // now (zero); GradBuckets (stage 0, dp > 1) allocates its buckets instead.
     const bool bucketed = stage == 0 && dp.size() > 1;
     if (!p->grad.defined() && stage <= 1 && !bucketed) {
@@ -76,7 +76,7 @@ ZeroSharding::ZeroSharding(const ParameterList& params, std::vector<ParameterLis
                                                  options.non_finite_watch);
   }
   for (Parameter* p : params) {
-    const bool deferred = !p->value.defined();  // built under DeferParameterStorage
+    const bool deferred = !p->value.defined();  // built with deferred storage
     any_deferred = any_deferred || deferred;
     MT_CHECK(deferred || p->value.dtype() == DType::f32, "{}: ZeRO takes over fp32 parameters",
              p->name);

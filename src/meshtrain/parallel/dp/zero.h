@@ -67,8 +67,8 @@ struct ZeroOptions {
   // a unit's gradients after its backward of the last one.
   bool overlap_grad_reduce = false;
   int microbatches = 1;
-  // The model's initialisation seed: stage 3 initialises the slices of parameters built under
-  // DeferParameterStorage itself (initialize_range), as the model would have.
+  // The model's initialisation seed: stage 3 initialises the slices of parameters built with
+  // ParameterStorage::deferred itself (initialize_range), as the model would have.
   std::uint64_t seed = 0;
   // Where deferred parameters' initial values come from instead (checkpoint.init_from): fills
   // out [end − begin] with elements [begin, end) of p's flattened local tensor, as
@@ -90,7 +90,7 @@ class ZeroSharding final : public ParameterHooks {
   /// least one of `units`, the model's parameter units in forward order): builds this rank's
   /// optimizer shards (the fp32 master slices), converts the full parameters to the compute
   /// dtype (stage ≤ 2) or frees them (stage 3), and for stage ≥ 2 frees the full gradients.
-  /// Parameters built under DeferParameterStorage (no value, no grad) are initialised here
+  /// Parameters built with ParameterStorage::deferred (no value, no grad) are initialised here
   /// from options.seed (or options.initial_values): only this rank's master slices, then (stages
   /// 0–2) the full parameters from them, so no rank ever holds fp32 values it does not keep.
   /// Collective over dp when any parameter was deferred (the stage 1–2 all-gather of the initial

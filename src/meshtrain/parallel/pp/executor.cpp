@@ -2,8 +2,6 @@
 
 #include <chrono>
 
-#include "meshtrain/layers/activation_slots.h"
-
 namespace meshtrain::pp {
 namespace {
 
@@ -72,7 +70,7 @@ std::vector<ExecutedAction> PipelineExecutor::run_step(StageRunner& runner) {
     const Action& a = actions_[i];
     ExecutedAction done{a, now(), 0.0};
     if (is_compute(a.kind)) post_receives_before(next_compute_after(i), i + 1);
-    const ActivationSlotScope slot(slot_of(a.microbatch, a.chunk));
+    const int slot = slot_of(a.microbatch, a.chunk);
     switch (a.kind) {
       case ActionKind::recv_activation:
       case ActionKind::recv_grad: {
@@ -88,7 +86,8 @@ std::vector<ExecutedAction> PipelineExecutor::run_step(StageRunner& runner) {
         const Key in{false, a.microbatch, a.chunk};
         const Tensor input = inputs.count(in) ? inputs[in] : Tensor();
         inputs.erase(in);
-        outputs[{false, a.microbatch, a.chunk}] = runner.forward(a.microbatch, a.chunk, input);
+        outputs[{false, a.microbatch, a.chunk}] =
+            runner.forward(a.microbatch, a.chunk, slot, input);
         break;
       }
       case ActionKind::backward:
@@ -97,11 +96,11 @@ std::vector<ExecutedAction> PipelineExecutor::run_step(StageRunner& runner) {
         const Tensor grad = inputs.count(in) ? inputs[in] : Tensor();
         inputs.erase(in);
         outputs[{true, a.microbatch, a.chunk}] =
-            runner.backward(a.microbatch, a.chunk, grad, a.kind == ActionKind::backward);
+            runner.backward(a.microbatch, a.chunk, slot, grad, a.kind == ActionKind::backward);
         break;
       }
       case ActionKind::backward_weight:
-        runner.backward_weight(a.microbatch, a.chunk);
+        runner.backward_weight(a.microbatch, a.chunk, slot);
         break;
       case ActionKind::send_activation:
       case ActionKind::send_grad: {

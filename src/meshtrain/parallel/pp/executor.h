@@ -6,8 +6,8 @@
 // while the compute action before the one that needs it runs (so a transfer overlaps compute);
 // sends are posted without waiting (their buffers are freed as they complete, the rest waited
 // for at the end of the step), so two stages that both send first never block each other. Every
-// compute action runs inside the activation slot of its (micro-batch, chunk), so the layers keep
-// each in-flight micro-batch's activations apart. What it knows: ProcessGroup, Tensor, the
+// compute action names the activation slot of its (micro-batch, chunk), slot_of, so the layers
+// keep each in-flight micro-batch's activations apart. What it knows: ProcessGroup, Tensor, the
 // schedule. What it does not: models, optimizers.
 #pragma once
 
@@ -22,22 +22,24 @@
 namespace meshtrain::pp {
 
 /// This rank's model chunks, driven one (micro-batch, chunk) at a time; implemented by the
-/// trainer over its CausalLm chunks and the data sampler.
+/// trainer over its CausalLm chunks and the data sampler. `slot` is the activation slot of
+/// (microbatch, chunk) (PipelineExecutor::slot_of): the F, B and W of one (micro-batch, chunk)
+/// get the same one, and no two in flight share one.
 class StageRunner {
  public:
   virtual ~StageRunner() = default;
   /// F of (microbatch, local chunk). `input`: the activation received from the previous chunk
   /// (empty for the model's first chunk, which reads tokens). Returns the activation for the
   /// next chunk, or an empty tensor for the model's last chunk (which computes the loss).
-  virtual Tensor forward(int microbatch, int chunk, const Tensor& input) = 0;
+  virtual Tensor forward(int microbatch, int chunk, int slot, const Tensor& input) = 0;
   /// Backward of (microbatch, chunk): fused (weight_grads = true), or the input gradient only
   /// with the weight gradients deferred to backward_weight. `grad_output`: received from the
   /// next chunk (empty for the last chunk). Returns the input gradient for the previous chunk,
   /// or an empty tensor for the first chunk.
-  virtual Tensor backward(int microbatch, int chunk, const Tensor& grad_output,
+  virtual Tensor backward(int microbatch, int chunk, int slot, const Tensor& grad_output,
                           bool weight_grads) = 0;
   /// W of (microbatch, chunk): the weight gradients its backward deferred.
-  virtual void backward_weight(int microbatch, int chunk) = 0;
+  virtual void backward_weight(int microbatch, int chunk, int slot) = 0;
   /// Shape of an activation or gradient between chunks: [tokens, C], or [tokens/tp, C] under
   /// sequence parallelism (f32).
   virtual Shape boundary_shape() const = 0;
