@@ -16,6 +16,7 @@
 #include "dist_env.h"
 #include "meshtrain/comm/single_rank_group.h"
 #include "meshtrain/layers/moe.h"
+#include "meshtrain/mesh/placement.h"
 
 namespace meshtrain {
 namespace {
@@ -126,8 +127,25 @@ TEST_P(MoeExpertParallel, EachRankGetsTheOneRankLayerOnItsTokens) {
   }
   const ParameterList mine = parallel.parameters();
   expect_close(mine.front()->grad, my_router_grad, "router gradient (this rank's tokens)");
+  // The placement table of this layer as block 0 of a Llama MoE on dp = ep = world: each of
+  // this rank's experts is owned by it over ep and reduced over the expert group.
+  ModelConfig model;
+  model.family = ModelFamily::llama;
+  model.n_layer = 1;
+  model.n_head = 1;
+  model.n_embd = kC;
+  model.vocab_size = 8;
+  model.bias = false;
+  model.moe_experts = kE;
+  model.moe_top_k = kTopK;
+  model.moe_ffn_hidden = kF;
+  const PlacementTable table =
+      placement_table(model, {.mesh = {.dp = ep, .ep = ep}, .layers_per_chunk = {1}});
   for (std::size_t i = 1; i < mine.size(); ++i) {
-    EXPECT_EQ(mine[i]->placement.replicas, ReplicaGroup::expert) << mine[i]->name;
+    const ParamPlacement& placed = table.at(mine[i]->name);
+    EXPECT_EQ(placed.replicas, ReplicaGroup::expert) << mine[i]->name;
+    EXPECT_EQ(placed.on(Axis::ep).owner, me) << mine[i]->name;
+    EXPECT_EQ(placed.shape, mine[i]->shard.logical_shape) << mine[i]->name;
     expect_close(mine[i]->grad, expert_grad_sum.at(mine[i]->name), mine[i]->name);
   }
   // Bytes (docs/moe.md, counted as each rank's input): the E counts, the rows this rank sends
