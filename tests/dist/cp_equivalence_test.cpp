@@ -13,16 +13,14 @@
 #include "../support/test_config.h"
 #include "../support/training_run.h"
 #include "dist_env.h"
+#include "equivalence_harness.h"
 #include "meshtrain/config/validate.h"
 #include "meshtrain/train/trainer.h"
 
 namespace meshtrain {
 namespace {
 
-using test::max_abs;
-using test::max_abs_diff;
 using test::quiet;
-using test::TrainedRun;
 
 constexpr std::int64_t kGlobalBatch = 8;
 constexpr int kSteps = 20;
@@ -138,41 +136,21 @@ class CpEquivalence : public ::testing::TestWithParam<CpLayout> {};
 
 TEST_P(CpEquivalence, MatchesSingleProcessAtSameGlobalBatch) {
   const CpLayout& l = GetParam();
-  MpiRuntime& rt = test::runtime();
-  const auto self = rt.self_group();
   Config single = config_of(l);
   single.parallel = ParallelConfig{};
   single.training.micro_batch = kGlobalBatch;
   single.training.accumulation = 1;
-  Trainer reference(single, *self, quiet());
-  const auto world = rt.world_group();
-  Trainer parallel(config_of(l), *world, quiet());
+  test::Equivalence runs(single, config_of(l));
 
-  const TrainedRun want = test::train_steps(reference, kSteps);
-  const TrainedRun got = test::train_steps(parallel, kSteps);
+  runs.train(kSteps);
   const bool bf16 = l.precision == Precision::bf16;
   const double grad_rtol = bf16 ? kBf16GradRtol : kGradRtol;
   const double norm_rtol = bf16 ? kBf16GradRtol : kNormRtol;
   const double loss_rtol = bf16 ? kBf16LossRtol : kLossRtol;
-  EXPECT_NEAR(got.grad_norm_step1, want.grad_norm_step1, norm_rtol * want.grad_norm_step1);
-  std::map<std::string, std::size_t> index;
-  for (std::size_t i = 0; i < reference.parameters().size(); ++i)
-    index[reference.parameters()[i]->name] = i;
-  const ParameterList& mine = parallel.parameters();
-  for (std::size_t i = 0; i < mine.size(); ++i) {
-    const std::size_t r = index.at(mine[i]->name);
-    const double scale = max_abs(want.grads_step1[r]);
-    EXPECT_LE(max_abs_diff(got.grads_step1[i], want.grads_step1[r]), grad_rtol * scale)
-        << mine[i]->name << " (max |g| " << scale << ")";
-  }
-  ASSERT_EQ(got.losses.size(), want.losses.size());
-  for (std::size_t s = 0; s < want.losses.size(); ++s) {
-    EXPECT_NEAR(got.losses[s], want.losses[s], loss_rtol * std::abs(want.losses[s]))
-        << "step " << s + 1;
-  }
+  runs.expect_equivalent({grad_rtol, norm_rtol, loss_rtol});
   // Evaluation runs the same split through the forward-only schedule.
-  const double want_val = reference.evaluate();
-  EXPECT_NEAR(parallel.evaluate(), want_val, loss_rtol * want_val) << "val loss";
+  const double want_val = runs.reference().evaluate();
+  EXPECT_NEAR(runs.parallel().evaluate(), want_val, loss_rtol * want_val) << "val loss";
 }
 
 // docs/context_parallel.md: per layer and micro-batch, with n = micro_batch·T/cp local tokens

@@ -5,21 +5,18 @@
 // initial weights bit for bit.
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <vector>
 
 #include "../support/test_config.h"
 #include "../support/training_run.h"
 #include "dist_env.h"
+#include "equivalence_harness.h"
 #include "meshtrain/train/trainer.h"
 
 namespace meshtrain {
 namespace {
 
-using test::max_abs;
-using test::max_abs_diff;
 using test::quiet;
 using test::TrainedRun;
 
@@ -29,20 +26,7 @@ using test::TrainedRun;
 // of dp or a missing micro-batch is off by ≥ 1e-2.
 constexpr double kGradRtol = 1e-6;
 constexpr double kLossRtol = 1e-5;
-
-void expect_equivalent(const TrainedRun& ref, const TrainedRun& got, const ParameterList& params) {
-  EXPECT_NEAR(got.grad_norm_step1, ref.grad_norm_step1, kGradRtol * ref.grad_norm_step1);
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    const double scale = max_abs(ref.grads_step1[i]);
-    EXPECT_LE(max_abs_diff(got.grads_step1[i], ref.grads_step1[i]), kGradRtol * scale)
-        << params[i]->name << " (max |g| " << scale << ")";
-  }
-  ASSERT_EQ(got.losses.size(), ref.losses.size());
-  for (std::size_t s = 0; s < ref.losses.size(); ++s) {
-    EXPECT_NEAR(got.losses[s], ref.losses[s], kLossRtol * std::abs(ref.losses[s]))
-        << "step " << s + 1;
-  }
-}
+constexpr test::Tolerances kTolerances{kGradRtol, kGradRtol, kLossRtol};
 
 // Trains dp = world size and dp = 1 and compares them (invariants 1–3). Called with the
 // gradient buckets in shared-memory windows (mpirun's ranks share this node) and by messages.
@@ -52,30 +36,23 @@ void expect_matches_single_process() {
   constexpr std::int64_t kGlobalBatch = 8;
   ASSERT_EQ(kGlobalBatch % dp, 0);
 
-  const auto self = rt.self_group();
-  Trainer reference(test::small_config(1, kGlobalBatch, 1), *self, quiet());
-  const auto world = rt.world_group();
-  Trainer parallel(test::small_config(dp, kGlobalBatch / dp, 1), *world, quiet());
+  test::Equivalence runs(test::small_config(1, kGlobalBatch, 1),
+                        test::small_config(dp, kGlobalBatch / dp, 1));
 
   // Invariant 1: the same initial weights, bit for bit, as the dp = 1 run and as rank 0.
-  const ParameterList& mine = parallel.parameters();
-  const ParameterList& ref = reference.parameters();
-  for (std::size_t i = 0; i < mine.size(); ++i) {
-    ASSERT_EQ(std::memcmp(mine[i]->value.f32(), ref[i]->value.f32(),
-                          static_cast<std::size_t>(ref[i]->value.bytes())),
-              0)
-        << mine[i]->name;
-    Tensor from_rank0 = mine[i]->value.clone(MemCategory::other);
+  ASSERT_NO_FATAL_FAILURE(runs.expect_same_initial_weights());
+  const auto world = rt.world_group();
+  for (const Parameter* p : runs.parallel().parameters()) {
+    Tensor from_rank0 = p->value.clone(MemCategory::other);
     world->broadcast(std::as_writable_bytes(from_rank0.span_f32()), 0);
-    ASSERT_EQ(std::memcmp(from_rank0.f32(), mine[i]->value.f32(),
+    ASSERT_EQ(std::memcmp(from_rank0.f32(), p->value.f32(),
                           static_cast<std::size_t>(from_rank0.bytes())),
               0)
-        << mine[i]->name << " differs from rank 0";
+        << p->name << " differs from rank 0";
   }
 
-  const TrainedRun ref_run = test::train_steps(reference, 20);
-  const TrainedRun dp_run = test::train_steps(parallel, 20);
-  expect_equivalent(ref_run, dp_run, mine);
+  runs.train(20);
+  runs.expect_equivalent(kTolerances);
 }
 
 TEST(DataParallel, MatchesSingleProcessAtSameGlobalBatch) { expect_matches_single_process(); }
@@ -97,7 +74,7 @@ TEST(DataParallel, AccumulationEqualsOneLargerMicroBatch) {
   Trainer accumulated(test::small_config(dp, 2, 4), *world, quiet());
   const TrainedRun a = test::train_steps(large, 20);
   const TrainedRun b = test::train_steps(accumulated, 20);
-  expect_equivalent(a, b, accumulated.parameters());
+  test::expect_equivalent(a, large.parameters(), b, accumulated.parameters(), kTolerances);
 }
 
 TEST(DataParallel, OneGradientAllReducePerStepOfExactlyTheGradientBytes) {

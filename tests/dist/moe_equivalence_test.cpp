@@ -18,15 +18,11 @@
 #include "../support/test_config.h"
 #include "../support/training_run.h"
 #include "dist_env.h"
+#include "equivalence_harness.h"
 #include "meshtrain/train/moe_metrics.h"
 
 namespace meshtrain {
 namespace {
-
-using test::max_abs;
-using test::max_abs_diff;
-using test::quiet;
-using test::TrainedRun;
 
 // fp32 with the bounds: the expert owner adds its ep group's rows in another order,
 // and dp / edp means add ranks in another order (≈1e-7 relative).
@@ -96,43 +92,24 @@ class MoeEquivalence : public ::testing::TestWithParam<MoeLayout> {};
 
 TEST_P(MoeEquivalence, MatchesOneProcess) {
   const MoeLayout l = GetParam();
-  MpiRuntime& rt = test::runtime();
-  const auto self = rt.self_group();
   Config single = moe_config({1, 1, 1, false, 1, 1, 0, l.capacity}, 2 * l.dp);
   single.training.precision = l.precision;
   single.model.n_layer = moe_config(l, 2).model.n_layer;
-  Trainer reference(single, *self, quiet());
-  const auto world = rt.world_group();
-  Trainer parallel(moe_config(l, 2), *world, quiet());
+  test::Equivalence runs(single, moe_config(l, 2));
+  Trainer& reference = runs.reference();
+  Trainer& parallel = runs.parallel();
 
-  const TrainedRun want = test::train_steps(reference, kSteps);
-  const TrainedRun got = test::train_steps(parallel, kSteps);
+  runs.train(kSteps);
   const bool bf16 = l.precision == Precision::bf16;
   const double grad_rtol = bf16 ? kBf16GradRtol : kGradRtol;
   const double norm_rtol = bf16 ? kBf16GradRtol : kNormRtol;
   const double loss_rtol = bf16 ? kBf16LossRtol : kLossRtol;
-  EXPECT_NEAR(got.grad_norm_step1, want.grad_norm_step1, norm_rtol * want.grad_norm_step1);
-  const ParameterList& ref = reference.parameters();
-  const ParameterList& mine = parallel.parameters();
-  int compared = 0, experts = 0;
-  for (std::size_t i = 0; i < mine.size(); ++i) {
-    for (std::size_t j = 0; j < ref.size(); ++j) {
-      if (ref[j]->name != mine[i]->name) continue;
-      const double scale = max_abs(want.grads_step1[j]);
-      EXPECT_LE(max_abs_diff(got.grads_step1[i], want.grads_step1[j]), grad_rtol * scale)
-          << mine[i]->name << " (max |g| " << scale << ")";
-      ++compared;
-      experts += mine[i]->placement.replicas == ReplicaGroup::expert ? 1 : 0;
-      break;
-    }
-  }
-  EXPECT_EQ(compared, static_cast<int>(mine.size()));
+  runs.expect_equivalent({grad_rtol, norm_rtol, loss_rtol});
   if (l.ep > 1) {
+    int experts = 0;
+    for (const Parameter* p : parallel.parameters())
+      experts += p->placement.replicas == ReplicaGroup::expert ? 1 : 0;
     EXPECT_GT(experts, 0) << "no expert parameter on this rank";
-  }
-  for (int s = 0; s < kSteps; ++s) {
-    EXPECT_NEAR(got.losses[s], want.losses[s], loss_rtol * std::abs(want.losses[s]))
-        << "step " << s + 1;
   }
   // The routing of the 20 steps, summed over the global batch: the same token counts per
   // expert, and the same aux and z losses (the micro-batch's, whatever splits its tokens).

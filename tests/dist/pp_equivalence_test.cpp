@@ -17,11 +17,11 @@
 #include "../support/test_config.h"
 #include "../support/training_run.h"
 #include "dist_env.h"
+#include "equivalence_harness.h"
 
 namespace meshtrain {
 namespace {
 
-using test::max_abs;
 using test::max_abs_diff;
 using test::quiet;
 using test::TrainedRun;
@@ -91,41 +91,19 @@ class PipelineLayout : public ::testing::TestWithParam<PpLayout> {};
 
 TEST_P(PipelineLayout, MatchesSingleProcessAtSameGlobalBatch) {
   const PpLayout& l = GetParam();
-  MpiRuntime& rt = test::runtime();
-  const auto self = rt.self_group();
   Config one = pp_config({l.family, PipelineSchedule::one_f_one_b, 1, 1, 1, 1, false});
   one.training.micro_batch = kGlobalBatch;
   one.training.accumulation = 1;
-  Trainer reference(one, *self, quiet());
-  const auto world = rt.world_group();
-  Trainer parallel(pp_config(l), *world, quiet());
+  test::Equivalence runs(one, pp_config(l));
+  Trainer& reference = runs.reference();
+  Trainer& parallel = runs.parallel();
   ProcessGroup& tp = parallel.mesh().group(Axis::tp);
 
   // Initial weights: every local parameter is the slice of the reference's of the same name.
-  std::map<std::string, std::size_t> ref_index;
-  for (std::size_t i = 0; i < reference.parameters().size(); ++i) {
-    ref_index[reference.parameters()[i]->name] = i;
-  }
-  for (const Parameter* p : parallel.parameters()) {
-    ASSERT_TRUE(ref_index.count(p->name)) << p->name;
-    const Tensor full = gather_logical(*p, p->value, tp);
-    const Parameter& r = *reference.parameters()[ref_index[p->name]];
-    ASSERT_EQ(std::memcmp(full.f32(), r.value.f32(), static_cast<std::size_t>(full.bytes())), 0)
-        << p->name;
-  }
+  ASSERT_NO_FATAL_FAILURE(runs.expect_same_initial_weights());
 
-  const TrainedRun want = test::train_steps(reference, kSteps);
-  const TrainedRun got = test::train_steps(parallel, kSteps);
-  EXPECT_NEAR(got.grad_norm_step1, want.grad_norm_step1, kNormRtol * want.grad_norm_step1);
-  for (std::size_t i = 0; i < parallel.parameters().size(); ++i) {
-    const std::string& name = parallel.parameters()[i]->name;
-    const Tensor& ref = want.grads_step1[ref_index[name]];
-    EXPECT_LE(max_abs_diff(got.grads_step1[i], ref), kGradRtol * max_abs(ref)) << name;
-  }
-  for (std::size_t s = 0; s < want.losses.size(); ++s) {
-    EXPECT_NEAR(got.losses[s], want.losses[s], kLossRtol * std::abs(want.losses[s]))
-        << "step " << s + 1;
-  }
+  runs.train(kSteps);
+  runs.expect_equivalent({kGradRtol, kNormRtol, kLossRtol});
 
   // gpt2: the first stage's token embedding and the last stage's copy, bit for bit.
   if (l.family == ModelFamily::gpt2) {

@@ -18,16 +18,14 @@
 #include "../support/test_config.h"
 #include "../support/training_run.h"
 #include "dist_env.h"
+#include "equivalence_harness.h"
 #include "meshtrain/parallel/tp/gather.h"
 #include "meshtrain/train/trainer.h"
 
 namespace meshtrain {
 namespace {
 
-using test::max_abs;
-using test::max_abs_diff;
 using test::quiet;
-using test::TrainedRun;
 
 constexpr std::int64_t kGlobalBatch = 8;
 constexpr int kSteps = 20;
@@ -38,8 +36,6 @@ constexpr int kSteps = 20;
 constexpr double kGradRtol = 1e-5;
 constexpr double kNormRtol = 1e-6;
 constexpr double kLossRtol = 1e-5;
-
-TrainedRun train(Trainer& trainer) { return test::train_steps(trainer, kSteps); }
 
 // (family, tp, sequence parallel); dp = world size / tp.
 using Layout = std::tuple<ModelFamily, int, bool>;
@@ -70,39 +66,19 @@ class TpLayout : public ::testing::TestWithParam<Layout> {
 
 TEST_P(TpLayout, MatchesSingleProcessAtSameGlobalBatch) {
   const auto& [family, tp, sp] = GetParam();
-  MpiRuntime& rt = test::runtime();
-  const auto self = rt.self_group();
-  Trainer reference(test::small_tp_config(family, 1, 1, false, kGlobalBatch, 1), *self, quiet());
-  const auto world = rt.world_group();
-  Trainer parallel(test::small_tp_config(family, dp_, tp, sp, kGlobalBatch / dp_, 1), *world,
-                   quiet());
-  ProcessGroup& tp_group = parallel.mesh().group(Axis::tp);
-  const ParameterList& mine = parallel.parameters();
-  const ParameterList& ref = reference.parameters();
+  test::Equivalence runs(test::small_tp_config(family, 1, 1, false, kGlobalBatch, 1),
+                        test::small_tp_config(family, dp_, tp, sp, kGlobalBatch / dp_, 1));
+  ProcessGroup& tp_group = runs.parallel().mesh().group(Axis::tp);
+  const ParameterList& mine = runs.parallel().parameters();
+  const ParameterList& ref = runs.reference().parameters();
   ASSERT_EQ(mine.size(), ref.size());
+  for (std::size_t i = 0; i < mine.size(); ++i) ASSERT_EQ(mine[i]->name, ref[i]->name);
 
   // Invariant 1: every shard is the matching slice of the tp = 1 weight, bit for bit.
-  for (std::size_t i = 0; i < mine.size(); ++i) {
-    ASSERT_EQ(mine[i]->name, ref[i]->name);
-    const Tensor full = gather_logical(*mine[i], mine[i]->value, tp_group);
-    ASSERT_EQ(full.shape(), ref[i]->value.shape()) << mine[i]->name;
-    ASSERT_EQ(std::memcmp(full.f32(), ref[i]->value.f32(), static_cast<std::size_t>(full.bytes())),
-              0)
-        << mine[i]->name << ": shards are not slices of the tp = 1 tensor";
-  }
+  ASSERT_NO_FATAL_FAILURE(runs.expect_same_initial_weights());
 
-  const TrainedRun want = train(reference);
-  const TrainedRun got = train(parallel);
-  EXPECT_NEAR(got.grad_norm_step1, want.grad_norm_step1, kNormRtol * want.grad_norm_step1);
-  for (std::size_t i = 0; i < ref.size(); ++i) {
-    const double scale = max_abs(want.grads_step1[i]);
-    EXPECT_LE(max_abs_diff(got.grads_step1[i], want.grads_step1[i]), kGradRtol * scale)
-        << ref[i]->name << " (max |g| " << scale << ")";
-  }
-  for (std::size_t s = 0; s < want.losses.size(); ++s) {
-    EXPECT_NEAR(got.losses[s], want.losses[s], kLossRtol * std::abs(want.losses[s]))
-        << "step " << s + 1;
-  }
+  runs.train(kSteps);
+  runs.expect_equivalent({kGradRtol, kNormRtol, kLossRtol});
 
   // Replicated parameters: bit-identical to tp rank 0's copy after 20 steps; padding rows of
   // the vocabulary shards still zero.

@@ -16,13 +16,12 @@
 #include "../support/test_config.h"
 #include "../support/training_run.h"
 #include "dist_env.h"
+#include "equivalence_harness.h"
 #include "meshtrain/core/allocator.h"
 
 namespace meshtrain {
 namespace {
 
-using test::max_abs;
-using test::max_abs_diff;
 using test::quiet;
 using test::TrainedRun;
 
@@ -68,49 +67,17 @@ class ZeroLayout : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(ZeroLayout, MatchesSingleProcessWithAccumulation) {
   const auto& [zero, tp, pp] = GetParam();
-  MpiRuntime& rt = test::runtime();
-  const int dp = rt.world_size() / (tp * pp);
-  const auto self = rt.self_group();
+  const int dp = test::runtime().world_size() / (tp * pp);
   Config single = odd_config(1, tp, 1, 0);
   single.parallel.tp = 1;
-  Trainer reference(single, *self, quiet());
-  const auto world = rt.world_group();
-  Trainer parallel(odd_config(dp, tp, pp, zero), *world, quiet());
+  test::Equivalence runs(single, odd_config(dp, tp, pp, zero));
 
-  // The pipeline stage holds some of the parameters: match them by name.
-  const ParameterList& ref = reference.parameters();
-  const ParameterList& mine = parallel.parameters();
   // Invariant 1: the master slices, gathered, are the reference's initial weights bit for bit
-  // (ZeRO-3 initialises only its slices, from the same (seed, name, index)).
-  ProcessGroup& tp_group = parallel.mesh().group(Axis::tp);
-  for (const Parameter* p : mine) {
-    const Tensor full = gather_logical(*p, parallel.zero().gather_master(*p), tp_group);
-    for (const Parameter* r : ref) {
-      if (r->name != p->name) continue;
-      ASSERT_EQ(full.shape(), r->value.shape()) << p->name;
-      EXPECT_EQ(std::memcmp(full.f32(), r->value.f32(), static_cast<std::size_t>(full.bytes())), 0)
-          << p->name << ": initial master differs from the single-process weight";
-    }
-  }
-  const TrainedRun want = test::train_steps(reference, kSteps);
-  const TrainedRun got = test::train_steps(parallel, kSteps);
-  EXPECT_NEAR(got.grad_norm_step1, want.grad_norm_step1, kGradRtol * want.grad_norm_step1);
-  int compared = 0;
-  for (std::size_t i = 0; i < mine.size(); ++i) {
-    for (std::size_t j = 0; j < ref.size(); ++j) {
-      if (ref[j]->name != mine[i]->name) continue;
-      const double scale = max_abs(want.grads_step1[j]);
-      EXPECT_LE(max_abs_diff(got.grads_step1[i], want.grads_step1[j]), kGradRtol * scale)
-          << mine[i]->name << " (max |g| " << scale << ")";
-      ++compared;
-      break;
-    }
-  }
-  EXPECT_EQ(compared, static_cast<int>(mine.size()));
-  for (int s = 0; s < kSteps; ++s) {
-    EXPECT_NEAR(got.losses[s], want.losses[s], kLossRtol * std::abs(want.losses[s]))
-        << "step " << s + 1;
-  }
+  // (ZeRO-3 initialises only its slices, from the same (seed, name, index)). The pipeline
+  // stage holds some of the parameters: they are matched by name.
+  ASSERT_NO_FATAL_FAILURE(runs.expect_same_initial_weights(test::InitialWeights::zero_masters));
+  runs.train(kSteps);
+  runs.expect_equivalent({kGradRtol, kGradRtol, kLossRtol});
 }
 
 std::string layout_name(const ::testing::TestParamInfo<Layout>& param) {

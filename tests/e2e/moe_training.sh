@@ -13,44 +13,34 @@
 set -euo pipefail
 BIN=$1
 DATA=$2
-CONFIGS=$(dirname "$0")/../../configs
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+source "$(dirname "$0")/lib/training_compare.sh"
 COMMON=(--training.max_steps 80 --training.warmup_steps 10 --training.eval_interval 80
   --training.eval_batches 4 --training.threads 1 --training.log_interval 1000
   --data.dir "$DATA")
 
-"$BIN" train "$CONFIGS/llama_moe.toml" "${COMMON[@]}" --training.micro_batch 6 \
-  --training.accumulation 2 --checkpoint.dir "$WORK/one" \
-  --metrics "$WORK/one.jsonl" >"$WORK/one.log" 2>&1 || { cat "$WORK/one.log"; exit 1; }
-mpirun --oversubscribe --bind-to none -np 2 "$BIN" train "$CONFIGS/llama_moe.toml" \
-  --parallel.dp 2 --parallel.ep 2 --training.micro_batch 6 "${COMMON[@]}" \
-  --checkpoint.dir "$WORK/ep2" --metrics "$WORK/ep2.jsonl" >"$WORK/ep2.log" 2>&1 ||
-  { cat "$WORK/ep2.log"; exit 1; }
-grep -qF -- "(llama, MoE 8 experts top-2 dropless) on 2 rank(s) (dp=2 tp=1 pp=1 ep=2)" \
-  "$WORK/ep2.log" || { echo "ep 2: the run log lacks the model and layout"; cat "$WORK/ep2.log"; exit 1; }
-grep -qF -- "moe imbalance" "$WORK/ep2.log" ||
-  { echo "ep 2: the log lacks the MoE summary"; cat "$WORK/ep2.log"; exit 1; }
+run_logged "$WORK/one.log" "$BIN" train "$CONFIGS/llama_moe.toml" "${COMMON[@]}" \
+  --training.micro_batch 6 --training.accumulation 2 --checkpoint.dir "$WORK/one" \
+  --metrics "$WORK/one.jsonl"
+run_logged "$WORK/ep2.log" mpirun --oversubscribe --bind-to none -np 2 "$BIN" train \
+  "$CONFIGS/llama_moe.toml" --parallel.dp 2 --parallel.ep 2 --training.micro_batch 6 \
+  "${COMMON[@]}" --checkpoint.dir "$WORK/ep2" --metrics "$WORK/ep2.jsonl"
+expect_in_log "ep 2" "$WORK/ep2.log" \
+  "(llama, MoE 8 experts top-2 dropless) on 2 rank(s) (dp=2 tp=1 pp=1 ep=2)"
+expect_in_log "ep 2" "$WORK/ep2.log" "moe imbalance"
+check_metrics "ep1" "$WORK/one.jsonl" 80 3.0
+check_metrics "ep2" "$WORK/ep2.jsonl" 80 3.0 ep_comm_bytes
 /usr/bin/python3 - "$WORK/one.jsonl" "$WORK/ep2.jsonl" <<'PY'
 import json, sys
 runs = {name: [json.loads(l) for l in open(path)] for name, path in zip(("ep1", "ep2"), sys.argv[1:])}
 for name, lines in runs.items():
-    assert len(lines) == 80, f"{name}: {len(lines)} metric lines, expected 80"
-    first, last = lines[0], lines[-1]
-    tail = sum(l["loss"] for l in lines[-5:]) / 5
-    assert abs(first["loss"] - 4.17) < 0.15, f"{name}: initial loss {first['loss']} is not ≈ ln(65)"
-    assert tail < 3.0, f"{name}: mean train loss of steps 76-80 is {tail}, expected < 3.0"
-    assert last["val_loss"] < 3.0, f"{name}: val loss {last['val_loss']}, expected < 3.0"
     for l in lines:
         assert len(l["moe"]) == 4, f"{name}: {len(l['moe'])} MoE layers in the metrics, expected 4"
         for layer in l["moe"]:
             assert len(layer["tokens_per_expert"]) == 8, f"{name}: not 8 experts"
             assert sum(layer["tokens_per_expert"]) == 12 * 64 * 2, f"{name}: token counts"
             assert layer["imbalance"] >= 1.0 and layer["aux_loss"] > 0, f"{name}: {layer}"
-    print(f"ok   {name}: loss {first['loss']:.3f} -> {last['loss']:.3f} (last 5: {tail:.3f}), "
-          f"val {last['val_loss']:.3f}, imbalance {max(x['imbalance'] for x in last['moe']):.2f}")
-assert all(l["ep_comm_bytes"] > 0 for l in runs["ep2"]), "ep 2: no expert-parallel traffic"
+    print(f"ok   {name}: 4 MoE layers' routing on every step, "
+          f"imbalance {max(x['imbalance'] for x in lines[-1]['moe']):.2f}")
 # Top-k routing is discontinuous: where two experts' router scores tie within rounding, the
 # ≈ 1e-10 relative difference of the two layouts' gradient sums can pick the other expert, and
 # from that step on the runs follow different (equally good) trajectories. Measured on a Zen 5
@@ -71,9 +61,5 @@ assert after < 2e-3, f"ep 2 vs 1 rank: losses differ by {after:.2e} relative aft
 print(f"ok   ep 2 = 1 rank: same routing for {split} steps, losses within {same:.1e} relative; "
       f"after: within {after:.1e}")
 PY
-for run in one ep2; do
-  out=$("$BIN" sample "$WORK/$run" --prompt "ROMEO:" --tokens 50)
-  [[ $out == ROMEO:* && ${#out} -ge 50 ]] || { echo "$run: bad sample: $out"; exit 1; }
-  echo "ok   $run: sample ${out:0:40}"
-done
+for run in one ep2; do check_sample "$run" "$WORK/$run"; done
 echo "moe_training: all passed"

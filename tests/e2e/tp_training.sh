@@ -13,31 +13,9 @@
 set -euo pipefail
 BIN=$1
 DATA=$2
-CONFIGS=$(dirname "$0")/../../configs
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+source "$(dirname "$0")/lib/training_compare.sh"
 COMMON=(--training.max_steps 60 --training.eval_interval 60 --training.eval_batches 4
   --training.threads 1 --data.dir "$DATA")
-
-# check_run <name> <metrics file> <run log> <expected layout text>
-check_run() {
-  grep -qF -- "$4" "$3" || { echo "$1: the run log lacks '$4'"; cat "$3"; exit 1; }
-  /usr/bin/python3 - "$1" "$2" <<'PY'
-import json, sys
-name, path = sys.argv[1], sys.argv[2]
-lines = [json.loads(l) for l in open(path)]
-assert len(lines) == 60, f"{name}: {len(lines)} metric lines, expected 60"
-first, last = lines[0], lines[-1]
-tail = sum(l["loss"] for l in lines[-5:]) / 5
-assert abs(first["loss"] - 4.17) < 0.15, f"{name}: initial loss {first['loss']} is not ≈ ln(65)"
-assert tail < 2.95, f"{name}: mean train loss of steps 56-60 is {tail}, expected < 2.95"
-assert last["val_loss"] < 2.95, f"{name}: val loss at step 60 is {last['val_loss']}, expected < 2.95"
-assert all(l["tp_comm_bytes"] > 0 for l in lines), f"{name}: no tensor-parallel traffic"
-print(f"ok   {name}: loss {first['loss']:.3f} -> {last['loss']:.3f} "
-      f"(last 5: {tail:.3f}), val {last['val_loss']:.3f}")
-PY
-}
 
 # check_checkpoint <name> <checkpoint dir> <tensor=shape>...: the safetensors header holds the
 # logical shapes, and every tensor's bytes are exactly its logical size (no padding rows).
@@ -61,29 +39,26 @@ for tensor, info in header.items():
     assert end - begin == 4 * math.prod(info["shape"]), f"{name}: {tensor} holds padding"
 print(f"ok   {name}: checkpoint holds {len(header)} logical tensors")
 PY
-  local out
-  out=$("$BIN" sample "$ckpt" --prompt "ROMEO:" --tokens 50)
-  [[ $out == ROMEO:* && ${#out} -ge 50 ]] || { echo "$name: bad sample: $out"; exit 1; }
-  echo "ok   $name: sample ${out:0:40}"
+  check_sample "$name" "$ckpt"
 }
 
 # (a) GPT-2, tp 2 × dp 2 on 4 ranks.
-mpirun --oversubscribe --bind-to none -np 4 "$BIN" train "$CONFIGS/shakespeare_char.toml" \
-  --parallel.tp 2 --parallel.dp 2 --training.micro_batch 6 "${COMMON[@]}" \
-  --checkpoint.dir "$WORK/gpt2" --metrics "$WORK/gpt2.jsonl" >"$WORK/gpt2.log" 2>&1 ||
-  { cat "$WORK/gpt2.log"; exit 1; }
-check_run "gpt2 tp 2 × dp 2" "$WORK/gpt2.jsonl" "$WORK/gpt2.log" "(gpt2) on 4 rank(s) (dp=2 tp=2 pp=1)"
+run_logged "$WORK/gpt2.log" mpirun --oversubscribe --bind-to none -np 4 "$BIN" train \
+  "$CONFIGS/shakespeare_char.toml" --parallel.tp 2 --parallel.dp 2 --training.micro_batch 6 \
+  "${COMMON[@]}" --checkpoint.dir "$WORK/gpt2" --metrics "$WORK/gpt2.jsonl"
+expect_in_log "gpt2 tp 2 × dp 2" "$WORK/gpt2.log" "(gpt2) on 4 rank(s) (dp=2 tp=2 pp=1)"
+check_metrics "gpt2 tp 2 × dp 2" "$WORK/gpt2.jsonl" 60 2.95 tp_comm_bytes
 check_checkpoint "gpt2 tp 2 × dp 2" "$WORK/gpt2" transformer.wte.weight=65,128 \
   transformer.wpe.weight=64,128 transformer.h.0.attn.c_attn.weight=384,128 \
   transformer.h.0.attn.c_proj.weight=128,128 transformer.h.0.mlp.c_fc.weight=512,128 \
   transformer.h.3.mlp.c_proj.weight=128,512 transformer.ln_f.weight=128
 
 # (b) Llama, tp 2 with sequence parallelism on 2 ranks.
-mpirun --oversubscribe --bind-to none -np 2 "$BIN" train "$CONFIGS/llama_shakespeare.toml" \
-  --parallel.tp 2 --parallel.sequence_parallel true "${COMMON[@]}" \
-  --checkpoint.dir "$WORK/llama" --metrics "$WORK/llama.jsonl" >"$WORK/llama.log" 2>&1 ||
-  { cat "$WORK/llama.log"; exit 1; }
-check_run "llama tp 2 + sp" "$WORK/llama.jsonl" "$WORK/llama.log" "(llama) on 2 rank(s) (dp=1 tp=2 +sp pp=1)"
+run_logged "$WORK/llama.log" mpirun --oversubscribe --bind-to none -np 2 "$BIN" train \
+  "$CONFIGS/llama_shakespeare.toml" --parallel.tp 2 --parallel.sequence_parallel true \
+  "${COMMON[@]}" --checkpoint.dir "$WORK/llama" --metrics "$WORK/llama.jsonl"
+expect_in_log "llama tp 2 + sp" "$WORK/llama.log" "(llama) on 2 rank(s) (dp=1 tp=2 +sp pp=1)"
+check_metrics "llama tp 2 + sp" "$WORK/llama.jsonl" 60 2.95 tp_comm_bytes
 check_checkpoint "llama tp 2 + sp" "$WORK/llama" model.embed_tokens.weight=65,128 \
   lm_head.weight=65,128 model.layers.0.self_attn.q_proj.weight=128,128 \
   model.layers.0.self_attn.k_proj.weight=64,128 model.layers.0.self_attn.v_proj.weight=64,128 \
