@@ -9,35 +9,15 @@
 namespace meshtrain {
 
 std::string_view to_string(Axis axis) {
-  switch (axis) {
-    case Axis::pp:
-      return "pp";
-    case Axis::dp:
-      return "dp";
-    case Axis::cp:
-      return "cp";
-    case Axis::tp:
-      return "tp";
-    case Axis::ep:
-      return "ep";
-  }
-  return "?";
+  constexpr std::array<std::string_view, kAllAxes.size()> names{"pp", "dp", "cp", "tp", "ep"};
+  const auto i = static_cast<std::size_t>(axis);
+  return i < names.size() ? names[i] : "?";
 }
 
 int MeshShape::size(Axis axis) const noexcept {
-  switch (axis) {
-    case Axis::pp:
-      return pp;
-    case Axis::dp:
-      return dp;
-    case Axis::cp:
-      return cp;
-    case Axis::tp:
-      return tp;
-    case Axis::ep:
-      return ep;
-  }
-  return 1;
+  const std::array<int, kAllAxes.size()> sizes{pp, dp, cp, tp, ep};  // Axis order
+  const auto i = static_cast<std::size_t>(axis);
+  return i < sizes.size() ? sizes[i] : 1;
 }
 
 MeshCoords MeshShape::coords_of(int rank) const {
