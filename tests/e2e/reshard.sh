@@ -101,10 +101,14 @@ expect 2 "reshard changes the layout, never the model" -- \
 expect 2 "parallel.tp" -- "$BIN" reshard "$SRC" "$WORK/bad3" --parallel.tp 3
 expect 2 "would replace the checkpoint being read" -- \
   "$BIN" reshard "$SRC" "$WORK/dp2/checkpoints" --parallel.dp 1 --training.micro_batch 24
+expect 2 "would replace the checkpoint being read" -- \
+  "$BIN" reshard "$SRC" "$SRC" --parallel.dp 1 --training.micro_batch 24
+expect 2 "must be at most 2^20 ranks" -- "$BIN" reshard "$SRC" "$WORK/bad5" --parallel.tp 99999999999
+[[ ! -e $WORK/bad5 && ! -e $SRC/step-00000010 ]] || { echo "FAIL: a refused reshard wrote"; exit 1; }
 [[ -f $SRC/COMPLETE && -f $SRC/rank-00001.safetensors ]] ||
   { echo "FAIL: a refused reshard touched its source"; exit 1; }
 rm -f "$SRC/rank-00001.safetensors"
 expect 3 "rank-00001.safetensors" -- "$BIN" reshard "$SRC" "$WORK/bad4" --parallel.dp 1 \
   --training.micro_batch 24
 [[ ! -e $WORK/bad4/step-00000010 ]] || { echo "FAIL: a failed reshard left its output"; exit 1; }
-echo "bad inputs ok: 5 cases"
+echo "bad inputs ok: 7 cases"

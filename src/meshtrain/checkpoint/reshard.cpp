@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "meshtrain/checkpoint/sharded_checkpoint.h"
@@ -23,7 +24,21 @@ std::filesystem::path reshard_checkpoint(const std::filesystem::path& src, const
                                        "leave the model settings as the checkpoint has them"}});
   }
   const ParallelConfig& par = target.parallel;
-  const int world = static_cast<int>(par.pp * par.dp * par.cp * par.tp);  // ep is carved out of dp
+  // One piece per target rank is written: a world beyond any cluster (2^20 ranks, the
+  // planner's bound) is refused before it is multiplied out in int and before anything is written.
+  std::int64_t rank_count = 1;
+  for (const std::int64_t size : {par.pp, par.dp, par.cp, par.tp}) {
+    if (size < 1) rank_count = 0;  // validate_or_throw names the size
+    if (rank_count > 0 && rank_count > (std::int64_t{1} << 20) / size) {
+      throw ConfigError(target.source,
+                        {{"parallel.pp × dp × cp × tp",
+                          fmt::format("{} × {} × {} × {}", par.pp, par.dp, par.cp, par.tp),
+                          "must be at most 2^20 ranks: reshard writes one piece per rank",
+                          "give the layout you will resume on"}});
+    }
+    rank_count *= size;
+  }
+  const int world = static_cast<int>(rank_count);  // ep is carved out of dp
   validate_or_throw(target, world);
   const PlacementTable table = placement_table(target);
   const MeshShape& shape = table.mesh();
@@ -31,8 +46,12 @@ std::filesystem::path reshard_checkpoint(const std::filesystem::path& src, const
   const std::int64_t step = reader.step();
   const std::filesystem::path target_dir = checkpoint_path(out_root, step);
   std::error_code ec;
-  if (std::filesystem::weakly_canonical(target_dir, ec) ==
-      std::filesystem::weakly_canonical(src, ec)) {
+  const std::filesystem::path source = std::filesystem::weakly_canonical(src, ec);
+  const std::filesystem::path out = std::filesystem::weakly_canonical(out_root, ec);
+  // Into the checkpoint being read, or a folder inside it: refused, the source stays as it was.
+  const auto [mismatch, rest] = std::mismatch(source.begin(), source.end(), out.begin(), out.end());
+  if (mismatch == source.end() ||
+      std::filesystem::weakly_canonical(target_dir, ec) == source) {
     throw ConfigError("the command line",
                       {{"out", out_root.string(),
                         "would replace the checkpoint being read (" + src.string() + ")",
