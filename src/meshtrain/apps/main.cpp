@@ -94,7 +94,7 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& train) {
   train_cmd->footer(
       "Every setting of the config can be overridden after it as --section.key value (or\n"
       "--section.key=value), e.g. --training.max_steps 500 --parallel.dp 2. The keys are listed\n"
-      "in README.md, \"Configuration\". Launch several ranks with mpirun -np N meshtrain train "
+      "in docs/configuration.md. Launch several ranks with mpirun -np N meshtrain train "
       "...");
   return train_cmd;
 }

@@ -197,11 +197,11 @@ ConfigIssue unknown_key(const std::string& key, const std::vector<Field>& fields
   // A far match misleads (`training.bogus` is not `model.bias`): suggest only a near one.
   if (key_distance(key, best->key) > std::max<std::size_t>(2, name.size() / 3)) {
     return {key, "(unknown key)", "not a meshtrain setting",
-            "no setting is close to it; README, \"Configuration\", lists every key"};
+            "no setting is close to it; docs/configuration.md lists every key"};
   }
   return {
       key, "(unknown key)", "not a meshtrain setting",
-      fmt::format("did you mean `{}`? (README, \"Configuration\", lists every key)", best->key)};
+      fmt::format("did you mean `{}`? (docs/configuration.md lists every key)", best->key)};
 }
 
 std::string type_name(const FieldRef& ref) {
