@@ -1,6 +1,6 @@
 // SparseMoeBlock under expert parallel (issue 14 item 3) against the same layer on one rank:
 // every rank of ep = world (2 or 4) routes its own tokens, the experts live on their owners,
-// and the exchange (layers/expert_parallel.h) must give each rank exactly the one-rank layer's
+// and the exchange (parallel/ep/expert_parallel.h) must give each rank exactly the one-rank layer's
 // output and input gradient on its tokens, the router gradient of its tokens, and on each
 // expert's owner the sum over all ranks' tokens of that expert's gradient — dropless and with
 // capacity dropping (each rank drops among its own tokens, as the one-rank layer does on the
@@ -15,7 +15,7 @@
 
 #include "dist_env.h"
 #include "meshtrain/comm/single_rank_group.h"
-#include "meshtrain/layers/moe.h"
+#include "meshtrain/transformer/moe.h"
 #include "meshtrain/mesh/placement.h"
 
 namespace meshtrain {

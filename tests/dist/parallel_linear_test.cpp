@@ -3,7 +3,7 @@
 // (seed, name): the reference needs no communication, so a mismatch is in the parallel code.
 // With and without sequence parallelism; shards are checked to be bitwise slices of the
 // unsharded initial weight, also for a weight split in parts (GPT-2's fused c_attn).
-#include "meshtrain/layers/parallel_linear.h"
+#include "meshtrain/parallel/tp/parallel_linear.h"
 
 #include <gtest/gtest.h>
 

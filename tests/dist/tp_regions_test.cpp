@@ -1,7 +1,7 @@
-// The tensor/sequence-parallel region pairs (layers/tp_regions.h) over the world as one tp
+// The tensor/sequence-parallel region pairs (parallel/tp/tp_regions.h) over the world as one tp
 // group, with rank-valued inputs whose results are computable by hand, and the adjoint law
 // ⟨F(x), y⟩ = ⟨x, Fᵀ(y)⟩ with inner products taken over the global (gathered) tensors.
-#include "meshtrain/layers/tp_regions.h"
+#include "meshtrain/parallel/tp/tp_regions.h"
 
 #include <gtest/gtest.h>
 

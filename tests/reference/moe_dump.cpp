@@ -1,6 +1,6 @@
 // tests/reference/moe_dump.cpp
 //
-// Writes what one SparseMoeBlock (layers/moe.h) computes, for moe_reference.py to check against
+// Writes what one SparseMoeBlock (transformer/moe.h) computes, for moe_reference.py to check against
 // Hugging Face transformers' MixtralSparseMoeBlock (dropless) and a PyTorch module written from
 // the Switch Transformer capacity rule (capacity modes). Nothing expected is stored: the CTest
 // test runs this program and the script, live.
@@ -25,7 +25,7 @@
 
 #include "meshtrain/checkpoint/safetensors.h"
 #include "meshtrain/core/rng.h"
-#include "meshtrain/layers/moe.h"
+#include "meshtrain/transformer/moe.h"
 
 namespace meshtrain {
 namespace {

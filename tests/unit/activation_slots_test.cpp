@@ -28,11 +28,11 @@
 
 #include "meshtrain/comm/single_rank_group.h"
 #include "meshtrain/core/allocator.h"
-#include "meshtrain/layers/attention.h"
-#include "meshtrain/layers/mlp.h"
+#include "meshtrain/transformer/attention.h"
+#include "meshtrain/transformer/mlp.h"
 #include "meshtrain/layers/norms.h"
-#include "meshtrain/layers/transformer_block.h"
-#include "meshtrain/layers/vocab_parallel.h"
+#include "meshtrain/transformer/transformer_block.h"
+#include "meshtrain/parallel/tp/vocab_parallel.h"
 #include "meshtrain/layers/weight_grad_queue.h"
 
 namespace meshtrain {

@@ -25,7 +25,7 @@
 #include "meshtrain/core/rng.h"
 #include "meshtrain/kernels/kernels.h"
 #include "meshtrain/layers/norms.h"
-#include "meshtrain/layers/transformer_block.h"
+#include "meshtrain/transformer/transformer_block.h"
 #include "meshtrain/optim/adamw.h"
 
 namespace meshtrain {

@@ -1058,7 +1058,7 @@ void naive_cross_entropy(const std::vector<float>& logits, const std::vector<std
 }
 
 /// One shard holding the whole vocabulary (first = 0, valid = V_local = V), its pieces combined
-/// as the layer does (layers/vocab_parallel.cpp, in f32): lse = max + log(sum_exp),
+/// as the layer does (parallel/tp/vocab_parallel.cpp, in f32): lse = max + log(sum_exp),
 /// loss = lse − target_logit. losses [rows], lse [rows] overwritten.
 void one_shard_cross_entropy(const float* logits, const std::int32_t* targets, std::int64_t rows,
                              std::int64_t V, float* losses, float* lse) {

@@ -24,7 +24,7 @@
 #include "meshtrain/core/rng.h"
 #include "meshtrain/kernels/kernels.h"
 #include "meshtrain/layers/autocast.h"
-#include "meshtrain/layers/parallel_linear.h"
+#include "meshtrain/parallel/tp/parallel_linear.h"
 #include "meshtrain/layers/weight_grad_queue.h"
 #include "meshtrain/model/causal_lm.h"
 

@@ -1,4 +1,4 @@
-// The MoE dispatch rules of layers/moe_routing.h on hand-computed routings: the capacity
+// The MoE dispatch rules of transformer/moe_routing.h on hand-computed routings: the capacity
 // formula (Switch Transformer §2.2 eq. 3 with Megatron-LM's top-k token count), which
 // assignments each drop policy keeps (ties by token order), the packed row order (by expert,
 // token order within an expert, whatever the policy) and the counts before and after dropping.
@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "meshtrain/layers/moe_routing.h"
+#include "meshtrain/transformer/moe_routing.h"
 
 namespace meshtrain {
 namespace {

@@ -1,4 +1,4 @@
-// SparseMoeBlock (layers/moe.h) against an independent double-precision re-implementation of
+// SparseMoeBlock (transformer/moe.h) against an independent double-precision re-implementation of
 // the same math written here from the papers (Mixtral §2.1 routing, Switch §2.2 capacity and
 // load-balancing loss, ST-MoE eq. 5 z-loss): forward output and losses, and every gradient
 // (input, router, each expert weight) against central finite differences of the double
@@ -14,8 +14,8 @@
 
 #include "meshtrain/comm/single_rank_group.h"
 #include "meshtrain/core/rng.h"
-#include "meshtrain/layers/mlp.h"
-#include "meshtrain/layers/moe.h"
+#include "meshtrain/transformer/mlp.h"
+#include "meshtrain/transformer/moe.h"
 #include "meshtrain/layers/weight_grad_queue.h"
 
 namespace meshtrain {

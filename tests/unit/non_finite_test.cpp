@@ -12,7 +12,7 @@
 
 #include "meshtrain/comm/single_rank_group.h"
 #include "meshtrain/kernels/kernels.h"
-#include "meshtrain/parallel/dp/non_finite_grads.h"
+#include "meshtrain/layers/non_finite_grads.h"
 #include "meshtrain/train/non_finite_report.h"
 
 namespace meshtrain {

@@ -14,7 +14,7 @@
 
 #include "meshtrain/comm/single_rank_group.h"
 #include "meshtrain/config/validate.h"
-#include "meshtrain/layers/parallel_groups.h"
+#include "meshtrain/transformer/parallel_groups.h"
 #include "meshtrain/mesh/placement.h"
 #include "meshtrain/model/pipeline_stage.h"
 #include "meshtrain/plan/accounting.h"

@@ -115,7 +115,7 @@ TEST(PlanCp, UlyssesAllToAllBytesAndTime) {
   const Config l = llama(2, CpCommMode::a2a);
   EXPECT_EQ(cp_bytes_per_step(l, stage_parameters(l, 0)), 4.0 * 2.0 * 589824.0);
   // Both recomputes rerun the forward's four (selective drops the core's head-sharded state
-  // with its output, layers/attention.cpp).
+  // with its output, transformer/attention.cpp).
   Config full = gpt2(2, CpCommMode::a2a), sel = gpt2(2, CpCommMode::a2a);
   full.training.recompute = RecomputeMode::full;
   sel.training.recompute = RecomputeMode::selective;

@@ -27,7 +27,7 @@ inline constexpr std::array<EnumName<RecomputeMode>, 3> kRecomputeModeNames{{
 constexpr const auto& enum_names(RecomputeMode) { return kRecomputeModeNames; }
 
 // parallel.cp_comm: how attention sees the other cp ranks' keys and values.
-//   p2p: ring attention, K and V rotate around the cp ring (layers/context_attention.h)
+//   p2p: ring attention, K and V rotate around the cp ring (parallel/cp/context_attention.h)
 //   a2a: Ulysses, all-to-all from sequence-sharded to head-sharded and back
 enum class CpCommMode : std::uint8_t { p2p, a2a };
 inline constexpr std::array<EnumName<CpCommMode>, 2> kCpCommModeNames{{
@@ -37,7 +37,7 @@ inline constexpr std::array<EnumName<CpCommMode>, 2> kCpCommModeNames{{
 constexpr const auto& enum_names(CpCommMode) { return kCpCommModeNames; }
 
 // model.moe_token_drop_policy: which assignments an over-full expert keeps (Megatron-LM's
-// `moe_token_drop_policy`, moe_utils.topk_softmax_with_capacity; layers/moe_routing.h).
+// `moe_token_drop_policy`, moe_utils.topk_softmax_with_capacity; transformer/moe_routing.h).
 //   probs: the `capacity` assignments of highest combine weight (the renormalised top-k
 //     probability the token would be weighted by); ties: the earlier token
 //   position: the first `capacity` assignments in token order

@@ -294,7 +294,7 @@ void swiglu_backward(const float* gate, const float* up, const float* dout, floa
 // the per-expert packed buffer, and the router's backward. A token n has k assignments
 // a = n·k + j (j = 0 … k−1, by decreasing router probability); the layer maps each kept
 // assignment to one row of the packed buffer (assign_row[a] ≥ 0) and a dropped one to −1
-// (layers/moe_routing.h). Every output row is owned by one task and summed in a fixed order,
+// (transformer/moe_routing.h). Every output row is owned by one task and summed in a fixed order,
 // so results are bitwise the same for every thread count.
 
 ///   logits [N, E] f32   →   probs [N, E] = softmax(logits) per row, lse [N] = log Σ exp(logits),

@@ -8,10 +8,10 @@
 #include "meshtrain/config/validate.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/kernels/kernels.h"
-#include "meshtrain/layers/attention.h"
+#include "meshtrain/transformer/attention.h"
 #include "meshtrain/layers/autocast.h"
-#include "meshtrain/layers/mlp.h"
-#include "meshtrain/layers/moe.h"
+#include "meshtrain/transformer/mlp.h"
+#include "meshtrain/transformer/moe.h"
 #include "meshtrain/model/pipeline_stage.h"
 #include "meshtrain/layers/norms.h"
 
@@ -190,7 +190,7 @@ Tensor CausalLm::forward_blocks(const std::int32_t* tokens, const Tensor& x_in, 
     x = embed_->forward(tokens, rows, ctx);  // [rows, C], or this rank's rows under SP
     if (wpe_) {
       // Under sequence parallelism this rank holds rows [r·rows/tp, (r+1)·rows/tp) of its
-      // cp share; a row's position is global (the zigzag split, parallel_groups.h).
+      // cp share; a row's position is global (the zigzag split, parallel/cp/context_parallel.h).
       const std::int64_t local = x.dim(0);
       const std::int64_t first = tp_.sequence_parallel ? tp_.group.rank() * local : 0;
       state.positions.resize(static_cast<std::size_t>(local));

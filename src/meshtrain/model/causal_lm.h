@@ -27,11 +27,11 @@
 #include "meshtrain/config/config.h"
 #include "meshtrain/layers/activation_slots.h"
 #include "meshtrain/layers/module.h"
-#include "meshtrain/layers/moe.h"
-#include "meshtrain/layers/parallel_groups.h"
+#include "meshtrain/transformer/moe.h"
+#include "meshtrain/transformer/parallel_groups.h"
 #include "meshtrain/layers/parameter_hooks.h"
-#include "meshtrain/layers/transformer_block.h"
-#include "meshtrain/layers/vocab_parallel.h"
+#include "meshtrain/transformer/transformer_block.h"
+#include "meshtrain/parallel/tp/vocab_parallel.h"
 
 namespace meshtrain {
 

@@ -57,7 +57,7 @@ CpLayerTraffic cp_layer_traffic(const Config& c) {
   t.forward = {{"q", 1.0, q}, {"k", 1.0, kv}, {"v", 1.0, kv}, {"out", 1.0, q}};
   t.backward = {{"d out", 1.0, q}, {"dq", 1.0, q}, {"dk", 1.0, kv}, {"dv", 1.0, kv}};
   // Selective recompute drops the core's head-sharded state too, so both recomputes repeat
-  // the forward all-to-alls (layers/attention.cpp).
+  // the forward all-to-alls (transformer/attention.cpp).
   if (recomputed) {
     for (const CpMessage& msg : t.forward) {
       t.backward.push_back({msg.what + " (recomputed forward)", msg.count, msg.bytes});
@@ -93,7 +93,7 @@ double cp_comm_buffer_bytes(const Config& c) {
   if (c.parallel.cp <= 1) return 0.0;
   // Ring backward: the K,V block double-buffered, and three dK,dV blocks — this step's sum,
   // the partial sum arriving from the previous rank, the one in flight to the next
-  // (layers/context_attention.cpp).
+  // (parallel/cp/context_attention.cpp).
   if (ring(c)) return 5.0 * kv_block_bytes(c);
   // Ulysses: one layer's q, k, v in the other sharding, as the all-to-all's send and receive
   // buffers.

@@ -5,7 +5,7 @@
 // (reduced and ZeRO-sliced over dp × cp) and expert ones (E/ep experts per MoE layer, whole on
 // every tp rank — expert tp = 1 in this version — reduced and sliced over the
 // expert-data-parallel group of (dp·cp)/ep ranks: mesh/placement.h, parallel/dp/zero_groups.h),
-// and the ep all-to-all traffic of layers/expert_parallel.h per step. Uses: config,
+// and the ep all-to-all traffic of parallel/ep/expert_parallel.h per step. Uses: config,
 // plan/accounting, plan/formulas.
 #pragma once
 
@@ -51,7 +51,7 @@ double dp_time_per_step_moe(const Config& config, const ParameterCounts& stage_p
 /// comm_buffer_bytes plus the expert group's ZeRO buffers (its own ZeroSharding).
 double comm_buffer_bytes_moe(const Config& config, const ParameterCounts& stage_params);
 
-/// The ep exchange of one MoE block and micro-batch on one rank (layers/expert_parallel.h), as
+/// The ep exchange of one MoE block and micro-batch on one rank (parallel/ep/expert_parallel.h), as
 /// the ep group's ProcessGroup counts it (each op's input bytes, the rank's own block
 /// included). N = b·s/cp tokens (/tp with sequence parallelism), routing assumed uniform:
 ///   counts: an all_to_all of the E per-expert counts, 4·E bytes;

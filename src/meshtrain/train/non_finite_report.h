@@ -5,7 +5,7 @@
 // (tp all-reduces in forward, the loss sum, the gradient reductions) to every rank, so the
 // rank that looks first is not the rank it came from. These reports ask every rank what it
 // contributed — its weights and local loss, or the gradients it put into each reduction
-// (parallel/dp/non_finite_grads.h) — and name the rank(s), step, layer and tensor where the
+// (layers/non_finite_grads.h) — and name the rank(s), step, layer and tensor where the
 // value first appeared. Every rank gets the same text; they run only on the error path.
 // docs/resilience.md, "Non-finite values".
 #pragma once

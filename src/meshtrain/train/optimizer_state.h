@@ -17,7 +17,7 @@
 #include "meshtrain/model/pipeline_stage.h"
 #include "meshtrain/optim/adamw.h"
 #include "meshtrain/optim/loss_scaler.h"
-#include "meshtrain/parallel/dp/non_finite_grads.h"
+#include "meshtrain/layers/non_finite_grads.h"
 #include "meshtrain/parallel/dp/zero_groups.h"
 #include "meshtrain/parallel/tp/replicated_grads.h"
 

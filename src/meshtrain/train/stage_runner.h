@@ -28,15 +28,10 @@ struct MicroBatching {
   int tp_size;
   bool sequence_parallel;
   // Context parallel: this rank keeps its zigzag share, seq_len/cp rows of every sequence
-  // (layers/parallel_groups.h).
+  // (parallel/cp/context_parallel.h).
   int cp_rank = 0, cp_size = 1;
   std::int64_t local_len() const { return seq_len / cp_size; }
 };
-
-/// Rows of `full` ([sequences, seq_len] tokens) that cp rank `cp_rank` of `cp_size` holds, in
-/// its local order: per sequence chunk cp_rank, then chunk 2·cp_size−1−cp_rank.
-std::vector<std::int32_t> zigzag_rows(const std::vector<std::int32_t>& full, std::int64_t sequences,
-                                      std::int64_t seq_len, int cp_rank, int cp_size);
 
 /// This rank's micro-batches of one global batch, each read from the sampler once, when its
 /// first or last chunk asks for it.

@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "meshtrain/checkpoint/training_state.h"
 #include "meshtrain/config/load.h"
 #include "meshtrain/config/validate.h"
 #include "meshtrain/core/error.h"
@@ -75,44 +76,10 @@ void Trainer::save_checkpoint(std::int64_t steps_done) {
          .exp_avg_sq = optim_->adamw().exp_avg_sq(i).clone(MemCategory::other)});
   }
   if (world_.rank() == 0) {
-    const ParallelConfig& p = config_.parallel;
-    const TrainingConfig& t = config_.training;
-    json rng = json::array();
-    for (int r = 0; r < world_.size(); ++r) {
-      // Counter-based Philox (core/rng.h): a rank's draws are a function of (seed, stream,
-      // index) with the index derived from the step, so (seed, next step) is its whole state.
-      rng.push_back({{"rank", r}, {"seed", t.seed}, {"next_step", steps_done}});
-    }
-    snapshot.state = {
-        {"step", steps_done},
-        {"mesh", checkpoint_mesh_json(p, world_.size())},
-        {"optimizer",
-         {{"name", "adamw"},
-          {"steps_taken", optim_->adamw().steps_taken()},
-          {"beta1", t.beta1},
-          {"beta2", t.beta2},
-          {"eps", t.eps},
-          {"weight_decay", t.weight_decay}}},
-        // The LR is a pure function of the step (lr_at), so the next step is its state.
-        {"lr_scheduler",
-         {{"name", "warmup_cosine"},
-          {"next_step", steps_done},
-          {"peak_lr", scaled_peak_lr(config_)}}},
-        {"loss_scaler", nullptr},
-        // The sampler draws global batch s from (seed, s) alone (data/sampler.h).
-        {"data",
-         {{"sampler", "philox_global_batch"},
-          {"seed", t.seed},
-          {"next_step", steps_done},
-          {"global_batch", global_batch_of(config_)}}},
-        {"rng", {{"generator", "Philox4x32-10 (counter-based)"}, {"ranks", rng}}}};
-    if (const DynamicLossScaler* scaler = optim_->loss_scaler()) {
-      const DynamicLossScaler::State s = scaler->state();
-      snapshot.state["loss_scaler"] = {{"scale", s.scale},
-                                       {"clean_steps", s.clean_steps},
-                                       {"hysteresis_left", s.hysteresis_left},
-                                       {"skipped", s.skipped}};
-    }
+    std::optional<DynamicLossScaler::State> scaler;
+    if (const DynamicLossScaler* s = optim_->loss_scaler()) scaler = s->state();
+    snapshot.state = training_state_json(steps_done, optim_->adamw().steps_taken(), scaler,
+                                         config_, world_.size());
     snapshot.config_toml = checkpoint_toml(config_);
   }
   checkpoint_writer_->save(std::move(snapshot));
@@ -152,10 +119,7 @@ void Trainer::load_checkpoint(const fs::path& dir) {
   OptimizerShards& shards = optim_->shards();
   std::vector<Tensor> masters, ms, vs;
   std::string error;
-  std::int64_t step = 0, optimizer_steps = 0;
-  std::optional<DynamicLossScaler::State> scaler_state;
-  json mesh;
-  std::int64_t saved_global_batch = 0;
+  TrainingState saved_state;
   try {
     CheckpointReader reader(dir);
     const Config saved = reader.config();
@@ -165,24 +129,7 @@ void Trainer::load_checkpoint(const fs::path& dir) {
           "with, or start without checkpoint.resume",
           dir.string(), d));
     }
-    const json& state = reader.state();
-    step = state.at("step").get<std::int64_t>();
-    optimizer_steps = state.at("optimizer").at("steps_taken").get<std::int64_t>();
-    if (step < 0 || optimizer_steps < 0 || optimizer_steps > step) {
-      throw DataError(
-          fmt::format("{}/metadata.json: step {} with {} optimizer steps taken is "
-                      "not a state training can reach",
-                      dir.string(), step, optimizer_steps));
-    }
-    saved_global_batch = state.at("data").at("global_batch").get<std::int64_t>();
-    mesh = state.at("mesh");
-    if (const json& s = state.at("loss_scaler"); !s.is_null()) {
-      scaler_state =
-          DynamicLossScaler::State{.scale = s.at("scale").get<double>(),
-                                   .clean_steps = s.at("clean_steps").get<std::int64_t>(),
-                                   .hysteresis_left = s.at("hysteresis_left").get<std::int64_t>(),
-                                   .skipped = s.at("skipped").get<std::int64_t>()};
-    }
+    saved_state = parse_training_state(reader.state(), dir);
     for (const OptimizerShard& s : shards) {
       const Shape shape{s.end - s.begin};
       masters.push_back(Tensor::empty(shape, MemCategory::other));
@@ -207,19 +154,21 @@ void Trainer::load_checkpoint(const fs::path& dir) {
     optim_->adamw().exp_avg(i).copy_from(ms[i]);
     optim_->adamw().exp_avg_sq(i).copy_from(vs[i]);
   }
-  optim_->adamw().set_steps_taken(optimizer_steps);
-  if (DynamicLossScaler* scaler = optim_->loss_scaler(); scaler && scaler_state) {
-    scaler->restore(*scaler_state);
+  optim_->adamw().set_steps_taken(saved_state.optimizer_steps);
+  if (DynamicLossScaler* scaler = optim_->loss_scaler(); scaler && saved_state.loss_scaler) {
+    scaler->restore(*saved_state.loss_scaler);
   }
   optim_->zero()
       .publish_parameters();  // compute copies (16-bit, ZeRO-1/2 full values) from the masters
+  const std::int64_t step = saved_state.step;
+  const json& mesh = saved_state.mesh;
   start_step_ = step;
-  if (world_.rank() == 0 && saved_global_batch != global_batch_of(config_)) {
+  if (world_.rank() == 0 && saved_state.global_batch != global_batch_of(config_)) {
     fmt::print(stderr,
                "meshtrain: warning: the checkpoint was trained with a global batch of {} "
                "sequences, this run uses {}: the data from here on differ from the run that "
                "saved it\n",
-               saved_global_batch, global_batch_of(config_));
+               saved_state.global_batch, global_batch_of(config_));
   }
   if (world_.rank() == 0 && step >= config_.training.max_steps) {
     fmt::print(stderr,

@@ -36,7 +36,7 @@
 
 #include "meshtrain/comm/process_group.h"
 #include "meshtrain/layers/parameter.h"
-#include "meshtrain/parallel/dp/non_finite_grads.h"
+#include "meshtrain/layers/non_finite_grads.h"
 
 namespace meshtrain {
 

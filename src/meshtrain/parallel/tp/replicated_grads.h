@@ -8,7 +8,7 @@
 // stay identical after the update (Megatron-LM's allreduce of sequence-parallel grads).
 // Without sequence parallelism those gradients are already complete and identical: nothing
 // to do. Each rank's partial sums are checked for a non-finite value as they are packed (when
-// a watch is given, parallel/dp/non_finite_grads.h): after the sum every tp rank holds it.
+// a watch is given, layers/non_finite_grads.h): after the sum every tp rank holds it.
 // Uses: comm/process_group.h, layers/parameter.h.
 #pragma once
 
@@ -16,7 +16,7 @@
 
 #include "meshtrain/comm/process_group.h"
 #include "meshtrain/layers/parameter.h"
-#include "meshtrain/parallel/dp/non_finite_grads.h"
+#include "meshtrain/layers/non_finite_grads.h"
 
 namespace meshtrain {
 

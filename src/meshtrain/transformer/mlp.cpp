@@ -1,4 +1,4 @@
-#include "meshtrain/layers/mlp.h"
+#include "meshtrain/transformer/mlp.h"
 
 #include "meshtrain/core/error.h"
 #include "meshtrain/kernels/kernels.h"

@@ -1,4 +1,4 @@
-// src/meshtrain/layers/transformer_block.h — the pre-norm residual block of GPT-2 (Radford et
+// src/meshtrain/transformer/transformer_block.h — the pre-norm residual block of GPT-2 (Radford et
 // al. 2019, §2.3) and Llama (Touvron et al. 2023, §2.2): x + attn(norm_1(x)), then
 // + mlp(norm_2(·)). The family decides the four parts and their names; the residual stream
 // is [tokens, C], or [tokens/tp, C] under sequence parallelism.

@@ -1,4 +1,4 @@
-// src/meshtrain/layers/attention.h
+// src/meshtrain/transformer/attention.h
 //
 // Causal self-attention with its heads split over tp (Shoeybi et al. 2019, §3, Fig. 3b): the
 // q, k, v projections are column-parallel (rank r computes heads [r·H/tp, (r+1)·H/tp) and
@@ -10,7 +10,7 @@
 //     grouped-query attention (Ainslie et al. 2023) and rotary position embedding (Su et al.
 //     2021) on q and k.
 // Under context parallelism (groups.cp) the rows are this rank's zigzag share of every
-// sequence (parallel_groups.h): rotary angles use the rows' global positions, and the core
+// sequence (parallel/cp/context_parallel.h): rotary angles use the rows' global positions, and the core
 // runs as ring attention or Ulysses (context_attention.h).
 #pragma once
 
@@ -18,10 +18,10 @@
 #include <vector>
 
 #include "meshtrain/layers/activation_slots.h"
-#include "meshtrain/layers/context_attention.h"
+#include "meshtrain/parallel/cp/context_attention.h"
 #include "meshtrain/layers/module.h"
-#include "meshtrain/layers/parallel_groups.h"
-#include "meshtrain/layers/parallel_linear.h"
+#include "meshtrain/transformer/parallel_groups.h"
+#include "meshtrain/parallel/tp/parallel_linear.h"
 
 namespace meshtrain {
 

@@ -1,4 +1,4 @@
-// src/meshtrain/parallel/dp/non_finite_grads.h
+// src/meshtrain/layers/non_finite_grads.h
 //
 // Where a non-finite gradient first appeared (DESIGN invariant 7, issue 17 item 8). A NaN or
 // an inf in one rank's gradient reaches every rank of a group through the reduction that sums

@@ -1,4 +1,4 @@
-#include "meshtrain/layers/expert_parallel.h"
+#include "meshtrain/parallel/ep/expert_parallel.h"
 
 #include <cstring>
 #include <limits>

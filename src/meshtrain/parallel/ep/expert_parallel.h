@@ -1,4 +1,4 @@
-// src/meshtrain/layers/expert_parallel.h
+// src/meshtrain/parallel/ep/expert_parallel.h
 //
 // Expert parallel's token exchange (GShard, Lepikhin et al. 2021, §2.2: dispatch and combine
 // as all-to-all; Megatron-core's MoEAlltoAllTokenDispatcher). Each ep rank routes its own
@@ -25,6 +25,17 @@
 #include "meshtrain/core/tensor.h"
 
 namespace meshtrain {
+
+/// The expert-parallel group a MoE layer's experts are spread over (nullptr: ep = 1): ep rank
+/// e holds experts [e·E/ep, (e+1)·E/ep) and its tokens travel to the other experts' owners by
+/// all-to-all (the exchange below). The ep ranks are consecutive dp ranks of one dp × cp group
+/// (comm/device_mesh.h).
+struct ExpertParallel {
+  ProcessGroup* group = nullptr;
+
+  int size() const noexcept { return group ? group->size() : 1; }
+  int rank() const noexcept { return group ? group->rank() : 0; }
+};
 
 /// One forward's exchange plan on this rank of the ep group.
 struct EpExchange {

@@ -1,4 +1,4 @@
-// src/meshtrain/layers/parallel_linear.h
+// src/meshtrain/parallel/tp/parallel_linear.h
 //
 // The two tensor-parallel linears of Megatron-LM (Shoeybi et al. 2019, §3, Fig. 3): Y = X·Wᵀ
 // with W [out, in] split over the tp group by rows (column-parallel: each rank computes
@@ -23,7 +23,7 @@
 
 #include "meshtrain/layers/activation_slots.h"
 #include "meshtrain/layers/parameter.h"
-#include "meshtrain/layers/tp_regions.h"
+#include "meshtrain/parallel/tp/tp_regions.h"
 
 namespace meshtrain {
 

@@ -1,4 +1,4 @@
-#include "meshtrain/layers/parallel_linear.h"
+#include "meshtrain/parallel/tp/parallel_linear.h"
 
 #include "meshtrain/core/error.h"
 #include "meshtrain/kernels/kernels.h"

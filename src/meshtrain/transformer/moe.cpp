@@ -1,4 +1,4 @@
-#include "meshtrain/layers/moe.h"
+#include "meshtrain/transformer/moe.h"
 
 #include <fmt/format.h>
 

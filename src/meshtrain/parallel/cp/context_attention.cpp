@@ -1,4 +1,4 @@
-#include "meshtrain/layers/context_attention.h"
+#include "meshtrain/parallel/cp/context_attention.h"
 
 #include <chrono>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "meshtrain/layers/tp_regions.h"
+#include "meshtrain/parallel/tp/tp_regions.h"
 
 #include "meshtrain/core/error.h"
 

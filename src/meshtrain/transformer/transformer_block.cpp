@@ -1,4 +1,4 @@
-#include "meshtrain/layers/transformer_block.h"
+#include "meshtrain/transformer/transformer_block.h"
 
 #include "meshtrain/kernels/kernels.h"
 #include "meshtrain/layers/norms.h"

@@ -1,4 +1,4 @@
-// src/meshtrain/layers/moe.h — the sparse mixture-of-experts feed-forward block of Mixtral
+// src/meshtrain/transformer/moe.h — the sparse mixture-of-experts feed-forward block of Mixtral
 // (Jiang et al. 2024, §2.1; Hugging Face MixtralSparseMoeBlock), with the expert capacity and
 // token dropping of Switch Transformer (Fedus et al. 2021, §2.2) as Megatron-LM offers it, the
 // Switch load-balancing loss and the ST-MoE router z-loss (Zoph et al. 2022, eq. 5). The math,
@@ -21,7 +21,7 @@
 //   4. combine:  y[n] = Σ_j w_j·expert_j(x[n]) over the token's kept assignments (a dropped one
 //                contributes 0: the token still passes through the block's residual).
 // Expert parallel (ep > 1) inserts its all-to-all between 2 and 3 (exchange counts, then rows)
-// and between 3 and 4 (rows back): layers/expert_parallel.h. Ep rank e then holds experts
+// and between 3 and 4 (rows back): parallel/ep/expert_parallel.h. Ep rank e then holds experts
 // [e·E/ep, (e+1)·E/ep) (their placements, mesh/placement.h: owned over ep, reduced over the
 // expert-data-parallel group), the router is replicated, and each rank routes, drops and
 // combines its own tokens (capacity from its own N, the same on every rank of a layout).
@@ -34,10 +34,10 @@
 #include <vector>
 
 #include "meshtrain/layers/activation_slots.h"
-#include "meshtrain/layers/expert_parallel.h"
+#include "meshtrain/parallel/ep/expert_parallel.h"
 #include "meshtrain/layers/module.h"
-#include "meshtrain/layers/moe_routing.h"
-#include "meshtrain/layers/parallel_groups.h"
+#include "meshtrain/transformer/moe_routing.h"
+#include "meshtrain/transformer/parallel_groups.h"
 
 namespace meshtrain {
 

@@ -1,4 +1,4 @@
-#include "meshtrain/layers/attention.h"
+#include "meshtrain/transformer/attention.h"
 
 #include "meshtrain/core/error.h"
 #include "meshtrain/kernels/kernels.h"

@@ -1,9 +1,9 @@
-// src/meshtrain/layers/context_attention.h
+// src/meshtrain/parallel/cp/context_attention.h
 //
 // The attention core softmax(q·kᵀ/√d + causal mask)·v of one layer over a context-parallel
 // group, exact in every mode (no local-softmax approximation):
 //   cp = 1: one call of the tiled kernel (kernels::attention_chunk_forward, mask causal).
-//   p2p (ring attention; Liu et al. 2023, §3, with the zigzag split of parallel_groups.h):
+//   p2p (ring attention; Liu et al. 2023, §3, with the zigzag split of context_parallel.h):
 //     K and V of the local rows travel around the cp ring, cp − 1 hops, each hop's send and
 //     receive posted before the current block is computed; the partial results of each
 //     (local query chunk, visiting key chunk) pair merge by log-sum-exp. Backward: K, V travel
@@ -22,12 +22,12 @@
 
 #include "meshtrain/core/tensor.h"
 #include "meshtrain/kernels/kernels.h"
-#include "meshtrain/layers/parallel_groups.h"
+#include "meshtrain/parallel/cp/context_parallel.h"
 
 namespace meshtrain {
 
 /// One layer's attention on this rank: `sequences` sequences of `local_len` = T/cp rows each
-/// (the zigzag rows of parallel_groups.h), `heads` / `kv_heads` heads of `head_dim` on this tp
+/// (the zigzag rows of context_parallel.h), `heads` / `kv_heads` heads of `head_dim` on this tp
 /// rank; `operands` the tile GEMM operand precision of every kernel call (f32 or bf16,
 /// kernels::AttentionChunkDims::operands; attention_operands in layers/autocast.h picks it).
 struct AttentionCoreShape {

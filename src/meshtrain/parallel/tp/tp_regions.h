@@ -1,4 +1,4 @@
-// src/meshtrain/layers/tp_regions.h
+// src/meshtrain/parallel/tp/tp_regions.h
 //
 // The communication of tensor and sequence parallelism as forward/backward adjoint pairs
 // (Megatron-LM's f and g operators, Shoeybi et al. 2019, §3 and Fig. 3; the sequence-parallel

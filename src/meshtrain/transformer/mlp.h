@@ -1,4 +1,4 @@
-// src/meshtrain/layers/mlp.h — the two feed-forward blocks, each a column-parallel expansion
+// src/meshtrain/transformer/mlp.h — the two feed-forward blocks, each a column-parallel expansion
 // and a row-parallel projection with the nonlinearity on local features in between (Shoeybi
 // et al. 2019, §3, Fig. 3a: the split needs no communication inside the block).
 //   GeluMlp (GPT-2): `<prefix>.c_fc` [F, C], GELU (tanh), `<prefix>.c_proj` [C, F].
@@ -12,7 +12,7 @@
 
 #include "meshtrain/layers/activation_slots.h"
 #include "meshtrain/layers/module.h"
-#include "meshtrain/layers/parallel_linear.h"
+#include "meshtrain/parallel/tp/parallel_linear.h"
 
 namespace meshtrain {
 

@@ -1,6 +1,6 @@
-// src/meshtrain/layers/moe_routing.h
+// src/meshtrain/transformer/moe_routing.h
 //
-// The host-side half of a sparse MoE layer (layers/moe.h): from each token's top-k experts and
+// The host-side half of a sparse MoE layer (transformer/moe.h): from each token's top-k experts and
 // weights to the dispatch plan — which (token, expert) assignments are kept under the expert
 // capacity, how many rows each expert receives, and the order of the rows in the packed buffer
 // the experts read — plus the two router losses. Pure functions of plain arrays, so the

@@ -1,4 +1,4 @@
-#include "meshtrain/layers/moe_routing.h"
+#include "meshtrain/transformer/moe_routing.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "meshtrain/layers/vocab_parallel.h"
+#include "meshtrain/parallel/tp/vocab_parallel.h"
 
 #include <cmath>
 #include <cstring>

@@ -1,4 +1,4 @@
-// src/meshtrain/layers/vocab_parallel.h
+// src/meshtrain/parallel/tp/vocab_parallel.h
 //
 // The vocabulary split over tp (Shoeybi et al. 2019, §3): the token embedding and the LM head
 // hold rows [r·Vp/tp, (r+1)·Vp/tp) of the [V, C] table, Vp = V rounded up to a multiple of tp
@@ -16,7 +16,7 @@
 
 #include "meshtrain/layers/activation_slots.h"
 #include "meshtrain/layers/parameter.h"
-#include "meshtrain/layers/tp_regions.h"
+#include "meshtrain/parallel/tp/tp_regions.h"
 
 namespace meshtrain {
 

@@ -1,4 +1,4 @@
-#include "meshtrain/parallel/dp/non_finite_grads.h"
+#include "meshtrain/layers/non_finite_grads.h"
 
 #include <fmt/format.h>
 
