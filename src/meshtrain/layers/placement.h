@@ -1,7 +1,8 @@
 // src/meshtrain/layers/placement.h
 //
 // The process groups of this rank that the placement table's axes name (mesh/placement.h:
-// which copy counts, ParamPlacement::counts_copy; which group reduces, ReplicaGroup).
+// which copy counts, ParamPlacement::counts_copy; which group reduces, ReplicaGroup), and the
+// one place that says which ranks reduce a parameter's gradient.
 #pragma once
 
 #include "meshtrain/comm/device_mesh.h"
@@ -24,5 +25,17 @@ struct PlacementGroups {
   }
   PlacementRanks ranks() const { return {tp.rank(), dense.rank(), expert.rank()}; }
 };
+
+/// The ranks that hold the same parameters and see different tokens: gradients are reduced
+/// and ZeRO shards over them, the grad norm of a sharded optimizer state sums over them, and
+/// losses are averaged over them. The one place that names this group.
+ProcessGroup& grad_reduction_group(const DeviceMesh& mesh);
+
+/// The ranks a parameter of replica group `g` is reduced and ZeRO-sliced over: the
+/// grad_reduction_group for dense weights, the expert-data-parallel group for experts'.
+ProcessGroup& replica_group(const DeviceMesh& mesh, ReplicaGroup g);
+
+/// This rank's groups for placements.
+PlacementGroups placement_groups(const DeviceMesh& mesh);
 
 }  // namespace meshtrain

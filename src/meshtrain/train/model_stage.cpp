@@ -2,6 +2,7 @@
 
 #include "meshtrain/layers/parameter.h"
 #include "meshtrain/parallel/pp/simulator.h"
+#include "meshtrain/parallel/pp/tied_embeddings.h"
 
 namespace meshtrain {
 namespace {
@@ -60,10 +61,7 @@ ModelStage::ModelStage(const Config& config, const DeviceMesh& mesh,
   eval_executor_ = std::make_unique<pp::PipelineExecutor>(eval, pp);
   eval_runner_ = std::make_unique<EvalRunner>(*stage_, val, batching_);
   if (pp.size() > 1 && config.model.family == ModelFamily::gpt2) {
-    // The first and last stage hold the tied embedding's two copies; split is collective over
-    // pp, so the middle stages take part (and get a group of their own they never use).
-    const bool ends = pp.rank() == 0 || pp.rank() == pp.size() - 1;
-    tied_group_ = pp.split(ends ? 0 : 1, pp.rank(), "embedding");
+    tied_group_ = tied_embedding_group(pp);
   }
   // Each stage holds its own parameters, each ep rank its own experts (once per ep group).
   std::int64_t count = 0, experts = 0;

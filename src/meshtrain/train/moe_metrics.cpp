@@ -5,6 +5,7 @@
 
 #include "meshtrain/comm/device_mesh.h"
 #include "meshtrain/config/config.h"
+#include "meshtrain/layers/placement.h"
 #include "meshtrain/model/pipeline_stage.h"
 #include "meshtrain/train/optimizer_state.h"
 

@@ -6,6 +6,7 @@
 
 #include "meshtrain/config/validate.h"
 #include "meshtrain/kernels/kernels.h"
+#include "meshtrain/parallel/pp/tied_embeddings.h"
 
 namespace meshtrain {
 namespace {
@@ -39,21 +40,6 @@ ZeroOptions zero_options(const Config& config, HfImport* import, NonFiniteGradWa
 }
 
 }  // namespace
-
-// Every rank that holds a replica of the parameters: dp × cp (context parallel splits
-// sequences, not weights); the dp group itself when cp = 1.
-ProcessGroup& grad_reduction_group(const DeviceMesh& mesh) { return mesh.dp_cp_group(); }
-
-ProcessGroup& replica_group(const DeviceMesh& mesh, ReplicaGroup g) {
-  return g == ReplicaGroup::expert ? mesh.expert_dp_group() : grad_reduction_group(mesh);
-}
-
-PlacementGroups placement_groups(const DeviceMesh& mesh) {
-  return {.tp = mesh.group(Axis::tp),
-          .pp = mesh.group(Axis::pp),
-          .dense = replica_group(mesh, ReplicaGroup::dense),
-          .expert = replica_group(mesh, ReplicaGroup::expert)};
-}
 
 OptimizerState::OptimizerState(const Config& config, const DeviceMesh& mesh, PipelineStage& stage,
                                HfImport* import)
@@ -93,33 +79,8 @@ void OptimizerState::reduce_gradients(const ParameterList& tied, ProcessGroup* t
   // wait there; stage 2–3 without overlap reduce there entirely).
   dp_exposed_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() +
                   zero_->reduce_seconds_in_backward();
-  sum_tied_embeddings(tied, tied_group);
+  sum_tied_embeddings(tied, tied_group, zero_->shards(), watch());
   replicated_grads_->all_reduce();  // sequence parallel: partial sums over tp, once per step
-}
-
-void OptimizerState::sum_tied_embeddings(const ParameterList& tied, ProcessGroup* tied_group) {
-  // On the optimizer shards' gradients: both copies have the same shape, so every dp rank
-  // owns the same slice of each (ZeRO), and the sum of slices is the slice of the sum.
-  std::vector<const OptimizerShard*> copies;
-  for (const Parameter* p : tied) {
-    for (const OptimizerShard& s : zero_->shards()) {
-      if (s.param == p) copies.push_back(&s);
-    }
-  }
-  if (copies.empty()) return;
-  std::vector<Tensor> grads;
-  for (const OptimizerShard* s : copies) grads.push_back(s->grad);
-  Tensor& grad = grads.front();
-  if (grads.size() == 2) kernels::add_inplace(grad.f32(), grads[1].f32(), grad.numel());
-  if (tied_group != nullptr) {
-    // Between the stages the sum spreads a value; on one stage (pp = 1) it stays on this rank.
-    if (NonFiniteGradWatch* w = watch()) {
-      w->check(*copies.front()->param, grad.span_f32(), copies.front()->begin,
-               GradReduction::tied_embedding, "sum of the tied embedding's copies", *tied_group);
-    }
-    tied_group->all_reduce_sum(grad.span_f32());
-  }
-  if (grads.size() == 2) grads[1].copy_from(grad);
 }
 
 const Parameter* OptimizerState::first_non_finite_grad() const {

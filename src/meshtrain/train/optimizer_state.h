@@ -5,7 +5,8 @@
 // the gradients over the data-parallel ranks, the gpt2 tied embedding's sum over stages, the tp
 // sum of replicated gradients under sequence parallelism, the fp16 loss scaler, the global
 // grad norm, clipping and AdamW at the schedule's LR.
-// Uses: parallel/dp, parallel/tp, optim/, comm/. Knows nothing of schedules or data.
+// Uses: parallel/dp, parallel/tp, parallel/pp (the tied embedding's sum), optim/, comm/.
+// Knows nothing of schedules or data.
 #pragma once
 
 #include <cstdint>
@@ -14,24 +15,14 @@
 #include "meshtrain/checkpoint/hf_format.h"
 #include "meshtrain/comm/device_mesh.h"
 #include "meshtrain/config/config.h"
+#include "meshtrain/layers/non_finite_grads.h"
 #include "meshtrain/model/pipeline_stage.h"
 #include "meshtrain/optim/adamw.h"
 #include "meshtrain/optim/loss_scaler.h"
-#include "meshtrain/layers/non_finite_grads.h"
 #include "meshtrain/parallel/dp/zero_groups.h"
 #include "meshtrain/parallel/tp/replicated_grads.h"
 
 namespace meshtrain {
-
-/// The ranks that hold the same parameters and see different tokens: gradients are reduced
-/// and ZeRO shards over them, the grad norm of a sharded optimizer state sums over them, and
-/// losses are averaged over them. The one place that names this group.
-ProcessGroup& grad_reduction_group(const DeviceMesh& mesh);
-/// The ranks a parameter of replica group `g` is reduced and ZeRO-sliced over: the
-/// grad_reduction_group for dense weights, the expert-data-parallel group for experts'.
-ProcessGroup& replica_group(const DeviceMesh& mesh, ReplicaGroup g);
-/// This rank's groups for placements (layers/placement.h).
-PlacementGroups placement_groups(const DeviceMesh& mesh);
 
 class OptimizerState {
  public:
@@ -87,7 +78,6 @@ class OptimizerState {
   double apply_update(std::int64_t step, double grad_norm);
 
  private:
-  void sum_tied_embeddings(const ParameterList& tied, ProcessGroup* tied_group);
   /// &grad_watch_ when training.check_for_nan_in_grad, else null.
   NonFiniteGradWatch* watch();
 

@@ -18,6 +18,7 @@
 #include "meshtrain/core/stop_signal.h"
 #include "meshtrain/core/system.h"
 #include "meshtrain/kernels/kernels.h"
+#include "meshtrain/layers/placement.h"
 #include "meshtrain/train/collective_verdict.h"
 #include "meshtrain/train/moe_metrics.h"
 #include "meshtrain/train/non_finite_report.h"
