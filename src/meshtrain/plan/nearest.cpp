@@ -63,11 +63,12 @@ LayoutDiagnosis diagnose_layout(const ModelConfig& model, const Layout& layout,
   const std::vector<Layout> layouts =
       enumerate_layouts(model, settings, cluster.devices(), max_micro_batch, nullptr, cp);
   std::map<Key, bool> seen;
+  ParameterCountCache counts;  // one placement table per (tp, pp, v, ep)
   for (const Layout& l : layouts) {
     const Key key{l.tp, l.pp, l.dp, l.cp, l.ep,
                   l.cp > 1 ? std::optional(l.cp_comm) : std::nullopt};
     seen[key] = true;
-    Plan p = account(model, l, settings, cluster, time);
+    Plan p = account(model, l, settings, cluster, time, counts);
     if (!p.fits) continue;
     const auto it = best.find(key);
     if (it == best.end() || p.step_s < it->second.step_s) best.insert_or_assign(key, std::move(p));
