@@ -84,7 +84,9 @@ LayoutDiagnosis diagnose_layout(const ModelConfig& model, const Layout& layout,
   for (const Plan& p : d.proposals) d.changed.push_back(factors_changed(layout, p.layout));
   d.issues = std::move(rules);
   const Plan* nearest = d.proposals.empty() ? nullptr : &d.proposals.front();
-  if (layout.devices() != cluster.devices()) {
+  // A factor < 1 breaks its own rule (check_layout names it); the product adds nothing.
+  const bool factors = layout.tp >= 1 && layout.pp >= 1 && layout.dp >= 1 && layout.cp >= 1;
+  if (layout.devices() != cluster.devices() && (factors || d.issues.empty())) {
     d.issues.push_back(product_issue(layout, cluster, nearest));
   } else if (nearest != nullptr) {
     d.issues.back().fix += fmt::format("; or use {} (the nearest valid layout that fits)",
