@@ -9,6 +9,8 @@
 #      and the same flags as --emit (the Slurm test, slurm_job.sh, runs one);
 #   4. errors exit 2: --emit with --json; a layout that does not fit; --emit-sbatch of a
 #      layout using fewer devices than the cluster; --placements without --layout or with --json;
+#      a key given twice, an empty entry or an out-of-range number in --layout, a negative tp
+#      (its own rule only), a --model file that does not exist;
 #   5. --placements prints the placement table of a 70B layout (mesh/placement.h).
 # Usage: plan_emit.sh <meshtrain binary> <prepared data dir>
 set -euo pipefail
@@ -92,7 +94,18 @@ expect_error "a batch script allocates them all" --model llama3-8b --cluster 8xH
 expect_error "add --layout" --model llama3-8b --cluster 8xH100-80GB --placements
 expect_error "give --placements with --layout alone" --model llama3-8b --cluster 8xH100-80GB \
   --layout tp=8,dp=1 --placements --json
-echo "ok   errors: 5 cases exit 2 with their message"
+# --layout mistakes name the entry, the rule and a fix; a missing --model file suggests what
+# `plan` takes.
+expect_error "tp is given twice (tp=2, then tp=4)" --model llama3-8b --cluster 8xH100-80GB \
+  --layout tp=2,tp=4
+expect_error "entry 2 of 3 is empty (two commas in a row, or a comma at an end)" \
+  --model llama3-8b --cluster 8xH100-80GB --layout tp=8,,
+expect_error "tp is out of range: a mesh size is at most 2^20" --model llama3-8b \
+  --cluster 8xH100-80GB --layout tp=99999999999999999999
+expect_error "--layout tp=-8 has 1 problem" --model llama3-8b --cluster 8xH100-80GB --layout tp=-8
+expect_error "give the path of a meshtrain config (e.g. configs/llama_shakespeare.toml), or a preset" \
+  --model "$WORK/missing.toml" --cluster 8xH100-80GB
+echo "ok   errors: 10 cases exit 2 with their message"
 
 # 5. --placements: the placement table of a 70B layout, row by row.
 out=$("$BIN" plan --model llama3-70b --cluster 8xH100-80GB --nodes 8 \

@@ -8,6 +8,7 @@
 
 #include "meshtrain/config/validate.h"
 #include "meshtrain/core/error.h"
+#include "meshtrain/plan/nearest.h"
 #include "meshtrain/plan/presets.h"
 #include "meshtrain/plan/report.h"
 #include "meshtrain/plan/search.h"
@@ -73,6 +74,61 @@ TEST(PlanLayout, ParseAndErrors) {
       std::string::npos);
 }
 
+// Each mistake in --layout names the setting, the entry, the rule and a fix.
+TEST(PlanLayout, RejectsRepeatedKeysEmptyEntriesAndOutOfRangeNumbers) {
+  const auto issue_of = [](const std::string& text) {
+    try {
+      parse_layout(text, 8);
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(e.issues().size(), 1u) << text;
+      return e.issues().front();
+    }
+    ADD_FAILURE() << text << " was accepted";
+    return ConfigIssue{};
+  };
+  ConfigIssue i = issue_of("tp=2,tp=4");
+  EXPECT_EQ(i.setting, "--layout");
+  EXPECT_EQ(i.value, "tp=4");
+  EXPECT_EQ(i.rule, "tp is given twice (tp=2, then tp=4)");
+  EXPECT_EQ(i.fix, "give tp once: keep tp=2 or tp=4");
+  EXPECT_EQ(issue_of("m=2,acc=4").rule, "m is given twice (m=2, then acc=4)");  // one key
+  i = issue_of("tp=8,,");
+  EXPECT_EQ(i.value, "tp=8,,");
+  EXPECT_EQ(i.rule, "entry 2 of 3 is empty (two commas in a row, or a comma at an end)");
+  EXPECT_EQ(i.fix, "drop the extra comma: tp=8");
+  EXPECT_EQ(issue_of("tp=8,").rule,
+            "entry 2 of 2 is empty (two commas in a row, or a comma at an end)");
+  // Beyond int64, and beyond the 2^20 devices a plan may have: out of range, not "an integer".
+  for (const char* text : {"tp=99999999999999999999", "tp=99999999999"}) {
+    i = issue_of(text);
+    EXPECT_EQ(i.value, text);
+    EXPECT_EQ(i.rule, "tp is out of range: a mesh size is at most 2^20 (the devices a plan may have)");
+    EXPECT_EQ(i.fix, "use a divisor of the cluster's devices, e.g. tp=8");
+  }
+  EXPECT_EQ(issue_of("mb=99999999999").rule,
+            "mb is out of range: at most 2^24 (the sequences --global-batch may have)");
+  EXPECT_EQ(issue_of("zero=99999999999999999999").rule,
+            "zero is out of range: beyond a 64-bit integer");
+  EXPECT_EQ(parse_layout("tp=1048576", 8).tp, 1 << 20);  // the bound itself parses
+}
+
+// A factor < 1 is reported by its own rule only: tp × pp × dp × cp of it says nothing more.
+TEST(PlanLayout, ANonPositiveFactorIsItsOwnOnlyProblem) {
+  const ModelPreset model = model_from("llama3-8b");
+  const ClusterSpec cluster = cluster_from("8xH100-80GB");
+  const TrainingSettings settings{.seq = 4096, .global_batch = 8};
+  const LayoutDiagnosis d =
+      diagnose_layout(model.model, parse_layout("tp=-8", 8), settings, cluster, {}, 8, 3);
+  ASSERT_EQ(d.issues.size(), 1u);
+  EXPECT_EQ(d.issues.front().setting, "parallel.tp");
+  EXPECT_EQ(d.issues.front().value, "-8");
+  EXPECT_EQ(d.issues.front().rule, "must be ≥ 1");
+  // Too few devices but every factor ≥ 1: the product rule is the problem.
+  const LayoutDiagnosis half =
+      diagnose_layout(model.model, parse_layout("tp=4", 8), settings, cluster, {}, 8, 3);
+  EXPECT_EQ(half.issues.back().setting, "tp × pp × dp × cp");
+}
+
 TEST(PlanLayout, PlacementPutsTpInsideANodeFirst) {
   const ClusterSpec c = cluster_from("8xA100-80GB");
   EXPECT_EQ(link_of_group(8, 1, c), LinkKind::intra_node);   // tp = 8
@@ -89,6 +145,12 @@ TEST(PlanPresets, KnownAndUnknown) {
   EXPECT_NEAR(model_size(model_from("llama3-8b").model).parameters, 8.03e9, 0.05e9);
   EXPECT_NEAR(model_size(model_from("llama3-70b").model).parameters, 70.6e9, 0.1e9);
   EXPECT_NEAR(model_size(model_from("llama3-405b").model).parameters, 405.9e9, 0.5e9);
+  // A missing config file: what `plan --model` takes, not a `meshtrain train` command line.
+  const std::string missing = error_of([] { model_from("/nonexistent/model.toml"); });
+  EXPECT_NE(missing.find("--model = /nonexistent/model.toml"), std::string::npos) << missing;
+  EXPECT_NE(missing.find("must be an existing, readable TOML file"), std::string::npos);
+  EXPECT_NE(missing.find("or a preset: gpt3-175b, llama3-8b"), std::string::npos) << missing;
+  EXPECT_EQ(missing.find("meshtrain train"), std::string::npos) << missing;
   const std::string unknown = error_of([] { model_from("gpt5"); });
   EXPECT_NE(unknown.find("unknown model preset"), std::string::npos);
   EXPECT_NE(unknown.find("llama3-70b"), std::string::npos);  // lists the known ones

@@ -1,5 +1,6 @@
-// account(): one layout's plan, built from the formulas of accounting.cpp and formulas.cpp,
-// with every quantity recorded as a named Term for --explain and --json.
+// account(): one layout's plan, built from the formulas of accounting.cpp and formulas.cpp on
+// the parameter counts of parameters.cpp (the placement table), with every quantity recorded
+// as a named Term for --explain and --json.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -78,10 +79,10 @@ std::string axis_formula(Axis axis, const Config& c, const TimeSettings& time) {
 }
 
 // The MoE terms of the fullest rank (plan/moe.h), for --explain.
-void add_moe_terms(std::vector<Term>& terms, const Config& c, const ParameterCounts& sp) {
+void add_moe_terms(std::vector<Term>& terms, const Config& c, const ParameterCounts& sp,
+                   const ModelSize& size) {
   const ModelConfig& m = c.model;
   if (!is_moe(m)) return;
-  const ModelSize size = model_size(m);
   const std::int64_t E = m.moe_experts, ep = c.parallel.ep;
   terms.push_back({"model parameters (total)",
                    fmt::format("every expert: {} MoE blocks of {} experts × 3·C·F_moe (F_moe = {})",
@@ -114,6 +115,12 @@ std::string gib(double bytes) {
 
 Plan account(const ModelConfig& model, const Layout& layout, const TrainingSettings& settings,
              const ClusterSpec& cluster, const TimeSettings& time) {
+  ParameterCountCache counts;
+  return account(model, layout, settings, cluster, time, counts);
+}
+
+Plan account(const ModelConfig& model, const Layout& layout, const TrainingSettings& settings,
+             const ClusterSpec& cluster, const TimeSettings& time, ParameterCountCache& cache) {
   Plan plan;
   plan.layout = layout;
   plan.config = to_config(model, layout, settings);
@@ -125,10 +132,10 @@ Plan account(const ModelConfig& model, const Layout& layout, const TrainingSetti
   };
 
   // Memory, per pipeline rank; the layout needs what its fullest rank needs.
-  std::vector<ParameterCounts> counts;
+  const std::vector<ParameterCounts>& counts = cache.stages(c);
+  const ModelSize& size = cache.model(m);
   for (std::int64_t s = 0; s < layout.pp; ++s) {
-    const ParameterCounts sp = stage_parameters(c, s);
-    counts.push_back(sp);
+    const ParameterCounts& sp = counts[static_cast<std::size_t>(s)];
     MemoryBreakdown mem = model_state_bytes_moe(c, sp);
     mem.stage = s;
     mem.activations = activation_peak_bytes(c, sp, s);
@@ -147,7 +154,7 @@ Plan account(const ModelConfig& model, const Layout& layout, const TrainingSetti
        fmt::format("stage {} of {}: {} blocks /tp, embeddings ⌈V/t⌉·h, head; norms whole",
                    plan.peak.stage, layout.pp, psp.layers),
        psp.total, "elements");
-  add_moe_terms(terms, c, psp);
+  add_moe_terms(terms, c, psp, size);
   term("params",
        fmt::format("{}·Ψ (ZeRO-{}, {})", per.params, layout.zero_stage,
                    to_string(settings.precision)),
@@ -221,7 +228,6 @@ Plan account(const ModelConfig& model, const Layout& layout, const TrainingSetti
   }
 
   // Compute, bubble, step.
-  const ModelSize size = model_size(m);
   const double tokens = f(settings.global_batch) * f(m.block_size);
   const double model_flops =
       model_flops_per_token(size.matmul_parameters, m.n_layer, m.n_embd, m.block_size);

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "meshtrain/config/pipeline_rules.h"
 #include "meshtrain/config/validate.h"
 #include "meshtrain/plan/context_parallel.h"
 #include "meshtrain/plan/formulas.h"
@@ -22,51 +21,6 @@ bool mixed(const Config& c) { return c.training.precision != Precision::fp32; }
 double compute_bytes(const Config& c) { return mixed(c) ? 2.0 : 4.0; }
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
-
-// The parameters of one transformer block on one tp rank, split into what tp shards and what
-// every tp rank holds whole (layers/*.cpp: column-parallel weights and biases are split,
-// row-parallel biases and the norms are replicated). A MoE block (plan/moe.h) has the router
-// [E, C] (replicated) and E/ep experts of 3·C·F_moe (whole on every tp rank) in place of the MLP.
-struct BlockParams {
-  double sharded = 0.0, replicated = 0.0, experts = 0.0;
-  std::int64_t tensors = 0;
-  double total() const { return sharded + replicated + experts; }
-};
-
-BlockParams block_params(const ModelConfig& m, std::int64_t t, bool moe = false,
-                         std::int64_t ep = 1) {
-  const double h = f(m.n_embd), F = f(ffn_hidden_of(m)), tp = f(t);
-  const double kv = f(kv_heads_of(m)) * h / f(m.n_head);  // width of k and v
-  BlockParams b;
-  if (m.family == ModelFamily::llama) {
-    const double attention = (h * h + 2.0 * kv * h + h * h) / tp;
-    b.replicated = 2.0 * h;  // the two RMSNorm weights
-    if (moe) {
-      const std::int64_t local = m.moe_experts / std::max<std::int64_t>(ep, 1);
-      b.sharded = attention;
-      b.replicated += f(m.moe_experts) * h;  // the router
-      b.experts = f(local) * expert_elements(m);
-      b.tensors = 4 + 2 + 1 + 3 * local;
-      return b;
-    }
-    b.sharded = attention + 3.0 * h * F / tp;
-    b.tensors = 9;
-    return b;
-  }
-  b.sharded = (3.0 * h * h + h * h + 2.0 * h * F) / tp;
-  b.replicated = 2.0 * h;  // LayerNorm weights
-  b.tensors = 6;
-  if (m.bias) {
-    b.sharded += (3.0 * h + F) / tp;    // column-parallel biases
-    b.replicated += 2.0 * h + 2.0 * h;  // LayerNorm biases, row-parallel biases
-    b.tensors += 6;
-  }
-  return b;
-}
-
-double vocab_shard(const ModelConfig& m, std::int64_t t) {
-  return f(ceil_div(m.vocab_size, t)) * f(m.n_embd);
-}
 
 // fp32 [b·s/cp (/tp with sp), h]: StageRunner::boundary_shape (train/stage_runner.cpp); a cp
 // rank passes on the activations of its own s/cp tokens.
@@ -96,90 +50,6 @@ double unit_count(const ParameterCounts& sp) {
 }
 
 }  // namespace
-
-ModelSize model_size(const ModelConfig& m) {
-  const BlockParams block = block_params(m, 1), moe_block = block_params(m, 1, true);
-  const double h = f(m.n_embd), L = f(m.n_layer), V = f(m.vocab_size), F = f(ffn_hidden_of(m));
-  const double kv = f(kv_heads_of(m)) * h / f(m.n_head);
-  const bool llama = m.family == ModelFamily::llama;
-  const double L_moe = f(moe_layers_in(m, 0, m.n_layer)), L_dense = L - L_moe;
-  ModelSize s;
-  const double norms = llama ? h : (m.bias ? 2.0 * h : h);
-  const double embeddings = V * h + (llama ? 0.0 : f(m.block_size) * h);
-  s.parameters = L_dense * block.total() + L_moe * moe_block.total() + embeddings + norms +
-                 (llama ? V * h : 0.0);
-  s.expert_parameters = L_moe * moe_block.experts;
-  // A token passes through top_k of the E experts of a MoE block.
-  const double idle_experts =
-      L_moe * f(std::max<std::int64_t>(m.moe_experts - m.moe_top_k, 0)) * expert_elements(m);
-  s.active_parameters = s.parameters - idle_experts;
-  const double attention = llama ? 2.0 * h * h + 2.0 * kv * h : 4.0 * h * h;
-  const double mlp = llama ? 3.0 * h * F : 2.0 * h * F;
-  const double moe_mlp = f(m.moe_experts) * h + f(m.moe_top_k) * expert_elements(m);
-  s.block_matmul_parameters = L_dense * (attention + mlp) + L_moe * (attention + moe_mlp);
-  s.matmul_parameters = s.block_matmul_parameters + V * h;  // + the LM head (tied or not)
-  return s;
-}
-
-ParameterCounts stage_parameters(const Config& config, std::int64_t stage) {
-  const ModelConfig& m = config.model;
-  const ParallelConfig& p = config.parallel;
-  const bool llama = m.family == ModelFamily::llama;
-  const double h = f(m.n_embd);
-  const std::vector<std::int64_t> chunks = layers_per_chunk(config);
-  ParameterCounts c;
-  const std::int64_t n_chunks = p.pp * p.virtual_stages;
-  // Global block index of each chunk's first block (chunks in model order).
-  std::vector<std::int64_t> offsets(chunks.size() + 1, 0);
-  for (std::size_t g = 0; g < chunks.size(); ++g) offsets[g + 1] = offsets[g] + chunks[g];
-  for (std::int64_t k = 0; k < p.virtual_stages; ++k) {
-    const std::int64_t g = stage + k * p.pp;  // Megatron-LM's interleaved assignment
-    if (g < static_cast<std::int64_t>(chunks.size())) {
-      const auto gi = static_cast<std::size_t>(g);
-      c.layers += chunks[gi];
-      c.moe_layers += moe_layers_in(m, offsets[gi], chunks[gi]);
-    }
-    c.first = c.first || g == 0;
-    c.last = c.last || g == n_chunks - 1;
-  }
-  const BlockParams block = block_params(m, p.tp);
-  const BlockParams moe = block_params(m, p.tp, true, p.ep);
-  const double dense_layers = f(c.layers - c.moe_layers), moe_layers = f(c.moe_layers);
-  c.total = dense_layers * block.total() + moe_layers * moe.total();
-  c.replicated = dense_layers * block.replicated + moe_layers * moe.replicated;
-  c.tensors = (c.layers - c.moe_layers) * block.tensors + c.moe_layers * moe.tensors;
-  c.experts = moe_layers * moe.experts;
-  c.largest_expert_unit = c.moe_layers > 0 ? moe.experts : 0.0;
-  c.largest_unit = std::max(c.layers > c.moe_layers ? block.total() : 0.0,
-                            c.moe_layers > 0 ? moe.total() : 0.0);
-  // Without its experts (the dense ZeRO group's units, plan/moe.h): the embeddings and head
-  // below raise both alike.
-  double dense_unit = std::max(c.layers > c.moe_layers ? block.total() : 0.0,
-                               c.moe_layers > 0 ? moe.total() - moe.experts : 0.0);
-  const double vocab = vocab_shard(m, p.tp);
-  if (c.first) {
-    const double positions = llama ? 0.0 : f(m.block_size) * h;
-    c.total += vocab + positions;
-    c.replicated += positions;
-    c.tensors += llama ? 1 : 2;
-    c.largest_unit = std::max(c.largest_unit, vocab + positions);
-    dense_unit = std::max(dense_unit, vocab + positions);
-  }
-  if (c.last) {
-    const double norm = (!llama && m.bias) ? 2.0 * h : h;
-    // llama: its own LM head; gpt2: the tied embedding — the same parameter on a stage that
-    // also holds the embeddings (counted once, but in two units), a tied copy otherwise.
-    const bool shared = !llama && c.first;
-    c.total += norm + (shared ? 0.0 : vocab);
-    c.replicated += norm;
-    c.tensors += (!llama && m.bias ? 2 : 1) + (shared ? 0 : 1);
-    c.tied_extra = shared ? vocab : 0.0;
-    c.largest_unit = std::max(c.largest_unit, norm + vocab);
-    dense_unit = std::max(dense_unit, norm + vocab);
-  }
-  c.largest_dense_unit = dense_unit;
-  return c;
-}
 
 MemoryBreakdown model_state_bytes(const Config& config, double params) {
   // ZeRO shards over the dp × cp group: config/validate.h's per-parameter bytes with N = dp·cp.

@@ -6,7 +6,8 @@
 // count them: all-reduce and reduce-scatter their input, all-gather its input), their wire
 // time on the link the placement gives the axis, the pipeline bubble, compute time from FLOPs,
 // step time, tokens/s and MFU. Each term carries its formula, so `--explain` can print it.
-// Uses: config (Config, pipeline_rules, validate), plan/formulas, plan/cluster, plan/layout.
+// The parameter counts the terms multiply come from the placement table (plan/parameters.h).
+// Uses: config (Config, validate), plan/formulas, plan/cluster, plan/layout, plan/parameters.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +18,7 @@
 #include "meshtrain/mesh/mesh_shape.h"
 #include "meshtrain/plan/cluster.h"
 #include "meshtrain/plan/layout.h"
+#include "meshtrain/plan/parameters.h"
 
 namespace meshtrain::plan {
 
@@ -28,44 +30,6 @@ struct Term {
   double value = 0.0;
   std::string unit;
 };
-
-/// Parameter elements of the model as one tp rank of one pipeline stage holds them (the
-/// elements of its local tensors, the Ψ of docs/memory.md), and the sizes the ZeRO buffers and
-/// FLOPs need.
-struct ParameterCounts {
-  double total = 0.0;       // Ψ: everything the rank holds
-  double tied_extra = 0.0;  // elements held in two units (gpt2's tied embedding, pp = 1): Ψ′ − Ψ
-  double largest_unit = 0.0;  // Ψ_u: the largest hook unit (a block, the embeddings, the head)
-  double replicated = 0.0;    // elements not split over tp (norms, positions, row biases)
-  std::int64_t tensors = 0;   // parameter tensors (for the ZeRO padding bound)
-  std::int64_t layers = 0;    // transformer blocks on the stage
-  // Mixture of experts (plan/moe.h): the expert weights among `total` (E/ep experts of each MoE
-  // block, whole on every tp rank), the largest block's share of them, and the MoE blocks.
-  double experts = 0.0;
-  double largest_expert_unit = 0.0;
-  double largest_dense_unit = 0.0;  // Ψ_u without the experts
-  std::int64_t moe_layers = 0;
-  bool first = false;         // holds the embeddings (global chunk 0)
-  bool last = false;          // holds the final norm, LM head and loss
-};
-
-/// The whole model (tp = pp = 1): Ψ, the matrix-product parameters Ψ_mm (block linears + LM
-/// head) and those of the blocks alone. For a MoE model (plan/moe.h) `parameters` counts every
-/// expert, `active_parameters` what one token passes through (the dense part, the routers and
-/// top_k experts per MoE block), and the matmul counts are the active ones: FLOPs and MFU come
-/// from them. Dense models: active = total.
-struct ModelSize {
-  double parameters = 0.0;
-  double active_parameters = 0.0;
-  double expert_parameters = 0.0;  // all experts of all MoE blocks
-  double matmul_parameters = 0.0;
-  double block_matmul_parameters = 0.0;
-};
-ModelSize model_size(const ModelConfig& model);
-
-/// Ψ of pipeline rank `stage` under config.parallel (tp shards, the chunks of
-/// config/pipeline_rules.h's layers_per_chunk, gpt2's tied copy on the last stage when pp > 1).
-ParameterCounts stage_parameters(const Config& config, std::int64_t stage);
 
 /// Per-device memory of one pipeline stage, bytes, by category (core/allocator.h's).
 struct MemoryBreakdown {
@@ -138,6 +102,10 @@ struct Plan {
 /// the placement rule uses the cluster's devices per node). Assumes check_layout accepted it.
 Plan account(const ModelConfig& model, const Layout& layout, const TrainingSettings& settings,
              const ClusterSpec& cluster, const TimeSettings& time = {});
+/// The same, taking the parameter counts from `counts` (made for this model and settings), so
+/// that the layouts of a search share each placement table they need.
+Plan account(const ModelConfig& model, const Layout& layout, const TrainingSettings& settings,
+             const ClusterSpec& cluster, const TimeSettings& time, ParameterCountCache& counts);
 
 // --- The formulas of docs/memory.md, exposed for tests and the runtime-agreement checks ---
 

@@ -1,10 +1,13 @@
 #include "meshtrain/plan/layout.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <charconv>
 #include <functional>
+#include <iterator>
+#include <limits>
 #include <map>
 
 #include "meshtrain/config/validate.h"
@@ -21,17 +24,47 @@ std::vector<std::int64_t> divisors(std::int64_t n) {
   return out;
 }
 
-[[noreturn]] void bad_layout(const std::string& value, const std::string& rule) {
-  throw ConfigError("--layout",
-                    {{"--layout", value, rule,
-                      "write it as tp=8,pp=4,dp=2,zero=1,mb=1,recompute=selective,sp=true,v=1,"
-                      "schedule=1f1b (keys: tp pp v dp cp ep zero mb m recompute sp schedule)"}});
+constexpr const char* kLayoutForm =
+    "write it as tp=8,pp=4,dp=2,zero=1,mb=1,recompute=selective,sp=true,v=1,schedule=1f1b "
+    "(keys: tp pp v dp cp ep zero mb m recompute sp schedule)";
+
+[[noreturn]] void bad_layout(const std::string& value, const std::string& rule,
+                             const std::string& fix = kLayoutForm) {
+  throw ConfigError("--layout", {{"--layout", value, rule, fix}});
+}
+
+// The largest value of an integer key, why, and a fix: a mesh axis cannot exceed the 2^20
+// devices a plan may have (the --nodes rule), a batch count the 2^24 sequences --global-batch
+// may have. The lower bounds are the trainer's rules: check_layout names the setting.
+struct Bound {
+  std::int64_t largest;
+  const char* why;
+  const char* fix;
+};
+
+Bound bound_of(const std::string& key) {
+  if (key == "mb" || key == "m" || key == "acc") {
+    return {std::int64_t{1} << 24, "at most 2^24 (the sequences --global-batch may have)",
+            "use e.g. {}=1"};
+  }
+  if (key == "zero") {
+    return {std::numeric_limits<std::int64_t>::max(), "beyond a 64-bit integer",
+            "use zero=0, 1, 2 or 3"};
+  }
+  return {std::int64_t{1} << 20, "a mesh size is at most 2^20 (the devices a plan may have)",
+          "use a divisor of the cluster's devices, e.g. {}=8"};
 }
 
 std::int64_t parse_int(const std::string& key, const std::string& value) {
   std::int64_t out = 0;
   const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), out);
-  if (value.empty() || ec != std::errc() || ptr != value.data() + value.size()) {
+  const bool whole = !value.empty() && ptr == value.data() + value.size();
+  const Bound bound = bound_of(key);
+  if (whole && (ec == std::errc::result_out_of_range || out > bound.largest)) {
+    bad_layout(key + "=" + value, fmt::format("{} is out of range: {}", key, bound.why),
+               fmt::format(fmt::runtime(bound.fix), key));
+  }
+  if (!whole || ec != std::errc()) {
     bad_layout(key + "=" + value, fmt::format("{} must be an integer", key));
   }
   return out;
@@ -118,6 +151,38 @@ std::string trim(std::string s) {
   return s;
 }
 
+// The comma-separated entries of `text`, trimmed; an empty one (",," or a comma at an end) is
+// an error rather than skipped, as it is likely a lost value.
+std::vector<std::string> layout_items(const std::string& text) {
+  std::vector<std::string> items;
+  std::size_t begin = 0;
+  while (true) {
+    const std::size_t end = std::min(text.find(',', begin), text.size());
+    items.push_back(trim(text.substr(begin, end - begin)));
+    if (end == text.size()) break;
+    begin = end + 1;
+  }
+  const auto empty = std::find(items.begin(), items.end(), std::string());
+  if (empty != items.end()) {
+    std::vector<std::string> kept;
+    std::copy_if(items.begin(), items.end(), std::back_inserter(kept),
+                 [](const std::string& i) { return !i.empty(); });
+    bad_layout(text,
+               fmt::format("entry {} of {} is empty (two commas in a row, or a comma at an end)",
+                           empty - items.begin() + 1, items.size()),
+               kept.empty() ? std::string(kLayoutForm)
+                            : fmt::format("drop the extra comma: {}", fmt::join(kept, ",")));
+  }
+  return items;
+}
+
+// One name for the keys that have two (m and acc, recompute and rc), so a repeat is caught.
+std::string canonical_key(const std::string& key) {
+  if (key == "m" || key == "acc") return "m";
+  if (key == "rc") return "recompute";
+  return key;
+}
+
 }  // namespace
 
 std::string to_string(const Layout& l) {
@@ -134,14 +199,11 @@ std::string to_string(const Layout& l) {
 }
 
 Layout parse_layout(const std::string& text, std::int64_t global_batch) {
+  const std::vector<std::string> items = layout_items(text);
   Layout l;
   bool have_m = false;
-  std::size_t begin = 0;
-  while (begin < text.size()) {
-    const std::size_t end = std::min(text.find(',', begin), text.size());
-    const std::string item = trim(text.substr(begin, end - begin));
-    begin = end + 1;
-    if (item.empty()) continue;
+  std::map<std::string, std::string> given;  // canonical key → its entry
+  for (const std::string& item : items) {
     const std::size_t eq = item.find('=');
     if (eq == std::string::npos) bad_layout(item, "each entry must be key=value");
     const std::string key = trim(item.substr(0, eq)), value = trim(item.substr(eq + 1));
@@ -174,6 +236,12 @@ Layout parse_layout(const std::string& text, std::int64_t global_batch) {
       l.schedule = parse_layout_enum<PipelineSchedule>(item, "schedule", value);
     else
       bad_layout(item, fmt::format("unknown key '{}'", key));
+    const auto [first, fresh] = given.emplace(canonical_key(key), item);
+    if (!fresh) {
+      bad_layout(item,
+                 fmt::format("{} is given twice ({}, then {})", first->first, first->second, item),
+                 fmt::format("give {} once: keep {} or {}", first->first, first->second, item));
+    }
   }
   if (!have_m && l.micro_batch >= 1 && l.dp >= 1) {
     l.accumulation = std::max<std::int64_t>(global_batch / (l.micro_batch * l.dp), 1);

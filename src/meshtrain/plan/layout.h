@@ -56,7 +56,10 @@ std::string to_string(const Layout& layout);
 /// schedule=1f1b" (keys in
 /// any order; missing keys keep Layout's defaults; accumulation may be given as m= or acc=,
 /// else it is derived from the global batch). Throws ConfigError (setting "--layout") for an
-/// unknown key, a malformed pair or a value that is not a number / bool / known name.
+/// unknown key, a malformed pair, a key given twice (m and acc, recompute and rc are one key),
+/// an empty entry (",," or a comma at an end), a value that is not a number / bool / known name,
+/// or a number out of range (a mesh size above 2^20, mb or m above 2^24, beyond int64). The
+/// lower bounds (tp ≥ 1, …) are the trainer's rules, which check_layout applies.
 Layout parse_layout(const std::string& text, std::int64_t global_batch);
 
 /// The meshtrain Config that trains `model` with `layout` and `settings` (block_size = seq,

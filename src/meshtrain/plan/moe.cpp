@@ -42,13 +42,12 @@ ParameterCounts dense_part(const ParameterCounts& sp) {
   return d;
 }
 
-ParameterCounts expert_part(const ModelConfig& m, std::int64_t ep, const ParameterCounts& sp) {
+ParameterCounts expert_part(const ParameterCounts& sp) {
   ParameterCounts e;
   e.total = e.experts = sp.experts;
   e.largest_unit = e.largest_expert_unit = sp.largest_expert_unit;
   e.layers = sp.moe_layers;  // the hook units that hold experts
   e.moe_layers = sp.moe_layers;
-  e.tensors = sp.moe_layers * 3 * (is_moe(m) ? m.moe_experts / std::max<std::int64_t>(ep, 1) : 0);
   return e;
 }
 
@@ -76,7 +75,7 @@ double dp_bytes_per_step_moe(const Config& c, const ParameterCounts& sp) {
   // The expert group's collectives; its scalar reductions (loss, grad norm) are the dense
   // group's, so the formula's value at Ψ = 0 is taken off.
   const Config ec = expert_group_config(c);
-  const ParameterCounts e = expert_part(c.model, c.parallel.ep, sp);
+  const ParameterCounts e = expert_part(sp);
   ParameterCounts none = e;
   none.total = 0.0;
   return dense + dp_bytes_per_step(ec, e) - dp_bytes_per_step(ec, none);
@@ -89,14 +88,14 @@ double dp_time_per_step_moe(const Config& c, const ParameterCounts& sp, const Li
   // The expert group spans the same nodes as the dp × cp group (every ep-th dp rank), so it
   // is charged on the same link.
   return dense + dp_time_per_step(expert_group_config(c),
-                                  expert_part(c.model, c.parallel.ep, sp), link, time);
+                                  expert_part(sp), link, time);
 }
 
 double comm_buffer_bytes_moe(const Config& c, const ParameterCounts& sp) {
   const double dense = comm_buffer_bytes(c, dense_part(sp));
   if (sp.experts <= 0.0) return dense;
   return dense +
-         dp_comm_buffer_bytes(expert_group_config(c), expert_part(c.model, c.parallel.ep, sp));
+         dp_comm_buffer_bytes(expert_group_config(c), expert_part(sp));
 }
 
 EpLayerTraffic ep_layer_traffic(const Config& c) {

@@ -34,8 +34,7 @@ std::int64_t expert_group_size(const Config& config);
 /// dense formulas of accounting.h take: the expert view holds only expert elements (no
 /// replicated, tied or embedding elements), its units are the MoE blocks' expert sets.
 ParameterCounts dense_part(const ParameterCounts& stage_params);
-ParameterCounts expert_part(const ModelConfig& model, std::int64_t ep,
-                            const ParameterCounts& stage_params);
+ParameterCounts expert_part(const ParameterCounts& stage_params);
 /// `config` with its ZeRO / reduction group shrunk to the expert-data-parallel group, so that
 /// accounting.h's dp formulas (N = dp·cp) give the expert terms with N = (dp·cp)/ep.
 Config expert_group_config(const Config& config);

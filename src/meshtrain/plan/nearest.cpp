@@ -63,11 +63,12 @@ LayoutDiagnosis diagnose_layout(const ModelConfig& model, const Layout& layout,
   const std::vector<Layout> layouts =
       enumerate_layouts(model, settings, cluster.devices(), max_micro_batch, nullptr, cp);
   std::map<Key, bool> seen;
+  ParameterCountCache counts;  // one placement table per (tp, pp, v, ep)
   for (const Layout& l : layouts) {
     const Key key{l.tp, l.pp, l.dp, l.cp, l.ep,
                   l.cp > 1 ? std::optional(l.cp_comm) : std::nullopt};
     seen[key] = true;
-    Plan p = account(model, l, settings, cluster, time);
+    Plan p = account(model, l, settings, cluster, time, counts);
     if (!p.fits) continue;
     const auto it = best.find(key);
     if (it == best.end() || p.step_s < it->second.step_s) best.insert_or_assign(key, std::move(p));
@@ -83,7 +84,9 @@ LayoutDiagnosis diagnose_layout(const ModelConfig& model, const Layout& layout,
   for (const Plan& p : d.proposals) d.changed.push_back(factors_changed(layout, p.layout));
   d.issues = std::move(rules);
   const Plan* nearest = d.proposals.empty() ? nullptr : &d.proposals.front();
-  if (layout.devices() != cluster.devices()) {
+  // A factor < 1 breaks its own rule (check_layout names it); the product adds nothing.
+  const bool factors = layout.tp >= 1 && layout.pp >= 1 && layout.dp >= 1 && layout.cp >= 1;
+  if (layout.devices() != cluster.devices() && (factors || d.issues.empty())) {
     d.issues.push_back(product_issue(layout, cluster, nearest));
   } else if (nearest != nullptr) {
     d.issues.back().fix += fmt::format("; or use {} (the nearest valid layout that fits)",

@@ -19,7 +19,9 @@
 namespace meshtrain::plan {
 
 struct LayoutDiagnosis {
-  std::vector<ConfigIssue> issues;  // the rules broken, then the product rule; empty: none
+  // The rules broken, then the product rule (not when a factor is < 1: that factor's own rule
+  // says it); empty: none.
+  std::vector<ConfigIssue> issues;
   std::vector<Plan> proposals;      // nearest first, then fastest; all fit, all fill the cluster
   std::vector<int> changed;         // per proposal: how many of tp, pp, dp, cp, ep differ
   std::int64_t valid = 0;           // valid factorisations of the cluster's devices considered

@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "meshtrain/config/load.h"
 #include "meshtrain/core/error.h"
 
@@ -95,6 +98,15 @@ const std::vector<ModelPreset>& model_presets() {
 
 ModelPreset model_from(const std::string& name_or_path) {
   if (name_or_path.ends_with(".toml")) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(name_or_path, ec) || !std::ifstream(name_or_path)) {
+      // Not load_config_file's own error: its fix is a `meshtrain train` command line.
+      throw ConfigError("--model",
+                        {{"--model", name_or_path, "must be an existing, readable TOML file",
+                          fmt::format("give the path of a meshtrain config (e.g. "
+                                      "configs/llama_shakespeare.toml), or a preset: {}",
+                                      fmt::join(names(), ", "))}});
+    }
     const Config config = load_config_file(name_or_path);
     ModelPreset preset{.name = name_or_path, .model = config.model, .source = name_or_path};
     if (preset.model.vocab_size == 0) {

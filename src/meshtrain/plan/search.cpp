@@ -31,8 +31,9 @@ SearchResult search(const ModelConfig& model, const TrainingSettings& settings,
                       std::move(issues));
   }
   bool have_smallest = false;
+  ParameterCountCache counts;  // one placement table per (tp, pp, v, ep)
   for (const Layout& l : layouts) {
-    Plan p = account(model, l, settings, cluster, time);
+    Plan p = account(model, l, settings, cluster, time, counts);
     if (!have_smallest || p.peak.total() < result.smallest.peak.total()) {
       result.smallest = p;
       have_smallest = true;
