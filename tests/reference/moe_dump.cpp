@@ -1,9 +1,9 @@
 // tests/reference/moe_dump.cpp
 //
-// Writes what one SparseMoeBlock (transformer/moe.h) computes, for moe_reference.py to check against
-// Hugging Face transformers' MixtralSparseMoeBlock (dropless) and a PyTorch module written from
-// the Switch Transformer capacity rule (capacity modes). Nothing expected is stored: the CTest
-// test runs this program and the script, live.
+// Writes what one SparseMoeBlock (transformer/moe.h) computes, for moe_reference.py to check
+// against Hugging Face transformers' MixtralSparseMoeBlock (dropless) and a PyTorch module
+// written from the Switch Transformer capacity rule (capacity modes). Nothing expected is
+// stored: the CTest test runs this program and the script, live.
 //
 //   moe_dump <out.safetensors> <variant>
 //   variant: dropless | losses | capacity_probs | capacity_position

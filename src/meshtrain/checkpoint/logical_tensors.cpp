@@ -57,9 +57,9 @@ std::vector<NamedTensor> with_every_expert(ProcessGroup& ep, std::vector<NamedTe
 
 }  // namespace
 
-std::vector<NamedTensor> gather_logical_tensors(const ParameterList& params,
-                                               const std::function<Tensor(const Parameter&)>& master,
-                                               const DeviceMesh& mesh) {
+std::vector<NamedTensor> gather_logical_tensors(
+    const ParameterList& params, const std::function<Tensor(const Parameter&)>& master,
+    const DeviceMesh& mesh) {
   // 1. Each rank's parameters, its ZeRO slices gathered over their replica group and its tp
   //    shards over tp (collectives every rank takes part in).
   // 2. ep > 1: every ep rank broadcasts its experts over ep in turn, so each holds all E.

@@ -17,8 +17,8 @@ namespace meshtrain {
 /// `mesh`. `params`: this rank's stage's parameters; `master(p)`: p's whole fp32 value on this
 /// rank (ZeRO's gather over p's replica group, collective over it). Collective over tp, ep and
 /// pp of `mesh` (and the replica groups, through `master`). MemCategory::other memory.
-std::vector<NamedTensor> gather_logical_tensors(const ParameterList& params,
-                                               const std::function<Tensor(const Parameter&)>& master,
-                                               const DeviceMesh& mesh);
+std::vector<NamedTensor> gather_logical_tensors(
+    const ParameterList& params, const std::function<Tensor(const Parameter&)>& master,
+    const DeviceMesh& mesh);
 
 }  // namespace meshtrain

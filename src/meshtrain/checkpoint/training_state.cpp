@@ -56,9 +56,10 @@ TrainingState parse_training_state(const json& state, const std::filesystem::pat
     out.step = state.at("step").get<std::int64_t>();
     out.optimizer_steps = state.at("optimizer").at("steps_taken").get<std::int64_t>();
     if (out.step < 0 || out.optimizer_steps < 0 || out.optimizer_steps > out.step) {
-      throw DataError(fmt::format("{}/metadata.json: step {} with {} optimizer steps taken is "
-                                  "not a state training can reach",
-                                  dir.string(), out.step, out.optimizer_steps));
+      throw DataError(
+          fmt::format("{}/metadata.json: step {} with {} optimizer steps taken is "
+                      "not a state training can reach",
+                      dir.string(), out.step, out.optimizer_steps));
     }
     out.global_batch = state.at("data").at("global_batch").get<std::int64_t>();
     out.mesh = state.at("mesh");

@@ -5,10 +5,9 @@
 // with. One schema, written by save and read by resume, so the two cannot drift apart.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "meshtrain/config/config.h"

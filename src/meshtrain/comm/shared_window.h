@@ -29,7 +29,7 @@
 // member, every run, whatever the timing (for 2 members also bitwise MPI's). The chunk's inputs are
 // checked for NaN and ±inf before it is summed, in the same pass (one block in L1 at a time), and
 // each member's lowest non-finite index is kept: the sum spreads such a value to every member, so
-// only the inputs tell whose it was (non_finite_grads.h), and reading them here spares the
+// only the inputs tell whose it was (layers/non_finite_grads.h), and reading them here spares the
 // caller a pass of its own. Control words live in the window (member 0's part), as lock-free
 // 64-bit atomics in cache lines of their own.
 //

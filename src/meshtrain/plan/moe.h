@@ -4,7 +4,7 @@
 // blocks are MoE, total vs active parameters, the split of a rank's parameters into dense ones
 // (reduced and ZeRO-sliced over dp × cp) and expert ones (E/ep experts per MoE layer, whole on
 // every tp rank — expert tp = 1 in this version — reduced and sliced over the
-// expert-data-parallel group of (dp·cp)/ep ranks: mesh/placement.h, parallel/dp/zero_groups.h),
+// expert-data-parallel group of (dp·cp)/ep ranks: mesh/placement.h, parallel/dp/zero.h),
 // and the ep all-to-all traffic of parallel/ep/expert_parallel.h per step. Uses: config,
 // plan/accounting, plan/formulas.
 #pragma once
@@ -47,7 +47,7 @@ MemoryBreakdown model_state_bytes_moe(const Config& config, const ParameterCount
 double dp_bytes_per_step_moe(const Config& config, const ParameterCounts& stage_params);
 double dp_time_per_step_moe(const Config& config, const ParameterCounts& stage_params,
                             const Link& link, const TimeSettings& time = {});
-/// comm_buffer_bytes plus the expert group's ZeRO buffers (its own ZeroSharding).
+/// comm_buffer_bytes plus the expert group's ZeRO buffers (its own, in ZeroSharding).
 double comm_buffer_bytes_moe(const Config& config, const ParameterCounts& stage_params);
 
 /// The ep exchange of one MoE block and micro-batch on one rank (parallel/ep/expert_parallel.h), as

@@ -45,10 +45,10 @@ OptimizerState::OptimizerState(const Config& config, const DeviceMesh& mesh, Pip
                                HfImport* import)
     : config_(config), mesh_(mesh) {
   const TrainingConfig& t = config.training;
-  zero_ = std::make_unique<ZeroGroups>(
+  zero_ = std::make_unique<ZeroSharding>(
       stage.parameters(), stage.units(),
       [&mesh](ReplicaGroup g) {
-        return ZeroGroup{replica_group(mesh, g), grad_reduction_group(mesh).size()};
+        return ReductionGroup{replica_group(mesh, g), grad_reduction_group(mesh).size()};
       },
       zero_options(config, import, watch()));
   stage.set_hooks(zero_.get());

@@ -19,7 +19,7 @@
 #include "meshtrain/model/pipeline_stage.h"
 #include "meshtrain/optim/adamw.h"
 #include "meshtrain/optim/loss_scaler.h"
-#include "meshtrain/parallel/dp/zero_groups.h"
+#include "meshtrain/parallel/dp/zero.h"
 #include "meshtrain/parallel/tp/replicated_grads.h"
 
 namespace meshtrain {
@@ -35,7 +35,7 @@ class OptimizerState {
   OptimizerState(const OptimizerState&) = delete;
   OptimizerState& operator=(const OptimizerState&) = delete;
 
-  ZeroGroups& zero() { return *zero_; }
+  ZeroSharding& zero() { return *zero_; }
   OptimizerShards& shards() { return zero_->shards(); }
   AdamW& adamw() { return *optimizer_; }
   /// fp16 only; nullptr otherwise.
@@ -84,7 +84,7 @@ class OptimizerState {
   const Config& config_;
   const DeviceMesh& mesh_;
   NonFiniteGradWatch grad_watch_;  // reached through watch() by every gradient reduction
-  std::unique_ptr<ZeroGroups> zero_;
+  std::unique_ptr<ZeroSharding> zero_;
   std::unique_ptr<ReplicatedGradSum> replicated_grads_;
   std::unique_ptr<DynamicLossScaler> scaler_;
   std::unique_ptr<AdamW> optimizer_;

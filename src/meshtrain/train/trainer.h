@@ -109,7 +109,7 @@ class Trainer {
   std::int64_t logical_parameters() const { return model_->logical_parameters(); }
   const pp::PipelineExecutor& executor() const { return model_->executor(); }
   /// Where parameters, master weights and gradients live (parallel.zero_stage).
-  ZeroGroups& zero() { return optim_->zero(); }
+  ZeroSharding& zero() { return optim_->zero(); }
   /// fp16 only; nullptr otherwise.
   const DynamicLossScaler* loss_scaler() const { return optim_->loss_scaler(); }
   const DeviceMesh& mesh() const { return *mesh_; }

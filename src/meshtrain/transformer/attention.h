@@ -10,8 +10,8 @@
 //     grouped-query attention (Ainslie et al. 2023) and rotary position embedding (Su et al.
 //     2021) on q and k.
 // Under context parallelism (groups.cp) the rows are this rank's zigzag share of every
-// sequence (parallel/cp/context_parallel.h): rotary angles use the rows' global positions, and the core
-// runs as ring attention or Ulysses (context_attention.h).
+// sequence (parallel/cp/context_parallel.h): rotary angles use the rows' global positions, and
+// the core runs as ring attention or Ulysses (parallel/cp/context_attention.h).
 #pragma once
 
 #include <string>

@@ -19,9 +19,9 @@
 // bitwise the same whichever is chosen and whenever a bucket is posted.
 //
 // Each bucket's gradients are checked for a non-finite value, when a watch is given
-// (non_finite_grads.h): after the all-reduce every rank would hold it. A bucket in plain memory
-// is read before its all-reduce is posted; one in a shared-memory window is checked by the
-// all-reduce itself as it sums it, and the request's report is noted after the wait.
+// (layers/non_finite_grads.h): after the all-reduce every rank would hold it. A bucket in plain
+// memory is read before its all-reduce is posted; one in a shared-memory window is checked by
+// the all-reduce itself as it sums it, and the request's report is noted after the wait.
 //
 // Every dp rank builds the same buckets and posts them in the same order (the order depends
 // only on the parameter list and the backward order of units, never on timing), or the

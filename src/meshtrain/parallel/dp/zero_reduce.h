@@ -19,7 +19,7 @@
 // gradients. Every dp rank posts and waits at the same points (they depend on the parameter
 // list and the order of the hooks, never on timing), as the ring requires.
 // Each rank's gradients are checked for a non-finite value as they are packed (when a watch is
-// given, non_finite_grads.h): after the reduce-scatter the owner of the slice would hold it.
+// given, layers/non_finite_grads.h): after the reduce-scatter the owner of the slice would hold it.
 // Memory (docs/memory.md, MemCategory::comm): one slot (input N·Σs, output Σs fp32 elements
 // of the largest bucket or unit) without overlap, up to kInFlight with it; slot 0 also serves
 // ZeroSharding's all-gathers between steps.

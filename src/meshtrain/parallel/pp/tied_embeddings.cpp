@@ -28,7 +28,8 @@ void sum_tied_embeddings(const ParameterList& tied, ProcessGroup* tied_group,
     // Between the stages the sum spreads a value; on one stage (pp = 1) it stays on this rank.
     if (watch != nullptr) {
       watch->check(*copies.front()->param, grad.span_f32(), copies.front()->begin,
-                   GradReduction::tied_embedding, "sum of the tied embedding's copies", *tied_group);
+                   GradReduction::tied_embedding, "sum of the tied embedding's copies",
+                   *tied_group);
     }
     tied_group->all_reduce_sum(grad.span_f32());
   }

@@ -1,12 +1,10 @@
-// ZeroGroups (issue 14, the placement step): dense parameters are reduced and ZeRO-sliced over
-// dp × cp, experts' over the expert-data-parallel group (their sum divided by dp × cp), and the
-// grad norm counts every logical element once — checked at every ZeRO stage on a world of dp = 2 or
-// 4 with ep = 2, with synthetic parameters whose gradients are known functions of the rank.
-// Reducing an expert over dp × cp (mixing two experts), dividing it by the edp size (× ep) or
-// counting an expert's copy on every edp rank moves the gathered gradient or the norm far outside
-// the tolerance.
-#include "meshtrain/parallel/dp/zero_groups.h"
-
+// ZeroSharding's reduction groups (issue 14, the placement step; one object since issue 40):
+// dense parameters are reduced and ZeRO-sliced over dp × cp, experts' over the
+// expert-data-parallel group (their sum divided by dp × cp), and the grad norm counts every
+// logical element once — checked at every ZeRO stage on a world of dp = 2 or 4 with ep = 2, with
+// synthetic parameters whose gradients are known functions of the rank. Reducing an expert over
+// dp × cp (mixing two experts), dividing it by the edp size (× ep) or counting an expert's copy
+// on every edp rank moves the gathered gradient or the norm far outside the tolerance.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,6 +14,7 @@
 #include "dist_env.h"
 #include "meshtrain/comm/device_mesh.h"
 #include "meshtrain/optim/adamw.h"
+#include "meshtrain/parallel/dp/zero.h"
 #include "meshtrain/train/optimizer_state.h"
 
 namespace meshtrain {
@@ -28,9 +27,9 @@ float grad_of(int rank, std::int64_t i) {
   return 0.5f * static_cast<float>(rank + 1) + 0.01f * static_cast<float>(i);
 }
 
-class ZeroGroupsStage : public ::testing::TestWithParam<int> {};
+class ZeroReductionGroupsStage : public ::testing::TestWithParam<int> {};
 
-TEST_P(ZeroGroupsStage, ReducesEachParameterOverItsReplicaGroupAndCountsItOnce) {
+TEST_P(ZeroReductionGroupsStage, ReducesEachParameterOverItsReplicaGroupAndCountsItOnce) {
   const int stage = GetParam();
   const auto world = test::runtime().world_group();
   const int dp = world->size();
@@ -47,10 +46,10 @@ TEST_P(ZeroGroupsStage, ReducesEachParameterOverItsReplicaGroupAndCountsItOnce) 
   initialize(expert, 7);
   const ParameterList params{&dense, &expert};
   const std::vector<ParameterList> units{params};
-  ZeroGroups zero(
+  ZeroSharding zero(
       params, units,
       [&mesh](ReplicaGroup g) {
-        return ZeroGroup{replica_group(mesh, g), grad_reduction_group(mesh).size()};
+        return ReductionGroup{replica_group(mesh, g), grad_reduction_group(mesh).size()};
       },
       ZeroOptions{.stage = stage,
                   .compute_dtype = DType::f32,
@@ -70,7 +69,7 @@ TEST_P(ZeroGroupsStage, ReducesEachParameterOverItsReplicaGroupAndCountsItOnce) 
 
   // Dense: the mean over all dp ranks. Expert of ep rank e: the sum over its edp ranks d ≡ e
   // (mod 2) — an owner's gradient already holds its ep group's tokens — divided by dp × cp
-  // (= dp here), not by the edp size (ZeroGroup::mean_over).
+  // (= dp here), not by the edp size (ReductionGroup::mean_over).
   const auto dense_value = [&](std::int64_t i) {
     double v = 0.0;
     for (int r = 0; r < dp; ++r) v += grad_of(r, i);
@@ -105,11 +104,12 @@ std::vector<int> stages_of_this_world() {
   return {0, 1, 2, 3};
 }
 
-INSTANTIATE_TEST_SUITE_P(ZeroGroups, ZeroGroupsStage, ::testing::ValuesIn(stages_of_this_world()),
+INSTANTIATE_TEST_SUITE_P(ZeroReductionGroups, ZeroReductionGroupsStage,
+                         ::testing::ValuesIn(stages_of_this_world()),
                          [](const ::testing::TestParamInfo<int>& p) {
                            return "zero" + std::to_string(p.param);
                          });
-GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(ZeroGroupsStage);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(ZeroReductionGroupsStage);
 
 }  // namespace
 }  // namespace meshtrain
