@@ -2,9 +2,9 @@
 //
 // The vocabulary split over tp (Shoeybi et al. 2019, §3): the token embedding and the LM head
 // hold rows [r·Vp/tp, (r+1)·Vp/tp) of the [V, C] table, Vp = V rounded up to a multiple of tp
-// (their records' tp slices, even_shard). The padding rows sit at the end of the last ranks' shards: they are zero, no
-// id ever looks them up, their logits never enter the softmax, so they get no gradient and are
-// not part of the logical parameter (Megatron-LM pads to a multiple of 128·tp; the minimal
+// (their records' tp slices, even_shard). The padding rows sit at the end of the last ranks'
+// shards: they are zero, no id ever looks them up, their logits never enter the softmax, so
+// they get no gradient and are not part of the logical parameter (Megatron-LM pads to a multiple of 128·tp; the minimal
 // padding here keeps the logical tensor exactly the unsharded one). Full logits [tokens, V] are
 // never gathered for the loss: the cross-entropy combines per-shard max, Σexp and the target
 // logit with three small all-reduces (Megatron-LM's VocabParallelCrossEntropy).
