@@ -14,9 +14,10 @@
 #include <vector>
 
 #include "dist_env.h"
+#include "../support/placements.h"
 #include "meshtrain/comm/single_rank_group.h"
-#include "meshtrain/transformer/moe.h"
 #include "meshtrain/mesh/placement.h"
+#include "meshtrain/transformer/moe.h"
 
 namespace meshtrain {
 namespace {
@@ -78,8 +79,11 @@ TEST_P(MoeExpertParallel, EachRankGetsTheOneRankLayerOnItsTokens) {
                            .moe_token_drop_policy = MoeDropPolicy::probs,
                            .moe_aux_loss_coeff = 0.01,
                            .moe_z_loss_coeff = 0.001};
-  SparseMoeBlock parallel("model.layers.0", shape, options, ExpertParallel{world.get()});
-  SparseMoeBlock single("model.layers.0", shape, options);
+  SparseMoeBlock parallel("model.layers.0", shape, options,
+                          test::records_table({test::moe_records("model.layers.0", kE, kC, kF, ep)}),
+                          ExpertParallel{world.get()});
+  SparseMoeBlock single("model.layers.0", shape, options,
+                        test::records_table({test::moe_records("model.layers.0", kE, kC, kF)}));
   for (Parameter* p : parallel.parameters()) initialize(*p, 5);
   for (Parameter* p : single.parameters()) initialize(*p, 5);
   if (c.skewed) {

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "../support/placements.h"
 #include "dist_env.h"
 #include "meshtrain/comm/single_rank_group.h"
 #include "meshtrain/core/rng.h"
@@ -56,7 +57,9 @@ void expect_bitwise(const Tensor& got, const Tensor& want, const char* what) {
 // once (not tp times) is tested.
 struct Reference {
   std::unique_ptr<ProcessGroup> one = single_rank_group("tp");
-  ColumnParallelLinear linear{{{"lin", kOut, 1, 0.02f}}, kIn, true, TensorParallel{*one}};
+  ColumnParallelLinear linear{{{"lin", 0.02f}},
+                              test::records_table({test::column_records("lin", kOut, kIn, true)}),
+                              TensorParallel{*one}};
   Tensor x = random({kTokens, kIn}, "x");
   Tensor dy = random({kTokens, kOut}, "dy");
   Tensor y, dx;
@@ -81,7 +84,9 @@ TEST_P(ParallelLinear, ColumnParallelMatchesPlainLayer) {
   const std::int64_t o0 = r * kOut / n, o1 = (r + 1) * kOut / n;
   const std::int64_t t0 = r * kTokens / n, t1 = (r + 1) * kTokens / n;
   Reference ref;
-  ColumnParallelLinear layer({{"lin", kOut, 1, 0.02f}}, kIn, true, TensorParallel{*tp, sp});
+  ColumnParallelLinear layer({{"lin", 0.02f}},
+                             test::records_table({test::column_records("lin", kOut, kIn, true)}),
+                             TensorParallel{*tp, sp});
   ParameterList params = layer.parameters();
   initialize(*params[0], kSeed);
   expect_bitwise(params[0]->value, ref.weight().value.rows(o0, o1), "weight shard = slice");
@@ -103,7 +108,8 @@ TEST_P(ParallelLinear, RowParallelMatchesPlainLayer) {
   const std::int64_t i0 = r * kIn / n, i1 = (r + 1) * kIn / n;
   const std::int64_t t0 = r * kTokens / n, t1 = (r + 1) * kTokens / n;
   Reference ref;
-  RowParallelLinear layer("lin", kIn, kOut, true, 0.02f, TensorParallel{*tp, sp});
+  RowParallelLinear layer("lin", test::records_table({test::row_records("lin", kOut, kIn, true)}),
+                          0.02f, TensorParallel{*tp, sp});
   ParameterList params = layer.parameters();
   initialize(*params[0], kSeed);
   expect_bitwise(params[0]->value, cols(ref.weight().value, i0, i1), "weight shard = slice");
@@ -129,9 +135,11 @@ TEST_P(ParallelLinear, ColumnParallelWithPartsAndTwoWeightsMatchesPlainLayers) {
   const std::int64_t n = tp->size(), r = tp->rank();
   const std::int64_t t0 = r * kTokens / n, t1 = (r + 1) * kTokens / n;
   const auto one = single_rank_group("tp");
-  const std::vector<ColumnWeight> weights{{"fused", kOut, 3, 0.02f}, {"other", kOut, 1, 0.03f}};
-  ColumnParallelLinear plain(weights, kIn, false, TensorParallel{*one});
-  ColumnParallelLinear layer(weights, kIn, false, TensorParallel{*tp, sp});
+  const std::vector<ColumnWeight> weights{{"fused", 0.02f}, {"other", 0.03f}};
+  const PlacementTable records = test::records_table(
+      {test::column_records("fused", kOut, kIn, false, 3), test::column_records("other", kOut, kIn, false)});
+  ColumnParallelLinear plain(weights, records, TensorParallel{*one});
+  ColumnParallelLinear layer(weights, records, TensorParallel{*tp, sp});
   for (Parameter* p : plain.parameters()) initialize(*p, kSeed);
   for (Parameter* p : layer.parameters()) initialize(*p, kSeed);
   const Tensor x = random({kTokens, kIn}, "x");

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/placements.h"
 #include "meshtrain/checkpoint/safetensors.h"
 #include "meshtrain/core/rng.h"
 #include "meshtrain/transformer/moe.h"
@@ -72,7 +73,9 @@ int run(const std::string& out_path, const std::string& variant) {
   const MoeShape shape{.n_embd = 32, .moe_experts = 4, .moe_top_k = 2, .moe_ffn_hidden = 48,
                        .init_std = 0.3f, .proj_init_std = 0.1f};
   const MoeOptions options = options_of(variant);
-  SparseMoeBlock layer("model.layers.0", shape, options);
+  SparseMoeBlock layer("model.layers.0", shape, options,
+                       test::records_table({test::moe_records("model.layers.0", shape.moe_experts,
+                                                              shape.n_embd, shape.moe_ffn_hidden)}));
   std::vector<NamedTensor> out;
   for (Parameter* p : layer.parameters()) {
     initialize(*p, 1234);

@@ -26,14 +26,15 @@
 #include <string>
 #include <vector>
 
+#include "../support/placements.h"
 #include "meshtrain/comm/single_rank_group.h"
 #include "meshtrain/core/allocator.h"
+#include "meshtrain/layers/norms.h"
+#include "meshtrain/layers/weight_grad_queue.h"
+#include "meshtrain/parallel/tp/vocab_parallel.h"
 #include "meshtrain/transformer/attention.h"
 #include "meshtrain/transformer/mlp.h"
-#include "meshtrain/layers/norms.h"
 #include "meshtrain/transformer/transformer_block.h"
-#include "meshtrain/parallel/tp/vocab_parallel.h"
-#include "meshtrain/layers/weight_grad_queue.h"
 
 namespace meshtrain {
 namespace {
@@ -79,51 +80,65 @@ constexpr std::int64_t kVocab = 61, kEmbd = 32, kSequences = 2, kSeqLen = 8;
 constexpr std::int64_t kTokens = kSequences * kSeqLen;
 constexpr float kLossScale = 0.5f;  // two micro-batches
 
+// The records of TinyLm's tensors (the layers allocate from them).
+PlacementTable tiny_records(bool llama) {
+  std::vector<test::Records> r{test::vocab_records(
+      llama ? "model.embed_tokens.weight" : "transformer.wte.weight", kVocab, kEmbd)};
+  for (int i = 0; i < 2; ++i) {
+    const std::string p = (llama ? "model.layers." : "transformer.h.") + std::to_string(i);
+    r.push_back(test::norm_records(p + (llama ? ".input_layernorm" : ".ln_1"), kEmbd, !llama));
+    r.push_back(test::attention_records(p + (llama ? ".self_attn" : ".attn"), kEmbd, 4,
+                                        llama ? 2 : 4, !llama, !llama));
+    r.push_back(
+        test::norm_records(p + (llama ? ".post_attention_layernorm" : ".ln_2"), kEmbd, !llama));
+    r.push_back(test::mlp_records(p + ".mlp", kEmbd, llama ? 88 : 4 * kEmbd, !llama, llama));
+  }
+  r.push_back(test::norm_records(llama ? "model.norm" : "transformer.ln_f", kEmbd, !llama));
+  if (llama) r.push_back(test::vocab_records("lm_head.weight", kVocab, kEmbd));
+  return test::records_table(std::move(r));
+}
+
 struct TinyLm {
   explicit TinyLm(bool llama)
       : group(single_rank_group("tp")),
         tp{*group},
-        embed(llama ? "model.embed_tokens.weight" : "transformer.wte.weight", kVocab, kEmbd, 0.02f,
+        records(tiny_records(llama)),
+        embed(records.at(llama ? "model.embed_tokens.weight" : "transformer.wte.weight"), 0.02f,
               tp) {
     params.push_back(&embed.weight());
     const AttentionShape attn{.n_embd = kEmbd,
                               .n_head = 4,
                               .n_kv_head = llama ? 2 : 4,
-                              .bias = !llama,
                               .init_std = 0.2f,
                               .proj_init_std = 0.2f,
                               .rope_theta = llama ? 10000.0f : 0.0f,
                               .fused_qkv = !llama};
-    const MlpShape mlp{.n_embd = kEmbd,
-                       .hidden = llama ? 88 : 4 * kEmbd,
-                       .bias = !llama,
-                       .init_std = 0.2f,
-                       .proj_init_std = 0.2f};
+    const MlpInit mlp{.init_std = 0.2f, .proj_init_std = 0.2f};
     for (int i = 0; i < 2; ++i) {
       const std::string p = (llama ? "model.layers." : "transformer.h.") + std::to_string(i);
       if (llama) {
         blocks.push_back(std::make_unique<TransformerBlock>(
-            std::make_unique<RmsNorm>(p + ".input_layernorm", kEmbd, 1e-5f),
-            std::make_unique<CausalSelfAttention>(p + ".self_attn", attn, tp),
-            std::make_unique<RmsNorm>(p + ".post_attention_layernorm", kEmbd, 1e-5f),
-            std::make_unique<SwiGluMlp>(p + ".mlp", mlp, tp)));
+            std::make_unique<RmsNorm>(p + ".input_layernorm", records, 1e-5f),
+            std::make_unique<CausalSelfAttention>(p + ".self_attn", attn, records, tp),
+            std::make_unique<RmsNorm>(p + ".post_attention_layernorm", records, 1e-5f),
+            std::make_unique<SwiGluMlp>(p + ".mlp", mlp, records, tp)));
       } else {
         blocks.push_back(std::make_unique<TransformerBlock>(
-            std::make_unique<LayerNorm>(p + ".ln_1", kEmbd, true, 1e-5f),
-            std::make_unique<CausalSelfAttention>(p + ".attn", attn, tp),
-            std::make_unique<LayerNorm>(p + ".ln_2", kEmbd, true, 1e-5f),
-            std::make_unique<GeluMlp>(p + ".mlp", mlp, tp)));
+            std::make_unique<LayerNorm>(p + ".ln_1", records, 1e-5f),
+            std::make_unique<CausalSelfAttention>(p + ".attn", attn, records, tp),
+            std::make_unique<LayerNorm>(p + ".ln_2", records, 1e-5f),
+            std::make_unique<GeluMlp>(p + ".mlp", mlp, records, tp)));
       }
       for (Parameter* q : blocks.back()->parameters()) params.push_back(q);
     }
     if (llama) {
-      final_norm = std::make_unique<RmsNorm>("model.norm", kEmbd, 1e-5f);
+      final_norm = std::make_unique<RmsNorm>("model.norm", records, 1e-5f);
     } else {
-      final_norm = std::make_unique<LayerNorm>("transformer.ln_f", kEmbd, true, 1e-5f);
+      final_norm = std::make_unique<LayerNorm>("transformer.ln_f", records, 1e-5f);
     }
     for (Parameter* q : final_norm->parameters()) params.push_back(q);
     if (llama) {
-      lm_head.emplace(vocab_shard_parameter("lm_head.weight", kVocab, kEmbd, 0.02f, *group));
+      lm_head.emplace(vocab_shard_parameter(records.at("lm_head.weight"), 0.02f, *group));
       params.push_back(&*lm_head);
     }
     head = std::make_unique<VocabParallelLmHead>(llama ? *lm_head : embed.weight(), tp);
@@ -176,6 +191,7 @@ struct TinyLm {
 
   std::unique_ptr<ProcessGroup> group;
   TensorParallel tp;
+  PlacementTable records;
   VocabParallelEmbedding embed;
   std::optional<Parameter> lm_head;
   std::vector<std::unique_ptr<TransformerBlock>> blocks;

@@ -22,11 +22,12 @@
 #include <vector>
 
 #include "../support/bitwise.h"
+#include "../support/placements.h"
 #include "meshtrain/core/rng.h"
 #include "meshtrain/kernels/kernels.h"
 #include "meshtrain/layers/norms.h"
-#include "meshtrain/transformer/transformer_block.h"
 #include "meshtrain/optim/adamw.h"
+#include "meshtrain/transformer/transformer_block.h"
 
 namespace meshtrain {
 namespace {
@@ -445,9 +446,11 @@ class Opaque final : public Module {
 std::unique_ptr<Module> make_norm(bool rms, const std::string& name, std::int64_t C) {
   std::unique_ptr<Module> norm;
   if (rms) {
-    norm = std::make_unique<RmsNorm>(name, C, 1e-6f);
+    norm = std::make_unique<RmsNorm>(name, test::records_table({test::norm_records(name, C, false)}),
+                                     1e-6f);
   } else {
-    norm = std::make_unique<LayerNorm>(name, C, true, 1e-5f);
+    norm = std::make_unique<LayerNorm>(name, test::records_table({test::norm_records(name, C, true)}),
+                                       1e-5f);
   }
   for (Parameter* p : norm->parameters()) {  // not ones / zeros: every term of the formula counts
     const auto v = randn(static_cast<std::size_t>(p->value.numel()), p->name, 0.2f, 1.0f);

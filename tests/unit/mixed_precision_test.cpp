@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "../support/placements.h"
 #include "../support/test_config.h"
 #include "meshtrain/comm/single_rank_group.h"
 #include "meshtrain/core/allocator.h"
@@ -24,9 +25,9 @@
 #include "meshtrain/core/rng.h"
 #include "meshtrain/kernels/kernels.h"
 #include "meshtrain/layers/autocast.h"
-#include "meshtrain/parallel/tp/parallel_linear.h"
 #include "meshtrain/layers/weight_grad_queue.h"
 #include "meshtrain/model/causal_lm.h"
+#include "meshtrain/parallel/tp/parallel_linear.h"
 
 namespace meshtrain {
 namespace {
@@ -301,8 +302,11 @@ TEST(MixedPrecisionLayers, DeferredWeightGradsEqualFusedWithBf16Weights) {
   const TensorParallel tp{*one};
   constexpr std::int64_t kTokens = 12, kIn = 16, kOut = 24;
   const auto run = [&](bool defer) {
-    ColumnParallelLinear col({{"a", kOut, 1, 0.2f}, {"b", kOut, 1, 0.2f}}, kIn, true, tp);
-    RowParallelLinear row("c", kOut, kIn, true, 0.2f, tp);
+    const PlacementTable records = test::records_table(
+        {test::column_records("a", kOut, kIn, true), test::column_records("b", kOut, kIn, true),
+         test::row_records("c", kIn, kOut, true)});
+    ColumnParallelLinear col({{"a", 0.2f}, {"b", 0.2f}}, records, tp);
+    RowParallelLinear row("c", records, 0.2f, tp);
     ParameterList params = col.parameters();
     for (Parameter* p : row.parameters()) params.push_back(p);
     for (Parameter* p : params) {

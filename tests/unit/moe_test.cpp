@@ -12,11 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "../support/placements.h"
 #include "meshtrain/comm/single_rank_group.h"
 #include "meshtrain/core/rng.h"
+#include "meshtrain/layers/weight_grad_queue.h"
 #include "meshtrain/transformer/mlp.h"
 #include "meshtrain/transformer/moe.h"
-#include "meshtrain/layers/weight_grad_queue.h"
 
 namespace meshtrain {
 namespace {
@@ -189,8 +190,14 @@ Tensor random_tensor(Shape shape, const std::string& name, float scale = 1.0f) {
   return t;
 }
 
+// The records of a layer of `shape` under `prefix` on one rank.
+PlacementTable records_of(const std::string& prefix, const MoeShape& shape) {
+  return test::records_table(
+      {test::moe_records(prefix, shape.moe_experts, shape.n_embd, shape.moe_ffn_hidden)});
+}
+
 SparseMoeBlock make_layer(const MoeShape& shape, const MoeOptions& options) {
-  SparseMoeBlock layer("model.layers.0", shape, options);
+  SparseMoeBlock layer("model.layers.0", shape, options, records_of("model.layers.0", shape));
   for (Parameter* p : layer.parameters()) initialize(*p, /*seed=*/11);
   return layer;
 }
@@ -325,8 +332,8 @@ TEST(MoeLayer, SingleExpertIsTheSwiGluMlp) {
   constexpr std::int64_t N = 10;
   SparseMoeBlock moe = make_layer(small_shape(1, 1), {});
   const auto one = single_rank_group("tp");
-  SwiGluMlp mlp("m", {.n_embd = 8, .hidden = 12, .bias = false, .init_std = 0.1f,
-                      .proj_init_std = 0.1f},
+  SwiGluMlp mlp("m", {.init_std = 0.1f, .proj_init_std = 0.1f},
+                test::records_table({test::mlp_records("m", 8, 12, false, true)}),
                 TensorParallel{*one});
   const ParameterList mp = mlp.parameters(), ep = moe.parameters();  // gate, up, down / wg, w1, w3, w2
   for (int i = 0; i < 3; ++i) mp[static_cast<std::size_t>(i)]->value.copy_from(ep[1 + i]->value);
@@ -396,14 +403,17 @@ TEST(MoeLayer, Bf16WeightsFollowTheAutocastRule) {
 }
 
 TEST(MoeLayerDeathTest, RejectsBadShapes) {
-  EXPECT_DEATH(SparseMoeBlock("l", small_shape(2, 3), {}), "E=2 top_k=3");
-  EXPECT_DEATH(SparseMoeBlock("l", small_shape(0, 1), {}), "E=0 top_k=1");
-  EXPECT_DEATH(SparseMoeBlock("l", small_shape(2, 1), {.moe_capacity_factor = -1.0}),
+  // Rejected before any record is read: the layer's checks come first.
+  const PlacementTable none = test::records_table({});
+  EXPECT_DEATH(SparseMoeBlock("l", small_shape(2, 3), {}, none), "E=2 top_k=3");
+  EXPECT_DEATH(SparseMoeBlock("l", small_shape(0, 1), {}, none), "E=0 top_k=1");
+  EXPECT_DEATH(SparseMoeBlock("l", small_shape(2, 1), {.moe_capacity_factor = -1.0}, none),
                "capacity factor -1");
 }
 
 TEST(MoeLayer, HuggingFaceMixtralNames) {
-  SparseMoeBlock layer("model.layers.3", small_shape(2, 1), {});
+  SparseMoeBlock layer("model.layers.3", small_shape(2, 1), {},
+                       records_of("model.layers.3", small_shape(2, 1)));
   std::vector<std::string> names;
   for (const Parameter* p : layer.parameters()) names.push_back(p->name);
   EXPECT_EQ(names, (std::vector<std::string>{

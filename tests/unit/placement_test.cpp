@@ -14,10 +14,10 @@
 
 #include "meshtrain/comm/single_rank_group.h"
 #include "meshtrain/config/validate.h"
-#include "meshtrain/transformer/parallel_groups.h"
 #include "meshtrain/mesh/placement.h"
 #include "meshtrain/model/pipeline_stage.h"
 #include "meshtrain/plan/accounting.h"
+#include "meshtrain/transformer/parallel_groups.h"
 
 namespace meshtrain {
 namespace {
@@ -187,8 +187,9 @@ TEST_P(PlacementTableLayouts, EveryLogicalElementCountsOnceInTheNorm) {
   }
 }
 
-// Every rank's pipeline stage builds exactly its part of the table (PipelineStage::place
-// MT_CHECKs names, order and slices) and carries each record.
+// Every rank's pipeline stage builds exactly its part of the table (its layers allocate each
+// parameter from its record; PipelineStage::check_built MT_CHECKs names and order) and
+// carries each record.
 TEST_P(PlacementTableLayouts, TheModelEachRankBuildsIsItsPartOfTheTable) {
   const PlacementTable table = placement_table(config_);
   const MeshShape& mesh = table.mesh();

@@ -140,7 +140,7 @@ Shape HfTensor::hf_shape() const {
 std::vector<HfTensor> hf_tensors(const ModelConfig& model) {
   // The model's own parameter table (names, logical shapes) from a storage-free tp = 1 build.
   const auto self = single_rank_group("tp");
-  const CausalLm lm(model, 0, TensorParallel{*self}, {}, RecomputeMode::none,
+  const CausalLm lm(model, 0, TensorParallel{*self}, RecomputeMode::none,
                     ParameterStorage::deferred);
   const bool gpt2 = model.family == ModelFamily::gpt2;
   std::vector<HfTensor> out;

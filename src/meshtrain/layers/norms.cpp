@@ -15,14 +15,23 @@ void check_same(const Tensor& a, const Tensor& b, const std::string& name, const
   MT_CHECK(a.shape() == b.shape(), "{}: {} {} expected {}", name, what, to_string(a.shape()),
            to_string(b.shape()));
 }
+// A norm's [C] tensor: replicated over tp, so every rank holds all of it.
+Parameter replicated(const ParamPlacement& record, InitKind init, ParameterStorage storage) {
+  MT_CHECK(record.shape.size() == 1 && !record.sharded_over_tp(),
+           "{}: a norm's tensor is [C] replicated over tp, not {} {}", record.name,
+           to_string(record.shape), to_string(record.on(Axis::tp)));
+  return Parameter(record, 0, 1, init, 0.0f, storage);
+}
+
 }  // namespace
 
-LayerNorm::LayerNorm(const std::string& prefix, std::int64_t features, bool bias, float eps,
+LayerNorm::LayerNorm(const std::string& prefix, const PlacementTable& records, float eps,
                      ParameterStorage storage)
-    : features_(features),
-      eps_(eps),
-      weight_(prefix + ".weight", Shape{features}, InitKind::ones, 0.0f, storage) {
-  if (bias) bias_.emplace(prefix + ".bias", Shape{features}, InitKind::zeros, 0.0f, storage);
+    : eps_(eps), weight_(replicated(records.at(prefix + ".weight"), InitKind::ones, storage)) {
+  features_ = weight_.shard.logical_shape.at(0);
+  if (const ParamPlacement* bias = records.find(prefix + ".bias")) {
+    bias_.emplace(replicated(*bias, InitKind::zeros, storage));
+  }
 }
 
 Tensor LayerNorm::forward(const Tensor& x, const SequenceBatch& /*batch*/,
@@ -88,11 +97,11 @@ ParameterList LayerNorm::parameters() {
   return out;
 }
 
-RmsNorm::RmsNorm(const std::string& prefix, std::int64_t features, float eps,
+RmsNorm::RmsNorm(const std::string& prefix, const PlacementTable& records, float eps,
                  ParameterStorage storage)
-    : features_(features),
-      eps_(eps),
-      weight_(prefix + ".weight", Shape{features}, InitKind::ones, 0.0f, storage) {}
+    : eps_(eps), weight_(replicated(records.at(prefix + ".weight"), InitKind::ones, storage)) {
+  features_ = weight_.shard.logical_shape.at(0);
+}
 
 Tensor RmsNorm::forward(const Tensor& x, const SequenceBatch& /*batch*/,
                         const MicroBatchContext& ctx) {

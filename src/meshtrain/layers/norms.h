@@ -30,8 +30,9 @@ class ResidualNorm : public Module {
 
 class LayerNorm final : public ResidualNorm {
  public:
-  /// `<prefix>.weight` [C] = 1 and, with bias, `<prefix>.bias` [C] = 0.
-  LayerNorm(const std::string& prefix, std::int64_t features, bool bias, float eps,
+  /// `<prefix>.weight` [C] = 1 and, when `records` lists it, `<prefix>.bias` [C] = 0, each
+  /// allocated from its record (replicated over tp; MT_CHECKed).
+  LayerNorm(const std::string& prefix, const PlacementTable& records, float eps,
             ParameterStorage storage = ParameterStorage::allocated);
 
   /// x [rows, C] → [rows, C]; keeps x, mean and rstd [rows] in slot ctx.slot.
@@ -59,8 +60,9 @@ class LayerNorm final : public ResidualNorm {
 
 class RmsNorm final : public ResidualNorm {
  public:
-  /// `<prefix>.weight` [C] = 1 (Hugging Face LlamaRMSNorm).
-  RmsNorm(const std::string& prefix, std::int64_t features, float eps,
+  /// `<prefix>.weight` [C] = 1 (Hugging Face LlamaRMSNorm), allocated from its record
+  /// (replicated over tp; MT_CHECKed).
+  RmsNorm(const std::string& prefix, const PlacementTable& records, float eps,
           ParameterStorage storage = ParameterStorage::allocated);
 
   /// x [rows, C] → [rows, C]; keeps x and rstd [rows] in slot ctx.slot.

@@ -48,6 +48,12 @@ Parameter::Parameter(std::string name_, ShardSlice shard_, InitKind init_, float
   grad = Tensor::zeros(shape, MemCategory::grads);
 }
 
+Parameter::Parameter(const ParamPlacement& record, int tp_rank, int tp_size, InitKind init_,
+                     float init_std_, ParameterStorage storage)
+    : Parameter(record.name, record.tp_slice(tp_rank, tp_size), init_, init_std_, storage) {
+  placement = record;
+}
+
 Shape Parameter::local_shape() const { return checked_local_shape(shard); }
 
 bool Parameter::is_sharded() const {

@@ -27,9 +27,8 @@ enum class InitKind : std::uint8_t { normal, zeros, ones };
 enum class ParameterStorage : std::uint8_t { allocated, deferred };
 
 /// A trainable tensor of this rank. Where it lives on the mesh is `placement`, its record of
-/// the placement table (mesh/placement.h), which the pipeline stage assigns after checking the
-/// layer's slice against it; every consumer (gradient reduction, ZeRO, the grad norm,
-/// checkpoints, export) reads the record.
+/// the placement table (mesh/placement.h), from which the layer allocated it; every consumer
+/// (gradient reduction, ZeRO, the grad norm, checkpoints, export) reads the record.
 struct Parameter {
   std::string name;  // Hugging Face name, e.g. "transformer.h.0.attn.c_attn.weight"
   // f32, MemCategory::params, local shape of `shard`. Under mixed precision the trainer may
@@ -40,10 +39,17 @@ struct Parameter {
   InitKind init = InitKind::zeros;
   float init_std = 0.0f;      // for InitKind::normal
   bool weight_decay = false;  // nanoGPT's rule: 2-D weights decay, biases and norms do not
-  ShardSlice shard;           // this rank's slice of the logical tensor
-  // Its record of the placement table. Before the pipeline stage places it: name and logical
-  // shape, tp from `shard`, every other axis replicated, dense replicas, ZeRO stage 0.
+  ShardSlice shard;           // this rank's slice of the logical tensor: placement's tp slice
+  // Its record of the placement table; built from a name and a shape or slice instead: name
+  // and logical shape, tp from `shard`, every other axis replicated, dense replicas, ZeRO
+  // stage 0.
   ParamPlacement placement;
+
+  /// This rank's part of `record`'s tensor: record.tp_slice(tp_rank, tp_size), i.e. the whole
+  /// tensor unless the record shards it over tp; placement = record. Value set by
+  /// initialize(), grad zeroed (neither allocated when `storage` is deferred).
+  Parameter(const ParamPlacement& record, int tp_rank, int tp_size, InitKind init,
+            float init_std = 0.0f, ParameterStorage storage = ParameterStorage::allocated);
 
   /// The whole logical tensor of `shape`; value set by initialize(), grad zeroed (neither
   /// allocated when `storage` is deferred).

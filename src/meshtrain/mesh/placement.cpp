@@ -37,6 +37,18 @@ std::pair<std::int64_t, std::int64_t> zero_owned_range(int stage, std::int64_t n
   return {std::min(rank * slice, numel), std::min((rank + 1) * slice, numel)};
 }
 
+ParamPlacement ParamPlacement::whole(std::string name, Shape shape) {
+  return {.name = std::move(name), .shape = std::move(shape)};
+}
+
+ParamPlacement ParamPlacement::tp_shard(std::string name, Shape shape, int dim,
+                                        std::int64_t parts) {
+  ParamPlacement p = whole(std::move(name), std::move(shape));
+  p.axes[static_cast<std::size_t>(Axis::tp)] = {
+      .kind = PlacementKind::shard, .dim = dim, .parts = parts};
+  return p;
+}
+
 bool ParamPlacement::held_by(const MeshShape& mesh, const MeshCoords& c) const {
   const AxisPlacement& pp = on(Axis::pp);
   const AxisPlacement& ep = on(Axis::ep);
@@ -46,7 +58,7 @@ bool ParamPlacement::held_by(const MeshShape& mesh, const MeshCoords& c) const {
 
 ShardSlice ParamPlacement::tp_slice(int rank, int ranks) const {
   const AxisPlacement& tp = on(Axis::tp);
-  if (tp.kind != PlacementKind::shard) return whole(shape);
+  if (tp.kind != PlacementKind::shard) return meshtrain::whole(shape);
   return even_shard(shape, tp.dim, rank, ranks, tp.parts);
 }
 
@@ -100,6 +112,13 @@ const ParamPlacement& PlacementTable::at(std::string_view name, bool tied_copy) 
   MT_CHECK(it != params_.end(), "no parameter {}{} in the placement table", name,
            tied_copy ? " (tied copy)" : "");
   return *it;
+}
+
+const ParamPlacement* PlacementTable::find(std::string_view name) const {
+  const auto it = std::find_if(params_.begin(), params_.end(), [&](const ParamPlacement& p) {
+    return p.name == name && !p.tied_copy;
+  });
+  return it == params_.end() ? nullptr : &*it;
 }
 
 std::vector<const ParamPlacement*> PlacementTable::held_by(const MeshCoords& c) const {

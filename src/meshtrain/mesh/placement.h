@@ -4,9 +4,10 @@
 // axis whether the tensor is replicated, sharded (which dimension, which part) or held by one
 // coordinate only, which ranks sum its gradient, which slice ZeRO gives each rank, and which
 // copy counts in the grad norm and the checkpoint. One pure function of (model config, layout)
-// builds it, with no groups, no tensors and no MPI; the model build checks every parameter it
-// makes against it, and gradient reduction, ZeRO, the grad norm, checkpoints, the offline
-// reshard, export and the planner read it. The models: PyTorch DTensor's per-axis placements
+// builds it, with no groups, no tensors and no MPI; the model build hands every layer the
+// records of its parameters, which it allocates from (their tp slices, an ep rank's experts),
+// and gradient reduction, ZeRO, the grad norm, checkpoints, the offline reshard, export and
+// the planner read it. The models: PyTorch DTensor's per-axis placements
 // (torchtitan's parallelize plans) and Megatron-core's per-parameter `allreduce`,
 // `sequence_parallel` and `is_expert` attributes, as one table.
 #pragma once
@@ -79,6 +80,13 @@ std::pair<std::int64_t, std::int64_t> zero_owned_range(int stage, std::int64_t n
 
 /// One parameter's placement on the mesh.
 struct ParamPlacement {
+  /// `name` of `shape`, replicated over every axis (a tensor built outside a model's table:
+  /// a layer on its own, a test).
+  static ParamPlacement whole(std::string name, Shape shape);
+  /// `name` of `shape` sharded over tp along `dim` in `parts` blocks (ColumnParallelLinear's
+  /// weight: dim 0; RowParallelLinear's: dim 1), every other axis replicated.
+  static ParamPlacement tp_shard(std::string name, Shape shape, int dim, std::int64_t parts = 1);
+
   std::string name;  // Hugging Face name (a tied copy shares its original's)
   Shape shape;       // the logical tensor, f32
   std::array<AxisPlacement, 5> axes{};  // by Axis: pp, dp, cp, tp, ep
@@ -137,6 +145,8 @@ class PlacementTable {
   const std::vector<ParamPlacement>& params() const noexcept { return params_; }
   /// The record of `name` (its tied copy when `tied_copy`); MT_CHECKs that it exists.
   const ParamPlacement& at(std::string_view name, bool tied_copy = false) const;
+  /// The record of `name` (not a tied copy), or nullptr: a layer's optional tensors (biases).
+  const ParamPlacement* find(std::string_view name) const;
   /// The records the rank at `c` holds, in the order its pipeline stage builds them (its
   /// chunks k·pp + c.pp for k = 0, 1, …).
   std::vector<const ParamPlacement*> held_by(const MeshCoords& c) const;
@@ -147,8 +157,9 @@ class PlacementTable {
 };
 
 /// The table of `model` (vocab_size known) on `layout`: a pure function (no groups, no
-/// tensors). Names and shapes are those model/causal_lm.cpp builds; PipelineStage MT_CHECKs
-/// every parameter it makes against it.
+/// tensors), in the order model/causal_lm.cpp builds the parameters. The layers allocate
+/// every parameter from its record; PipelineStage MT_CHECKs they built each record once, in
+/// order.
 PlacementTable placement_table(const ModelConfig& model, const PlacementLayout& layout);
 /// placement_table(config.model, placement_layout(config)).
 PlacementTable placement_table(const Config& config);

@@ -8,12 +8,12 @@
 #include "meshtrain/config/validate.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/kernels/kernels.h"
-#include "meshtrain/transformer/attention.h"
 #include "meshtrain/layers/autocast.h"
+#include "meshtrain/layers/norms.h"
+#include "meshtrain/model/pipeline_stage.h"
+#include "meshtrain/transformer/attention.h"
 #include "meshtrain/transformer/mlp.h"
 #include "meshtrain/transformer/moe.h"
-#include "meshtrain/model/pipeline_stage.h"
-#include "meshtrain/layers/norms.h"
 
 namespace meshtrain {
 namespace {
@@ -25,16 +25,29 @@ std::string embedding_name(const ModelConfig& c) {
 }
 
 std::unique_ptr<Module> norm(const ModelConfig& c, const std::string& prefix,
-                             ParameterStorage storage) {
+                             const PlacementTable& records, ParameterStorage storage) {
   const auto eps = static_cast<float>(c.norm_eps);
-  if (is_llama(c)) return std::make_unique<RmsNorm>(prefix, c.n_embd, eps, storage);
-  return std::make_unique<LayerNorm>(prefix, c.n_embd, c.bias, eps, storage);
+  if (is_llama(c)) return std::make_unique<RmsNorm>(prefix, records, eps, storage);
+  return std::make_unique<LayerNorm>(prefix, records, eps, storage);
+}
+
+// The table of a whole model on the groups' layout (one pipeline stage, one chunk).
+PlacementTable whole_model_table(const ModelConfig& c, const ParallelGroups& groups) {
+  const PlacementLayout layout{.mesh = {.pp = 1,
+                                        .dp = groups.ep.size(),
+                                        .cp = groups.cp.size(),
+                                        .tp = groups.tp.group.size(),
+                                        .ep = groups.ep.size()},
+                               .sequence_parallel = groups.tp.sequence_parallel,
+                               .layers_per_chunk = {c.n_layer}};
+  return placement_table(c, layout);
 }
 
 // Block i's MoE feed-forward (Mixtral names under `prefix`), or nullptr when block i is dense.
 std::unique_ptr<SparseMoeBlock> moe_mlp(const ModelConfig& c, std::int64_t i,
-                                        const std::string& prefix, const ParallelGroups& groups,
-                                        float init_std, float proj_std, ParameterStorage storage) {
+                                        const std::string& prefix, const PlacementTable& records,
+                                        const ParallelGroups& groups, float init_std,
+                                        float proj_std, ParameterStorage storage) {
   if (c.moe_experts < 1 || i % c.moe_layer_freq != 0) return nullptr;
   const MoeShape shape{.n_embd = c.n_embd,
                        .moe_experts = c.moe_experts,
@@ -46,11 +59,12 @@ std::unique_ptr<SparseMoeBlock> moe_mlp(const ModelConfig& c, std::int64_t i,
                            .moe_token_drop_policy = c.moe_token_drop_policy,
                            .moe_aux_loss_coeff = c.moe_aux_loss_coeff,
                            .moe_z_loss_coeff = c.moe_z_loss_coeff};
-  return std::make_unique<SparseMoeBlock>(prefix, shape, options, groups.ep, groups.moe_tokens,
-                                          storage);
+  return std::make_unique<SparseMoeBlock>(prefix, shape, options, records, groups.ep,
+                                          groups.moe_tokens, storage);
 }
 
 std::unique_ptr<TransformerBlock> block(const ModelConfig& c, std::int64_t i,
+                                        const PlacementTable& records,
                                         const ParallelGroups& groups, RecomputeMode recompute,
                                         ParameterStorage storage, std::vector<MoeLayerRef>& moe,
                                         std::vector<const CausalSelfAttention*>& attention) {
@@ -65,43 +79,45 @@ std::unique_ptr<TransformerBlock> block(const ModelConfig& c, std::int64_t i,
   const AttentionShape attn{.n_embd = c.n_embd,
                             .n_head = c.n_head,
                             .n_kv_head = kv_heads_of(c),
-                            .bias = c.bias,
                             .init_std = init_std,
                             .proj_init_std = proj_std,
                             .rope_theta = llama ? static_cast<float>(c.rope_theta) : 0.0f,
                             .fused_qkv = !llama};
-  const MlpShape mlp{.n_embd = c.n_embd,
-                     .hidden = ffn_hidden_of(c),
-                     .bias = c.bias,
-                     .init_std = init_std,
-                     .proj_init_std = proj_std};
+  const MlpInit mlp{.init_std = init_std, .proj_init_std = proj_std};
   auto attention_of = [&](const std::string& name) {
-    auto layer = std::make_unique<CausalSelfAttention>(name, attn, groups, recompute, storage);
+    auto layer =
+        std::make_unique<CausalSelfAttention>(name, attn, records, groups, recompute, storage);
     attention.push_back(layer.get());
     return layer;
   };
   if (llama) {
     const std::string p = fmt::format("model.layers.{}", i);
-    std::unique_ptr<Module> ffn = moe_mlp(c, i, p, groups, init_std, proj_std, storage);
+    std::unique_ptr<Module> ffn = moe_mlp(c, i, p, records, groups, init_std, proj_std, storage);
     if (ffn) {
       moe.push_back({i, static_cast<SparseMoeBlock*>(ffn.get())});
     } else {
-      ffn = std::make_unique<SwiGluMlp>(p + ".mlp", mlp, tp, storage);
+      ffn = std::make_unique<SwiGluMlp>(p + ".mlp", mlp, records, tp, storage);
     }
     return std::make_unique<TransformerBlock>(
-        norm(c, p + ".input_layernorm", storage), attention_of(p + ".self_attn"),
-        norm(c, p + ".post_attention_layernorm", storage), std::move(ffn), recompute);
+        norm(c, p + ".input_layernorm", records, storage), attention_of(p + ".self_attn"),
+        norm(c, p + ".post_attention_layernorm", records, storage), std::move(ffn), recompute);
   }
   const std::string p = fmt::format("transformer.h.{}", i);
   return std::make_unique<TransformerBlock>(
-      norm(c, p + ".ln_1", storage), attention_of(p + ".attn"), norm(c, p + ".ln_2", storage),
-      std::make_unique<GeluMlp>(p + ".mlp", mlp, tp, storage), recompute);
+      norm(c, p + ".ln_1", records, storage), attention_of(p + ".attn"),
+      norm(c, p + ".ln_2", records, storage),
+      std::make_unique<GeluMlp>(p + ".mlp", mlp, records, tp, storage), recompute);
 }
 
 }  // namespace
 
 CausalLm::CausalLm(const ModelConfig& config, std::uint64_t seed, const ParallelGroups& groups,
-                   const ChunkLayout& layout, RecomputeMode recompute, ParameterStorage storage)
+                   RecomputeMode recompute, ParameterStorage storage)
+    : CausalLm(config, seed, groups, whole_model_table(config, groups), {}, recompute, storage) {}
+
+CausalLm::CausalLm(const ModelConfig& config, std::uint64_t seed, const ParallelGroups& groups,
+                   const PlacementTable& records, const ChunkLayout& layout,
+                   RecomputeMode recompute, ParameterStorage storage)
     : config_(config), tp_(groups.tp), cp_(groups.cp), layout_(layout) {
   const TensorParallel& tp = groups.tp;
   MT_CHECK(config.vocab_size > 0, "vocab_size must be known before building the model");
@@ -113,28 +129,29 @@ CausalLm::CausalLm(const ModelConfig& config, std::uint64_t seed, const Parallel
   const bool llama = is_llama(config);
   const auto init_std = static_cast<float>(config.init_std);
   if (layout_.has_embedding) {
-    embed_ = std::make_unique<VocabParallelEmbedding>(embedding_name(config), config.vocab_size,
-                                                      config.n_embd, init_std, tp, storage);
+    embed_ = std::make_unique<VocabParallelEmbedding>(records.at(embedding_name(config)),
+                                                      init_std, tp, storage);
     params_.push_back(&embed_->weight());
     if (!llama) {
-      wpe_.emplace("transformer.wpe.weight", Shape{config.block_size, config.n_embd},
-                   InitKind::normal, init_std, storage);
+      wpe_.emplace(records.at("transformer.wpe.weight"), 0, 1, InitKind::normal, init_std,
+                   storage);
       params_.push_back(&*wpe_);
     }
   }
   for (std::int64_t i = layout_.first_layer; i < layout_.first_layer + layout_.num_layers; ++i) {
-    blocks_.push_back(block(config, i, groups, recompute, storage, moe_, attention_));
+    blocks_.push_back(block(config, i, records, groups, recompute, storage, moe_, attention_));
     for (Parameter* p : blocks_.back()->parameters()) params_.push_back(p);
   }
   if (layout_.has_head) {
-    final_norm_ = norm(config, llama ? "model.norm" : "transformer.ln_f", storage);
+    final_norm_ = norm(config, llama ? "model.norm" : "transformer.ln_f", records, storage);
     for (Parameter* p : final_norm_->parameters()) params_.push_back(p);
     if (llama || !layout_.has_embedding) {
       // llama's own head, or gpt2's tied embedding on a later pipeline stage: a copy with the
-      // embedding's name and initial values, its gradient summed with the embedding's.
-      lm_head_.emplace(vocab_shard_parameter(llama ? "lm_head.weight" : embedding_name(config),
-                                             config.vocab_size, config.n_embd, init_std, tp.group,
-                                             storage));
+      // embedding's name and initial values (its record the tied copy), its gradient summed
+      // with the embedding's.
+      const ParamPlacement& record =
+          llama ? records.at("lm_head.weight") : records.at(embedding_name(config), true);
+      lm_head_.emplace(vocab_shard_parameter(record, init_std, tp.group, storage));
       params_.push_back(&*lm_head_);
     }
     head_ = std::make_unique<VocabParallelLmHead>(lm_head_ ? *lm_head_ : embed_->weight(), tp);

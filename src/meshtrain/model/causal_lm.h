@@ -27,11 +27,12 @@
 #include "meshtrain/config/config.h"
 #include "meshtrain/layers/activation_slots.h"
 #include "meshtrain/layers/module.h"
+#include "meshtrain/layers/parameter_hooks.h"
+#include "meshtrain/mesh/placement.h"
+#include "meshtrain/parallel/tp/vocab_parallel.h"
 #include "meshtrain/transformer/moe.h"
 #include "meshtrain/transformer/parallel_groups.h"
-#include "meshtrain/layers/parameter_hooks.h"
 #include "meshtrain/transformer/transformer_block.h"
-#include "meshtrain/parallel/tp/vocab_parallel.h"
 
 namespace meshtrain {
 
@@ -56,7 +57,10 @@ struct MoeLayerRef {
 class CausalLm {
  public:
   /// Builds and allocates this rank's parameters of `layout` (config validated and
-  /// vocab_size > 0 beforehand) and initialises them from (seed, name, global index):
+  /// vocab_size > 0 beforehand), each layer from its parameters' records in `records` (the
+  /// placement table of the run, mesh/placement.h: the tp slices, the ep rank's experts,
+  /// whether there are biases; tied_copy for gpt2's head on a later chunk than the embedding),
+  /// and initialises them from (seed, name, global index):
   /// N(0, init_std²) for weights and embeddings; for gpt2 N(0, (init_std/√(2·n_layer))²) for
   /// the residual projections c_proj (GPT-2 §2.3); zeros for biases, ones for norm weights.
   /// `recompute` (training.recompute): selective, every attention recomputes its core in
@@ -64,7 +68,13 @@ class CausalLm {
   /// itself (TransformerBlock). `storage` deferred: the parameters get neither values nor
   /// gradients (ZeRO-3 materialises each rank's slice; a parameter table needs none).
   CausalLm(const ModelConfig& config, std::uint64_t seed, const ParallelGroups& groups,
-           const ChunkLayout& layout = {}, RecomputeMode recompute = RecomputeMode::none,
+           const PlacementTable& records, const ChunkLayout& layout,
+           RecomputeMode recompute = RecomputeMode::none,
+           ParameterStorage storage = ParameterStorage::allocated);
+  /// The whole model, from the table of one pipeline stage on the groups' tp, cp and ep sizes
+  /// (tp's sequence parallelism included; dp = ep, no ZeRO, f32).
+  CausalLm(const ModelConfig& config, std::uint64_t seed, const ParallelGroups& groups,
+           RecomputeMode recompute = RecomputeMode::none,
            ParameterStorage storage = ParameterStorage::allocated);
 
   /// tokens, targets [batch, T] i32 (T ≤ block_size; the same on every tp rank; under context

@@ -9,6 +9,10 @@ namespace meshtrain {
 PipelineStage::PipelineStage(const Config& config, std::uint64_t seed, const ParallelGroups& groups,
                              int pp_rank, ParameterStorage storage)
     : pp_(static_cast<int>(config.parallel.pp)), pp_rank_(pp_rank) {
+  const PlacementTable table = placement_table(config);
+  MT_CHECK(groups.tp.group.size() == table.mesh().tp && groups.ep.size() == table.mesh().ep,
+           "groups of tp {} and ep {} for a layout of {}", groups.tp.group.size(),
+           groups.ep.size(), table.mesh().to_string());
   const std::vector<std::int64_t> counts = layers_per_chunk(config);
   MT_CHECK(!counts.empty(), "invalid pipeline split (the config was not validated)");
   const int v = static_cast<int>(config.parallel.virtual_stages);
@@ -21,11 +25,11 @@ PipelineStage::PipelineStage(const Config& config, std::uint64_t seed, const Par
                              .num_layers = counts[static_cast<std::size_t>(g)],
                              .has_embedding = g == 0,
                              .has_head = g == last};
-    chunks_.push_back(std::make_unique<CausalLm>(config.model, seed, groups, layout,
+    chunks_.push_back(std::make_unique<CausalLm>(config.model, seed, groups, table, layout,
                                                  config.training.recompute, storage));
     for (Parameter* p : chunks_.back()->parameters()) params_.push_back(p);
   }
-  place(config, groups);
+  check_built(table, groups);
   if (config.model.family == ModelFamily::gpt2 && last > 0) {
     // The embedding sits in global chunk 0 and its tied copy in the last; on different ranks
     // when pp > 1, in different chunks of one rank when only v > 1 (pp = 1).
@@ -35,28 +39,18 @@ PipelineStage::PipelineStage(const Config& config, std::uint64_t seed, const Par
   }
 }
 
-void PipelineStage::place(const Config& config, const ParallelGroups& groups) {
-  const PlacementTable table = placement_table(config);
+void PipelineStage::check_built(const PlacementTable& table, const ParallelGroups& groups) const {
   // This rank as the table sees it: its pp, tp and ep coordinates (ep rank = d mod ep); dp and
   // cp ranks hold the same tensors.
   const MeshCoords c{.pp = pp_rank_, .dp = groups.ep.rank(), .cp = 0, .tp = groups.tp.group.rank()};
-  MT_CHECK(groups.tp.group.size() == table.mesh().tp && groups.ep.size() == table.mesh().ep,
-           "groups of tp {} and ep {} for a layout of {}", groups.tp.group.size(),
-           groups.ep.size(), table.mesh().to_string());
   const std::vector<const ParamPlacement*> held = table.held_by(c);
   MT_CHECK(held.size() == params_.size(), "stage {} built {} parameters, its placements list {}",
            pp_rank_, params_.size(), held.size());
   for (std::size_t i = 0; i < held.size(); ++i) {
-    Parameter& p = *params_[i];
-    const ParamPlacement& record = *held[i];
-    const ShardSlice want = record.slice(table.mesh(), c);
-    MT_CHECK(p.name == record.name && p.shard == want,
-             "stage {}: parameter {} ({}, dim {} [{}, +{})) differs from its placement {} ({}, "
-             "dim {} [{}, +{}))",
-             pp_rank_, p.name, to_string(p.shard.logical_shape), p.shard.dim, p.shard.offset,
-             p.shard.length, record.name, to_string(record.shape), want.dim, want.offset,
-             want.length);
-    p.placement = record;
+    const ParamPlacement& built = params_[i]->placement;
+    MT_CHECK(built.name == held[i]->name && built.tied_copy == held[i]->tied_copy,
+             "stage {}: parameter {} is {}{} in the placement table's order", pp_rank_, i,
+             held[i]->name, held[i]->tied_copy ? " (tied copy)" : "");
   }
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "meshtrain/config/config.h"
+#include "meshtrain/mesh/placement.h"
 #include "meshtrain/model/causal_lm.h"
 
 namespace meshtrain {
@@ -19,9 +20,10 @@ namespace meshtrain {
 class PipelineStage {
  public:
   /// Builds and initialises the chunks of pipeline rank `pp_rank` (config validated, vocab
-  /// known). Every chunk's parameters are initialised from (seed, name, index) as in the whole
-  /// model, so the union over stages is exactly the pp = 1 model. `storage` deferred: no
-  /// parameter gets values or gradients (CausalLm).
+  /// known), every layer from its parameters' records of the config's placement table
+  /// (mesh/placement.h). Every chunk's parameters are initialised from (seed, name, index) as
+  /// in the whole model, so the union over stages is exactly the pp = 1 model. `storage`
+  /// deferred: no parameter gets values or gradients (CausalLm).
   PipelineStage(const Config& config, std::uint64_t seed, const ParallelGroups& groups, int pp_rank,
                 ParameterStorage storage = ParameterStorage::allocated);
 
@@ -49,10 +51,10 @@ class PipelineStage {
   double attention_core_seconds() const noexcept;
 
  private:
-  /// Gives every parameter its record of the placement table (mesh/placement.h), after
-  /// MT_CHECKing that the layers built exactly the table's tensors, in its order, with its
-  /// slices.
-  void place(const Config& config, const ParallelGroups& groups);
+  /// MT_CHECKs that the layers built each record of `table` this rank holds once, in the
+  /// table's order (the order consumers such as checkpoints pair them in). Each parameter's
+  /// slice cannot differ from its record's: the layers allocated it from the record.
+  void check_built(const PlacementTable& table, const ParallelGroups& groups) const;
 
   int pp_, pp_rank_;
   std::vector<std::unique_ptr<CausalLm>> chunks_;

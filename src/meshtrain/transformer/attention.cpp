@@ -8,11 +8,18 @@ namespace meshtrain {
 namespace {
 
 std::vector<ColumnWeight> qkv_weights(const std::string& prefix, const AttentionShape& s) {
-  const std::int64_t head_dim = s.n_embd / s.n_head;
-  if (s.fused_qkv) return {{prefix + ".c_attn", 3 * s.n_embd, 3, s.init_std}};
-  return {{prefix + ".q_proj", s.n_head * head_dim, 1, s.init_std},
-          {prefix + ".k_proj", s.n_kv_head * head_dim, 1, s.init_std},
-          {prefix + ".v_proj", s.n_kv_head * head_dim, 1, s.init_std}};
+  if (s.fused_qkv) return {{prefix + ".c_attn", s.init_std}};
+  return {{prefix + ".q_proj", s.init_std},
+          {prefix + ".k_proj", s.init_std},
+          {prefix + ".v_proj", s.init_std}};
+}
+
+// The logical [out, in] of each projection `shape` implies: fused [3C, C], or q [H·d, C],
+// k and v [Hkv·d, C], then the output projection [C, H·d].
+std::vector<Shape> projection_shapes(const AttentionShape& s) {
+  const std::int64_t C = s.n_embd, d = C / s.n_head;
+  if (s.fused_qkv) return {{3 * C, C}, {C, C}};
+  return {{s.n_head * d, C}, {s.n_kv_head * d, C}, {s.n_kv_head * d, C}, {C, s.n_head * d}};
 }
 
 // The rows of q, k and v inside the projection outputs: three column blocks of one tensor
@@ -31,6 +38,7 @@ Rows rows_of(const std::vector<Tensor>& t, std::int64_t q_width, std::int64_t kv
 }  // namespace
 
 CausalSelfAttention::CausalSelfAttention(const std::string& prefix, const AttentionShape& shape,
+                                         const PlacementTable& records,
                                          const ParallelGroups& groups, RecomputeMode recompute,
                                          ParameterStorage storage)
     : shape_(shape),
@@ -39,10 +47,17 @@ CausalSelfAttention::CausalSelfAttention(const std::string& prefix, const Attent
       head_dim_(shape.n_embd / shape.n_head),
       recompute_core_(recompute == RecomputeMode::selective),
       cp_(groups.cp),
-      qkv_(qkv_weights(prefix, shape), shape.n_embd, shape.bias, groups.tp, storage),
-      out_(prefix + (shape.fused_qkv ? ".c_proj" : ".o_proj"), shape.n_head * head_dim_,
-           shape.n_embd, shape.bias, shape.proj_init_std, groups.tp, storage) {
+      qkv_(qkv_weights(prefix, shape), records, groups.tp, storage),
+      out_(prefix + (shape.fused_qkv ? ".c_proj" : ".o_proj"), records, shape.proj_init_std,
+           groups.tp, storage) {
   const TensorParallel& tp = groups.tp;
+  std::vector<Shape> built;
+  for (const Parameter* p : qkv_.parameters()) {
+    if (p->shard.logical_shape.size() == 2) built.push_back(p->shard.logical_shape);
+  }
+  built.push_back(out_.parameters().front()->shard.logical_shape);
+  MT_CHECK(built == projection_shapes(shape), "{}: projection records do not fit {} heads of {}",
+           prefix, shape.n_head, shape.n_embd);
   MT_CHECK(shape.n_head % tp.group.size() == 0 && shape.n_kv_head % tp.group.size() == 0 &&
                shape.n_head % shape.n_kv_head == 0 &&
                (!shape.fused_qkv || shape.n_kv_head == shape.n_head),

@@ -18,10 +18,10 @@
 #include <vector>
 
 #include "meshtrain/layers/activation_slots.h"
-#include "meshtrain/parallel/cp/context_attention.h"
 #include "meshtrain/layers/module.h"
-#include "meshtrain/transformer/parallel_groups.h"
+#include "meshtrain/parallel/cp/context_attention.h"
 #include "meshtrain/parallel/tp/parallel_linear.h"
+#include "meshtrain/transformer/parallel_groups.h"
 
 namespace meshtrain {
 
@@ -29,7 +29,6 @@ struct AttentionShape {
   std::int64_t n_embd;     // C
   std::int64_t n_head;     // H; C % H == 0, H % tp == 0 (validated with the config)
   std::int64_t n_kv_head;  // Hkv; H % Hkv == 0, Hkv % tp == 0
-  bool bias;
   float init_std;       // q, k, v weights
   float proj_init_std;  // output projection (GPT-2 scales it by 1/√(2·n_layer))
   float rope_theta;     // > 0: rotary embedding with this base; 0: none
@@ -42,8 +41,12 @@ class CausalSelfAttention final : public Module {
   /// after forward and recomputes them in backward (Korthikanti et al. 2022, §4.2's
   /// "selective activation recomputation" of the attention core); none and full keep them
   /// (under full the block discards the whole layer instead).
+  /// The projections' weights (and biases, when `records` lists them) are allocated from
+  /// their records (parallel_linear.h); MT_CHECKs that the heads split over tp and that the
+  /// records' shapes are `shape`'s.
   CausalSelfAttention(const std::string& prefix, const AttentionShape& shape,
-                      const ParallelGroups& groups, RecomputeMode recompute = RecomputeMode::none,
+                      const PlacementTable& records, const ParallelGroups& groups,
+                      RecomputeMode recompute = RecomputeMode::none,
                       ParameterStorage storage = ParameterStorage::allocated);
 
   /// x [tokens, C] (or [tokens/tp, C] under sequence parallelism; tokens = sequences ·

@@ -6,10 +6,10 @@
 
 namespace meshtrain {
 
-GeluMlp::GeluMlp(const std::string& prefix, const MlpShape& s, const TensorParallel& tp,
-                 ParameterStorage storage)
-    : fc_({{prefix + ".c_fc", s.hidden, 1, s.init_std}}, s.n_embd, s.bias, tp, storage),
-      proj_(prefix + ".c_proj", s.hidden, s.n_embd, s.bias, s.proj_init_std, tp, storage) {}
+GeluMlp::GeluMlp(const std::string& prefix, const MlpInit& init, const PlacementTable& records,
+                 const TensorParallel& tp, ParameterStorage storage)
+    : fc_({{prefix + ".c_fc", init.init_std}}, records, tp, storage),
+      proj_(prefix + ".c_proj", records, init.proj_init_std, tp, storage) {}
 
 Tensor GeluMlp::forward(const Tensor& x, const SequenceBatch& /*batch*/,
                         const MicroBatchContext& ctx) {
@@ -51,12 +51,12 @@ ParameterList GeluMlp::parameters() {
   return out;
 }
 
-SwiGluMlp::SwiGluMlp(const std::string& prefix, const MlpShape& s, const TensorParallel& tp,
+SwiGluMlp::SwiGluMlp(const std::string& prefix, const MlpInit& init,
+                     const PlacementTable& records, const TensorParallel& tp,
                      ParameterStorage storage)
-    : gate_up_({{prefix + ".gate_proj", s.hidden, 1, s.init_std},
-                {prefix + ".up_proj", s.hidden, 1, s.init_std}},
-               s.n_embd, s.bias, tp, storage),
-      down_(prefix + ".down_proj", s.hidden, s.n_embd, s.bias, s.proj_init_std, tp, storage) {}
+    : gate_up_({{prefix + ".gate_proj", init.init_std}, {prefix + ".up_proj", init.init_std}},
+               records, tp, storage),
+      down_(prefix + ".down_proj", records, init.proj_init_std, tp, storage) {}
 
 Tensor SwiGluMlp::forward(const Tensor& x, const SequenceBatch& /*batch*/,
                           const MicroBatchContext& ctx) {

@@ -4,7 +4,8 @@
 //   GeluMlp (GPT-2): `<prefix>.c_fc` [F, C], GELU (tanh), `<prefix>.c_proj` [C, F].
 //   SwiGluMlp (Llama; Shazeer 2020): `<prefix>.{gate_proj, up_proj}` [F, C],
 //     silu(gate)·up, `<prefix>.down_proj` [C, F].
-// F % tp == 0 (validated with the config).
+// F % tp == 0 (validated with the config). Every tensor is allocated from its record of the
+// placement table (parallel_linear.h), which gives C, F and whether there are biases.
 #pragma once
 
 #include <string>
@@ -16,18 +17,16 @@
 
 namespace meshtrain {
 
-struct MlpShape {
-  std::int64_t n_embd;  // C
-  std::int64_t hidden;  // F
-  bool bias;
+/// The weights' initial N(0, std²) (the biases start at zero).
+struct MlpInit {
   float init_std;       // expansion weights
   float proj_init_std;  // projection back to C
 };
 
 class GeluMlp final : public Module {
  public:
-  GeluMlp(const std::string& prefix, const MlpShape& shape, const TensorParallel& tp,
-          ParameterStorage storage = ParameterStorage::allocated);
+  GeluMlp(const std::string& prefix, const MlpInit& init, const PlacementTable& records,
+          const TensorParallel& tp, ParameterStorage storage = ParameterStorage::allocated);
   /// x [tokens(/tp), C] → same layout; keeps the pre-activation [tokens, F/tp] in slot
   /// ctx.slot (plus what its linears keep).
   Tensor forward(const Tensor& x, const SequenceBatch& batch,
@@ -48,8 +47,8 @@ class GeluMlp final : public Module {
 
 class SwiGluMlp final : public Module {
  public:
-  SwiGluMlp(const std::string& prefix, const MlpShape& shape, const TensorParallel& tp,
-            ParameterStorage storage = ParameterStorage::allocated);
+  SwiGluMlp(const std::string& prefix, const MlpInit& init, const PlacementTable& records,
+            const TensorParallel& tp, ParameterStorage storage = ParameterStorage::allocated);
   /// x [tokens(/tp), C] → same layout; keeps gate and up, [tokens, F/tp] each, in slot
   /// ctx.slot (plus what its linears keep).
   Tensor forward(const Tensor& x, const SequenceBatch& batch,

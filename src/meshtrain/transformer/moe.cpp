@@ -14,22 +14,46 @@ namespace meshtrain {
 // ---------------------------------------------------------------------------------------------
 // GroupedSwiGluExperts
 
-GroupedSwiGluExperts::GroupedSwiGluExperts(const std::string& prefix, std::int64_t first,
-                                           std::int64_t count, std::int64_t n_embd,
-                                           std::int64_t hidden, float init_std, float proj_init_std,
-                                           ParameterStorage storage)
-    : n_embd_(n_embd), hidden_(hidden) {
-  MT_CHECK(first >= 0 && count >= 1 && n_embd >= 1 && hidden >= 1,
-           "{}: experts [{}, +{}) of C={} F={}", prefix, first, count, n_embd, hidden);
-  experts_.reserve(static_cast<std::size_t>(count));
-  for (std::int64_t j = first; j < first + count; ++j) {
+namespace {
+
+// Whether ep rank `rank` holds `record`: it is not owned along ep, or owned by that rank.
+bool on_ep_rank(const ParamPlacement& record, int rank) {
+  const AxisPlacement& ep = record.on(Axis::ep);
+  return ep.kind != PlacementKind::owned || ep.owner == rank;
+}
+
+}  // namespace
+
+GroupedSwiGluExperts::GroupedSwiGluExperts(const std::string& prefix, std::int64_t experts,
+                                           const PlacementTable& records, int ep_rank,
+                                           int ep_size, float init_std, float proj_init_std,
+                                           ParameterStorage storage) {
+  std::int64_t first = -1;
+  for (std::int64_t j = 0; j < experts; ++j) {
     const std::string e = fmt::format("{}.{}", prefix, j);
-    experts_.push_back(Expert{.w1 = Parameter(e + ".w1.weight", Shape{hidden, n_embd},
+    const ParamPlacement& w1 = records.at(e + ".w1.weight");
+    if (!on_ep_rank(w1, ep_rank)) continue;
+    if (first < 0) first = j;
+    experts_.push_back(Expert{.w1 = Parameter(w1, 0, 1, InitKind::normal, init_std, storage),
+                              .w3 = Parameter(records.at(e + ".w3.weight"), 0, 1,
                                               InitKind::normal, init_std, storage),
-                              .w3 = Parameter(e + ".w3.weight", Shape{hidden, n_embd},
-                                              InitKind::normal, init_std, storage),
-                              .w2 = Parameter(e + ".w2.weight", Shape{n_embd, hidden},
+                              .w2 = Parameter(records.at(e + ".w2.weight"), 0, 1,
                                               InitKind::normal, proj_init_std, storage)});
+  }
+  const auto count = static_cast<std::int64_t>(experts_.size());
+  MT_CHECK(ep_size >= 1 && count >= 1 && count * ep_size == experts &&
+               first == ep_rank * count,
+           "{}: ep rank {} of {} holds experts [{}, +{}) of {}, not its block of E/ep",
+           prefix, ep_rank, ep_size, first, count, experts);
+  const Shape& w1 = experts_.front().w1.shard.logical_shape;
+  hidden_ = w1.at(0);
+  n_embd_ = w1.at(1);
+  for (const Expert& ex : experts_) {
+    MT_CHECK(ex.w1.shard.logical_shape == w1 && ex.w3.shard.logical_shape == w1 &&
+                 ex.w2.shard.logical_shape == Shape({n_embd_, hidden_}),
+             "{}: expert shapes {} {} {} (w1, w3 [F, C], w2 [C, F])", ex.w1.name,
+             to_string(ex.w1.shard.logical_shape), to_string(ex.w3.shard.logical_shape),
+             to_string(ex.w2.shard.logical_shape));
   }
 }
 
@@ -124,17 +148,23 @@ const MoeShape& checked(const std::string& prefix, const MoeShape& s, const MoeO
 }  // namespace
 
 SparseMoeBlock::SparseMoeBlock(const std::string& prefix, const MoeShape& shape,
-                               const MoeOptions& options, ExpertParallel ep, MoeTokenGroup tokens,
-                               ParameterStorage storage)
+                               const MoeOptions& options, const PlacementTable& records,
+                               ExpertParallel ep, MoeTokenGroup tokens, ParameterStorage storage)
     : shape_(checked(prefix, shape, options, ep)),
       options_(options),
       ep_(ep),
       tokens_(tokens),
-      gate_(prefix + ".block_sparse_moe.gate.weight", Shape{shape.moe_experts, shape.n_embd},
-            InitKind::normal, shape.init_std, storage),
-      experts_(prefix + ".block_sparse_moe.experts", ep.rank() * (shape.moe_experts / ep.size()),
-               shape.moe_experts / ep.size(), shape.n_embd, shape.moe_ffn_hidden, shape.init_std,
-               shape.proj_init_std, storage) {}
+      gate_(records.at(prefix + ".block_sparse_moe.gate.weight"), 0, 1, InitKind::normal,
+            shape.init_std, storage),
+      experts_(prefix + ".block_sparse_moe.experts", shape.moe_experts, records, ep.rank(),
+               ep.size(), shape.init_std, shape.proj_init_std, storage) {
+  MT_CHECK(gate_.shard.logical_shape == Shape({shape.moe_experts, shape.n_embd}) &&
+               experts_.parameters().front()->shard.logical_shape ==
+                   Shape({shape.moe_ffn_hidden, shape.n_embd}),
+           "{}: router {} and expert records do not fit E={} C={} F={}", prefix,
+           to_string(gate_.shard.logical_shape), shape.moe_experts, shape.n_embd,
+           shape.moe_ffn_hidden);
+}
 
 Tensor SparseMoeBlock::run_experts(const Tensor& packed, EpExchange& exchange,
                                    const MicroBatchContext& ctx) {

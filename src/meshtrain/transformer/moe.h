@@ -34,8 +34,8 @@
 #include <vector>
 
 #include "meshtrain/layers/activation_slots.h"
-#include "meshtrain/parallel/ep/expert_parallel.h"
 #include "meshtrain/layers/module.h"
+#include "meshtrain/parallel/ep/expert_parallel.h"
 #include "meshtrain/transformer/moe_routing.h"
 #include "meshtrain/transformer/parallel_groups.h"
 
@@ -74,13 +74,17 @@ struct MoeStats {
 /// The experts of one MoE layer run as a grouped pass: rows [offsets[e], offsets[e+1]) of a
 /// packed buffer go through expert e's SwiGLU, silu(x·w1ᵀ)·(x·w3ᵀ)·w2ᵀ (Shazeer 2020). Each
 /// weight is read by the autocast rule (layers/autocast.h): a 16-bit expert multiplies its rows
-/// rounded to its dtype with f32 accumulation. Experts [first, first + count) of the layer are
-/// named experts.{first + i} (one rank: first = 0, count = E; ep rank e of ep: first = e·E/ep,
-/// count = E/ep).
+/// rounded to its dtype with f32 accumulation. The experts of a rank are those its records
+/// place on its ep coordinate: one rank, all E; ep rank e of ep, experts.{e·E/ep + i} for
+/// i < E/ep (the block the all-to-all of expert_parallel.h assumes).
 class GroupedSwiGluExperts {
  public:
-  GroupedSwiGluExperts(const std::string& prefix, std::int64_t first, std::int64_t count,
-                       std::int64_t n_embd, std::int64_t hidden, float init_std,
+  /// Experts `<prefix>.{j}` (j < experts) whose records in `records` are held by ep rank
+  /// `ep_rank` of `ep_size` (owned by it along ep, or not owned along ep at all), each
+  /// allocated from its records: w1 and w3 [F, C] N(0, init_std²), w2 [C, F]
+  /// N(0, proj_init_std²). MT_CHECKs that they are the rank's block of E/ep_size experts.
+  GroupedSwiGluExperts(const std::string& prefix, std::int64_t experts,
+                       const PlacementTable& records, int ep_rank, int ep_size, float init_std,
                        float proj_init_std, ParameterStorage storage = ParameterStorage::allocated);
 
   /// packed [rows, C] f32, counts [count] rows per expert (Σ = rows) → [rows, C] f32. Keeps
@@ -128,8 +132,10 @@ class SparseMoeBlock final : public Module {
   /// 1 ≤ k ≤ E, C, F ≥ 1, E % ep == 0) and options (capacity factor and coefficients ≥ 0); the
   /// config reports them first as ConfigErrors. This rank builds experts of its ep rank only.
   /// `tokens`: the ranks sharing this layer's micro-batches (its aux and z losses are theirs).
+  /// The router and this rank's experts are allocated from their records in `records`
+  /// (GroupedSwiGluExperts), after the checks.
   SparseMoeBlock(const std::string& prefix, const MoeShape& shape, const MoeOptions& options,
-                 ExpertParallel ep = {}, MoeTokenGroup tokens = {},
+                 const PlacementTable& records, ExpertParallel ep = {}, MoeTokenGroup tokens = {},
                  ParameterStorage storage = ParameterStorage::allocated);
 
   /// x [N, C] f32 → y [N, C] f32. Keeps x, the router's probs [N, E], lse [N], top-k experts

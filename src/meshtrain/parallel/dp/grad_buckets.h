@@ -36,8 +36,8 @@
 #include <vector>
 
 #include "meshtrain/comm/process_group.h"
-#include "meshtrain/layers/parameter.h"
 #include "meshtrain/layers/non_finite_grads.h"
+#include "meshtrain/layers/parameter.h"
 
 namespace meshtrain {
 

@@ -56,10 +56,10 @@
 #include <vector>
 
 #include "meshtrain/comm/process_group.h"
+#include "meshtrain/layers/non_finite_grads.h"
 #include "meshtrain/layers/parameter.h"
 #include "meshtrain/layers/parameter_hooks.h"
 #include "meshtrain/parallel/dp/grad_buckets.h"
-#include "meshtrain/layers/non_finite_grads.h"
 #include "meshtrain/parallel/dp/zero_reduce.h"
 
 namespace meshtrain {

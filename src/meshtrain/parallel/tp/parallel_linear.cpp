@@ -8,22 +8,25 @@
 namespace meshtrain {
 
 ColumnParallelLinear::ColumnParallelLinear(std::vector<ColumnWeight> weights,
-                                           std::int64_t in_features, bool bias,
+                                           const PlacementTable& records,
                                            const TensorParallel& tp, ParameterStorage storage)
-    : in_(in_features), tp_(tp) {
+    : tp_(tp) {
   const int r = tp.group.rank(), n = tp.group.size();
+  MT_CHECK(!weights.empty(), "a column-parallel linear of no weights");
+  in_ = records.at(weights.front().prefix + ".weight").shape.at(1);
   for (const ColumnWeight& w : weights) {
-    MT_CHECK(w.parts >= 1 && w.out_features % (w.parts * n) == 0,
+    const ParamPlacement& weight = records.at(w.prefix + ".weight");
+    const std::int64_t out = weight.shape.at(0), parts = weight.on(Axis::tp).parts;
+    MT_CHECK(weight.shape.at(1) == in_, "{}: {} input features, {} has {}", weight.name,
+             weight.shape.at(1), weights.front().prefix, in_);
+    MT_CHECK(out % (parts * n) == 0,
              "{}: {} output features in {} parts cannot be split over {} ranks of {}", w.prefix,
-             w.out_features, w.parts, n, tp.group.name());
-    Shard s{.out_local = w.out_features / n,
-            .weight = Parameter(w.prefix + ".weight",
-                                even_shard({w.out_features, in_features}, 0, r, n, w.parts),
-                                InitKind::normal, w.init_std, storage),
+             out, parts, n, tp.group.name());
+    Shard s{.out_local = out / n,
+            .weight = Parameter(weight, r, n, InitKind::normal, w.init_std, storage),
             .bias = std::nullopt};
-    if (bias) {
-      s.bias.emplace(w.prefix + ".bias", even_shard({w.out_features}, 0, r, n, w.parts),
-                     InitKind::zeros, 0.0f, storage);
+    if (const ParamPlacement* bias = records.find(w.prefix + ".bias")) {
+      s.bias.emplace(*bias, r, n, InitKind::zeros, 0.0f, storage);
     }
     shards_.push_back(std::move(s));
   }
@@ -92,19 +95,21 @@ ParameterList ColumnParallelLinear::parameters() {
   return out;
 }
 
-RowParallelLinear::RowParallelLinear(const std::string& prefix, std::int64_t in_features,
-                                     std::int64_t out_features, bool bias, float init_std,
-                                     const TensorParallel& tp, ParameterStorage storage)
-    : in_local_(in_features / tp.group.size()),
-      out_(out_features),
-      tp_(tp),
-      weight_(prefix + ".weight",
-              even_shard({out_features, in_features}, 1, tp.group.rank(), tp.group.size()),
-              InitKind::normal, init_std, storage) {
+RowParallelLinear::RowParallelLinear(const std::string& prefix, const PlacementTable& records,
+                                     float init_std, const TensorParallel& tp,
+                                     ParameterStorage storage)
+    : tp_(tp),
+      weight_(records.at(prefix + ".weight"), tp.group.rank(), tp.group.size(), InitKind::normal,
+              init_std, storage) {
+  const std::int64_t in_features = weight_.shard.logical_shape.at(1);
   MT_CHECK(in_features % tp.group.size() == 0,
            "{}: {} input features cannot be split over {} ranks of {}", prefix, in_features,
            tp.group.size(), tp.group.name());
-  if (bias) bias_.emplace(prefix + ".bias", Shape{out_features}, InitKind::zeros, 0.0f, storage);
+  in_local_ = weight_.local_shape().at(1);
+  out_ = weight_.shard.logical_shape.at(0);
+  if (const ParamPlacement* bias = records.find(prefix + ".bias")) {
+    bias_.emplace(*bias, tp.group.rank(), tp.group.size(), InitKind::zeros, 0.0f, storage);
+  }
 }
 
 void RowParallelLinear::keep_input(const Tensor& x, const MicroBatchContext& ctx) {

@@ -6,7 +6,8 @@
 // features and the partial outputs are summed). Communication comes from the adjoint pairs
 // of tp_regions.h: column-parallel enters through EnterTpRegion (identity / all-reduce, or
 // all-gather / reduce-scatter along tokens under sequence parallelism, Korthikanti et al.
-// 2022, §4.2.2), row-parallel leaves through ExitTpRegion. Shards are even_shard slices of the
+// 2022, §4.2.2), row-parallel leaves through ExitTpRegion. Each weight and bias is allocated
+// from its record of the placement table (mesh/placement.h): the record's tp slice of the
 // logical [out, in] tensor, initialised from the same (seed, name, index) as the unsharded
 // weight. With a tp group of one rank they compute exactly what a plain nn.Linear computes.
 //
@@ -27,13 +28,12 @@
 
 namespace meshtrain {
 
-/// One weight of a column-parallel block: `<prefix>.weight` [out_features, in] and, with bias,
-/// `<prefix>.bias` [out_features], split over tp in each of `parts` blocks of out_features
-/// (GPT-2's fused c_attn [q; k; v] has 3, so that a rank holds the same heads of q, k and v).
+/// One weight of a column-parallel block: `<prefix>.weight` [out_features, in] and, when the
+/// table lists it, `<prefix>.bias` [out_features], their records sharded over tp along dim 0 in
+/// `parts` blocks (GPT-2's fused c_attn [q; k; v] has 3, so that a rank holds the same heads
+/// of q, k and v); (out_features / parts) % tp == 0 (validated config).
 struct ColumnWeight {
   std::string prefix;
-  std::int64_t out_features;  // logical; (out_features / parts) % tp == 0 (validated config)
-  std::int64_t parts = 1;
   float init_std = 0.02f;
 };
 
@@ -43,7 +43,9 @@ struct ColumnWeight {
 /// leaves.
 class ColumnParallelLinear {
  public:
-  ColumnParallelLinear(std::vector<ColumnWeight> weights, std::int64_t in_features, bool bias,
+  /// Allocates every weight (and bias) from its record in `records`, this rank's tp slice;
+  /// MT_CHECKs that they read the same number of input features.
+  ColumnParallelLinear(std::vector<ColumnWeight> weights, const PlacementTable& records,
                        const TensorParallel& tp,
                        ParameterStorage storage = ParameterStorage::allocated);
 
@@ -87,9 +89,10 @@ class ColumnParallelLinear {
 class RowParallelLinear {
  public:
   /// `<prefix>.weight` shard [out, in/tp] = columns [r·in/tp, (r+1)·in/tp) of the logical
-  /// weight; `<prefix>.bias` [out] replicated over tp (added once, after the reduction).
-  RowParallelLinear(const std::string& prefix, std::int64_t in_features, std::int64_t out_features,
-                    bool bias, float init_std, const TensorParallel& tp,
+  /// weight (its record sharded over tp along dim 1); `<prefix>.bias` [out], when `records`
+  /// lists it, replicated over tp (added once, after the reduction).
+  RowParallelLinear(const std::string& prefix, const PlacementTable& records, float init_std,
+                    const TensorParallel& tp,
                     ParameterStorage storage = ParameterStorage::allocated);
 
   /// x [tokens, in/tp] (this rank's input features) → [tokens, out] replicated over tp, or

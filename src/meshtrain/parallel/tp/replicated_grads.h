@@ -15,8 +15,8 @@
 #include <cstdint>
 
 #include "meshtrain/comm/process_group.h"
-#include "meshtrain/layers/parameter.h"
 #include "meshtrain/layers/non_finite_grads.h"
+#include "meshtrain/layers/parameter.h"
 
 namespace meshtrain {
 

@@ -10,16 +10,17 @@
 
 namespace meshtrain {
 
-Parameter vocab_shard_parameter(const std::string& name, std::int64_t vocab, std::int64_t n_embd,
-                                float init_std, const ProcessGroup& tp, ParameterStorage storage) {
-  return Parameter(name, even_shard({vocab, n_embd}, 0, tp.rank(), tp.size()), InitKind::normal,
-                   init_std, storage);
+Parameter vocab_shard_parameter(const ParamPlacement& record, float init_std,
+                                const ProcessGroup& tp, ParameterStorage storage) {
+  MT_CHECK(record.shape.size() == 2 && record.sharded_over_tp() && record.on(Axis::tp).dim == 0,
+           "{}: a vocabulary table is [V, C] sharded over tp along V, not {} {}", record.name,
+           to_string(record.shape), to_string(record.on(Axis::tp)));
+  return Parameter(record, tp.rank(), tp.size(), InitKind::normal, init_std, storage);
 }
 
-VocabParallelEmbedding::VocabParallelEmbedding(const std::string& name, std::int64_t vocab,
-                                               std::int64_t n_embd, float init_std,
+VocabParallelEmbedding::VocabParallelEmbedding(const ParamPlacement& record, float init_std,
                                                const TensorParallel& tp, ParameterStorage storage)
-    : tp_(tp), weight_(vocab_shard_parameter(name, vocab, n_embd, init_std, tp.group, storage)) {}
+    : tp_(tp), weight_(vocab_shard_parameter(record, init_std, tp.group, storage)) {}
 
 Tensor VocabParallelEmbedding::forward(const std::int32_t* ids, std::int64_t tokens,
                                        const MicroBatchContext& ctx) {

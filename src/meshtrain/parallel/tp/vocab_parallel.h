@@ -2,9 +2,9 @@
 //
 // The vocabulary split over tp (Shoeybi et al. 2019, §3): the token embedding and the LM head
 // hold rows [r·Vp/tp, (r+1)·Vp/tp) of the [V, C] table, Vp = V rounded up to a multiple of tp
-// (even_shard). The padding rows sit at the end of the last ranks' shards: they are zero, no
-// id ever looks them up, their logits never enter the softmax, so they get no gradient and are
-// not part of the logical parameter (Megatron-LM pads to a multiple of 128·tp; the minimal
+// (their records' tp slices, even_shard). The padding rows sit at the end of the last ranks'
+// shards: they are zero, no id ever looks them up, their logits never enter the softmax, so
+// they get no gradient and are not part of the logical parameter (Megatron-LM pads to a multiple of 128·tp; the minimal
 // padding here keeps the logical tensor exactly the unsharded one). Full logits [tokens, V] are
 // never gathered for the loss: the cross-entropy combines per-shard max, Σexp and the target
 // logit with three small all-reduces (Megatron-LM's VocabParallelCrossEntropy).
@@ -20,15 +20,16 @@
 
 namespace meshtrain {
 
-/// The [V, C] table parameter `name` as this rank's padded shard [ceil(V/tp), C], N(0, std²).
-Parameter vocab_shard_parameter(const std::string& name, std::int64_t vocab, std::int64_t n_embd,
-                                float init_std, const ProcessGroup& tp,
+/// The [V, C] table parameter of `record` (sharded over tp along dim 0) as this rank's padded
+/// shard [ceil(V/tp), C], N(0, std²).
+Parameter vocab_shard_parameter(const ParamPlacement& record, float init_std,
+                                const ProcessGroup& tp,
                                 ParameterStorage storage = ParameterStorage::allocated);
 
 class VocabParallelEmbedding {
  public:
-  VocabParallelEmbedding(const std::string& name, std::int64_t vocab, std::int64_t n_embd,
-                         float init_std, const TensorParallel& tp,
+  /// The table of `record` (vocab_shard_parameter).
+  VocabParallelEmbedding(const ParamPlacement& record, float init_std, const TensorParallel& tp,
                          ParameterStorage storage = ParameterStorage::allocated);
 
   /// ids [tokens] i32 in [0, V), the same on every tp rank → [tokens, C], or this rank's rows
