@@ -105,20 +105,27 @@ PlacementLayout placement_layout(const Config& config) {
           .layers_per_chunk = layers_per_chunk(config)};
 }
 
+PlacementTable::PlacementTable(MeshShape mesh, std::vector<ParamPlacement> params)
+    : mesh_(mesh), params_(std::move(params)) {
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    index_.emplace(std::pair(params_[i].name, params_[i].tied_copy), i);
+  }
+}
+
 const ParamPlacement& PlacementTable::at(std::string_view name, bool tied_copy) const {
-  const auto it = std::find_if(params_.begin(), params_.end(), [&](const ParamPlacement& p) {
-    return p.name == name && p.tied_copy == tied_copy;
-  });
-  MT_CHECK(it != params_.end(), "no parameter {}{} in the placement table", name,
+  const ParamPlacement* p = lookup(name, tied_copy);
+  MT_CHECK(p != nullptr, "no parameter {}{} in the placement table", name,
            tied_copy ? " (tied copy)" : "");
-  return *it;
+  return *p;
 }
 
 const ParamPlacement* PlacementTable::find(std::string_view name) const {
-  const auto it = std::find_if(params_.begin(), params_.end(), [&](const ParamPlacement& p) {
-    return p.name == name && !p.tied_copy;
-  });
-  return it == params_.end() ? nullptr : &*it;
+  return lookup(name, false);
+}
+
+const ParamPlacement* PlacementTable::lookup(std::string_view name, bool tied_copy) const {
+  const auto it = index_.find(std::pair(std::string(name), tied_copy));
+  return it == index_.end() ? nullptr : &params_[it->second];
 }
 
 std::vector<const ParamPlacement*> PlacementTable::held_by(const MeshCoords& c) const {

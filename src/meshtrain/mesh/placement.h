@@ -14,6 +14,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -137,8 +138,7 @@ PlacementLayout placement_layout(const Config& config);
 
 class PlacementTable {
  public:
-  PlacementTable(MeshShape mesh, std::vector<ParamPlacement> params)
-      : mesh_(mesh), params_(std::move(params)) {}
+  PlacementTable(MeshShape mesh, std::vector<ParamPlacement> params);
 
   const MeshShape& mesh() const noexcept { return mesh_; }
   /// Every record, chunk by chunk in global chunk order, each chunk in its build order.
@@ -152,8 +152,13 @@ class PlacementTable {
   std::vector<const ParamPlacement*> held_by(const MeshCoords& c) const;
 
  private:
+  const ParamPlacement* lookup(std::string_view name, bool tied_copy) const;
+
   MeshShape mesh_;
   std::vector<ParamPlacement> params_;
+  // (name, tied_copy) → index in params_: every layer looks its records up by name, and a
+  // linear scan made building a model quadratic in its tensor count.
+  std::map<std::pair<std::string, bool>, std::size_t> index_;
 };
 
 /// The table of `model` (vocab_size known) on `layout`: a pure function (no groups, no
