@@ -12,7 +12,7 @@
 #include <string_view>
 
 #include "meshtrain/apps/commands.h"
-#include "meshtrain/comm/watchdog_dirs.h"
+#include "meshtrain/monitor/watchdog_dirs.h"
 #include "meshtrain/launch/launch_plan.h"
 #include "meshtrain/launch/supervisor.h"
 
