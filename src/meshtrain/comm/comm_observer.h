@@ -69,7 +69,8 @@ class CommObserver {
 };
 
 /// Observers a group holds at most (a fixed array: an operation copies it without allocating).
-inline constexpr std::size_t kMaxCommObservers = 4;
+/// A trainer attaches two to its world; tests keep up to three trainers over one world.
+inline constexpr std::size_t kMaxCommObservers = 8;
 
 /// A group's observers with their ids of it, and the calls of one operation to all of them,
 /// in the order they were added.

@@ -5,7 +5,9 @@
 // first, before the trainer's first collective; every group split from the world (the
 // DeviceMesh's, the pipeline's tied-embedding group) inherits them. The trainer declares them
 // before its groups so that they outlive every group they watch, and they detach from the
-// world (which outlives the trainer) when destroyed.
+// world (which outlives the trainer) when destroyed. Trainers sharing one world (tests) each
+// attach theirs, and a later trainer's groups inherit the earlier ones' too: such trainers
+// must end in the reverse order of their construction (as scoped objects do).
 #pragma once
 
 #include "meshtrain/comm/process_group.h"
