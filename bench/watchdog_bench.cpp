@@ -9,13 +9,13 @@
 #include <cstdint>
 #include <string>
 
-#include "meshtrain/comm/watchdog.h"
+#include "meshtrain/monitor/watchdog.h"
 
 namespace {
 
 using namespace meshtrain;
 
-double ns_per_operation(const watchdog::GroupHandle& group, int n) {
+double ns_per_operation(Watchdog& watchdog, const watchdog::GroupHandle& group, int n) {
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 1; i <= n; ++i) {
     const watchdog::OpInfo op{.op = CommOp::all_reduce,
@@ -23,9 +23,9 @@ double ns_per_operation(const watchdog::GroupHandle& group, int n) {
                               .seq = static_cast<std::uint64_t>(i),
                               .bytes = 64};
     const std::int64_t start = watchdog::now_ns();
-    const std::uint64_t id = watchdog::posted(op, start);
-    watchdog::blocking(op, start);
-    watchdog::done(id, op, watchdog::now_ns());
+    const std::uint64_t id = watchdog.posted(op, start);
+    watchdog.blocking(op, start);
+    watchdog.done(id, op, watchdog::now_ns());
   }
   return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() /
          n;
@@ -35,15 +35,16 @@ double ns_per_operation(const watchdog::GroupHandle& group, int n) {
 
 int main() {
   constexpr int kOps = 2'000'000;
-  const watchdog::GroupHandle group = watchdog::register_group("world{0,1}", {0, 1});
-  ns_per_operation(group, kOps);  // warm-up
-  const double stopped = ns_per_operation(group, kOps);
+  Watchdog watchdog;
+  const watchdog::GroupHandle group = watchdog.register_group("world{0,1}", {0, 1});
+  ns_per_operation(watchdog, group, kOps);  // warm-up
+  const double stopped = ns_per_operation(watchdog, group, kOps);
   std::string dir = "/tmp/meshtrain-watchdog-bench-XXXXXX";
   if (::mkdtemp(dir.data()) == nullptr) return 1;
-  Watchdog::start_local(dir, 0, {.timeout_s = 600.0, .recorder_size = 256, .on_expiry = {}});
-  ns_per_operation(group, kOps);
-  const double running = ns_per_operation(group, kOps);
-  Watchdog::stop();
+  watchdog.start_local(dir, 0, {.timeout_s = 600.0, .recorder_size = 256, .on_expiry = {}});
+  ns_per_operation(watchdog, group, kOps);
+  const double running = ns_per_operation(watchdog, group, kOps);
+  watchdog.stop();
   const auto t0 = std::chrono::steady_clock::now();
   std::int64_t sink = 0;
   for (int i = 0; i < kOps; ++i) sink += watchdog::now_ns() - watchdog::now_ns();
@@ -54,6 +55,6 @@ int main() {
       "ns per operation: watchdog stopped {:.1f}, running {:.1f}; the two clock reads alone "
       "{:.1f}{}\n",
       stopped, running, clocks, sink > 0 ? " " : "");
-  watchdog::unregister_group(group);
+  watchdog.unregister_group(group);
   return 0;
 }

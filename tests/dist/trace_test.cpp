@@ -1,8 +1,9 @@
-// The trace recorder's comm hooks (comm/trace.h, docs/tracing.md): every ProcessGroup operation
-// run while recording leaves one event with the group, op, peer and exactly the bytes its
-// counter counted; non-blocking ones their posting and their wait; nothing when recording is
-// off, on another thread, or beyond the buffer's capacity (counted as dropped).
-#include "meshtrain/comm/trace.h"
+// The trace recorder's comm hooks (core/trace.h, monitor/trace_observer.h, docs/tracing.md):
+// every operation of a group the TraceObserver watches, run while recording, leaves one event
+// with the group, op, peer and exactly the bytes its counter counted; non-blocking ones their
+// posting and their wait; nothing when recording is off, on another thread, or beyond the buffer's
+// capacity (counted as dropped).
+#include "meshtrain/core/trace.h"
 
 #include <gtest/gtest.h>
 
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "dist_env.h"
+#include "meshtrain/monitor/trace_observer.h"
 
 namespace meshtrain {
 namespace {
@@ -62,7 +64,9 @@ void run_every_operation(ProcessGroup& g) {
 }
 
 TEST(Trace, EveryOperationIsRecordedWithTheBytesItsCounterCounted) {
+  TraceObserver comm;  // declared first: it outlives the group it watches
   const auto world = test::runtime().world_group();
+  world->add_observer(comm);
   trace::reset();
   const Counters before = counters_of(*world);
   trace::start(1000);
@@ -73,7 +77,7 @@ TEST(Trace, EveryOperationIsRecordedWithTheBytesItsCounterCounted) {
   std::int64_t waits = 0;
   for (const trace::Event& e : trace::events()) {
     ASSERT_TRUE(e.kind == trace::Kind::comm || e.kind == trace::Kind::comm_wait);
-    EXPECT_EQ(trace::group_names().at(static_cast<std::size_t>(e.group)), world->name());
+    EXPECT_EQ(comm.group_names().at(static_cast<std::size_t>(e.group)), world->name());
     EXPECT_LE(e.start_ns, e.end_ns);
     const auto op = static_cast<CommOp>(e.op);
     if (op == CommOp::send || op == CommOp::recv) {
@@ -118,7 +122,9 @@ TEST(Trace, EveryOperationIsRecordedWithTheBytesItsCounterCounted) {
 }
 
 TEST(Trace, NothingIsRecordedWhenOffOrOnAnotherThreadAndAFullBufferCountsDrops) {
+  TraceObserver comm;
   const auto world = test::runtime().world_group();
+  world->add_observer(comm);
   trace::reset();
   run_every_operation(*world);  // not started
   EXPECT_TRUE(trace::events().empty());

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The watchdog's directories ($TMPDIR/meshtrain-watchdog-XXXXXX, comm/watchdog_dirs.h) do not
+# The watchdog's directories ($TMPDIR/meshtrain-watchdog-XXXXXX, monitor/watchdog_dirs.h) do not
 # pile up (issue 17 item 8: a killed job left its folder behind). With TMPDIR a fresh folder:
 # 1. a long dp 2 job L runs; its directory appears;
 # 2. a short job that ends normally, and one that fails after the watchdog started (exit 3, a

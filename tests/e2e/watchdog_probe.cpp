@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "meshtrain/comm/mpi_runtime.h"
-#include "meshtrain/comm/watchdog.h"
 #include "meshtrain/core/error.h"
+#include "meshtrain/monitor/watchdog.h"
 
 int main(int argc, char** argv) {
   using namespace meshtrain;
@@ -36,12 +36,14 @@ int main(int argc, char** argv) {
   }
   const std::string scenario = argv[1];
   const double timeout_s = std::atof(argv[2]);
+  Watchdog watchdog;  // declared first: it outlives the group it watches
   const auto world = runtime.world_group();
+  world->add_observer(watchdog);
   const int me = world->rank();
   const bool last = me == world->size() - 1;
-  ProcessGroup::set_debug_checks(scenario == "mismatch");
+  world->set_debug_checks(scenario == "mismatch");
   try {
-    const WatchdogScope scope(*world,
+    const WatchdogScope scope(watchdog, *world,
                               {.timeout_s = timeout_s, .recorder_size = 8, .on_expiry = {}});
     std::vector<float> x(4, 1.0f);
     for (int step = 0; step < 2; ++step) world->all_reduce_sum(x);

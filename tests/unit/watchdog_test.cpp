@@ -1,10 +1,10 @@
-// The watchdog's parts in one process, without MPI (comm/watchdog.h, flight_recorder.h,
+// The watchdog's parts in one process, without MPI (monitor/watchdog.h, flight_recorder.h,
 // progress_board.h): the flight recorder keeps exactly the last N operations in order;
 // operations that finish in time never trigger it; a hung one is reported with its operation,
 // group, sequence number and the peer whose progress file shows it has not arrived; the
 // directories of jobs whose owner is gone are cleaned, the others kept. The scenarios that end
 // a job run under mpirun in tests/e2e/watchdog.sh and watchdog_dirs.sh.
-#include "meshtrain/comm/watchdog.h"
+#include "meshtrain/monitor/watchdog.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -26,9 +26,9 @@
 #include <thread>
 
 #include "../support/temp_files.h"
-#include "meshtrain/comm/flight_recorder.h"
-#include "meshtrain/comm/progress_board.h"
-#include "meshtrain/comm/watchdog_dirs.h"
+#include "meshtrain/monitor/flight_recorder.h"
+#include "meshtrain/monitor/progress_board.h"
+#include "meshtrain/monitor/watchdog_dirs.h"
 
 namespace meshtrain {
 namespace {
@@ -74,36 +74,37 @@ TEST(FlightRecorder, KeepsExactlyTheLastNOperationsInOrder) {
 
 TEST(Watchdog, OperationsThatFinishInTimeNeverTriggerIt) {
   const fs::path dir = fresh_dir();
-  const watchdog::GroupHandle group = watchdog::register_group("dp{0,2}", {0, 2});
+  Watchdog wd;
+  const watchdog::GroupHandle group = wd.register_group("dp{0,2}", {0, 2});
   bool fired = false;
-  Watchdog::start_local(dir.string(), 0,
-                        {.timeout_s = 0.2,
-                         .recorder_size = 16,
-                         .on_expiry = [&](const std::string&) { fired = true; }});
-  ASSERT_TRUE(Watchdog::running());
+  wd.start_local(dir.string(), 0,
+                 {.timeout_s = 0.2, .recorder_size = 16, .on_expiry = [&](const std::string&) {
+                    fired = true;
+                  }});
+  ASSERT_TRUE(wd.running());
   EXPECT_TRUE(fs::exists(dir / "rank0.progress"));
   for (std::uint64_t seq = 1; seq <= 40; ++seq) {
     const watchdog::OpInfo op{.op = CommOp::all_reduce, .group = group, .seq = seq, .bytes = 64};
-    const std::uint64_t id = watchdog::posted(op, watchdog::now_ns());
-    watchdog::blocking(op, watchdog::now_ns());
-    watchdog::done(id, op, watchdog::now_ns());
+    const std::uint64_t id = wd.posted(op, watchdog::now_ns());
+    wd.blocking(op, watchdog::now_ns());
+    wd.done(id, op, watchdog::now_ns());
     // Idle between operations for 4 × the timeout in all: time outside an operation is no hang.
     if (seq % 10 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
-  const std::vector<FlightRecord> records = Watchdog::recorder_snapshot();
+  const std::vector<FlightRecord> records = wd.recorder_snapshot();
   ASSERT_EQ(records.size(), 16u);
   for (std::size_t k = 0; k < records.size(); ++k) {
     EXPECT_EQ(records[k].seq, 25 + k);
     EXPECT_NE(records[k].end_ns, 0);
-    EXPECT_EQ(Watchdog::group_name(records[k].group), "dp{0,2}");
+    EXPECT_EQ(wd.group_name(records[k].group), "dp{0,2}");
   }
-  const progress::Slot& slot = progress::local().slots[group.slot];
+  const progress::Slot& slot = wd.progress().slots[group.slot];
   EXPECT_EQ(slot.entered.load(), 40u);
   EXPECT_EQ(slot.completed.load(), 40u);
-  Watchdog::stop();
+  wd.stop();
   EXPECT_FALSE(fired);
   EXPECT_FALSE(fs::exists(dir)) << "the last rank to stop removes the directory";
-  watchdog::unregister_group(group);
+  wd.unregister_group(group);
 }
 
 // Writes world rank 1's progress file as its watchdog would: in `group`, collective #2 entered
@@ -125,36 +126,37 @@ void write_peer_board(const fs::path& path, std::uint64_t key) {
 struct HungReport {
   std::string report, dump;
 };
-HungReport report_of_hung_all_reduce(const fs::path& dir, const watchdog::GroupHandle& group) {
+HungReport report_of_hung_all_reduce(Watchdog& wd, const fs::path& dir,
+                                     const watchdog::GroupHandle& group) {
   std::mutex mutex;
   std::condition_variable cv;
   std::string report;
-  Watchdog::start_local(
-      dir.string(), 0,
-      {.timeout_s = 0.1, .recorder_size = 4, .on_expiry = [&](const std::string& r) {
-         const std::lock_guard lock(mutex);
-         report = r;
-         cv.notify_all();
-       }});
+  wd.start_local(dir.string(), 0,
+                 {.timeout_s = 0.1, .recorder_size = 4, .on_expiry = [&](const std::string& r) {
+                    const std::lock_guard lock(mutex);
+                    report = r;
+                    cv.notify_all();
+                  }});
   const watchdog::OpInfo op{.op = CommOp::all_reduce, .group = group, .seq = 3, .bytes = 16};
-  const std::uint64_t id = watchdog::posted(op, watchdog::now_ns());
-  watchdog::blocking(op, watchdog::now_ns());
+  const std::uint64_t id = wd.posted(op, watchdog::now_ns());
+  wd.blocking(op, watchdog::now_ns());
   {
     // The bound only turns a watchdog that never fires into a failure instead of a hang.
     std::unique_lock lock(mutex);
     cv.wait_for(lock, std::chrono::seconds(60), [&] { return !report.empty(); });
   }
-  watchdog::done(id, op, watchdog::now_ns());
-  HungReport out{report, Watchdog::dump_path()};
-  Watchdog::stop();
+  wd.done(id, op, watchdog::now_ns());
+  HungReport out{report, wd.dump_path()};
+  wd.stop();
   return out;
 }
 
 TEST(Watchdog, ReportsTheHungOperationAndThePeerThatHasNotArrived) {
   const fs::path dir = fresh_dir();
-  const watchdog::GroupHandle group = watchdog::register_group("world{0,1}", {0, 1});
+  Watchdog wd;
+  const watchdog::GroupHandle group = wd.register_group("world{0,1}", {0, 1});
   write_peer_board(dir / "rank1.progress", group.key);
-  const auto [report, dump] = report_of_hung_all_reduce(dir, group);
+  const auto [report, dump] = report_of_hung_all_reduce(wd, dir, group);
   EXPECT_NE(report.find("world rank 0: all_reduce on world{0,1} (collective #3 of the group, 16 "
                         "bytes) has not completed after"),
             std::string::npos)
@@ -169,7 +171,7 @@ TEST(Watchdog, ReportsTheHungOperationAndThePeerThatHasNotArrived) {
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("1 all_reduce world{0,1} 3 - 16 "), std::string::npos) << text;
   EXPECT_NE(text.find("in_flight"), std::string::npos) << text;
-  watchdog::unregister_group(group);
+  wd.unregister_group(group);
   fs::remove_all(dir);
 }
 
@@ -177,7 +179,8 @@ TEST(Watchdog, ReportsTheHungOperationAndThePeerThatHasNotArrived) {
 // `beat_ns`; returns the report of world rank 0, blocked in the same collective.
 std::string report_with_peer_heartbeat(const std::function<std::int64_t()>& beat_ns) {
   const fs::path dir = fresh_dir();
-  const watchdog::GroupHandle group = watchdog::register_group("world{0,1}", {0, 1});
+  Watchdog wd;
+  const watchdog::GroupHandle group = wd.register_group("world{0,1}", {0, 1});
   const fs::path peer = dir / "rank1.progress";
   write_peer_board(peer, group.key);
   const int fd = ::open(peer.c_str(), O_RDWR);
@@ -199,11 +202,11 @@ std::string report_with_peer_heartbeat(const std::function<std::int64_t()>& beat
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   });
-  const std::string report = report_of_hung_all_reduce(dir, group).report;
+  const std::string report = report_of_hung_all_reduce(wd, dir, group).report;
   done = true;
   peer_thread.join();
   ::munmap(mapped, sizeof(progress::Board));
-  watchdog::unregister_group(group);
+  wd.unregister_group(group);
   fs::remove_all(dir);
   return report;
 }

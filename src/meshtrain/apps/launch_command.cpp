@@ -12,9 +12,9 @@
 #include <string_view>
 
 #include "meshtrain/apps/commands.h"
-#include "meshtrain/comm/watchdog_dirs.h"
 #include "meshtrain/launch/launch_plan.h"
 #include "meshtrain/launch/supervisor.h"
+#include "meshtrain/monitor/watchdog_dirs.h"
 
 namespace meshtrain {
 namespace {

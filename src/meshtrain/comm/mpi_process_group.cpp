@@ -94,8 +94,8 @@ MpiProcessGroup::MpiProcessGroup(MpiComm comm, std::string axis_name)
   MPI_Comm_set_name(comm_.get(), name().c_str());
 }
 
-std::unique_ptr<ProcessGroup> MpiProcessGroup::split(int color, int key,
-                                                     std::string axis_name) const {
+std::unique_ptr<ProcessGroup> MpiProcessGroup::do_split(int color, int key,
+                                                        std::string axis_name) const {
   MPI_Comm out = MPI_COMM_NULL;
   check_mpi(MPI_Comm_split(comm_.get(), color, key, &out), "MPI_Comm_split");
   return std::make_unique<MpiProcessGroup>(MpiComm(out), std::move(axis_name));

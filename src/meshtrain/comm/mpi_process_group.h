@@ -39,9 +39,8 @@ class MpiProcessGroup final : public ProcessGroup {
   /// Takes ownership of `comm`; `axis_name` prefixes the group's name ("world", "dp", ...).
   MpiProcessGroup(MpiComm comm, std::string axis_name);
 
-  std::unique_ptr<ProcessGroup> split(int color, int key, std::string axis_name) const override;
-
  private:
+  std::unique_ptr<ProcessGroup> do_split(int color, int key, std::string axis_name) const override;
   void do_all_reduce_sum(std::span<float> x) override;
   void do_all_reduce_sum(std::span<double> x) override;
   void do_all_reduce_sum(std::span<std::int32_t> x) override;

@@ -5,10 +5,8 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
+#include <chrono>
 
-#include "meshtrain/comm/trace.h"
-#include "meshtrain/comm/watchdog.h"
 #include "meshtrain/core/error.h"
 
 namespace meshtrain {
@@ -35,122 +33,105 @@ std::string_view to_string(CommOp op) {
   return "unknown";
 }
 
+namespace {
+// Steady-clock nanoseconds: the clock of the seconds counters and of every observer call.
+std::int64_t now_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
 ProcessGroup::ProcessGroup(int rank, std::vector<int> world_ranks, std::string axis_name)
     : sent_(world_ranks.size(), 0),
       received_(world_ranks.size(), 0),
       rank_(rank),
       world_ranks_(std::move(world_ranks)),
-      name_(fmt::format("{}{{{}}}", axis_name, fmt::join(world_ranks_, ","))),
-      trace_id_(trace::group_id(name_)) {
-  trace::register_group(this);
-  const watchdog::GroupHandle h = watchdog::register_group(name_, world_ranks_);
-  watchdog_ = {.slot = h.slot, .name_id = h.name_id, .key = h.key};
-}
+      name_(fmt::format("{}{{{}}}", axis_name, fmt::join(world_ranks_, ","))) {}
 
 ProcessGroup::~ProcessGroup() {
-  trace::unregister_group(this);
-  watchdog::unregister_group(
-      {.slot = watchdog_.slot, .name_id = watchdog_.name_id, .key = watchdog_.key});
+  for (std::size_t i = 0; i < observers_.size(); ++i) {
+    observers_.observer(i).group_removed(*this, observers_.id(i));
+  }
 }
 
-namespace {
-watchdog::OpInfo watched(CommOp op, int slot, std::uint32_t name_id, std::uint64_t key, int peer,
-                         std::uint64_t seq, std::uint64_t bytes) {
-  return {.op = op,
-          .group = {.slot = slot, .name_id = name_id, .key = key},
-          .peer = peer,
-          .seq = seq,
-          .bytes = bytes};
+std::unique_ptr<ProcessGroup> ProcessGroup::split(int color, int key, std::string axis_name) const {
+  std::unique_ptr<ProcessGroup> group = do_split(color, key, std::move(axis_name));
+  group->debug_checks_ = debug_checks_;
+  for (std::size_t i = 0; i < observers_.size(); ++i) group->add_observer(observers_.observer(i));
+  return group;
 }
 
-// The trace's record of an operation of `group`: [start, end), blocked `wait` ns.
-trace::Event traced(trace::Kind kind, CommOp op, std::int32_t group, int peer, std::uint64_t bytes,
-                    std::int64_t start, std::int64_t end, std::int64_t wait) {
-  trace::Event e;
-  e.kind = kind;
-  e.op = static_cast<std::uint8_t>(op);
-  e.group = group;
-  e.peer = peer;
-  e.bytes = static_cast<std::int64_t>(bytes);
-  e.start_ns = start;
-  e.end_ns = end;
-  e.wait_ns = wait;
-  return e;
+void ProcessGroup::add_observer(CommObserver& observer) {
+  if (observers_.contains(observer)) {
+    throw Error(fmt::format("this observer already watches {}", name_));
+  }
+  if (observers_.size() == kMaxCommObservers) {
+    throw Error(fmt::format("{} has {} observers already, the most a group takes", name_,
+                            kMaxCommObservers));
+  }
+  observers_.add(observer, observer.group_added(*this));
 }
-}  // namespace
+
+void ProcessGroup::remove_observer(CommObserver& observer) noexcept {
+  for (std::size_t i = 0; i < observers_.size(); ++i) {
+    if (&observers_.observer(i) != &observer) continue;
+    observer.group_removed(*this, observers_.id(i));
+    observers_.remove(observer);
+    return;
+  }
+}
 
 ProcessGroup::OpGuard::OpGuard(ProcessGroup& g, CommOp o, int call, std::size_t elements,
                                std::size_t n_bytes, int root, bool blocking)
     : group(g),
       counter(g.counters_[static_cast<std::size_t>(o)]),
-      op(o),
-      seq(++g.collective_seq_),
-      bytes(n_bytes),
+      op{.op = o, .peer = -1, .seq = ++g.collective_seq_, .bytes = n_bytes},
       blocks(blocking) {
-  const watchdog::OpInfo info =
-      watched(op, g.watchdog_.slot, g.watchdog_.name_id, g.watchdog_.key, -1, seq, bytes);
-  start_ns = watchdog::now_ns();
-  record_id = watchdog::posted(info, start_ns);
+  const CommObservers& observers = g.observers_;
+  start_ns = now_ns();
+  observers.started(op, start_ns);
   // The debug check is itself an all-reduce that a missing rank leaves hanging: watched too.
-  watchdog::blocking(info, start_ns);
+  observers.blocking(op, start_ns);
   try {
     g.check_call(call, elements, root);
   } catch (...) {
-    watchdog::done(record_id, info, watchdog::now_ns());
+    observers.finished(op, CommEnd::failed, start_ns, now_ns());
     throw;
   }
-  if (!blocks) watchdog::not_blocking();  // posted: the request's wait() is watched
+  if (!blocks) observers.not_blocking();  // posted: the request's wait() is watched
   counter.calls += 1;
-  counter.bytes += static_cast<std::int64_t>(bytes);
+  counter.bytes += static_cast<std::int64_t>(op.bytes);
   counted = true;
   // The seconds counter leaves the debug comparison out (it measures the operation itself).
-  if (debug_checks()) start_ns = watchdog::now_ns();
+  if (g.debug_checks_) start_ns = now_ns();
 }
 
 ProcessGroup::OpGuard::OpGuard(ProcessGroup& g, CommOp o, int peer, std::size_t n_bytes,
                                bool blocking)
     : group(g),
       counter(g.counters_[static_cast<std::size_t>(o)]),
-      op(o),
-      peer_world(g.world_ranks_[static_cast<std::size_t>(peer)]),
-      seq(++(o == CommOp::send ? g.sent_ : g.received_)[static_cast<std::size_t>(peer)]),
-      bytes(n_bytes),
+      op{.op = o,
+         .peer = g.world_ranks_[static_cast<std::size_t>(peer)],
+         .seq = ++(o == CommOp::send ? g.sent_ : g.received_)[static_cast<std::size_t>(peer)],
+         .bytes = n_bytes},
       blocks(blocking) {
-  const watchdog::OpInfo info =
-      watched(op, g.watchdog_.slot, g.watchdog_.name_id, g.watchdog_.key, peer_world, seq, bytes);
-  start_ns = watchdog::now_ns();
-  record_id = watchdog::posted(info, start_ns);
-  if (blocks) watchdog::blocking(info, start_ns);
+  start_ns = now_ns();
+  g.observers_.started(op, start_ns);
+  if (blocks) g.observers_.blocking(op, start_ns);
   counter.calls += 1;
-  counter.bytes += static_cast<std::int64_t>(bytes);
+  counter.bytes += static_cast<std::int64_t>(op.bytes);
   counted = true;
 }
 
 ProcessGroup::OpGuard::~OpGuard() {
   if (!counted || !blocks) return;
-  const std::int64_t end = watchdog::now_ns();
+  const std::int64_t end = now_ns();
   counter.seconds += static_cast<double>(end - start_ns) * 1e-9;
-  if (trace::enabled()) {
-    trace::record(traced(trace::Kind::comm, op, group.trace_id_, peer_world, bytes, start_ns, end,
-                         end - start_ns));
-  }
-  watchdog::done(record_id,
-                 watched(op, group.watchdog_.slot, group.watchdog_.name_id, group.watchdog_.key,
-                         peer_world, seq, bytes),
-                 end);
-}
-
-std::int64_t ProcessGroup::OpGuard::trace_post() const {
-  if (!trace::enabled()) return -1;
-  trace::Event e = traced(trace::Kind::comm, op, group.trace_id_, peer_world, bytes, start_ns,
-                          watchdog::now_ns(), 0);
-  e.nonblocking = true;
-  return trace::record(e);
+  group.observers_.finished(op, CommEnd::completed, start_ns, end);
 }
 
 namespace {
-
-std::atomic<bool> debug_checks_on{false};
 
 // The collectives OpGuard numbers, by the index it is given.
 constexpr std::array<std::string_view, 17> kCallNames = {"all_reduce_sum(f32)",
@@ -173,11 +154,8 @@ constexpr std::array<std::string_view, 17> kCallNames = {"all_reduce_sum(f32)",
 
 }  // namespace
 
-void ProcessGroup::set_debug_checks(bool on) noexcept { debug_checks_on = on; }
-bool ProcessGroup::debug_checks() noexcept { return debug_checks_on; }
-
 void ProcessGroup::check_call(int call, std::size_t elements, int root) {
-  if (!debug_checks_on) return;
+  if (!debug_checks_) return;
   // Every rank writes its call into its own row and the sum fills the table on every rank:
   // the same verdict everywhere, so either all ranks go on or all throw (none is left waiting).
   constexpr std::size_t kFields = 4;
@@ -320,7 +298,7 @@ void ProcessGroup::all_to_allv(std::span<const float> in, std::span<const std::i
 
 void ProcessGroup::check_counts(std::span<const std::int64_t> send_counts,
                                 std::span<const std::int64_t> recv_counts) {
-  if (!debug_checks_on) return;
+  if (!debug_checks_) return;
   // Row r of the summed table: rank r's send counts, then its receive counts; every rank
   // checks every pair, so all reach the same verdict.
   const auto n = static_cast<std::size_t>(size());
@@ -361,17 +339,12 @@ void ProcessGroup::recv(std::span<float> x, int peer, int tag) {
 }
 
 namespace {
-// Adds the time spent waiting to the operation's counter, and watches the wait.
+// Adds the time spent waiting to the operation's counter, and tells the group's observers.
 class TimedRequest final : public CommRequest {
  public:
-  TimedRequest(std::unique_ptr<CommRequest> inner, CommCounter& counter, watchdog::OpInfo op,
-               std::uint64_t record_id, std::int32_t trace_group, std::int64_t trace_index)
-      : inner_(std::move(inner)),
-        counter_(counter),
-        op_(op),
-        record_id_(record_id),
-        trace_group_(trace_group),
-        trace_index_(trace_index) {}
+  TimedRequest(std::unique_ptr<CommRequest> inner, CommCounter& counter,
+               const CommObservers& observers, const CommObservers::Op& op)
+      : inner_(std::move(inner)), counter_(counter), observers_(observers), op_(op) {}
   ~TimedRequest() override {
     try {
       wait();
@@ -380,29 +353,24 @@ class TimedRequest final : public CommRequest {
   }
   void wait() override {
     if (done_) return;
-    const std::int64_t start = watchdog::now_ns();
-    watchdog::blocking(op_, start);
+    const std::int64_t start = now_ns();
+    observers_.blocking(op_, start);
     try {
       inner_->wait();
     } catch (...) {
-      watchdog::done(record_id_, op_, watchdog::now_ns());
+      observers_.finished(op_, CommEnd::failed, start, now_ns());
       throw;
     }
     done_ = true;
-    const std::int64_t end = watchdog::now_ns();
-    watchdog::done(record_id_, op_, end);
+    const std::int64_t end = now_ns();
+    observers_.finished(op_, CommEnd::waited, start, end);
     counter_.seconds += static_cast<double>(end - start) * 1e-9;
-    if (trace::enabled()) {  // the wait, on the posting's record and as its own span
-      trace::add_wait(trace_index_, end - start);
-      trace::record(traced(trace::Kind::comm_wait, op_.op, trace_group_, op_.peer, 0, start, end,
-                           end - start));
-    }
   }
   bool test() override {
     if (!done_ && inner_->test()) {
       done_ = true;
-      // Completed without blocking: closes the record (and clears nothing, none blocks).
-      watchdog::done(record_id_, op_, watchdog::now_ns());
+      const std::int64_t now = now_ns();
+      observers_.finished(op_, CommEnd::tested, now, now);
     }
     return done_;
   }
@@ -413,34 +381,27 @@ class TimedRequest final : public CommRequest {
  private:
   std::unique_ptr<CommRequest> inner_;
   CommCounter& counter_;
-  watchdog::OpInfo op_;
-  std::uint64_t record_id_;
-  std::int32_t trace_group_;
-  std::int64_t trace_index_;  // the posting's event in the trace, or -1
+  CommObservers observers_;  // a copy: a fixed array, no allocation
+  CommObservers::Op op_;
   bool done_ = false;
 };
 }  // namespace
 
+std::unique_ptr<CommRequest> ProcessGroup::OpGuard::posted(std::unique_ptr<CommRequest> request) {
+  if (group.observers_.size() > 0) group.observers_.posted(op, start_ns, now_ns());
+  return std::make_unique<TimedRequest>(std::move(request), counter, group.observers_, op);
+}
+
 std::unique_ptr<CommRequest> ProcessGroup::isend(std::span<const float> x, int peer, int tag) {
   MT_CHECK(peer >= 0 && peer < size() && peer != rank_, "isend to {} on {}", peer, name_);
-  const OpGuard guard(*this, CommOp::send, peer, x.size_bytes(), /*blocks=*/false);
-  std::unique_ptr<CommRequest> posted = do_isend(x, peer, tag);
-  return std::make_unique<TimedRequest>(
-      std::move(posted), guard.counter,
-      watched(CommOp::send, watchdog_.slot, watchdog_.name_id, watchdog_.key, guard.peer_world,
-              guard.seq, guard.bytes),
-      guard.record_id, trace_id_, guard.trace_post());
+  OpGuard guard(*this, CommOp::send, peer, x.size_bytes(), /*blocks=*/false);
+  return guard.posted(do_isend(x, peer, tag));
 }
 
 std::unique_ptr<CommRequest> ProcessGroup::irecv(std::span<float> x, int peer, int tag) {
   MT_CHECK(peer >= 0 && peer < size() && peer != rank_, "irecv from {} on {}", peer, name_);
-  const OpGuard guard(*this, CommOp::recv, peer, x.size_bytes(), /*blocks=*/false);
-  std::unique_ptr<CommRequest> posted = do_irecv(x, peer, tag);
-  return std::make_unique<TimedRequest>(
-      std::move(posted), guard.counter,
-      watched(CommOp::recv, watchdog_.slot, watchdog_.name_id, watchdog_.key, guard.peer_world,
-              guard.seq, guard.bytes),
-      guard.record_id, trace_id_, guard.trace_post());
+  OpGuard guard(*this, CommOp::recv, peer, x.size_bytes(), /*blocks=*/false);
+  return guard.posted(do_irecv(x, peer, tag));
 }
 
 namespace {
@@ -460,14 +421,9 @@ std::unique_ptr<CommRequest> ProcessGroup::iall_gather(std::span<const float> in
     std::copy(in.begin(), in.end(), out.begin());
     return std::make_unique<CompletedRequest>();
   }
-  const OpGuard guard(*this, CommOp::all_gather, 8, in.size(), in.size_bytes(), -1,
-                      /*blocks=*/false);
-  std::unique_ptr<CommRequest> posted = do_iall_gather(in, out);
-  return std::make_unique<TimedRequest>(
-      std::move(posted), guard.counter,
-      watched(CommOp::all_gather, watchdog_.slot, watchdog_.name_id, watchdog_.key, -1, guard.seq,
-              guard.bytes),
-      guard.record_id, trace_id_, guard.trace_post());
+  OpGuard guard(*this, CommOp::all_gather, 8, in.size(), in.size_bytes(), -1,
+                /*blocks=*/false);
+  return guard.posted(do_iall_gather(in, out));
 }
 
 Tensor ProcessGroup::allocate_shared(std::int64_t count, MemCategory category) {
@@ -487,14 +443,9 @@ std::unique_ptr<CommRequest> ProcessGroup::iall_reduce_sum(std::span<float> x, f
     }
     return std::make_unique<CompletedRequest>();
   }
-  const OpGuard guard(*this, CommOp::all_reduce, 10, x.size(), x.size_bytes(), -1,
-                      /*blocks=*/false);
-  std::unique_ptr<CommRequest> posted = do_iall_reduce_sum(x, scale);
-  return std::make_unique<TimedRequest>(
-      std::move(posted), guard.counter,
-      watched(CommOp::all_reduce, watchdog_.slot, watchdog_.name_id, watchdog_.key, -1, guard.seq,
-              guard.bytes),
-      guard.record_id, trace_id_, guard.trace_post());
+  OpGuard guard(*this, CommOp::all_reduce, 10, x.size(), x.size_bytes(), -1,
+                /*blocks=*/false);
+  return guard.posted(do_iall_reduce_sum(x, scale));
 }
 
 std::unique_ptr<CommRequest> ProcessGroup::ireduce_scatter_sum(std::span<float> in,
@@ -505,14 +456,9 @@ std::unique_ptr<CommRequest> ProcessGroup::ireduce_scatter_sum(std::span<float> 
     std::copy(in.begin(), in.end(), out.begin());
     return std::make_unique<CompletedRequest>();
   }
-  const OpGuard guard(*this, CommOp::reduce_scatter, 11, in.size(), in.size_bytes(), -1,
-                      /*blocks=*/false);
-  std::unique_ptr<CommRequest> posted = do_ireduce_scatter_sum(in, out);
-  return std::make_unique<TimedRequest>(
-      std::move(posted), guard.counter,
-      watched(CommOp::reduce_scatter, watchdog_.slot, watchdog_.name_id, watchdog_.key, -1,
-              guard.seq, guard.bytes),
-      guard.record_id, trace_id_, guard.trace_post());
+  OpGuard guard(*this, CommOp::reduce_scatter, 11, in.size(), in.size_bytes(), -1,
+                /*blocks=*/false);
+  return guard.posted(do_ireduce_scatter_sum(in, out));
 }
 
 }  // namespace meshtrain

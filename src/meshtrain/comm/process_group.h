@@ -12,9 +12,10 @@
 // planner turns D into wire bytes with the ring formulas (e.g. all-reduce 2(N−1)/N·D). The
 // seconds counter is the wall time spent inside operations, including waiting for late peers.
 //
-// Every operation is also reported to the watchdog (watchdog.h): its flight recorder, the
-// progress records peers read, and the timeout (parallel.comm_timeout_s) on blocking; and,
-// while `--trace` records (trace.h), to the trace with the same bytes the counters count.
+// Every operation is also reported to the group's observers (comm_observer.h), with the same
+// bytes the counters count: in training the watchdog and its flight recorder
+// (monitor/watchdog.h) and the trace (monitor/trace_observer.h), which the trainer attaches to
+// the world group before it builds the DeviceMesh; split() hands them on to the new groups.
 #pragma once
 
 #include <array>
@@ -27,22 +28,11 @@
 #include <string_view>
 #include <vector>
 
+#include "meshtrain/comm/comm_observer.h"
+#include "meshtrain/comm/comm_op.h"
 #include "meshtrain/core/tensor.h"
 
 namespace meshtrain {
-
-enum class CommOp : std::uint8_t {
-  all_reduce,
-  broadcast,
-  barrier,
-  reduce_scatter,
-  all_gather,
-  all_to_all,
-  send,
-  recv,
-};
-inline constexpr std::size_t kNumCommOps = 8;
-std::string_view to_string(CommOp op);
 
 struct CommCounter {
   std::int64_t calls = 0;
@@ -180,19 +170,30 @@ class ProcessGroup {
   std::unique_ptr<CommRequest> ireduce_scatter_sum(std::span<float> in, std::span<float> out);
 
   /// A new group of the members that pass the same `color`, ordered by `key`, named
-  /// `axis_name`{ranks}. Collective over this group: every member calls it, in the same order.
-  virtual std::unique_ptr<ProcessGroup> split(int color, int key, std::string axis_name) const = 0;
+  /// `axis_name`{ranks}, with this group's observers (in the same order) and debug mode.
+  /// Collective over this group: every member calls it, in the same order.
+  std::unique_ptr<ProcessGroup> split(int color, int key, std::string axis_name) const;
+
+  /// From now on every operation of this group is reported to `observer` (comm_observer.h),
+  /// after the observers added before it; calls observer.group_added now. The observer must
+  /// outlive the group or be removed first. Throws Error when kMaxCommObservers are attached
+  /// already or `observer` is. Not thread-safe: the thread that communicates calls it, with
+  /// no operation in flight.
+  void add_observer(CommObserver& observer);
+  /// Stops reporting to `observer` (calls its group_removed); nothing when it is not attached.
+  void remove_observer(CommObserver& observer) noexcept;
 
   /// Collectives this group has run (p2p excluded): the sequence number of the last one.
   std::uint64_t collectives_called() const noexcept { return collective_seq_; }
-  /// Debug mode, process-wide (parallel.debug_collectives): before every collective of a
-  /// group of more than one rank, the ranks exchange what they are about to call — operation,
-  /// element type and count, root, sequence number — over the same group, and when the calls
-  /// differ every rank throws an Error listing each rank's call, instead of hanging or
-  /// reducing mismatched buffers (PyTorch's TORCH_DISTRIBUTED_DEBUG=DETAIL does the same
-  /// check). Costs one small all-reduce per collective.
-  static void set_debug_checks(bool on) noexcept;
-  static bool debug_checks() noexcept;
+  /// Debug mode of this group (parallel.debug_collectives; off by default, and split() hands
+  /// it on): before every collective of a group of more than one rank, the ranks exchange
+  /// what they are about to call — operation, element type and count, root, sequence number —
+  /// over the same group, and when the calls differ every rank throws an Error listing each
+  /// rank's call, instead of hanging or reducing mismatched buffers (PyTorch's
+  /// TORCH_DISTRIBUTED_DEBUG=DETAIL does the same check). Costs one small all-reduce per
+  /// collective. Every member sets the same value.
+  void set_debug_checks(bool on) noexcept { debug_checks_ = on; }
+  bool debug_checks() const noexcept { return debug_checks_; }
 
   const CommCounter& counter(CommOp op) const noexcept {
     return counters_[static_cast<std::size_t>(op)];
@@ -202,6 +203,9 @@ class ProcessGroup {
  protected:
   ProcessGroup(int rank, std::vector<int> world_ranks, std::string axis_name);
 
+  // split()'s backend part: the new group, without observers.
+  virtual std::unique_ptr<ProcessGroup> do_split(int color, int key,
+                                                 std::string axis_name) const = 0;
   // Backend operations; called only when size() > 1, after counting.
   virtual void do_all_reduce_sum(std::span<float> x) = 0;
   virtual void do_all_reduce_sum(std::span<double> x) = 0;
@@ -231,9 +235,9 @@ class ProcessGroup {
 
  private:
   // For the whole of one blocking operation: numbers it (collectives: and runs the debug
-  // check), counts its call and bytes, tells the watchdog it blocks, and at scope exit adds
-  // its seconds and tells the watchdog it is done. Non-blocking posts keep it only while
-  // posting (blocks = false); their request reports the wait.
+  // check), counts its call and bytes, tells the observers it started and blocks, and at
+  // scope exit adds its seconds and tells them it finished. Non-blocking posts keep it only
+  // while posting (blocks = false); their request reports the wait.
   class OpGuard {
    public:
     // A collective; `call` indexes kCallNames in the .cpp.
@@ -243,15 +247,12 @@ class ProcessGroup {
     OpGuard(ProcessGroup& group, CommOp op, int peer, std::size_t bytes, bool blocks = true);
     OpGuard(const OpGuard&) = delete;
     ~OpGuard();
-    // A non-blocking post: records the posting in the trace; its index for the request.
-    std::int64_t trace_post() const;
+    // A non-blocking post, handed to the backend: tells the observers, and returns `request`
+    // wrapped so that its wait is timed and reported too.
+    std::unique_ptr<CommRequest> posted(std::unique_ptr<CommRequest> request);
     ProcessGroup& group;
     CommCounter& counter;
-    CommOp op;
-    int peer_world = -1;  // p2p: the peer's world rank
-    std::uint64_t seq = 0;
-    std::uint64_t bytes = 0;
-    std::uint64_t record_id = 0;  // in the flight recorder
+    CommObservers::Op op;  // p2p: peer = the peer's world rank
     std::int64_t start_ns = 0;
     bool blocks;
     bool counted = false;  // false when the debug check rejected the call
@@ -275,13 +276,9 @@ class ProcessGroup {
   int rank_;
   std::vector<int> world_ranks_;
   std::string name_;
-  std::int32_t trace_id_;  // the name's index in trace::group_names()
   std::array<CommCounter, kNumCommOps> counters_{};
-  struct WatchdogHandle {
-    int slot = -1;
-    std::uint32_t name_id = 0;
-    std::uint64_t key = 0;
-  } watchdog_;  // the group as the watchdog knows it
+  CommObservers observers_;
+  bool debug_checks_ = false;
 };
 
 }  // namespace meshtrain

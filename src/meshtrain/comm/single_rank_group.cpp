@@ -20,8 +20,8 @@ class DetachedGroup final : public ProcessGroup {
   DetachedGroup(int rank, int size, std::string axis_name)
       : ProcessGroup(rank, iota(size), std::move(axis_name)) {}
 
-  std::unique_ptr<ProcessGroup> split(int /*color*/, int /*key*/,
-                                      std::string axis_name) const override {
+  std::unique_ptr<ProcessGroup> do_split(int /*color*/, int /*key*/,
+                                         std::string axis_name) const override {
     MT_CHECK(size() == 1, "a detached group of {} ranks cannot split", size());
     return std::make_unique<DetachedGroup>(0, 1, std::move(axis_name));
   }

@@ -220,7 +220,7 @@ struct ParallelConfig {
   // when they differ (comm/process_group.h, set_debug_checks). One small all-reduce per
   // collective.
   bool debug_collectives = false;
-  // Watchdog (comm/watchdog.h): a collective, send/recv or wait that has not completed after
+  // Watchdog (monitor/watchdog.h): a collective, send/recv or wait that has not completed after
   // `comm_timeout_s` seconds ends the job with a report naming the operation, group, sequence
   // number and the peers that have not reached it; the last `flight_recorder_size` operations
   // of the rank are dumped to a file.

@@ -331,7 +331,7 @@ void check_memory_settings(const Config& config, std::vector<ConfigIssue>& issue
           "use 2");
 }
 
-// Checkpoints and the watchdog (checkpoint/sharded_checkpoint.h, comm/watchdog.h).
+// Checkpoints and the watchdog (checkpoint/sharded_checkpoint.h, monitor/watchdog.h).
 void check_resilience(const Config& config, std::vector<ConfigIssue>& issues) {
   const CheckpointConfig& c = config.checkpoint;
   require(issues, c.interval >= 0, "checkpoint.interval", c.interval,

@@ -54,7 +54,7 @@ struct FailedRank {
 ///   "mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9 (Killed)."
 ///   "  Process name: [[12096,1],0]" followed by "  Exit code:    2"
 ///   "mpirun was unable to launch the specified application ..."
-///   "[watchdog] ending the job (exit code 4)" (a rank's own line, comm/watchdog.h)
+///   "[watchdog] ending the job (exit code 4)" (a rank's own line, monitor/watchdog.h)
 /// The first rank named wins: later ones are usually victims of the teardown.
 class MpirunOutputScanner {
  public:

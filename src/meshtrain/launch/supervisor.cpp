@@ -22,6 +22,8 @@
 #include <thread>
 #include <vector>
 
+#include "meshtrain/core/signal_pipe.h"
+
 namespace meshtrain {
 namespace {
 
@@ -33,17 +35,6 @@ namespace {
 // user insists, the job ends now.
 constexpr std::array<int, 4> kForwarded = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
 
-// The write end of the self-pipe the signal handler reports into (async-signal-safe: write
-// only). One supervisor per process, so one global.
-int g_signal_write_fd = -1;
-
-extern "C" void forward_signal_handler(int sig) {
-  const int saved = errno;
-  const auto byte = static_cast<unsigned char>(sig);
-  [[maybe_unused]] const ssize_t n = ::write(g_signal_write_fd, &byte, 1);
-  errno = saved;
-}
-
 // Catches kForwarded into a pipe the attempt loop polls, and ignores SIGPIPE (a
 // closed stdout must not kill the launcher while its job runs); restores everything after.
 class SignalCatcher {
@@ -52,9 +43,9 @@ class SignalCatcher {
     if (::pipe2(fds_.data(), O_CLOEXEC | O_NONBLOCK) != 0) {
       throw std::runtime_error(fmt::format("pipe: {}", std::strerror(errno)));
     }
-    g_signal_write_fd = fds_[1];
+    set_signal_pipe(fds_[1]);
     struct sigaction action = {};
-    action.sa_handler = forward_signal_handler;
+    action.sa_handler = signal_pipe_handler;
     sigemptyset(&action.sa_mask);
     action.sa_flags = SA_RESTART;
     for (std::size_t i = 0; i < kForwarded.size(); ++i) {
@@ -72,7 +63,7 @@ class SignalCatcher {
       ::sigaction(kForwarded[i], &saved_[i], nullptr);
     }
     ::sigaction(SIGPIPE, &saved_pipe_, nullptr);
-    g_signal_write_fd = -1;
+    set_signal_pipe(-1);
     ::close(fds_[0]);
     ::close(fds_[1]);
   }

@@ -4,9 +4,9 @@
 
 #include <cmath>
 
-#include "meshtrain/comm/trace.h"
 #include "meshtrain/config/validate.h"
 #include "meshtrain/core/error.h"
+#include "meshtrain/core/trace.h"
 #include "meshtrain/kernels/kernels.h"
 #include "meshtrain/layers/autocast.h"
 #include "meshtrain/layers/norms.h"

@@ -1,6 +1,6 @@
 #include "meshtrain/train/stage_runner.h"
 
-#include "meshtrain/comm/trace.h"
+#include "meshtrain/core/trace.h"
 #include "meshtrain/parallel/cp/context_parallel.h"
 
 namespace meshtrain {

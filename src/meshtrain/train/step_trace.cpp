@@ -8,10 +8,10 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
-#include "meshtrain/comm/trace.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/core/staged_file.h"
 #include "meshtrain/core/system.h"
+#include "meshtrain/core/trace.h"
 
 namespace meshtrain {
 namespace {
@@ -203,8 +203,8 @@ nlohmann::json chrome_trace(const std::vector<RankTrace>& ranks, const MeshShape
 
 }  // namespace
 
-StepTrace::StepTrace(std::string path, std::int64_t steps, bool log)
-    : path_(std::move(path)), steps_(steps), log_(log) {}
+StepTrace::StepTrace(std::string path, std::int64_t steps, bool log, const TraceObserver& comm)
+    : path_(std::move(path)), steps_(steps), log_(log), comm_(comm) {}
 
 StepTrace::~StepTrace() {
   if (on()) trace::reset();
@@ -230,14 +230,14 @@ void StepTrace::begin_step(std::int64_t step) {
 
 void StepTrace::open_window() {
   if (!recording_) return;
-  window_start_ = trace::counted_bytes();
+  window_start_ = comm_.counted_bytes();
   trace::set_window(true);
 }
 
 void StepTrace::close_window() {
   if (!recording_) return;
   trace::set_window(false);
-  Window w{.step = step_, .end_ns = trace::now_ns(), .bytes = trace::counted_bytes()};
+  Window w{.step = step_, .end_ns = trace::now_ns(), .bytes = comm_.counted_bytes()};
   for (std::size_t g = 0; g < std::min(w.bytes.size(), window_start_.size()); ++g) {
     w.bytes[g] -= window_start_[g];
   }
@@ -273,7 +273,7 @@ void StepTrace::write(ProcessGroup& world, const MeshShape& shape) {
     mine.put(w.bytes.data(), w.bytes.size() * sizeof(std::int64_t));
   }
   std::string names;
-  for (const std::string& n : trace::group_names()) names += (names.empty() ? "" : "\n") + n;
+  for (const std::string& n : comm_.group_names()) names += (names.empty() ? "" : "\n") + n;
   mine.put(names.data(), names.size());
 
   // Every rank's buffer reaches rank 0 (one broadcast per rank over the world).

@@ -1,12 +1,13 @@
 // src/meshtrain/train/step_trace.h
 //
 // `meshtrain train --trace FILE` (docs/tracing.md): the trainer's side of the trace recorder
-// (comm/trace.h). It records the first `steps` steps of the run on every rank — the phases of
-// each step, its transformer blocks and every ProcessGroup operation — plus, per step, what the
-// byte counters of every group counted inside the step's metrics window (the window the
-// --metrics line's comm bytes cover). At the end every rank's buffer goes to rank 0, which
-// writes one Chrome-trace JSON file (Trace Event Format: "X" complete events, ts/dur in µs;
-// "M" metadata naming a process per rank and its two threads) atomically (StagedFile).
+// (core/trace.h; monitor/trace_observer.h adds the operations). It records the first `steps`
+// steps of the run on every rank — the phases of each step, its transformer blocks and every
+// ProcessGroup operation — plus, per step, what the byte counters of every group counted
+// inside the step's metrics window (the window the --metrics line's comm bytes cover). At
+// the end every rank's buffer goes to rank 0, which writes one Chrome-trace JSON file (Trace
+// Event Format: "X" complete events, ts/dur in µs; "M" metadata naming a process per rank and
+// its two threads) atomically (StagedFile).
 //
 // Clock: every rank reads CLOCK_MONOTONIC once right after a world barrier (start()). Ranks on
 // rank 0's host share that clock, so their times are placed exactly on rank 0's; a rank on
@@ -24,6 +25,7 @@
 
 #include "meshtrain/comm/device_mesh.h"
 #include "meshtrain/comm/process_group.h"
+#include "meshtrain/monitor/trace_observer.h"
 
 namespace meshtrain {
 
@@ -33,7 +35,9 @@ class StepTrace {
   static constexpr std::size_t kCapacity = std::size_t{1} << 18;
 
   /// Off (every call returns at once) when `path` is empty; records the first `steps` steps.
-  StepTrace(std::string path, std::int64_t steps, bool log);
+  /// `comm` (attached to the traced groups) names their groups and reads their byte counters;
+  /// it must outlive this object.
+  StepTrace(std::string path, std::int64_t steps, bool log, const TraceObserver& comm);
   ~StepTrace();
   StepTrace(const StepTrace&) = delete;
   StepTrace& operator=(const StepTrace&) = delete;
@@ -61,6 +65,7 @@ class StepTrace {
   std::string path_;
   std::int64_t steps_;
   bool log_;
+  const TraceObserver& comm_;
   std::int64_t first_step_ = -1;
   std::int64_t step_ = 0;
   std::int64_t step_start_ns_ = 0;

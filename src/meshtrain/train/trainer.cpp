@@ -11,12 +11,12 @@
 #include "meshtrain/checkpoint/hf_format.h"
 #include "meshtrain/checkpoint/logical_tensors.h"
 #include "meshtrain/checkpoint/model_checkpoint.h"
-#include "meshtrain/comm/trace.h"
 #include "meshtrain/config/validate.h"
 #include "meshtrain/core/allocator.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/core/stop_signal.h"
 #include "meshtrain/core/system.h"
+#include "meshtrain/core/trace.h"
 #include "meshtrain/kernels/kernels.h"
 #include "meshtrain/layers/placement.h"
 #include "meshtrain/train/collective_verdict.h"
@@ -29,9 +29,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::unique_ptr<WatchdogScope> start_watchdog(const Config& config, ProcessGroup& world) {
+std::unique_ptr<WatchdogScope> start_watchdog(const Config& config, Watchdog& watchdog,
+                                              ProcessGroup& world) {
   return std::make_unique<WatchdogScope>(
-      world, WatchdogOptions{
+      watchdog, world, WatchdogOptions{
                  .timeout_s = config.parallel.comm_timeout_s,
                  .recorder_size = static_cast<std::size_t>(config.parallel.flight_recorder_size),
                  .on_expiry = {}});
@@ -162,16 +163,20 @@ std::span<float> first_grad(OptimizerShards& shards) {
 }  // namespace
 
 Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
-    : config_(std::move(config)), options_(std::move(options)), world_(world) {
+    : config_(std::move(config)),
+      options_(std::move(options)),
+      world_(world),
+      monitors_(std::make_unique<CommMonitors>(world)) {
   validate_or_throw(config_, world.size());
   check_environment_for_all(world);  // before any allocation, agreed by every rank
   faults_ = std::make_unique<FaultInjector>(config_.fault_injection, world.rank(),
                                             restart_count_from_env());
-  ProcessGroup::set_debug_checks(config_.parallel.debug_collectives);
+  // The world's groups (the mesh's are split from it) inherit the debug mode.
+  world.set_debug_checks(config_.parallel.debug_collectives);
   // Every rank gets here with a valid config (validation is the same pure function on every
   // rank, the environment's verdict an agreed one), so the watchdog's collective start-up
   // cannot leave one rank behind.
-  watchdog_ = start_watchdog(config_, world);
+  watchdog_ = start_watchdog(config_, monitors_->watchdog(), world);
   RunMetadata metadata = load_run_metadata(config_);  // resolves model.vocab_size
   check_memory_or_throw(config_, options_.local_ranks);
   data_ = std::make_unique<TrainData>(config_, std::move(metadata));
@@ -198,7 +203,8 @@ Trainer::Trainer(Config config, ProcessGroup& world, TrainerOptions options)
   }
   report_ = std::make_unique<Reporting>(config_, options_, world, *mesh_, model_->tied_group(),
                                         model_->predicted_bubble());
-  trace_ = std::make_unique<StepTrace>(options_.trace_path, options_.trace_steps, options_.log);
+  trace_ = std::make_unique<StepTrace>(options_.trace_path, options_.trace_steps, options_.log,
+                                       monitors_->trace());
   model_->runner().set_clock(report_->clock());
   model_->runner().set_faults(faults_.get());
   resume();

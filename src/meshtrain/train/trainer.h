@@ -18,13 +18,14 @@
 #include "meshtrain/checkpoint/safetensors.h"
 #include "meshtrain/checkpoint/sharded_checkpoint.h"
 #include "meshtrain/comm/device_mesh.h"
-#include "meshtrain/comm/watchdog.h"
 #include "meshtrain/config/config.h"
 #include "meshtrain/data/metadata.h"
 #include "meshtrain/model/pipeline_stage.h"
+#include "meshtrain/monitor/watchdog.h"
 #include "meshtrain/optim/loss_scaler.h"
 #include "meshtrain/parallel/dp/zero.h"
 #include "meshtrain/parallel/pp/executor.h"
+#include "meshtrain/train/comm_monitors.h"
 #include "meshtrain/train/fault_injector.h"
 #include "meshtrain/train/model_stage.h"
 #include "meshtrain/train/optimizer_state.h"
@@ -142,6 +143,9 @@ class Trainer {
   Config config_;
   TrainerOptions options_;
   ProcessGroup& world_;
+  // Attached to world_ first of all, before any collective; declared before every part that
+  // holds a group, so that it outlives them all.
+  std::unique_ptr<CommMonitors> monitors_;
   std::unique_ptr<FaultInjector> faults_;  // [fault_injection]; built once the config is valid
   std::unique_ptr<TrainData> data_;
   std::unique_ptr<DeviceMesh> mesh_;

@@ -1,4 +1,4 @@
-#include "meshtrain/comm/watchdog_dirs.h"
+#include "meshtrain/monitor/watchdog_dirs.h"
 
 #include <fmt/format.h>
 #include <stdlib.h>  // mkdtemp

@@ -1,8 +1,8 @@
-// src/meshtrain/comm/watchdog_dirs.h
+// src/meshtrain/monitor/watchdog_dirs.h
 //
 // The watchdog's directories, `$TMPDIR/meshtrain-watchdog-XXXXXX` (/tmp without TMPDIR): world
 // rank 0 creates one per job (Watchdog::start), every rank maps its progress file there, and
-// the last rank to stop normally removes it (progress::unmap_file). A job that does not stop
+// the last rank to stop normally removes it (LocalBoard::unmap_file). A job that does not stop
 // normally — kill -9, mpirun ending its ranks after one failed, MPI_Abort, the watchdog's own
 // exit 4 — leaves it behind. So the directory records its owner, and the directories whose
 // owner is gone are cleaned by the next job's rank 0 before it creates its own, and by

@@ -1,4 +1,4 @@
-#include "meshtrain/comm/flight_recorder.h"
+#include "meshtrain/monitor/flight_recorder.h"
 
 #include "meshtrain/core/error.h"
 

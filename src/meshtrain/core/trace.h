@@ -1,10 +1,16 @@
-// src/meshtrain/comm/trace.h
+// src/meshtrain/core/trace.h
 //
 // The whole-step trace recorder (`meshtrain train --trace`, docs/tracing.md): one process-wide
 // buffer of timed events — the step's phases (data, forward/backward per micro-batch and chunk,
 // transformer blocks, gradient reduction, optimizer, evaluation, checkpoint) and every
-// ProcessGroup operation with its group, bytes and wait. train/step_trace.h turns the buffers
-// of all ranks into one Chrome-trace file.
+// ProcessGroup operation with its group, bytes and wait (recorded by monitor/trace_observer.h,
+// which numbers the groups). train/step_trace.h turns the buffers of all ranks into one
+// Chrome-trace file.
+//
+// Process-wide, and so in core/: the phases are recorded from deep inside the model (each
+// transformer block) and the stage runner; handing a recorder to every layer call for an
+// off-by-default diagnostic would change every forward/backward signature, and a Scope must
+// cost one load when off.
 //
 // Off unless start() was called: every hook then costs one relaxed atomic load and a branch.
 // Only the thread that called start() records (the training loop); other threads (the
@@ -15,13 +21,8 @@
 
 #include <atomic>
 #include <cstdint>
-#include <string>
 #include <string_view>
 #include <vector>
-
-namespace meshtrain {
-class ProcessGroup;
-}
 
 namespace meshtrain::trace {
 
@@ -53,7 +54,7 @@ struct Event {
   std::int64_t bytes = 0;    // comm: the message size the byte counters count; else 0
   std::int64_t wait_ns = 0;  // comm: time blocked (see docs/tracing.md); else 0
   std::int32_t step = -1;    // 0-based step being run, -1 before the first
-  std::int32_t group = -1;   // comm: index into group_names()
+  std::int32_t group = -1;   // comm: TraceObserver's index of the group (group_names())
   std::int32_t peer = -1;    // comm, point to point: the peer's world rank
   std::int16_t microbatch = -1, chunk = -1, block = -1;
   Kind kind = Kind::step;
@@ -81,15 +82,6 @@ void set_step(std::int32_t step);
 void set_window(bool open);
 
 std::int64_t now_ns() noexcept;
-
-/// Index of `name` in group_names(), added on first use. Called by every ProcessGroup.
-std::int32_t group_id(const std::string& name);
-const std::vector<std::string>& group_names();
-/// Every live ProcessGroup registers itself, so counter snapshots see all groups.
-void register_group(const ProcessGroup* group);
-void unregister_group(const ProcessGroup* group);
-/// Per group id: the bytes its live groups have counted so far (every operation), summed.
-std::vector<std::int64_t> counted_bytes();
 
 /// Appends `e` when recording on the recording thread; returns its index, or -1.
 std::int64_t record(const Event& e);

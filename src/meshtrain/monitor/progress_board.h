@@ -1,4 +1,4 @@
-// src/meshtrain/comm/progress_board.h
+// src/meshtrain/monitor/progress_board.h
 //
 // The watchdog's side channel: each rank publishes, per group it belongs to, the last
 // collective sequence number it entered and completed, and the operation it is blocked in
@@ -12,11 +12,13 @@
 //
 // Updating a record is a relaxed atomic store into the mapping: no system call. Before the
 // watchdog maps a file, the records live in process memory, so groups can be numbered from
-// the start of the job.
+// the start of the job. Each Watchdog holds its rank's board (LocalBoard); peers read theirs
+// through the files only.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -69,22 +71,36 @@ static_assert(std::atomic<std::uint64_t>::is_always_lock_free,
 /// count agrees).
 std::uint64_t group_key(std::string_view name, std::uint32_t instance) noexcept;
 
-/// This process's board: process memory until map_file(), then the mapped file.
-Board& local() noexcept;
+/// This rank's board: process memory until map_file(), then the mapped file. Owned by the
+/// Watchdog; its records are written by the thread that communicates, read by the watchdog's.
+class LocalBoard {
+ public:
+  LocalBoard();
+  /// Unmaps the file when mapped (without the cleanup of unmap_file).
+  ~LocalBoard();
+  LocalBoard(const LocalBoard&) = delete;
+  LocalBoard& operator=(const LocalBoard&) = delete;
 
-/// Claims a free slot for a group; −1 when all kMaxGroups are taken (the group then goes
-/// without progress records: reports call its peers "unknown").
-int claim_slot(std::uint64_t key, std::string_view name) noexcept;
-void release_slot(int slot) noexcept;
+  Board& get() const noexcept { return *board_.load(std::memory_order_relaxed); }
 
-/// Creates `path` holding the current board and switches local() to it; false (and the board
-/// stays in memory) when the file cannot be created or mapped.
-bool map_file(const std::string& path, int world_rank);
-/// Copies the board back into process memory, marks the file stopped and unmaps it; the last
-/// rank to stop deletes every progress file of `dir`, its owner file, and then `dir` if nothing
-/// else is in it (flight-recorder dumps stay; watchdog_dirs.h says who cleans up after a job
-/// that did not stop).
-void unmap_file(const std::string& dir) noexcept;
+  /// Claims a free slot for a group; −1 when all kMaxGroups are taken (the group then goes
+  /// without progress records: reports call its peers "unknown").
+  int claim_slot(std::uint64_t key, std::string_view name) noexcept;
+  void release_slot(int slot) noexcept;
+
+  /// Creates `path` holding the current board and switches get() to it; false (and the board
+  /// stays in memory) when the file cannot be created or mapped.
+  bool map_file(const std::string& path, int world_rank);
+  /// Copies the board back into process memory, marks the file stopped and unmaps it; the
+  /// last rank to stop deletes every progress file of `dir`, its owner file, and then `dir` if
+  /// nothing else is in it (flight-recorder dumps stay; watchdog_dirs.h says who cleans up
+  /// after a job that did not stop).
+  void unmap_file(const std::string& dir) noexcept;
+
+ private:
+  std::unique_ptr<Board> memory_;  // the records while no file is mapped
+  std::atomic<Board*> board_;
+};
 
 /// What a peer's file says, read without locks (values may be a moment old).
 struct PeerView {

@@ -1,4 +1,4 @@
-// src/meshtrain/comm/flight_recorder.h
+// src/meshtrain/monitor/flight_recorder.h
 //
 // FlightRecorder: a fixed ring of this rank's last N communication operations (operation,
 // group, sequence number, peer, bytes, start, end or still in flight), which the watchdog
@@ -16,7 +16,7 @@
 #include <memory>
 #include <vector>
 
-#include "meshtrain/comm/process_group.h"
+#include "meshtrain/comm/comm_op.h"
 
 namespace meshtrain {
 

@@ -1,4 +1,4 @@
-#include "meshtrain/comm/watchdog.h"
+#include "meshtrain/monitor/watchdog.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -17,9 +17,9 @@
 #include <ranges>
 #include <thread>
 
-#include "meshtrain/comm/progress_board.h"
-#include "meshtrain/comm/watchdog_dirs.h"
 #include "meshtrain/core/error.h"
+#include "meshtrain/monitor/progress_board.h"
+#include "meshtrain/monitor/watchdog_dirs.h"
 
 namespace meshtrain {
 namespace {
@@ -40,14 +40,15 @@ struct Registry {
   };
   std::map<std::uint64_t, Group> groups;  // alive, by key
 };
-Registry& registry() {
-  static Registry r;
-  return r;
-}
 
-// The running watchdog; all but the recorder pointer are touched by start/stop (main thread,
-// nothing in flight) and the watchdog thread.
-struct State {
+}  // namespace
+
+// The watchdog's groups and progress records, and while it runs its thread and recorder; all
+// but the registry, the board's records and the recorder pointer are touched by start/stop
+// (main thread, nothing in flight) and the watchdog thread.
+struct Watchdog::State {
+  Registry registry;
+  progress::LocalBoard board;
   std::atomic<FlightRecorder*> recorder{nullptr};
   WatchdogOptions options;
   std::string dir;
@@ -59,15 +60,16 @@ struct State {
   std::thread thread;
   std::mutex mutex;
   std::condition_variable wake;
-  bool stop = false;
-  // A process that exits without stop() (exit() from elsewhere) must not std::terminate here.
-  ~State() {
-    if (thread.joinable()) thread.detach();
-  }
+  bool stop = false;  // ~Watchdog stops the thread before the State goes
 };
-State& state() {
-  static State s;
-  return s;
+
+namespace {
+
+using State = Watchdog::State;
+
+std::string group_name_of(State& s, std::uint32_t name_id) {
+  const std::lock_guard lock(s.registry.mutex);
+  return name_id < s.registry.names.size() ? s.registry.names[name_id] : std::string("?");
 }
 
 std::string dump_file(const State& s) {
@@ -98,7 +100,7 @@ std::string describe(const watchdog::OpInfo& op, const std::string& group) {
 }
 
 // Writes the recorder, oldest first, one operation a line; "" or why it failed.
-std::string write_dump(const State& s, std::string_view why) {
+std::string write_dump(State& s, std::string_view why) {
   const FlightRecorder* r = s.recorder.load(kRelaxed);
   if (r == nullptr) return "no recorder";
   const std::vector<FlightRecord> records = r->snapshot();
@@ -116,7 +118,7 @@ std::string write_dump(const State& s, std::string_view why) {
   for (const FlightRecord& rec : records) {
     const std::int64_t end = rec.end_ns != 0 ? rec.end_ns : now;
     fmt::print(f, "{} {} {} {} {} {} {:.6f} {:.6f} {}\n", rec.id, to_string(rec.op),
-               Watchdog::group_name(rec.group), rec.seq,
+               group_name_of(s, rec.group), rec.seq,
                rec.peer >= 0 ? std::to_string(rec.peer) : std::string("-"), rec.bytes,
                static_cast<double>(rec.start_ns - s.start_ns) * 1e-9,
                static_cast<double>(end - rec.start_ns) * 1e-9,
@@ -132,13 +134,13 @@ std::chrono::nanoseconds tick_of(double timeout_s) {
 }
 
 // This rank's watchdog thread is running: see progress::Board::heartbeat_ns.
-void beat() noexcept { progress::local().heartbeat_ns.store(watchdog::now_ns(), kRelaxed); }
+void beat(State& s) noexcept { s.board.get().heartbeat_ns.store(watchdog::now_ns(), kRelaxed); }
 
 // The world ranks the timed-out operation waits for (the group's members, or the one peer of a
 // send/recv), this rank included.
-std::vector<int> members_of(const watchdog::OpInfo& op) {
+std::vector<int> members_of(State& s, const watchdog::OpInfo& op) {
   if (op.peer >= 0) return {op.peer};
-  Registry& reg = registry();
+  Registry& reg = s.registry;
   const std::lock_guard lock(reg.mutex);
   const auto it = reg.groups.find(op.group.key);
   return it != reg.groups.end() ? it->second.world_ranks : std::vector<int>{};
@@ -149,7 +151,7 @@ std::vector<int> members_of(const watchdog::OpInfo& op) {
 // tick even while blocked in MPI. One whose beat is older than two ticks is watched until its
 // beat would be `stale` old (4 ticks, at least 1 s) and called frozen only if it never beat in
 // between, so a thread that was merely scheduled late is not blamed. Waits at most `stale`.
-std::map<int, double> frozen_peers(const State& s, const std::vector<int>& peers) {
+std::map<int, double> frozen_peers(State& s, const std::vector<int>& peers) {
   const std::int64_t tick = tick_of(s.options.timeout_s).count();
   const std::int64_t stale = std::max<std::int64_t>(4 * tick, 1'000'000'000);
   std::map<int, std::int64_t> late;  // peer → the beat seen
@@ -164,7 +166,7 @@ std::map<int, double> frozen_peers(const State& s, const std::vector<int>& peers
     decide_at = std::max(decide_at, view->heartbeat_ns + stale);
   }
   while (!late.empty() && watchdog::now_ns() < decide_at) {
-    beat();  // this rank's own peers may be judging it meanwhile
+    beat(s);  // this rank's own peers may be judging it meanwhile
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   std::map<int, double> frozen;
@@ -179,11 +181,11 @@ std::map<int, double> frozen_peers(const State& s, const std::vector<int>& peers
 
 // One line per peer of the timed-out operation, and the peers that have not arrived. Reading a
 // peer's board also asks it to dump its recorder (when `ask_dump`); a frozen peer cannot.
-std::string report_peers(const State& s, const watchdog::OpInfo& op, bool ask_dump,
+std::string report_peers(State& s, const watchdog::OpInfo& op, bool ask_dump,
                          const std::map<int, double>& frozen, std::vector<int>& missing,
                          std::vector<int>& unreachable, std::vector<int>& asked) {
   std::string out;
-  for (const int peer : members_of(op)) {
+  for (const int peer : members_of(s, op)) {
     if (peer == s.world_rank) continue;
     const auto view = progress::read_peer(board_file(s.dir, peer), op.group.key, ask_dump);
     const std::string host = host_of(s, peer);
@@ -274,18 +276,19 @@ std::string report_peers(const State& s, const watchdog::OpInfo& op, bool ask_du
 void expire(State& s, const watchdog::OpInfo& op, double waited_s) {
   std::string group;
   {
-    Registry& reg = registry();
+    Registry& reg = s.registry;
     const std::lock_guard lock(reg.mutex);
     const auto it = reg.groups.find(op.group.key);
-    group = it != reg.groups.end() ? it->second.name : Watchdog::group_name(op.group.name_id);
+    if (it != reg.groups.end()) group = it->second.name;
   }
+  if (group.empty()) group = group_name_of(s, op.group.name_id);
   const bool ask_dump = !s.options.on_expiry;
   std::vector<int> missing, unreachable, asked;
   std::string report = fmt::format(
       "[watchdog] world rank {}: {} has not completed after {:.3g} s (parallel.comm_timeout_s = "
       "{:g})",
       s.world_rank, describe(op, group), waited_s, s.options.timeout_s);
-  const std::map<int, double> frozen = frozen_peers(s, members_of(op));
+  const std::map<int, double> frozen = frozen_peers(s, members_of(s, op));
   report += report_peers(s, op, ask_dump, frozen, missing, unreachable, asked);
   std::string none = unreachable.empty() ? "none found (every peer has reached it)"
                                          : "none found among the peers it could read";
@@ -323,7 +326,7 @@ void expire(State& s, const watchdog::OpInfo& op, double waited_s) {
   // mpirun tears them down.
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   while (!asked.empty() && std::chrono::steady_clock::now() < until) {
-    beat();
+    beat(s);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     std::erase_if(asked, [&](int peer) {
       const auto view = progress::read_peer(board_file(s.dir, peer), 0, false);
@@ -339,8 +342,8 @@ void run(State& s) {
   std::int64_t reported_since = 0;
   std::unique_lock lock(s.mutex);
   while (!s.wake.wait_for(lock, tick, [&] { return s.stop; })) {
-    beat();
-    progress::Board& b = progress::local();
+    beat(s);
+    progress::Board& b = s.board.get();
     if (b.dump_requested.load(std::memory_order_acquire) != 0 && b.dumped.load(kRelaxed) == 0) {
       (void)write_dump(s, "written because a peer's operation timed out");
       b.dumped.store(1, std::memory_order_release);
@@ -383,45 +386,48 @@ std::vector<std::string> gather_hosts(ProcessGroup& world) {
 
 }  // namespace
 
-namespace watchdog {
-
-GroupHandle register_group(const std::string& name, const std::vector<int>& world_ranks) {
-  Registry& reg = registry();
-  const std::lock_guard lock(reg.mutex);
-  GroupHandle g;
-  auto [it, fresh] = reg.name_ids.try_emplace(name, static_cast<std::uint32_t>(reg.names.size()));
-  if (fresh) reg.names.push_back(name);
-  g.name_id = it->second;
-  g.key = progress::group_key(name, reg.instances[name]++);
-  g.slot = progress::claim_slot(g.key, name);
-  reg.groups[g.key] = {name, world_ranks};
-  return g;
-}
-
-void unregister_group(const GroupHandle& group) noexcept {
-  Registry& reg = registry();
-  const std::lock_guard lock(reg.mutex);
-  progress::release_slot(group.slot);
-  reg.groups.erase(group.key);
-}
-
-std::int64_t now_ns() noexcept {
+std::int64_t watchdog::now_ns() noexcept {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
-std::uint64_t posted(const OpInfo& op, std::int64_t at_ns) noexcept {
+Watchdog::Watchdog() : state_(std::make_unique<State>()) {}
+
+Watchdog::~Watchdog() { stop(); }
+
+watchdog::GroupHandle Watchdog::register_group(const std::string& name,
+                                               const std::vector<int>& world_ranks) {
+  Registry& reg = state_->registry;
+  const std::lock_guard lock(reg.mutex);
+  watchdog::GroupHandle g;
+  auto [it, fresh] = reg.name_ids.try_emplace(name, static_cast<std::uint32_t>(reg.names.size()));
+  if (fresh) reg.names.push_back(name);
+  g.name_id = it->second;
+  g.key = progress::group_key(name, reg.instances[name]++);
+  g.slot = state_->board.claim_slot(g.key, name);
+  reg.groups[g.key] = {name, world_ranks};
+  return g;
+}
+
+void Watchdog::unregister_group(const watchdog::GroupHandle& group) noexcept {
+  Registry& reg = state_->registry;
+  const std::lock_guard lock(reg.mutex);
+  state_->board.release_slot(group.slot);
+  reg.groups.erase(group.key);
+}
+
+std::uint64_t Watchdog::posted(const watchdog::OpInfo& op, std::int64_t at_ns) noexcept {
   if (op.peer < 0 && op.group.slot >= 0) {
-    progress::Slot& slot = progress::local().slots[op.group.slot];
+    progress::Slot& slot = state_->board.get().slots[op.group.slot];
     if (slot.key.load(kRelaxed) == op.group.key) slot.entered.store(op.seq, kRelaxed);
   }
-  FlightRecorder* r = state().recorder.load(kRelaxed);
+  FlightRecorder* r = state_->recorder.load(kRelaxed);
   return r == nullptr ? 0 : r->record(op.op, op.group.name_id, op.peer, op.seq, op.bytes, at_ns);
 }
 
-void blocking(const OpInfo& op, std::int64_t at_ns) noexcept {
-  progress::Board& b = progress::local();
+void Watchdog::blocking(const watchdog::OpInfo& op, std::int64_t at_ns) noexcept {
+  progress::Board& b = state_->board.get();
   b.current_op.store(static_cast<std::uint32_t>(op.op) + 1, kRelaxed);
   b.current_peer.store(op.peer, kRelaxed);
   b.current_key.store(op.group.key, kRelaxed);
@@ -430,15 +436,15 @@ void blocking(const OpInfo& op, std::int64_t at_ns) noexcept {
   b.current_since_ns.store(at_ns, std::memory_order_release);
 }
 
-void not_blocking() noexcept {
-  progress::Board& b = progress::local();
+void Watchdog::not_blocking() noexcept {
+  progress::Board& b = state_->board.get();
   b.current_since_ns.store(0, std::memory_order_release);
   b.current_op.store(0, kRelaxed);
 }
 
-void done(std::uint64_t id, const OpInfo& op, std::int64_t at_ns) noexcept {
+void Watchdog::done(std::uint64_t id, const watchdog::OpInfo& op, std::int64_t at_ns) noexcept {
   not_blocking();
-  progress::Board& b = progress::local();
+  progress::Board& b = state_->board.get();
   if (op.peer < 0 && op.group.slot >= 0) {
     progress::Slot& slot = b.slots[op.group.slot];
     // Non-blocking collectives may complete out of order: keep the highest.
@@ -446,11 +452,44 @@ void done(std::uint64_t id, const OpInfo& op, std::int64_t at_ns) noexcept {
       slot.completed.store(op.seq, kRelaxed);
     }
   }
-  if (FlightRecorder* r = state().recorder.load(kRelaxed)) r->finish(id, at_ns);
+  if (FlightRecorder* r = state_->recorder.load(kRelaxed)) r->finish(id, at_ns);
 }
 
-}  // namespace watchdog
+namespace {
+// A CommEvent as the watchdog records it: its group id is the address of the group's handle.
+watchdog::OpInfo info_of(const CommEvent& e) noexcept {
+  return {.op = e.op,
+          .group = *reinterpret_cast<const watchdog::GroupHandle*>(e.group),
+          .peer = e.peer,
+          .seq = e.seq,
+          .bytes = e.bytes};
+}
+}  // namespace
 
+std::uint64_t Watchdog::group_added(const ProcessGroup& group) {
+  auto handle = std::make_unique<watchdog::GroupHandle>(
+      register_group(group.name(), group.world_ranks()));
+  return reinterpret_cast<std::uintptr_t>(handle.release());
+}
+
+void Watchdog::group_removed(const ProcessGroup& /*group*/, std::uint64_t id) noexcept {
+  const std::unique_ptr<watchdog::GroupHandle> handle(
+      reinterpret_cast<watchdog::GroupHandle*>(id));
+  unregister_group(*handle);
+}
+
+std::uint64_t Watchdog::started(const CommEvent& op, std::int64_t at_ns) noexcept {
+  return posted(info_of(op), at_ns);
+}
+
+void Watchdog::blocking(const CommEvent& op, std::int64_t at_ns) noexcept {
+  blocking(info_of(op), at_ns);
+}
+
+void Watchdog::finished(const CommEvent& op, CommEnd /*how*/, std::int64_t /*start_ns*/,
+                        std::int64_t end_ns) noexcept {
+  done(op.token, info_of(op), end_ns);
+}
 void Watchdog::start(ProcessGroup& world, const WatchdogOptions& options) {
   if (world.size() == 1 || running()) return;
   std::array<char, 512> dir{};
@@ -474,35 +513,35 @@ void Watchdog::start(ProcessGroup& world, const WatchdogOptions& options) {
         watchdog_dirs::parent()));
   }
   // On another host (a /tmp of its own) the directory is not there: make it, for the ranks of
-  // that host. The last rank of each host to stop removes it (progress::unmap_file).
+  // that host. The last rank of each host to stop removes it (LocalBoard::unmap_file).
   if (world.rank() != 0) ::mkdir(dir.data(), 0700);
-  state().hosts = gather_hosts(world);
+  state_->hosts = gather_hosts(world);
   start_local(dir.data(), world.world_ranks()[static_cast<std::size_t>(world.rank())], options);
   world.barrier();  // every progress file exists before the first watched operation
 }
 
 void Watchdog::start_local(const std::string& dir, int world_rank, const WatchdogOptions& options) {
   if (running()) return;
-  State& s = state();
+  State& s = *state_;
   s.options = options;
   s.dir = dir;
   s.world_rank = world_rank;
   s.start_ns = watchdog::now_ns();
   s.stop = false;
-  if (!progress::map_file(board_file(dir, world_rank), world_rank)) {
+  if (!s.board.map_file(board_file(dir, world_rank), world_rank)) {
     fmt::print(stderr,
                "[watchdog] world rank {}: cannot create {}; peers will report this rank as "
                "unknown when an operation times out\n",
                world_rank, board_file(dir, world_rank));
   }
   s.recorder.store(new FlightRecorder(std::max<std::size_t>(1, options.recorder_size)), kRelaxed);
-  beat();
+  beat(s);
   s.thread = std::thread([&s] { run(s); });
 }
 
 void Watchdog::stop() noexcept {
   if (!running()) return;
-  State& s = state();
+  State& s = *state_;
   {
     const std::lock_guard lock(s.mutex);
     s.stop = true;
@@ -510,34 +549,37 @@ void Watchdog::stop() noexcept {
   s.wake.notify_all();
   s.thread.join();
   delete s.recorder.exchange(nullptr, kRelaxed);
-  progress::unmap_file(s.dir);
+  s.board.unmap_file(s.dir);
   s.options.on_expiry = nullptr;
   s.hosts.clear();
 }
 
-bool Watchdog::running() noexcept { return state().recorder.load(kRelaxed) != nullptr; }
+bool Watchdog::running() const noexcept { return state_->recorder.load(kRelaxed) != nullptr; }
 
-std::vector<FlightRecord> Watchdog::recorder_snapshot() {
-  const FlightRecorder* r = state().recorder.load(kRelaxed);
+std::vector<FlightRecord> Watchdog::recorder_snapshot() const {
+  const FlightRecorder* r = state_->recorder.load(kRelaxed);
   return r == nullptr ? std::vector<FlightRecord>{} : r->snapshot();
 }
 
-std::string Watchdog::group_name(std::uint32_t name_id) {
-  Registry& reg = registry();
-  const std::lock_guard lock(reg.mutex);
-  return name_id < reg.names.size() ? reg.names[name_id] : std::string("?");
+std::string Watchdog::group_name(std::uint32_t name_id) const {
+  return group_name_of(*state_, name_id);
 }
 
-std::string Watchdog::dump_path() { return running() ? dump_file(state()) : std::string(); }
+std::string Watchdog::dump_path() const {
+  return running() ? dump_file(*state_) : std::string();
+}
 
-WatchdogScope::WatchdogScope(ProcessGroup& world, const WatchdogOptions& options)
-    : owner_(!Watchdog::running()) {
-  Watchdog::start(world, options);
-  owner_ = owner_ && Watchdog::running();
+const progress::Board& Watchdog::progress() const noexcept { return state_->board.get(); }
+
+WatchdogScope::WatchdogScope(Watchdog& watchdog, ProcessGroup& world,
+                             const WatchdogOptions& options)
+    : watchdog_(watchdog), owner_(!watchdog.running()) {
+  watchdog.start(world, options);
+  owner_ = owner_ && watchdog.running();
 }
 
 WatchdogScope::~WatchdogScope() {
-  if (owner_) Watchdog::stop();
+  if (owner_) watchdog_.stop();
 }
 
 }  // namespace meshtrain

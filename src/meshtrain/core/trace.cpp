@@ -1,12 +1,8 @@
-#include "meshtrain/comm/trace.h"
+#include "meshtrain/core/trace.h"
 
 #include <algorithm>
 #include <chrono>
-#include <map>
-#include <mutex>
 #include <thread>
-
-#include "meshtrain/comm/process_group.h"
 
 namespace meshtrain::trace {
 namespace {
@@ -18,11 +14,6 @@ struct Recorder {
   std::int32_t step = -1;
   bool window = false;
   std::thread::id thread;
-  // Groups are made and destroyed on any thread (tests build meshes in threads): locked.
-  std::mutex groups_mutex;
-  std::vector<std::string> names;
-  std::map<std::string, std::int32_t, std::less<>> ids;
-  std::vector<const ProcessGroup*> live;
 };
 
 Recorder& recorder() {
@@ -67,41 +58,6 @@ std::int64_t now_ns() noexcept {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
-}
-
-std::int32_t group_id(const std::string& name) {
-  Recorder& r = recorder();
-  const std::lock_guard lock(r.groups_mutex);
-  const auto [it, added] = r.ids.try_emplace(name, static_cast<std::int32_t>(r.names.size()));
-  if (added) r.names.push_back(name);
-  return it->second;
-}
-
-const std::vector<std::string>& group_names() { return recorder().names; }
-
-void register_group(const ProcessGroup* group) {
-  Recorder& r = recorder();
-  const std::lock_guard lock(r.groups_mutex);
-  r.live.push_back(group);
-}
-
-void unregister_group(const ProcessGroup* group) {
-  Recorder& r = recorder();
-  const std::lock_guard lock(r.groups_mutex);
-  std::erase(r.live, group);
-}
-
-std::vector<std::int64_t> counted_bytes() {
-  Recorder& r = recorder();
-  const std::lock_guard lock(r.groups_mutex);
-  std::vector<std::int64_t> bytes(r.names.size(), 0);
-  for (const ProcessGroup* g : r.live) {
-    const std::int32_t id = r.ids.find(g->name())->second;
-    for (std::size_t op = 0; op < kNumCommOps; ++op) {
-      bytes[static_cast<std::size_t>(id)] += g->counter(static_cast<CommOp>(op)).bytes;
-    }
-  }
-  return bytes;
 }
 
 std::int64_t record(const Event& e) {

@@ -1,4 +1,4 @@
-#include "meshtrain/comm/progress_board.h"
+#include "meshtrain/monitor/progress_board.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -8,16 +8,12 @@
 #include <filesystem>
 #include <new>
 
-#include "meshtrain/comm/watchdog_dirs.h"
+#include "meshtrain/monitor/watchdog_dirs.h"
 
 namespace meshtrain::progress {
 namespace {
 
 constexpr auto kRelaxed = std::memory_order_relaxed;
-
-Board g_memory_board;
-std::atomic<Board*> g_board{&g_memory_board};
-std::string g_path;  // of the mapped file, "" when none
 
 void copy_board(const Board& from, Board& to) noexcept {
   for (std::size_t i = 0; i < kMaxGroups; ++i) {
@@ -52,10 +48,15 @@ std::uint64_t group_key(std::string_view name, std::uint32_t instance) noexcept 
   return h == 0 ? 1 : h;
 }
 
-Board& local() noexcept { return *g_board.load(kRelaxed); }
+LocalBoard::LocalBoard() : memory_(std::make_unique<Board>()), board_(memory_.get()) {}
 
-int claim_slot(std::uint64_t key, std::string_view name) noexcept {
-  Board& b = local();
+LocalBoard::~LocalBoard() {
+  Board* board = board_.load(kRelaxed);
+  if (board != memory_.get()) ::munmap(board, sizeof(Board));
+}
+
+int LocalBoard::claim_slot(std::uint64_t key, std::string_view name) noexcept {
+  Board& b = get();
   for (std::size_t i = 0; i < kMaxGroups; ++i) {
     Slot& s = b.slots[i];
     if (s.key.load(kRelaxed) != 0) continue;
@@ -70,11 +71,11 @@ int claim_slot(std::uint64_t key, std::string_view name) noexcept {
   return -1;
 }
 
-void release_slot(int slot) noexcept {
-  if (slot >= 0) local().slots[slot].key.store(0, std::memory_order_release);
+void LocalBoard::release_slot(int slot) noexcept {
+  if (slot >= 0) get().slots[slot].key.store(0, std::memory_order_release);
 }
 
-bool map_file(const std::string& path, int world_rank) {
+bool LocalBoard::map_file(const std::string& path, int world_rank) {
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return false;
   const bool sized = ::ftruncate(fd, static_cast<off_t>(sizeof(Board))) == 0;
@@ -88,21 +89,19 @@ bool map_file(const std::string& path, int world_rank) {
   auto* board = new (p) Board();
   board->world_rank = world_rank;
   board->pid = static_cast<std::int32_t>(::getpid());
-  copy_board(g_memory_board, *board);
+  copy_board(*memory_, *board);
   board->state.store(1, std::memory_order_release);
-  g_path = path;
-  g_board.store(board, std::memory_order_release);
+  board_.store(board, std::memory_order_release);
   return true;
 }
 
-void unmap_file(const std::string& dir) noexcept {
-  Board* board = g_board.load(kRelaxed);
-  if (board == &g_memory_board) return;
-  copy_board(*board, g_memory_board);
-  g_board.store(&g_memory_board, std::memory_order_release);
+void LocalBoard::unmap_file(const std::string& dir) noexcept {
+  Board* board = board_.load(kRelaxed);
+  if (board == memory_.get()) return;
+  copy_board(*board, *memory_);
+  board_.store(memory_.get(), std::memory_order_release);
   board->state.store(2, std::memory_order_seq_cst);
   ::munmap(board, sizeof(Board));
-  g_path.clear();
   // Every rank marks itself stopped before it looks at the others, so the last one to stop
   // sees all stopped and cleans up (two may both do it: removing twice is harmless).
   namespace fs = std::filesystem;
