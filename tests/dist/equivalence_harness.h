@@ -10,7 +10,7 @@
 
 #include <memory>
 
-#include "../support/training_run.h"
+#include "support/training_run.h"
 #include "meshtrain/comm/process_group.h"
 #include "meshtrain/config/config.h"
 #include "meshtrain/train/trainer.h"

@@ -6,8 +6,8 @@
 
 #include <string>
 
-#include "../support/test_config.h"
-#include "../support/training_run.h"
+#include "support/test_config.h"
+#include "support/training_run.h"
 #include "dist_env.h"
 #include "equivalence_harness.h"
 

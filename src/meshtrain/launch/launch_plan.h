@@ -3,8 +3,8 @@
 // The pure parts of `meshtrain launch` (docs/resilience.md, "Launcher"): the mpirun command
 // line of each attempt, what mpirun's output says about the rank that failed, and whether a
 // failed attempt is worth restarting. No processes, no MPI: apps/launch_command.cpp and
-// launch/supervisor.h run what these functions decide, and tests/unit/launch_test.cpp checks
-// them on strings.
+// launch/supervisor.h run what these functions decide, and tests/unit/launch/launch_test.cpp
+// checks them on strings.
 #pragma once
 
 #include <optional>

@@ -15,7 +15,8 @@ namespace meshtrain {
 
 /// A norm that also takes the residual add in front of it (the pre-norm block's
 /// h = x + attn(·), then norm_2(h); TransformerBlock): one pass over the rows instead of
-/// add_inplace then the norm, bitwise equal to them (tests/unit/fused_kernels_test.cpp).
+/// add_inplace then the norm, bitwise equal to them
+/// (tests/unit/kernels/fused_kernels_test.cpp).
 class ResidualNorm : public Module {
  public:
   /// branch, x [rows, C]: branch becomes h = branch + x in place (the residual stream), and the

@@ -5,7 +5,7 @@
 // Slurm batch script for the cluster's nodes (docs/multinode.md). The flags use the config
 // keys exactly as config/load.cpp accepts them and the enum names of config/config.h's name
 // tables, so that loading a config with these overrides gives the planned layout back
-// (tests/unit/plan_emit_test.cpp). Uses: config, plan/cluster.
+// (tests/unit/plan/plan_emit_test.cpp). Uses: config, plan/cluster.
 #pragma once
 
 #include <cstdint>
