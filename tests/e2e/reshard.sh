@@ -7,7 +7,10 @@
 # equal bit for bit a tp 2 run that resharded the original checkpoint while loading it. Bad
 # reshard inputs exit 2 or 3 and write no complete checkpoint. Both checkpoints export to the
 # same consolidated file, and `meshtrain sample` reads them (the same text from both, and the
-# final checkpoint's text from the step-20 one).
+# final checkpoint's text from the step-20 one). A target of another global batch is written
+# with the resume's warning; bad inputs (a model change, a tp the model's heads or MLP cannot
+# split, with the tp values that can; an output that is a file or the source) name the setting,
+# the rule and a fix, and leave the source as it was and no output.
 set -euo pipefail
 BIN=$(realpath "$1")
 DATA=$2
@@ -34,6 +37,8 @@ for f in COMPLETE metadata.json rank-00000.safetensors rank-00001.safetensors; d
   [[ -f $OUT/$f ]] || { echo "FAIL: $OUT/$f missing"; ls -la "$OUT"; exit 1; }
 done
 grep -q '"tp": 2' "$OUT/metadata.json" || { echo "FAIL: metadata does not record tp 2"; exit 1; }
+! grep -q "warning" "$WORK/reshard.log" ||
+  { echo "FAIL: a reshard keeping the global batch (24) warned"; cat "$WORK/reshard.log"; exit 1; }
 
 TP2=(--parallel.tp 2 --parallel.sequence_parallel true --training.micro_batch 24)
 "${MPI[@]}" "$BIN" train "$CONFIG" "${COMMON[@]}" "${TP2[@]}" --checkpoint.dir "$WORK/tp2" \
@@ -88,27 +93,55 @@ step10_tp2=$("$BIN" sample "$OUT" "${S[@]}" 2>/dev/null)
   { echo "FAIL: step 10 and step 20 sample the same text (weights not read?)"; exit 1; }
 echo "sample ok: step-20 sharded = final checkpoint, dp 2 = resharded tp 2 at step 10"
 
-expect() {  # expect <code> <text> -- command...
-  local code=$1 text=$2 rc=0 out
+expect() {  # expect <code> <text> -- command...; the output is left in $said
+  local code=$1 text=$2 rc=0
   shift 3
-  out=$("$@" 2>&1) || rc=$?
-  ((rc == code)) || { echo "FAIL: exit $rc, expected $code: $*"; echo "$out"; exit 1; }
-  [[ $out == *"$text"* ]] || { echo "FAIL: message lacks '$text'"; echo "$out"; exit 1; }
+  said=$("$@" 2>&1) || rc=$?
+  ((rc == code)) || { echo "FAIL: exit $rc, expected $code: $*"; echo "$said"; exit 1; }
+  [[ $said == *"$text"* ]] || { echo "FAIL: message lacks '$text'"; echo "$said"; exit 1; }
 }
+# dp 1 × micro-batch 12 halves the global batch: written (exit 0) with the trainer's warning,
+# which names the micro-batch that keeps 24.
+expect 0 "meshtrain: warning: the checkpoint was trained with a global batch of 24 sequences, this target uses 12" -- \
+  "$BIN" reshard "$SRC" "$WORK/gb/checkpoints" --parallel.dp 1
+[[ $said == *"to keep 24, give --training.micro_batch 24 (1 × 24 × 1)"* ]] ||
+  { echo "FAIL: the global-batch warning does not say how to keep it"; echo "$said"; exit 1; }
+[[ -f $WORK/gb/checkpoints/step-00000010/COMPLETE ]] || { echo "FAIL: the dp 1 target was not written"; exit 1; }
+SUMS=$(cd "$SRC" && sha256sum ./*)
 expect 3 "is a run's checkpoint.dir, not a checkpoint: name one of its checkpoints/step-N" -- "$BIN" reshard "$WORK/dp2" "$WORK/bad1"
 expect 2 "reshard changes the layout, never the model" -- \
   "$BIN" reshard "$SRC" "$WORK/bad2" --model.n_layer 3
-expect 2 "parallel.tp" -- "$BIN" reshard "$SRC" "$WORK/bad3" --parallel.tp 3
+# tp 3 splits neither the 4 heads nor the MLP's 256 features: the fix names the tp values that
+# do, never a model change (training's own fix, which `meshtrain train` keeps).
+expect 2 "fix:  choose parallel.tp from {1, 2, 4} (reshard keeps the checkpoint's model)" -- \
+  "$BIN" reshard "$SRC" "$WORK/bad3" --parallel.tp 3
+[[ $said == *"model.ffn_hidden = 0"* && $said != *"set model."* ]] ||
+  { echo "FAIL: reshard's tp 3 error suggests changing the model"; echo "$said"; exit 1; }
+expect 2 "fix:  set model.ffn_hidden to a multiple of 3" -- \
+  "$BIN" train "$CONFIG" "${COMMON[@]}" --parallel.tp 3
 expect 2 "would replace the checkpoint being read" -- \
   "$BIN" reshard "$SRC" "$WORK/dp2/checkpoints" --parallel.dp 1 --training.micro_batch 24
 expect 2 "would replace the checkpoint being read" -- \
   "$BIN" reshard "$SRC" "$SRC" --parallel.dp 1 --training.micro_batch 24
 expect 2 "must be at most 2^20 ranks" -- "$BIN" reshard "$SRC" "$WORK/bad5" --parallel.tp 99999999999
-[[ ! -e $WORK/bad5 && ! -e $SRC/step-00000010 ]] || { echo "FAIL: a refused reshard wrote"; exit 1; }
-[[ -f $SRC/COMPLETE && -f $SRC/rank-00001.safetensors ]] ||
-  { echo "FAIL: a refused reshard touched its source"; exit 1; }
+# An output that is a file (or under one) is named as the user gave it, with the rule.
+printf 'keep me' >"$WORK/bad6"
+expect 2 "out = $WORK/bad6
+    rule: must be a folder or not exist" -- \
+  "$BIN" reshard "$SRC" "$WORK/bad6" --parallel.dp 1 --training.micro_batch 24
+[[ $said == *"fix:  name a checkpoints folder"* && $said != *".reshard-"* ]] ||
+  { echo "FAIL: the output-is-a-file error lacks the fix or names the staging folder"; echo "$said"; exit 1; }
+expect 2 "$WORK/bad6 above it is a file" -- \
+  "$BIN" reshard "$SRC" "$WORK/bad6/checkpoints" --parallel.dp 1 --training.micro_batch 24
+[[ $(cat "$WORK/bad6") == "keep me" ]] || { echo "FAIL: a refused reshard changed the file at --out"; exit 1; }
+for d in bad1 bad2 bad3 bad5; do
+  [[ ! -e $WORK/$d ]] || { echo "FAIL: a refused reshard wrote $WORK/$d"; exit 1; }
+done
+[[ ! -e $SRC/step-00000010 && -z $(compgen -G "$WORK/dp2/checkpoints/.reshard-*") ]] ||
+  { echo "FAIL: a refused reshard wrote beside its source"; ls -la "$WORK/dp2/checkpoints"; exit 1; }
+[[ $(cd "$SRC" && sha256sum ./*) == "$SUMS" ]] || { echo "FAIL: a refused reshard touched its source"; exit 1; }
 rm -f "$SRC/rank-00001.safetensors"
 expect 3 "rank-00001.safetensors" -- "$BIN" reshard "$SRC" "$WORK/bad4" --parallel.dp 1 \
   --training.micro_batch 24
 [[ ! -e $WORK/bad4/step-00000010 ]] || { echo "FAIL: a failed reshard left its output"; exit 1; }
-echo "bad inputs ok: 7 cases"
+echo "warning and bad inputs ok: the global-batch warning, 9 refused reshards"
