@@ -241,7 +241,7 @@ expect "import of a missing file" 3 "checkpoint.init_from: $WORK/hf/none.safeten
   "$BIN" train "$CONFIG" "${COMMON[@]}" "${IMPORT[@]}" \
   --checkpoint.init_from "$WORK/hf/none.safetensors"
 
-expect "resume from a missing checkpoint" 3 "checkpoint $WORK/none/step-00000010: not a directory" -- \
+expect "resume from a missing checkpoint" 3 "checkpoint $WORK/none/step-00000010: no such directory" -- \
   "$BIN" train "$CONFIG" "${COMMON[@]}" --checkpoint.resume "$WORK/none/step-00000010"
 expect "keep no checkpoint" 2 "checkpoint.keep_last = 0" -- \
   "$BIN" train "$CONFIG" "${COMMON[@]}" --checkpoint.interval 1 --checkpoint.keep_last 0

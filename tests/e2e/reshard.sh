@@ -107,6 +107,12 @@ expect 0 "meshtrain: warning: the checkpoint was trained with a global batch of 
 [[ $said == *"to keep 24, give --training.micro_batch 24 (1 × 24 × 1)"* ]] ||
   { echo "FAIL: the global-batch warning does not say how to keep it"; echo "$said"; exit 1; }
 [[ -f $WORK/gb/checkpoints/step-00000010/COMPLETE ]] || { echo "FAIL: the dp 1 target was not written"; exit 1; }
+# A second reshard into the same folder would replace that checkpoint: refused, it stays as it was.
+GB_SUMS=$(cd "$WORK/gb/checkpoints/step-00000010" && sha256sum ./*)
+expect 2 "already holds step-00000010; reshard does not replace a checkpoint" -- \
+  "$BIN" reshard "$SRC" "$WORK/gb/checkpoints" --parallel.tp 2 --parallel.dp 1 --training.micro_batch 24
+[[ $(cd "$WORK/gb/checkpoints/step-00000010" && sha256sum ./*) == "$GB_SUMS" ]] ||
+  { echo "FAIL: a refused reshard replaced the checkpoint at --out"; exit 1; }
 SUMS=$(cd "$SRC" && sha256sum ./*)
 expect 3 "is a run's checkpoint.dir, not a checkpoint: name one of its checkpoints/step-N" -- "$BIN" reshard "$WORK/dp2" "$WORK/bad1"
 expect 2 "reshard changes the layout, never the model" -- \

@@ -78,7 +78,7 @@ long_dir=$(dirs)
 run_short normal 0
 [[ $(dirs) == "$long_dir" ]] || fail "after a normal exit: '$(dirs)', expected only $long_dir"
 run_short error 3 --checkpoint.resume "$WORK/none/step-00000010"
-grep -q "not a directory" "$WORK/error.log" || fail "the error job failed otherwise: $(cat "$WORK/error.log")"
+grep -q "no such directory" "$WORK/error.log" || fail "the error job failed otherwise: $(cat "$WORK/error.log")"
 [[ $(dirs) == "$long_dir" ]] || fail "after an error exit: '$(dirs)', expected only $long_dir"
 echo "ok   normal exit (0) and error exit (3) leave nothing; the live job's directory is kept"
 

@@ -180,7 +180,8 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& plan_args) {
       "layouts (no MPI)");
   plan_cmd
       ->add_option("--model", plan_args.model,
-                   "preset (gpt3-175b, llama3-8b|70b|405b) or a TOML config")
+                   "preset (gpt3-175b, llama3-8b|70b|405b, llama-33b, mixtral-8x7b) or a "
+                   "meshtrain TOML config (configs/*.toml)")
       ->required();
   plan_cmd
       ->add_option("--cluster", plan_args.cluster,

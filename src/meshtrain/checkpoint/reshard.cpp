@@ -172,6 +172,14 @@ std::filesystem::path reshard_checkpoint(const std::filesystem::path& src, const
                         "would replace the checkpoint being read (" + src.string() + ")",
                         "write into another checkpoints folder"}});
   }
+  // A checkpoint already at the target step is not replaced: it may be the only copy of a run.
+  if (std::filesystem::exists(target_dir, ec)) {
+    throw ConfigError("the command line",
+                      {{"out", out_root.string(),
+                        "already holds " + target_dir.filename().string() +
+                            "; reshard does not replace a checkpoint",
+                        "remove " + target_dir.string() + " first, or choose another --out"}});
+  }
   const std::filesystem::path existing = check_output_root(out_root);
   // The output holds the same elements as the source: about its bytes. Unknown space: no check.
   if (const std::filesystem::space_info room = std::filesystem::space(existing, ec); !ec) {
@@ -226,7 +234,6 @@ std::filesystem::path reshard_checkpoint(const std::filesystem::path& src, const
     std::filesystem::remove_all(staging, ec);
     throw;
   }
-  std::filesystem::remove_all(target_dir, ec);
   std::filesystem::rename(checkpoint_path(staging, step), target_dir, ec);
   std::filesystem::remove_all(staging);
   if (ec) {

@@ -386,6 +386,12 @@ void CheckpointWriter::write(const RankSnapshot& snapshot) {
 
 CheckpointReader::CheckpointReader(fs::path dir) : dir_(std::move(dir)) {
   std::error_code ec;
+  if (!fs::exists(dir_, ec)) {
+    throw DataError(fmt::format(
+        "checkpoint {}: no such directory; name an existing checkpoint folder "
+        "(<checkpoint.dir>/checkpoints/step-N, the one holding COMPLETE)",
+        dir_.string()));
+  }
   if (!fs::is_directory(dir_, ec)) {
     throw DataError(fmt::format("checkpoint {}: not a directory", dir_.string()));
   }

@@ -11,6 +11,7 @@
 
 #include <map>
 #include <memory>
+#include <ostream>
 
 #include "meshtrain/comm/single_rank_group.h"
 #include "meshtrain/config/validate.h"
@@ -36,6 +37,10 @@ std::string name_of(const Layout& l) {
                      l.experts > 0 ? fmt::format("moe{}", l.experts) : "", l.pp, l.v, l.dp, l.cp,
                      l.tp, l.sp ? "sp" : "", l.ep, l.zero, to_string(l.precision));
 }
+
+// GoogleTest prints a parameter in the test's description; without this, the struct's raw
+// bytes (padding included) would appear in every CTest name.
+void PrintTo(const Layout& l, std::ostream* out) { *out << name_of(l); }
 
 Config config_of(const Layout& l) {
   Config c;
